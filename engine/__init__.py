@@ -1,0 +1,1 @@
+"""edgeprof engine: multi-DNN layer-by-layer inference and memory measurement."""

@@ -1,0 +1,215 @@
+"""EdgeCaffe's ModelSplitter, plus the per-network description file.
+
+Every layer of a caffemodel becomes ``<stem>_partials/<stem>NN.partial.caffemodel``: a
+one-layer ``NetParameter`` named ``<stem>NN`` whose layer is a byte-for-byte copy of the
+source layer (V1 models stay V1), NN being the layer's position in the caffemodel.
+Unlike EdgeCaffe, deploy layers are matched to partials by name, not by position, so no
+hand-set ``has-input-layer``/``excluded-partials`` is needed; the match is validated
+(blob count and shapes, Caffe's legacy-dims rule) when splitting, not at run time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from engine.caffe import graph, io, wire
+from engine.errors import ModelError
+
+DESCRIPTION_VERSION = 1
+
+
+@dataclass
+class LayerInfo:
+    """One runtime layer as the description file records it."""
+
+    index: int
+    name: str
+    type: str
+    kind: str  # conv | fc | other
+    part: str  # conv | fc: DeepEye's split of the net
+    model_index: int | None  # position in the caffemodel, None if it has no entry there
+    partial: str | None  # partial file, relative to the description's folder
+    param_count: int
+    param_bytes: int
+    file_bytes: int
+    output_shapes: list[list[int]]
+    macs: int
+    flops: int
+
+
+@dataclass
+class Description:
+    """What the engine needs to know about a split network, without opening its model."""
+
+    network: str
+    stem: str
+    prototxt: str
+    caffemodel: str
+    format: str  # V1 | V2
+    input_shape: list[int]
+    param_count: int
+    param_bytes: int
+    num_conv_layers: int
+    num_fc_layers: int
+    layers: list[LayerInfo]
+    unmatched_partials: list[str]
+    version: int = DESCRIPTION_VERSION
+    path: str = ""  # where it was loaded from; not stored
+
+    def resolve(self, relative: str) -> Path:
+        return Path(self.path).parent / relative
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data.pop("path")
+        return json.dumps(data, indent=1)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Description:
+        path = os.fspath(path)
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            raise ModelError(f"cannot read network description {path}: {exc}") from exc
+        if data.get("version") != DESCRIPTION_VERSION:
+            raise ModelError(
+                f"{path}: description version {data.get('version')} is not "
+                f"{DESCRIPTION_VERSION}; re-run the split stage"
+            )
+        data["layers"] = [LayerInfo(**layer) for layer in data["layers"]]
+        return cls(**data, path=path)
+
+
+def partial_name(stem: str, index: int) -> str:
+    """EdgeCaffe's name: two-digit index, three digits from 100 on (``GoogleNet_SOS151``)."""
+    return f"{stem}{index:02d}.partial.caffemodel"
+
+
+def fc_part_start(g: graph.NetGraph, fc_start: str | None = None) -> int:
+    """Index of the first layer of DeepEye's "fc" part: ``fc_start`` if given, else the
+    first InnerProduct layer; a net without one is all "conv" (EdgeCaffe's TinyYolo 40|0)."""
+    if fc_start is not None:
+        try:
+            return g.layer(fc_start).index
+        except KeyError:
+            raise ModelError(f"fc part start '{fc_start}' is not a layer of the net") from None
+    for layer in g.layers:
+        if layer.type == "InnerProduct":
+            return layer.index
+    return len(g.layers)
+
+
+def _shapes_match(stored: tuple[int, ...], expected: tuple[int, ...]) -> bool:
+    """Caffe's ShapeEquals: legacy 4-D dims match when the shape right-aligns into them."""
+    if stored == expected:
+        return True
+    if len(stored) == 4 and len(expected) <= 4:
+        return stored == io.legacy_dims(expected)
+    return False
+
+
+def split_model(caffemodel: str | os.PathLike, prototxt: str | os.PathLike,
+                out_dir: str | os.PathLike, network: str | None = None,
+                fc_start: str | None = None) -> Path:
+    """Split ``caffemodel`` into partials under ``out_dir`` and write its description.
+
+    The partials folder is built under a temporary name and renamed into place, and the
+    description is written last, so an interrupted split leaves no usable half result."""
+    caffemodel, prototxt, out_dir = Path(caffemodel), Path(prototxt), Path(out_dir)
+    stem = caffemodel.name.removesuffix(".caffemodel")
+    g = graph.build_graph(io.read_prototxt(prototxt), source=str(prototxt))
+    records = wire.scan(caffemodel)
+    if not records:
+        raise ModelError(f"{caffemodel}: caffemodel holds no layers")
+    by_name = {}
+    for rec in records:
+        by_name.setdefault(rec.name, rec)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    final = out_dir / f"{stem}_partials"
+    tmp = Path(tempfile.mkdtemp(prefix=f".{stem}_partials.", dir=out_dir))
+    try:
+        sizes = _write_partials(caffemodel, records, stem, tmp)
+        start = fc_part_start(g, fc_start)
+        layers = []
+        for layer in g.layers:
+            rec = by_name.get(layer.name)
+            _check_params(layer, rec, caffemodel)
+            has_file = rec is not None
+            part = "fc" if layer.index >= start else "conv"
+            kind = "other"
+            if layer.param_shapes:
+                kind = "fc" if part == "fc" or layer.type == "InnerProduct" else "conv"
+            layers.append(LayerInfo(
+                index=layer.index, name=layer.name, type=layer.type, kind=kind, part=part,
+                model_index=rec.index if has_file else None,
+                partial=f"{final.name}/{partial_name(stem, rec.index)}" if has_file else None,
+                param_count=layer.param_count, param_bytes=layer.param_bytes,
+                file_bytes=sizes[rec.index] if has_file else 0,
+                output_shapes=[list(s) for s in layer.top_shapes],
+                macs=layer.macs, flops=layer.flops,
+            ))
+        matched = {info.model_index for info in layers}
+        input_layer = next((x for x in g.layers if x.type == "Input"), None)
+        desc = Description(
+            network=network or g.name or stem, stem=stem,
+            prototxt=os.path.relpath(prototxt, out_dir),
+            caffemodel=os.path.relpath(caffemodel, out_dir),
+            format="V1" if records[0].v1 else "V2",
+            input_shape=list(input_layer.top_shapes[0]) if input_layer else [],
+            param_count=g.param_count, param_bytes=4 * g.param_count,
+            num_conv_layers=start, num_fc_layers=len(g.layers) - start,
+            layers=layers,
+            unmatched_partials=[f"{final.name}/{partial_name(stem, r.index)}"
+                                for r in records if r.index not in matched],
+        )
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    path = out_dir / f"{stem}.description.json"
+    io.write_text_atomic(path, desc.to_json())
+    return path
+
+
+def _write_partials(caffemodel: Path, records: list[wire.LayerRecord], stem: str,
+                    folder: Path) -> dict[int, int]:
+    sizes = {}
+    with open(caffemodel, "rb") as f:
+        for rec in records:
+            f.seek(rec.body)
+            body = f.read(rec.end - rec.body)
+            if len(body) != rec.end - rec.body:
+                raise ModelError(f"{caffemodel}: file changed while splitting")
+            name = partial_name(stem, rec.index)
+            sizes[rec.index] = io.write_partial(
+                folder / name, name.removesuffix(".partial.caffemodel"), body, rec.v1)
+    return sizes
+
+
+def _check_params(layer: graph.Layer, rec: wire.LayerRecord | None, model: Path) -> None:
+    if rec is None:
+        if layer.param_shapes:
+            raise ModelError(
+                f"{model}: has no layer named '{layer.name}', whose {len(layer.param_shapes)} "
+                "parameter blobs the prototxt needs (is this the right caffemodel?)"
+            )
+        return
+    if len(rec.blobs) != len(layer.param_shapes):
+        raise ModelError(
+            f"{model}: layer '{layer.name}' has {len(rec.blobs)} blobs but the prototxt "
+            f"needs {len(layer.param_shapes)} (shapes {list(layer.param_shapes)})"
+        )
+    for i, (blob, expected) in enumerate(zip(rec.blobs, layer.param_shapes)):
+        if not _shapes_match(blob.shape, expected):
+            raise ModelError(
+                f"{model}: layer '{layer.name}' blob {i} has shape {blob.shape} but the "
+                f"prototxt needs {expected} ({math.prod(expected)} values)"
+            )

@@ -1,0 +1,200 @@
+"""One network instance at run time: per-layer LOAD and EXEC over a split model.
+
+LOAD reads a layer's partial file into aligned arrays (``engine.caffe.wire``); EXEC runs
+the layer with the numpy operators, then frees its weights and every blob no later layer
+reads. Bulk loading reads all weights from the whole caffemodel instead. Deviation from
+EdgeCaffe, on purpose: its INIT (``new caffe::Net``) allocates and zero-fills every
+parameter up front, so its memory grows at INIT; here memory for a layer's weights is
+allocated by its LOAD, which is what layer-wise loading policies are about.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from engine import ops
+from engine.caffe import graph, io, wire
+from engine.caffe.splitter import Description
+from engine.errors import ModelError
+
+# Caffe's ImageNet BGR means, as EdgeCaffe's descriptions use for mean subtraction.
+MEAN_BGR = (104.0, 117.0, 123.0)
+
+
+def synthetic_image(height: int, width: int, seed: int) -> np.ndarray:
+    """A deterministic 8-bit BGR test image (H, W, 3): smooth gradients plus seeded noise,
+    so every run of every policy sees the same input without shipping image files."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width].astype(np.float32)
+    base = np.stack([x / max(width - 1, 1), y / max(height - 1, 1),
+                     (x + y) / max(height + width - 2, 1)], axis=-1) * 200.0
+    noise = rng.integers(0, 56, size=(height, width, 3)).astype(np.float32)
+    return np.clip(base + noise, 0, 255).astype(np.uint8)
+
+
+def input_blob(shape: tuple[int, ...], seed: int) -> np.ndarray:
+    """The network input as EdgeCaffe fills it: image 0 of the batch holds the
+    mean-subtracted image, the other N-1 images stay zero (but are still computed)."""
+    n, c, h, w = shape
+    blob = np.zeros(shape, dtype=np.float32)
+    image = synthetic_image(h, w, seed).astype(np.float32)
+    for ch in range(min(c, 3)):
+        blob[0, ch] = image[:, :, ch] - MEAN_BGR[ch]
+    return blob
+
+
+class Network:
+    """A network instance built from a split model's description file."""
+
+    def __init__(self, description: Description | str | Path, batch: int | None = None,
+                 instance: str = "") -> None:
+        self.desc = (description if isinstance(description, Description)
+                     else Description.load(description))
+        self.instance = instance or self.desc.network
+        prototxt = self.desc.resolve(self.desc.prototxt)
+        self.graph = graph.build_graph(io.read_prototxt(prototxt), batch=batch,
+                                       source=str(prototxt))
+        if len(self.graph.layers) != len(self.desc.layers):
+            raise ModelError(
+                f"{self.desc.path}: describes {len(self.desc.layers)} layers but "
+                f"{prototxt} now has {len(self.graph.layers)}; re-run the split stage"
+            )
+        self.weights: dict[int, list[np.ndarray]] = {}
+        self.blobs: dict[str, np.ndarray] = {}
+        self._last_reader = {}
+        for layer in self.graph.layers:
+            for b in layer.bottoms:
+                self._last_reader[b] = layer.index
+        self.outputs = self.graph.outputs
+
+    @property
+    def layers(self) -> tuple[graph.Layer, ...]:
+        return self.graph.layers
+
+    def set_input(self, seed: int = 0) -> None:
+        """INIT: place the deterministic input image in every Input layer's tops."""
+        for layer in self.graph.layers:
+            if layer.type == "Input":
+                for top, shape in zip(layer.tops, layer.top_shapes):
+                    self.blobs[top] = input_blob(shape, seed)
+
+    def load_layer(self, index: int) -> int:
+        """LOAD: read layer ``index``'s partial file; returns the bytes of weights read."""
+        info = self.desc.layers[index]
+        if info.partial is None:
+            return 0
+        path = self.desc.resolve(info.partial)
+        if not path.exists():
+            raise ModelError(
+                f"partial file {path} of layer {index} '{info.name}' is missing; "
+                "re-run the split stage"
+            )
+        _, blobs = wire.load_partial(path)
+        return self._keep(index, blobs, path)
+
+    def load_all(self) -> int:
+        """Bulk LOAD: every layer's weights from the whole caffemodel, in one pass."""
+        path = self.desc.resolve(self.desc.caffemodel)
+        records = wire.scan(path)
+        total = 0
+        for info in self.desc.layers:
+            if info.model_index is not None:
+                if info.model_index >= len(records) or records[info.model_index].name != info.name:
+                    raise ModelError(f"{path} no longer matches its description; re-run split")
+                total += self._keep(info.index, wire.read_blobs(path, records[info.model_index]), path)
+        return total
+
+    def _keep(self, index: int, blobs: list[np.ndarray], path: Path) -> int:
+        layer = self.graph.layers[index]
+        if len(blobs) != len(layer.param_shapes):
+            raise ModelError(
+                f"{path}: layer '{layer.name}' has {len(blobs)} blobs, expected "
+                f"{len(layer.param_shapes)}"
+            )
+        shaped = []
+        for blob, shape in zip(blobs, layer.param_shapes):
+            if blob.size != int(np.prod(shape)):
+                raise ModelError(
+                    f"{path}: layer '{layer.name}' blob of shape {blob.shape} does not fit {shape}"
+                )
+            shaped.append(blob.reshape(shape))  # legacy (1,1,O,I) dims -> (O,I): a view
+        self.weights[index] = shaped
+        return sum(b.nbytes for b in shaped)
+
+    def exec_layer(self, index: int) -> None:
+        """EXEC: run layer ``index``, then free its weights and blobs no one reads later."""
+        layer = self.graph.layers[index]
+        if layer.type == "Input":
+            missing = [t for t in layer.tops if t not in self.blobs]
+            if missing:
+                raise ModelError(f"{self.instance}: input blob(s) {missing} not set (INIT not run)")
+            return
+        if layer.param_shapes and index not in self.weights:
+            raise ModelError(f"{self.instance}: layer {index} '{layer.name}' executed before LOAD")
+        try:
+            x = [self.blobs[b] for b in layer.bottoms]
+        except KeyError as exc:
+            raise ModelError(
+                f"{self.instance}: layer {index} '{layer.name}' needs blob {exc} which is "
+                "not computed yet (layers must execute in order)"
+            ) from None
+        tops = self._run(layer, x, self.weights.pop(index, []))
+        for name, value in zip(layer.tops, tops):
+            self.blobs[name] = value
+        for b in set(layer.bottoms):
+            if self._last_reader.get(b) == index and b not in layer.tops and b not in self.outputs:
+                del self.blobs[b]
+
+    def _run(self, layer: graph.Layer, x: list[np.ndarray], w: list[np.ndarray]) -> list[np.ndarray]:
+        a = layer.args
+        t = layer.type
+        if t == "Convolution":
+            return [ops.convolution(x[0], w[0], w[1] if len(w) > 1 else None, **a)]
+        if t == "InnerProduct":
+            return [ops.inner_product(x[0], w[0], w[1] if len(w) > 1 else None, **a)]
+        if t == "Pooling":
+            return [ops.pooling(x[0], **a)]
+        if t == "ReLU":
+            # Caffe runs ReLU in place; do so unless a Split shares the array.
+            in_place = layer.tops[0] == layer.bottoms[0] and not self._shared(layer.bottoms[0])
+            return [ops.relu(x[0], a["negative_slope"], out=x[0] if in_place else None)]
+        if t == "LRN":
+            return [ops.lrn(x[0], **a)]
+        if t == "Concat":
+            return [ops.concat(x, a["axis"])]
+        if t == "Softmax":
+            return [ops.softmax(x[0], a["axis"])]
+        if t == "Dropout":
+            return [ops.dropout(x[0])]
+        if t == "Split":
+            return [ops.split(x[0]) for _ in layer.tops]
+        raise ModelError(f"layer '{layer.name}': no operator for type '{t}'")
+
+    def _shared(self, name: str) -> bool:
+        arr = self.blobs[name]
+        return any(v is arr for k, v in self.blobs.items() if k != name)
+
+    def forward(self) -> dict[str, np.ndarray]:
+        """EXEC every layer in order (weights must be loaded); returns the output blobs."""
+        for layer in self.graph.layers:
+            self.exec_layer(layer.index)
+        return self.result()
+
+    def result(self) -> dict[str, np.ndarray]:
+        return {name: self.blobs[name] for name in self.outputs}
+
+
+def run_standalone(description: str | Path, seed: int = 0, batch: int | None = None,
+                   bulk: bool = False) -> dict[str, np.ndarray]:
+    """Load and run one network alone (layer by layer, or bulk); returns its outputs."""
+    net = Network(description, batch=batch)
+    net.set_input(seed)
+    if bulk:
+        net.load_all()
+        return net.forward()
+    for layer in net.layers:
+        net.load_layer(layer.index)
+        net.exec_layer(layer.index)
+    return net.result()
