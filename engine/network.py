@@ -103,7 +103,8 @@ class Network:
             if info.model_index is not None:
                 if info.model_index >= len(records) or records[info.model_index].name != info.name:
                     raise ModelError(f"{path} no longer matches its description; re-run split")
-                total += self._keep(info.index, wire.read_blobs(path, records[info.model_index]), path)
+                blobs = wire.read_blobs(path, records[info.model_index])
+                total += self._keep(info.index, blobs, path)
         return total
 
     def _keep(self, index: int, blobs: list[np.ndarray], path: Path) -> int:
@@ -147,7 +148,8 @@ class Network:
             if self._last_reader.get(b) == index and b not in layer.tops and b not in self.outputs:
                 del self.blobs[b]
 
-    def _run(self, layer: graph.Layer, x: list[np.ndarray], w: list[np.ndarray]) -> list[np.ndarray]:
+    def _run(self, layer: graph.Layer, x: list[np.ndarray],
+             w: list[np.ndarray]) -> list[np.ndarray]:
         a = layer.args
         t = layer.type
         if t == "Convolution":

@@ -16,7 +16,6 @@ import numpy as np
 
 from engine.caffe import graph, io, schema, zoo
 
-
 PIXEL_SCALE = 128.0
 
 
@@ -53,7 +52,7 @@ def model_layers(deploy: schema.NetParameter) -> schema.NetParameter:
     for layer in runtime:
         copy = net.layer.add()
         copy.CopyFrom(layer)
-        copy.phase = schema.NetParameter().state.phase
+        copy.phase = schema.PHASE_TEST
     return net
 
 

@@ -99,7 +99,7 @@ def runtime_layers(net, source: str = "<net>") -> list:
 
 
 def _in_test_phase(layer) -> bool:
-    test = schema.NetParameter().state.phase  # Caffe's NetState default: TEST
+    test = schema.PHASE_TEST
     if layer.include:
         return any(not rule.HasField("phase") or rule.phase == test for rule in layer.include)
     return not any(rule.HasField("phase") and rule.phase == test for rule in layer.exclude)

@@ -10,7 +10,6 @@ numpy first costs seconds and gigabytes for AlexNet-sized models.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
@@ -23,7 +22,13 @@ from google.protobuf import message, text_format
 from engine.caffe import schema
 from engine.errors import ModelError
 
-log = logging.getLogger(__name__)
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
+def normal_mode(path: str | os.PathLike, directory: bool = False) -> None:
+    """mkstemp/mkdtemp create private (0600/0700) entries; results should be shareable."""
+    os.chmod(path, (0o777 if directory else 0o666) & ~_UMASK)
 
 
 @contextlib.contextmanager
@@ -33,6 +38,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
+    normal_mode(tmp)
     try:
         yield Path(tmp)
         os.replace(tmp, path)

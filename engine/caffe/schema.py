@@ -316,6 +316,8 @@ V1LayerParameter = _cls("V1LayerParameter")
 BlobProto = _cls("BlobProto")
 BlobShape = _cls("BlobShape")
 
+PHASE_TEST = _POOL.FindEnumTypeByName("caffe.Phase").values_by_name["TEST"].number
+
 # Caffe's V1 enum names mapped to the V2 type strings (as UpgradeV1LayerType does).
 V1_TYPE_NAMES = {
     "ABSVAL": "AbsVal", "ACCURACY": "Accuracy", "ARGMAX": "ArgMax", "BNLL": "BNLL",

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import mmap
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 import numpy as np
 
@@ -216,5 +216,7 @@ def load_partial(path: str | os.PathLike) -> tuple[LayerRecord, list[np.ndarray]
     """The single layer of a partial caffemodel and its blobs."""
     layers = scan(path)
     if len(layers) != 1:
-        raise ModelError(f"{os.fspath(path)}: a partial caffemodel holds one layer, found {len(layers)}")
+        raise ModelError(
+            f"{os.fspath(path)}: a partial caffemodel holds one layer, found {len(layers)}"
+        )
     return layers[0], read_blobs(path, layers[0])

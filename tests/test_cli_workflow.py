@@ -1,0 +1,90 @@
+"""The CLI and the Snakemake workflow, run for real as a user would."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _engine(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "engine", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_cli_models_split_forward(tmp_path):
+    r = _engine("models", "--out", str(tmp_path / "m"), "--seed", "2", "GenderNet")
+    assert r.returncode == 0, r.stderr
+    assert "GenderNet: wrote" in r.stderr
+    r = _engine("split", str(tmp_path / "m" / "gender_net.caffemodel"), "--out",
+                str(tmp_path / "s"), "--network", "GenderNet")
+    assert r.returncode == 0, r.stderr
+    assert "20 layers, 12|8 conv|fc, 11,411,970 parameters" in r.stderr
+    out = tmp_path / "out.npz"
+    r = _engine("forward", str(tmp_path / "s" / "gender_net.description.json"), "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("prob (10, 2): top-5 of image 0")
+    import numpy as np
+    assert np.load(out)["prob"].shape == (10, 2)
+
+
+def test_cli_bad_input_is_one_clear_line(tmp_path):
+    r = _engine("models", "--out", str(tmp_path), "ResNet")
+    assert r.returncode == 2
+    assert r.stderr.strip() == ("error: unknown zoo network 'ResNet' (known: AgeNet, GenderNet, "
+                                "FaceNet, AlexNet, GoogLeNet)")
+    (tmp_path / "x.caffemodel").write_bytes(b"\x0a\x05ab")  # truncated
+    (tmp_path / "x.prototxt").write_text(
+        'layer { name: "d" type: "Input" top: "d" input_param { shape { dim: 1 } } }')
+    r = _engine("split", str(tmp_path / "x.caffemodel"), "--out", str(tmp_path / "s"))
+    assert r.returncode == 2
+    assert "corrupt or truncated caffemodel at byte 0" in r.stderr
+    assert "Traceback" not in r.stderr
+    r = _engine("split", str(tmp_path / "missing.caffemodel"), "--out", str(tmp_path / "s"))
+    assert r.returncode == 2 and "does not exist" in r.stderr
+
+
+def _snakemake(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_workflow_generates_and_splits_a_tiny_config(tmp_path):
+    results = tmp_path / "results"
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(yaml.safe_dump({"results": str(results),
+                                   "models": {"zoo": ["AgeNet", "GenderNet"], "user": [],
+                                              "user_dir": "resources/models"}}))
+    r = _snakemake("--configfile", str(cfg))
+    assert r.returncode == 0, r.stderr[-3000:]
+    for stem in ("age_net", "gender_net"):
+        desc = json.loads((results / "split" / f"{stem}.description.json").read_text())
+        assert len(desc["layers"]) == 20
+        partials = (results / "split" / f"{stem}_partials").glob("*.partial.caffemodel")
+        assert len(list(partials)) == 19
+        assert (results / "models" / f"{stem}.caffemodel").stat().st_size > 4 * 11_000_000
+    r = _snakemake("--configfile", str(cfg), "--dry-run")
+    assert r.returncode == 0 and "Nothing to be done" in r.stdout + r.stderr
+
+
+def test_workflow_rejects_a_bad_config_before_any_job(tmp_path):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(yaml.safe_dump({"results": str(tmp_path / "r"),
+                                   "models": {"zoo": ["AgeNet", "ResNet"], "user": [],
+                                              "user_dir": "resources/models"}}))
+    r = _snakemake("--configfile", str(cfg))
+    assert r.returncode != 0
+    assert "'ResNet' is not one of" in r.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_workflow_is_lint_clean():
+    r = subprocess.run([sys.executable, "-m", "snakemake", "--lint"], cwd=REPO,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Congratulations" in r.stdout + r.stderr
