@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+from engine.caffe.io import write_text_atomic
 from engine.errors import EdgeprofError
 
 
@@ -70,6 +71,96 @@ def _cmd_forward(args: argparse.Namespace) -> None:
             np.savez(f, **outputs)
 
 
+def _cmd_pipelines(args: argparse.Namespace) -> None:
+    from engine.caffe.splitter import Description
+    from engine.runner.execute import model_index
+    from engine.schedule import pipelines
+
+    models = model_index(args.models)
+    names = args.networks or sorted(models)
+    unknown = sorted(set(names) - set(models))
+    if unknown:
+        raise EdgeprofError(f"no split model for {', '.join(unknown)} in {args.models} "
+                            f"(available: {', '.join(sorted(models)) or 'none'})")
+    sizes = {n: Description.load(models[n]).param_bytes for n in names}
+    arrival = {"mode": args.arrival}
+    if args.arrival == "poisson":
+        arrival["rate"] = args.rate
+    elif args.arrival == "normal":
+        arrival.update(mean=args.mean, sd=args.sd)
+    made = pipelines.generate_pipelines(args.seed, args.count, sizes, tuple(args.length),
+                                        arrival, args.bins)
+    out = Path(args.out)
+    for p in made:
+        pipelines.save_pipeline(p, out / f"{p.name}.json")
+        print(f"{p.name}: {len(p.networks())} networks, {p.param_bytes / 2**20:.0f} MiB "
+              f"({p.size_bin}), {args.arrival}", file=sys.stderr)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from engine.runner.execute import Interrupted, RunOptions, model_index, run_pipeline
+    from engine.schedule.pipelines import load_pipeline
+    from engine.schedule.policies import parse_policy
+    from engine.units import parse_size
+
+    policy = parse_policy(args.policy)
+    pipeline = load_pipeline(args.pipeline)
+    limit = parse_size(args.limit) if args.limit else None
+    budget = parse_size(args.budget) if args.budget else limit
+    estimates = None
+    if args.estimates:
+        import json
+        estimates = {k: int(v) for k, v in json.loads(Path(args.estimates).read_text()).items()}
+    options = RunOptions(blas_threads=args.blas_threads, seed=args.seed, batch=args.batch,
+                         budget=budget, timeout_s=args.timeout, estimates=estimates)
+    t0 = time.perf_counter()
+    try:
+        folder = run_pipeline(pipeline, policy, model_index(args.models), args.out, options,
+                              force=args.force, pipeline_path=args.pipeline,
+                              backend=args.backend, limit=limit)
+    except Interrupted as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 130
+    import json
+    meta = json.loads((folder.path / "meta.json").read_text())
+    print(f"{pipeline.name} under {policy.name}: {meta['termination']} in "
+          f"{time.perf_counter() - t0:.2f} s -> {folder.path}", file=sys.stderr)
+    if meta["termination"] == "error":
+        print(f"error: task {meta['failed_task']} failed: {meta['error']}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cmd_graph(args: argparse.Namespace) -> None:
+    import shutil
+    import subprocess
+
+    from engine.caffe.splitter import Description
+    from engine.schedule.dot import to_dot
+    from engine.schedule.policies import parse_policy
+    from engine.schedule.tasks import Instance
+
+    policy = parse_policy(args.policy)
+    desc = Description.load(args.description)
+    instances = [Instance(i, desc.network, 0, len(desc.layers), desc.num_conv_layers)
+                 for i in range(args.count)]
+    graph = policy.build(instances)
+    names = {(i.id, layer.index): layer.name for i in instances for layer in desc.layers}
+    dot = to_dot(graph, f"{policy.name}: {args.count} x {desc.network}",
+                 {i.id: i.network for i in instances}, names)
+    out = Path(args.out)
+    if out.suffix == ".svg":
+        if shutil.which("dot") is None:
+            raise EdgeprofError("writing SVG needs Graphviz's 'dot' (apt-get install graphviz); "
+                                "or write .dot instead")
+        svg = subprocess.run(["dot", "-Tsvg"], input=dot, capture_output=True, text=True,
+                             check=True).stdout
+        write_text_atomic(out, svg)
+    else:
+        write_text_atomic(out, dot)
+    print(f"{len(graph.tasks)} tasks, {len(graph.edges())} edges -> {out}", file=sys.stderr)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m engine", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -96,14 +187,58 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="input image seed")
     p.add_argument("--out", help="write the output blobs to this .npz")
     p.set_defaults(func=_cmd_forward)
+
+    p = sub.add_parser("pipelines", help="generate seeded multi-network pipelines")
+    p.add_argument("--models", required=True, help="folder of *.description.json (split stage)")
+    p.add_argument("--out", required=True, help="folder for pNNN.json pipeline files")
+    p.add_argument("--count", type=int, default=5)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--length", type=int, nargs=2, default=[2, 5], metavar=("MIN", "MAX"),
+                   help="networks per pipeline (default 2 5)")
+    p.add_argument("--arrival", choices=["batch", "poisson", "normal"], default="batch")
+    p.add_argument("--rate", type=float, default=1.0, help="poisson: networks per second")
+    p.add_argument("--mean", type=float, default=1.0, help="normal: mean gap in seconds")
+    p.add_argument("--sd", type=float, default=0.5, help="normal: gap sd in seconds")
+    p.add_argument("--bins", type=float, nargs="*", default=[100, 300],
+                   help="upper edges (MiB) of the pipeline-size bins (default 100 300)")
+    p.add_argument("--networks", nargs="*", help="draw from these (default: all split models)")
+    p.set_defaults(func=_cmd_pipelines)
+
+    p = sub.add_parser("run", help="run one pipeline under one policy; writes a run folder")
+    p.add_argument("--pipeline", required=True, help="pipeline .json file")
+    p.add_argument("--policy", required=True,
+                   help="bulk, linear, partial[:k], deepeye, deepeye-frugal, execprio[:k], "
+                        "execprio-inter[:k], masa[:k]")
+    p.add_argument("--models", required=True, help="folder of *.description.json")
+    p.add_argument("--out", required=True, help="run folder to write")
+    p.add_argument("--limit", help="memory limit, e.g. 512M (recorded; enforcement: --backend)")
+    p.add_argument("--backend", choices=["none"], default="none",
+                   help="how the limit is enforced (none: not enforced, marked so)")
+    p.add_argument("--budget", help="masa admission budget (default: the limit)")
+    p.add_argument("--estimates", help="JSON of network -> peak bytes for masa (profiling run)")
+    p.add_argument("--blas-threads", type=int, default=1,
+                   help="BLAS threads per operation (default 1; same for every policy so "
+                        "outputs stay bit-identical)")
+    p.add_argument("--seed", type=int, default=0, help="input image seed")
+    p.add_argument("--batch", type=int, help="override every network's batch size")
+    p.add_argument("--timeout", type=float, help="stop after this many seconds (termination "
+                   "'timeout')")
+    p.add_argument("--force", action="store_true", help="replace an existing run folder")
+    p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser("graph", help="draw a policy's task graph (DOT, or SVG with Graphviz)")
+    p.add_argument("--policy", required=True)
+    p.add_argument("--description", required=True, help="<stem>.description.json")
+    p.add_argument("--count", type=int, default=1, help="instances of the network (default 1)")
+    p.add_argument("--out", required=True, help="output .dot or .svg")
+    p.set_defaults(func=_cmd_graph)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        args.func(args)
+        return args.func(args) or 0
     except EdgeprofError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    return 0

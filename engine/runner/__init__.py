@@ -1,0 +1,1 @@
+"""Running pipelines and writing run folders."""

@@ -1,0 +1,1 @@
+"""Task graphs per loading policy, event-driven dispatch, and seeded pipelines."""

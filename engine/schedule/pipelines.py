@@ -1,0 +1,131 @@
+"""Seeded multi-network pipelines, stored as files that alone reproduce a run's workload.
+
+A pipeline is a list of arrivals, each a time (seconds after the run starts) and the
+networks that arrive then. ``batch`` puts every network in one arrival at t=0; ``poisson``
+gives each network its own arrival after an exponential gap (rate per second);
+``normal`` draws gaps from N(mean, sd) clipped at 0. Pipeline i of a set comes from
+``numpy.random.default_rng([seed, i])`` (PCG64), so the same seed gives the same
+pipelines on any machine, and adding pipelines never changes the earlier ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from engine.caffe.io import write_text_atomic
+from engine.errors import EdgeprofError
+
+ARRIVAL_MODES = ("batch", "poisson", "normal")
+
+
+class PipelineError(EdgeprofError):
+    """A pipeline file or generator setting that cannot be used."""
+
+
+@dataclass
+class Arrival:
+    time_s: float
+    networks: list[str]
+
+
+@dataclass
+class Pipeline:
+    name: str
+    arrivals: list[Arrival]
+    seed: int | None = None
+    arrival_mode: str = "batch"
+    param_bytes: int = 0  # total parameter bytes of its networks
+    size_bin: str = ""
+    generator: dict = field(default_factory=dict)
+
+    def instances(self) -> list[tuple[int, str, int, float]]:
+        """(instance id, network, arrival index, arrival time) in arrival order."""
+        out = []
+        for a_index, arrival in enumerate(self.arrivals):
+            for net in arrival.networks:
+                out.append((len(out), net, a_index, arrival.time_s))
+        return out
+
+    def networks(self) -> list[str]:
+        return [net for a in self.arrivals for net in a.networks]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+
+def load_pipeline(path: str | os.PathLike) -> Pipeline:
+    path = os.fspath(path)
+    try:
+        data = json.loads(Path(path).read_text())
+        arrivals = [Arrival(float(a["time_s"]), [str(n) for n in a["networks"]])
+                    for a in data.pop("arrivals")]
+        pipeline = Pipeline(arrivals=arrivals, **data)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise PipelineError(f"cannot read pipeline {path}: {exc}") from exc
+    if not pipeline.networks():
+        raise PipelineError(f"pipeline {path} has no networks")
+    if any(a.time_s < 0 for a in pipeline.arrivals):
+        raise PipelineError(f"pipeline {path} has a negative arrival time")
+    return pipeline
+
+
+def save_pipeline(pipeline: Pipeline, path: str | os.PathLike) -> None:
+    write_text_atomic(path, pipeline.to_json())
+
+
+def size_bin(param_bytes: int, edges_mib: list[float]) -> str:
+    """Label of the bin holding ``param_bytes``: bins end at ``edges_mib`` (ascending)."""
+    mib = param_bytes / 2**20
+    lo = 0.0
+    for hi in edges_mib:
+        if mib < hi:
+            return f"{lo:g}-{hi:g} MiB"
+        lo = hi
+    return f">={lo:g} MiB"
+
+
+def generate_pipelines(seed: int, count: int, network_bytes: dict[str, int],
+                       length: tuple[int, int], arrival: dict,
+                       bins_mib: list[float] | None = None, prefix: str = "p") -> list[Pipeline]:
+    """``count`` pipelines of ``length[0]..length[1]`` networks drawn with replacement
+    from ``network_bytes`` (name -> parameter bytes, used for the size bins)."""
+    mode = arrival.get("mode", "batch")
+    if mode not in ARRIVAL_MODES:
+        raise PipelineError(f"arrival mode '{mode}' is not one of {', '.join(ARRIVAL_MODES)}")
+    if mode == "poisson" and not arrival.get("rate", 0) > 0:
+        raise PipelineError("poisson arrivals need a positive 'rate' (networks per second)")
+    if mode == "normal" and not (arrival.get("mean", -1) >= 0 and arrival.get("sd", -1) >= 0):
+        raise PipelineError("normal arrivals need 'mean' and 'sd' gaps in seconds, both >= 0")
+    lo, hi = length
+    if not 1 <= lo <= hi:
+        raise PipelineError(f"pipeline length range {length} must satisfy 1 <= min <= max")
+    names = sorted(network_bytes)
+    if not names:
+        raise PipelineError("no networks to draw pipelines from")
+    pipelines = []
+    for i in range(count):
+        rng = np.random.default_rng([seed, i])
+        n = int(rng.integers(lo, hi + 1))
+        nets = [names[j] for j in rng.integers(0, len(names), size=n)]
+        if mode == "batch":
+            arrivals = [Arrival(0.0, nets)]
+        else:
+            if mode == "poisson":
+                gaps = rng.exponential(1.0 / arrival["rate"], size=n)
+            else:
+                gaps = np.clip(rng.normal(arrival["mean"], arrival["sd"], size=n), 0, None)
+            gaps[0] = 0.0  # the first network arrives at the start, as in EdgeCaffe
+            times = np.cumsum(gaps)
+            arrivals = [Arrival(round(float(t), 6), [net]) for t, net in zip(times, nets)]
+        total = sum(network_bytes[net] for net in nets)
+        pipelines.append(Pipeline(
+            name=f"{prefix}{i:03d}", arrivals=arrivals, seed=seed, arrival_mode=mode,
+            param_bytes=total, size_bin=size_bin(total, bins_mib or []),
+            generator={"index": i, "length": [lo, hi], "arrival": dict(arrival)},
+        ))
+    return pipelines

@@ -1,0 +1,27 @@
+"""Memory sizes as users write them (512M, 1G, 1.5GiB, 300000000)."""
+
+from __future__ import annotations
+
+import re
+
+from engine.errors import EdgeprofError
+
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def parse_size(text: str) -> int:
+    """Bytes in ``text``; K/M/G/T are binary (as cgroups and EdgeCaffe's limits use them)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", str(text), re.IGNORECASE)
+    if not m:
+        raise EdgeprofError(f"'{text}' is not a memory size (examples: 512M, 1G, 1.5G, 268435456)")
+    value = float(m.group(1)) * _UNITS[m.group(2).upper()]
+    if value < 1:
+        raise EdgeprofError(f"memory size '{text}' must be at least one byte")
+    return int(value)
+
+
+def format_size(nbytes: int) -> str:
+    for unit in ("T", "G", "M", "K"):
+        if nbytes >= _UNITS[unit] and nbytes % _UNITS[unit] == 0:
+            return f"{nbytes // _UNITS[unit]}{unit}"
+    return str(nbytes)
