@@ -10,6 +10,7 @@ allocated by its LOAD, which is what layer-wise loading policies are about.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +46,13 @@ def input_blob(shape: tuple[int, ...], seed: int) -> np.ndarray:
     return blob
 
 
+@functools.lru_cache(maxsize=64)
+def _graph_of(prototxt: str, mtime_ns: int, batch: int | None) -> graph.NetGraph:
+    """Parsed once per process: instances of one network share the immutable graph (the
+    mtime in the key notices an edited prototxt)."""
+    return graph.build_graph(io.read_prototxt(prototxt), batch=batch, source=prototxt)
+
+
 class Network:
     """A network instance built from a split model's description file."""
 
@@ -54,8 +62,7 @@ class Network:
                      else Description.load(description))
         self.instance = instance or self.desc.network
         prototxt = self.desc.resolve(self.desc.prototxt)
-        self.graph = graph.build_graph(io.read_prototxt(prototxt), batch=batch,
-                                       source=str(prototxt))
+        self.graph = _graph_of(str(prototxt), prototxt.stat().st_mtime_ns, batch)
         if len(self.graph.layers) != len(self.desc.layers):
             raise ModelError(
                 f"{self.desc.path}: describes {len(self.desc.layers)} layers but "

@@ -24,8 +24,9 @@ def _net(i: int, pairs: list[tuple[str, str]]) -> set:
     return {((i, a), (i, b)) for a, b in pairs}
 
 
-PARTIAL = [("INIT", f"LOAD_{k}") for k in range(L)] + [(f"LOAD_{k}", f"EXEC_{k}") for k in range(L)] \
-    + [("INIT", "EXEC_0")] + [(f"EXEC_{k - 1}", f"EXEC_{k}") for k in range(1, L)]
+PARTIAL = ([("INIT", f"LOAD_{k}") for k in range(L)]
+           + [(f"LOAD_{k}", f"EXEC_{k}") for k in range(L)]
+           + [("INIT", "EXEC_0")] + [(f"EXEC_{k - 1}", f"EXEC_{k}") for k in range(1, L)])
 
 
 def test_policy_names_and_worker_counts():
