@@ -1,0 +1,59 @@
+"""What every limit backend provides to the run supervisor."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class LimitRequest:
+    ram_bytes: int | None = None  # None: no RAM limit asked for
+    swap_bytes: int | None = None  # swap allowed on top of RAM; None: backend default
+
+
+class Session:
+    """One run's confinement. Subclasses override what their backend can do; the defaults
+    are those of a run with no cgroup at all."""
+
+    backend = "none"
+    enforced = False
+    cgroup_dir: Path | None = None
+    cgroup_version: int | None = None
+
+    def __init__(self, request: LimitRequest) -> None:
+        self.request = request
+        self.notes: dict = {}  # backend-specific facts for meta.json (why unenforced, ...)
+
+    def command_prefix(self) -> list[str]:
+        """argv words to put before the measured command (e.g. systemd-run)."""
+        return []
+
+    def preexec(self) -> Callable[[], None] | None:
+        """Runs in the forked child before exec (e.g. join the run's cgroup)."""
+        return None
+
+    def attach_pid(self, pid: int) -> None:
+        """Called with the child's PID once it has started."""
+
+    def oom_kills(self) -> int:
+        """Processes the kernel OOM-killed inside the run's cgroup."""
+        return 0
+
+    def hit_limit(self) -> bool:
+        """Whether memory use reached the limit (the OOM fallback for old kernels)."""
+        return False
+
+    def kill_all(self) -> None:
+        """Kill every process left in the run's cgroup."""
+
+    def close(self) -> None:
+        """Kill survivors and remove what the session created."""
+
+    def metadata(self) -> dict:
+        return {"backend": self.backend, "enforced": self.enforced,
+                "cgroup_dir": None if self.cgroup_dir is None else str(self.cgroup_dir),
+                "cgroup_version": self.cgroup_version,
+                "ram_bytes": self.request.ram_bytes, "swap_bytes": self.request.swap_bytes,
+                **self.notes}

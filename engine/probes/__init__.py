@@ -1,0 +1,1 @@
+"""Memory and time instruments: GNU time, process RSS windows, heap profiles, sampler."""

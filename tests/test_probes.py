@@ -1,0 +1,254 @@
+"""Process-level probes against real processes: GNU time, VmHWM windows, the sampler,
+the CPU profiler."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.errors import EdgeprofError
+from engine.probes import gnutime
+from engine.probes.cpuprofile import CpuProfile
+from engine.probes.gnutime import gnu_time_argv, parse_gnu_time
+from engine.probes.process import ProcessWindow
+from engine.probes.sampler import start_sampler
+
+MiB = 2**20
+needs_gnu_time = pytest.mark.skipif(not os.access(gnutime.GNU_TIME, os.X_OK),
+                                    reason="GNU time missing: apt-get install time")
+
+
+def _timed(tmp_path: Path, code: str) -> tuple[int, dict]:
+    report = tmp_path / "time.txt"
+    proc = subprocess.run(gnu_time_argv(str(report)) + [sys.executable, "-c", code])
+    return proc.returncode, parse_gnu_time(report.read_text())
+
+
+def _touch(nbytes: int) -> np.ndarray:
+    return np.ones(nbytes // 8)  # ones() writes every page, so all of it is resident
+
+
+# --- GNU time -------------------------------------------------------------------------
+
+@needs_gnu_time
+def test_gnu_time_report_of_a_real_allocation_and_exit_code(tmp_path):
+    code = "import numpy as np, sys; a = np.ones(150 * 2**20 // 8); sys.exit(3)"
+    rc, row = _timed(tmp_path, code)
+    assert rc == 3 and row["gt_exit_status"] == 3 and row["gt_signal"] is None
+    assert 150 * 1024 <= row["gt_max_rss_kib"] < 400 * 1024
+    assert row["gt_page_size"] == os.sysconf("SC_PAGE_SIZE")
+    assert 0 < row["gt_wall_s"] < 30 and row["gt_user_s"] + row["gt_sys_s"] > 0
+    assert row["gt_minor_faults"] > 0 and row["gt_cpu_percent"] >= 0
+    assert all(isinstance(row[k], int) for k in ("gt_voluntary_cs", "gt_involuntary_cs",
+                                                 "gt_fs_inputs", "gt_fs_outputs", "gt_swaps",
+                                                 "gt_major_faults"))
+
+
+@needs_gnu_time
+def test_gnu_time_report_of_a_process_killed_by_a_signal(tmp_path):
+    rc, row = _timed(tmp_path, "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+    assert rc == 128 + 9
+    assert row["gt_signal"] == 9 and row["gt_exit_status"] is None  # the text says 0
+    assert row["gt_max_rss_kib"] > 0
+
+
+@needs_gnu_time
+def test_clear_refs_erases_the_peak_gnu_time_reports(tmp_path):
+    """The documented quirk: resetting VmHWM also resets what wait4's ru_maxrss gets."""
+    code = ("import numpy as np; a = np.ones(200 * 2**20 // 8); del a\n"
+            "open('/proc/self/clear_refs', 'w').write('5')")
+    _, row = _timed(tmp_path, code)
+    assert row["gt_max_rss_kib"] < 150 * 1024
+
+
+def test_parse_gnu_time_clock_formats_and_unknown_percent():
+    text = ("\tPercent of CPU this job got: ?%\n"
+            "\tElapsed (wall clock) time (h:mm:ss or m:ss): 1:02:03\n")
+    row = parse_gnu_time(text)
+    assert row["gt_wall_s"] == 3723.0 and row["gt_cpu_percent"] is None
+    assert row["gt_max_rss_kib"] is None
+    assert parse_gnu_time("Elapsed (wall clock) time (h:mm:ss or m:ss): 2:05.50")[
+        "gt_wall_s"] == 125.5
+
+
+def test_gnu_time_argv_names_the_package_when_missing(monkeypatch):
+    monkeypatch.setattr(gnutime, "GNU_TIME", "/nonexistent/time")
+    with pytest.raises(EdgeprofError, match="apt-get install time"):
+        gnu_time_argv("out.txt")
+
+
+# --- ProcessWindow --------------------------------------------------------------------
+
+def test_process_window_sees_an_allocation_in_its_peak_and_resets_it():
+    w = ProcessWindow()
+    w.open()
+    a = _touch(64 * MiB)
+    row = w.close()
+    assert row["proc_hwm_windowed"] is True
+    assert 63 * MiB <= row["proc_hwm_delta_bytes"] < 80 * MiB
+    assert row["proc_rss_delta_bytes"] >= 63 * MiB and row["proc_minflt_delta"] > 0
+    assert row["proc_hwm_bytes"] >= row["proc_rss_bytes"] and row["proc_swap_bytes"] is not None
+    del a
+    w = ProcessWindow()
+    w.open()
+    row2 = w.close()
+    # without the reset VmHWM would still hold the freed array
+    assert row2["proc_hwm_delta_bytes"] < 8 * MiB
+    assert row2["proc_peak_so_far_bytes"] >= row["proc_hwm_bytes"]
+
+
+def test_overlapping_windows_are_marked_and_never_underestimate():
+    a, b = ProcessWindow(), ProcessWindow()
+    a.open()
+    x = _touch(32 * MiB)
+    del x
+    b.open()  # no reset: it would erase a's peak
+    row_b = b.close()
+    row_a = a.close()
+    assert row_a["proc_hwm_windowed"] is False and row_b["proc_hwm_windowed"] is False
+    assert row_a["proc_hwm_delta_bytes"] >= 31 * MiB
+    c = ProcessWindow()
+    c.open()
+    assert c.close()["proc_hwm_windowed"] is True
+
+
+def test_thread_cpu_is_the_calling_threads_and_faults_are_process_wide():
+    w = ProcessWindow()
+    w.open()
+    hog = threading.Thread(target=lambda: _touch(32 * MiB))
+    hog.start()
+    hog.join()
+    t_end = time.thread_time() + 0.05
+    while time.thread_time() < t_end:
+        pass
+    row = w.close()
+    assert 0.04e9 <= row["proc_thread_cpu_ns"] <= row["proc_cpu_ns"]
+    assert row["proc_minflt_delta"] > 0  # the other thread's faults count
+    other = ProcessWindow()
+    other.open()
+    result = {}
+    closer = threading.Thread(target=lambda: result.update(other.close()))
+    closer.start()
+    closer.join()
+    assert result["proc_thread_cpu_ns"] is None
+
+
+# --- sampler --------------------------------------------------------------------------
+
+CHILD = """
+import sys, time, numpy as np
+sys.stdin.readline()  # allocate only once the sampler runs
+t0 = time.perf_counter_ns()
+a = np.ones(200 * 2**20 // 8)
+t1 = time.perf_counter_ns()
+time.sleep(0.5)
+print(t0, t1)
+"""
+
+
+def test_perf_counter_and_monotonic_are_the_same_clock():
+    impl = time.get_clock_info("perf_counter").implementation
+    assert impl == time.get_clock_info("monotonic").implementation
+    assert "CLOCK_MONOTONIC" in impl
+
+
+@needs_gnu_time
+def test_sampler_follows_a_process_tree_and_stops_when_it_exits(tmp_path):
+    out = tmp_path / "samples.csv"
+    child = subprocess.Popen(gnu_time_argv(str(tmp_path / "t.txt"))
+                             + [sys.executable, "-c", CHILD], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    sampler = start_sampler(child.pid, str(out), hz=100.0, uss=True)
+    time.sleep(0.2)
+    t0, t1 = map(int, child.communicate("go\n")[0].split())
+    exited = time.monotonic_ns()
+    time.sleep(0.3)  # let the sampler notice on its own
+    stats = sampler.stop()
+    rows = [{k: int(v) if v else None for k, v in r.items()} for r in csv.DictReader(open(out))]
+    assert stats["ended"] == "pid gone" and stats["samples"] == len(rows) > 30
+    assert 40 <= stats["achieved_hz"] <= 105 and stats["max_procs"] == 2
+    assert 0 < stats["cpu_s"] < stats["duration_s"]
+    assert rows[-1]["t_ns"] < exited + 50_000_000
+    assert all(r["cg_current_bytes"] is None for r in rows)
+    # t_ns and the child's perf_counter_ns are one clock: the rise lies between t0 and t1
+    before = [r for r in rows if r["t_ns"] < t0]
+    after = [r for r in rows if t1 < r["t_ns"] < t1 + 400_000_000]
+    assert before and after
+    assert max(r["rss_bytes"] for r in before) < 150 * MiB
+    assert min(r["rss_bytes"] for r in after) >= 200 * MiB
+    assert max(r["uss_bytes"] for r in after) >= 200 * MiB
+    assert all(r["procs"] == 2 for r in after)
+
+
+@pytest.mark.parametrize("files, expected", [
+    ({"memory.current": "4096\n", "memory.swap.current": "8192\n"}, (4096, 8192)),
+    ({"memory.usage_in_bytes": "1000\n", "memory.memsw.usage_in_bytes": "1500\n"}, (1000, 500)),
+    ({"memory.current": "4096\n"}, (4096, None)),
+])
+def test_sampler_reads_cgroup_v1_and_v2_counters(tmp_path, files, expected):
+    cg = tmp_path / "cg"
+    cg.mkdir()
+    for name, text in files.items():
+        (cg / name).write_text(text)
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        sampler = start_sampler(child.pid, str(tmp_path / "s.csv"), hz=50.0, cgroup_dir=str(cg))
+    finally:
+        child.kill()
+        child.wait()
+    assert sampler.stop()["samples"] > 0  # the first row is written before start returns
+    rows = list(csv.DictReader(open(tmp_path / "s.csv")))
+    got = (int(rows[0]["cg_current_bytes"]),
+           int(rows[0]["cg_swap_bytes"]) if rows[0]["cg_swap_bytes"] else None)
+    assert got == expected
+
+
+def test_sampler_rejects_a_directory_that_is_not_a_memory_cgroup(tmp_path):
+    with pytest.raises(EdgeprofError, match="not a memory cgroup"):
+        start_sampler(os.getpid(), str(tmp_path / "s.csv"), cgroup_dir=str(tmp_path))
+
+
+def test_sampler_stop_ends_sampling_of_a_live_process(tmp_path):
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        sampler = start_sampler(child.pid, str(tmp_path / "s.csv"), hz=200.0)
+        time.sleep(0.4)
+        stats = sampler.stop()
+    finally:
+        child.kill()
+        child.wait()
+    assert stats["ended"] == "stopped" and stats["samples"] >= 10
+    assert json.dumps(stats) and len(list(csv.reader(open(tmp_path / "s.csv")))) == \
+        stats["samples"] + 1
+
+
+# --- CPU profile ----------------------------------------------------------------------
+
+def test_cpu_profile_writes_a_gperftools_profile(tmp_path):
+    path = tmp_path / "cpu.prof"
+    with CpuProfile(path):
+        a = np.random.default_rng(0).random((400, 400))
+        t_end = time.perf_counter() + 0.3
+        while time.perf_counter() < t_end:
+            a = a @ a
+            a /= a.max()
+    data = path.read_bytes()
+    # legacy CPU profile header: 0, 3 (header words), 0 (version), period in us, 0
+    assert struct.unpack("5q", data[:40]) == (0, 3, 0, 10_000, 0)
+    assert len(data) > 40 + 3 * 8
+
+
+def test_cpu_profile_unwritable_path_is_an_error(tmp_path):
+    with pytest.raises(EdgeprofError, match="could not start"):
+        with CpuProfile(tmp_path / "missing" / "cpu.prof"):
+            pass
