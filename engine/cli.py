@@ -39,11 +39,14 @@ def _cmd_split(args: argparse.Namespace) -> None:
         if not path.is_file():
             raise EdgeprofError(f"{path} does not exist (a split needs a .caffemodel and its "
                                 "deploy .prototxt side by side, or --prototxt)")
-    entry = zoo.ZOO.get(args.network or "")
+    stem = model.name.removesuffix(".caffemodel")
+    # A zoo file keeps its zoo name and conv|fc split even when --network is not given.
+    entry = zoo.ZOO.get(args.network or "") or next(
+        (e for e in zoo.ZOO.values() if e.stem == stem and not args.network), None)
     fc_start = args.fc_start or (entry.fc_start if entry else None)
+    network = args.network or (entry.name if entry else None)
     t0 = time.perf_counter()
-    path = splitter.split_model(model, prototxt, args.out, network=args.network,
-                                fc_start=fc_start)
+    path = splitter.split_model(model, prototxt, args.out, network=network, fc_start=fc_start)
     desc = splitter.Description.load(path)
     print(f"{desc.network}: {len(desc.layers)} layers, {desc.num_conv_layers}|"
           f"{desc.num_fc_layers} conv|fc, {desc.param_count:,} parameters -> {path} "
@@ -98,14 +101,14 @@ def _cmd_pipelines(args: argparse.Namespace) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from engine.runner.execute import Interrupted, RunOptions, model_index, run_pipeline
-    from engine.schedule.pipelines import load_pipeline
+    from engine.runner.execute import Interrupted, RunOptions, model_index
+    from engine.runner.supervise import LimitOptions, ProbeOptions, run_supervised
     from engine.schedule.policies import parse_policy
     from engine.units import parse_size
 
-    policy = parse_policy(args.policy)
-    pipeline = load_pipeline(args.pipeline)
+    parse_policy(args.policy)  # fail fast, before any process starts
     limit = parse_size(args.limit) if args.limit else None
+    swap = None if args.swap in (None, "max") else parse_size(args.swap) if args.swap != "0" else 0
     budget = parse_size(args.budget) if args.budget else limit
     estimates = None
     if args.estimates:
@@ -113,22 +116,37 @@ def _cmd_run(args: argparse.Namespace) -> int:
         estimates = {k: int(v) for k, v in json.loads(Path(args.estimates).read_text()).items()}
     options = RunOptions(blas_threads=args.blas_threads, seed=args.seed, batch=args.batch,
                          budget=budget, timeout_s=args.timeout, estimates=estimates)
+    probes = ProbeOptions(process=not args.no_probes, cgroup=not args.no_probes,
+                          gnu_time=not args.no_probes, heap_profile=args.heap_profile,
+                          cpu_profile=args.cpu_profile,
+                          sample_hz=0 if args.no_probes else args.sample_hz,
+                          sample_uss=args.sample_uss)
     t0 = time.perf_counter()
     try:
-        folder = run_pipeline(pipeline, policy, model_index(args.models), args.out, options,
-                              force=args.force, pipeline_path=args.pipeline,
-                              backend=args.backend, limit=limit)
+        meta = run_supervised(args.pipeline, args.policy, model_index(args.models), args.out,
+                              options, LimitOptions(args.backend, limit, swap), probes,
+                              force=args.force)
     except Interrupted as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 130
-    import json
-    meta = json.loads((folder.path / "meta.json").read_text())
-    print(f"{pipeline.name} under {policy.name}: {meta['termination']} in "
-          f"{time.perf_counter() - t0:.2f} s -> {folder.path}", file=sys.stderr)
+    enforced = f"enforced by {meta['backend']}" if meta["limit_enforced"] else "NOT enforced"
+    limit_text = "unlimited" if limit is None else f"{args.limit} {enforced}"
+    print(f"{meta['pipeline']['name']} under {meta['policy']} ({limit_text}): "
+          f"{meta['termination']} in {time.perf_counter() - t0:.2f} s -> {args.out}",
+          file=sys.stderr)
+    if meta["termination"] == "memory":
+        print(f"  OOM while running: {', '.join(meta['running_at_end']) or 'unknown'}",
+              file=sys.stderr)
     if meta["termination"] == "error":
-        print(f"error: task {meta['failed_task']} failed: {meta['error']}", file=sys.stderr)
+        print(f"error: {meta['termination_detail']}", file=sys.stderr)
         return 1
     return 0
+
+
+def _cmd_child(args: argparse.Namespace) -> int:
+    from engine.runner.child import child_main
+
+    return child_main(args.spec)
 
 
 def _cmd_graph(args: argparse.Namespace) -> None:
@@ -211,20 +229,37 @@ def build_parser() -> argparse.ArgumentParser:
                         "execprio-inter[:k], masa[:k]")
     p.add_argument("--models", required=True, help="folder of *.description.json")
     p.add_argument("--out", required=True, help="run folder to write")
-    p.add_argument("--limit", help="memory limit, e.g. 512M (recorded; enforcement: --backend)")
-    p.add_argument("--backend", choices=["none"], default="none",
-                   help="how the limit is enforced (none: not enforced, marked so)")
+    p.add_argument("--limit", help="RAM limit, e.g. 512M (default: none)")
+    p.add_argument("--swap", help="swap allowed on top of the limit: a size, 0, or max "
+                   "(default: max, as EdgeCaffe's memsw of several GB)")
+    p.add_argument("--backend", default="auto",
+                   choices=["auto", "none", "cgroup2", "cgroup1", "systemd", "inherit"],
+                   help="how the limit is enforced (auto: first that works; a run whose "
+                        "limit is not enforced is marked limit_enforced=false)")
     p.add_argument("--budget", help="masa admission budget (default: the limit)")
     p.add_argument("--estimates", help="JSON of network -> peak bytes for masa (profiling run)")
     p.add_argument("--blas-threads", type=int, default=1,
-                   help="BLAS threads per operation (default 1; same for every policy so "
-                        "outputs stay bit-identical)")
+                   help="BLAS threads per operation (default 1; keep it equal across "
+                        "policies: the thread count changes float rounding)")
     p.add_argument("--seed", type=int, default=0, help="input image seed")
     p.add_argument("--batch", type=int, help="override every network's batch size")
-    p.add_argument("--timeout", type=float, help="stop after this many seconds (termination "
+    p.add_argument("--timeout", type=float, help="wall-clock limit in seconds (termination "
                    "'timeout')")
+    p.add_argument("--heap-profile", action="store_true",
+                   help="preload tcmalloc and dump a heap profile at every task boundary")
+    p.add_argument("--cpu-profile", action="store_true", help="gperftools CPU profile (yep)")
+    p.add_argument("--sample-hz", type=float, default=100.0,
+                   help="sampler rate (default 100; 0 disables)")
+    p.add_argument("--sample-uss", action="store_true",
+                   help="sampler also reads USS (smaps_rollup: costly, disturbs the run)")
+    p.add_argument("--no-probes", action="store_true",
+                   help="no per-window probes, GNU time or sampler (overhead baseline)")
     p.add_argument("--force", action="store_true", help="replace an existing run folder")
     p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser("child", help=argparse.SUPPRESS)
+    p.add_argument("spec")
+    p.set_defaults(func=_cmd_child)
 
     p = sub.add_parser("graph", help="draw a policy's task graph (DOT, or SVG with Graphviz)")
     p.add_argument("--policy", required=True)

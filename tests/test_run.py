@@ -16,7 +16,8 @@ from threadpoolctl import threadpool_limits
 
 from engine.caffe import generate, splitter
 from engine.network import run_standalone
-from engine.runner.execute import RunOptions, run_pipeline
+from engine.runner.execute import RunOptions
+from engine.runner.supervise import LimitOptions, ProbeOptions, run_supervised
 from engine.schedule.pipelines import Arrival, Pipeline, save_pipeline
 from engine.schedule.policies import parse_policy
 
@@ -37,24 +38,36 @@ def _pipeline(nets, times=None) -> Pipeline:
     return Pipeline("t", arrivals)
 
 
+def run_pipeline(pipe: Pipeline, policy: str, models: dict[str, Path], out: Path,
+                 options: RunOptions) -> Path:
+    """One supervised run with the process-level probes off (they are tested elsewhere)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    path = out.parent / f"{out.name}.pipeline.json"
+    save_pipeline(pipe, path)
+    run_supervised(str(path), policy, models, out, options, LimitOptions("none"),
+                   ProbeOptions(process=False, cgroup=False, gnu_time=False, sample_hz=0))
+    return out
+
+
 def test_every_policy_gives_bit_identical_outputs_equal_to_standalone_runs(models, tmp_path):
     nets = ["GoogLeNet", "AgeNet", "GenderNet", "AgeNet"]
     pipe = _pipeline(nets)
     outputs = {}
     for policy in POLICIES:
-        folder = run_pipeline(pipe, parse_policy(policy), models, tmp_path / policy,
+        folder = run_pipeline(pipe, policy, models, tmp_path / policy,
                               RunOptions(batch=1, seed=5, budget=200 * 2**20))
-        meta = json.loads((folder.path / "meta.json").read_text())
+        meta = json.loads((folder / "meta.json").read_text())
         assert meta["termination"] == "ok" and meta["policy"] == parse_policy(policy).name
-        assert meta["limit_enforced"] is False and meta["blas"]
-        with np.load(folder.path / "outputs.npz") as z:
+        assert meta["limit_enforced"] is False
+        assert meta["child"]["blas"][0]["num_threads"] == 1
+        with np.load(folder / "outputs.npz") as z:
             outputs[policy] = {k: z[k] for k in z.files}
-        rows = list(csv.DictReader(open(folder.path / "tasks.csv")))
+        rows = list(csv.DictReader(open(folder / "tasks.csv")))
         layers = {"GoogLeNet": 152, "AgeNet": 20, "GenderNet": 20}
         expected = 3 * len(nets) if policy == "bulk" else sum(1 + 2 * layers[n] for n in nets)
         assert len(rows) == expected
         assert all(int(r["end_ns"]) >= int(r["start_ns"]) >= 0 for r in rows)
-        networks = list(csv.DictReader(open(folder.path / "networks.csv")))
+        networks = list(csv.DictReader(open(folder / "networks.csv")))
         for r in networks:
             assert int(r["response_ns"]) == int(r["waiting_ns"]) + int(r["execution_ns"])
     ref = outputs["bulk"]
@@ -71,9 +84,9 @@ def test_every_policy_gives_bit_identical_outputs_equal_to_standalone_runs(model
 
 
 def test_loads_are_recorded_with_their_bytes(models, tmp_path):
-    folder = run_pipeline(_pipeline(["AgeNet"]), parse_policy("linear"), models,
+    folder = run_pipeline(_pipeline(["AgeNet"]), "linear", models,
                           tmp_path / "r", RunOptions(batch=1))
-    rows = [r for r in csv.DictReader(open(folder.path / "tasks.csv")) if r["task_type"] == "LOAD"]
+    rows = [r for r in csv.DictReader(open(folder / "tasks.csv")) if r["task_type"] == "LOAD"]
     assert sum(int(r["bytes_loaded"]) for r in rows) == 4 * 11_415_048
     fc6 = next(r for r in rows if r["layer_name"] == "fc6")
     assert int(fc6["bytes_loaded"]) == int(fc6["param_bytes"]) == 4 * (512 * 18816 + 512)
@@ -82,9 +95,9 @@ def test_loads_are_recorded_with_their_bytes(models, tmp_path):
 
 def test_poisson_arrivals_are_honoured(models, tmp_path):
     pipe = _pipeline(["AgeNet", "AgeNet"], times=[0.0, 0.2])
-    folder = run_pipeline(pipe, parse_policy("partial:2"), models, tmp_path / "r",
+    folder = run_pipeline(pipe, "partial:2", models, tmp_path / "r",
                           RunOptions(batch=1))
-    rows = list(csv.DictReader(open(folder.path / "networks.csv")))
+    rows = list(csv.DictReader(open(folder / "networks.csv")))
     assert int(rows[1]["arrival_ns"]) == 200_000_000
     assert int(rows[1]["init_start_ns"]) >= 200_000_000
 
@@ -101,7 +114,7 @@ def test_run_cli_refuses_to_overwrite_and_reports_bad_input(models, tmp_path):
     args = ["run", "--pipeline", str(pipe), "--models", split_dir, "--batch", "1"]
     r = _cli(*args, "--policy", "linear", "--out", str(tmp_path / "out"))
     assert r.returncode == 0, r.stderr
-    assert "t under linear: ok" in r.stderr
+    assert "t under linear (unlimited): ok" in r.stderr
     r = _cli(*args, "--policy", "linear", "--out", str(tmp_path / "out"))
     assert r.returncode == 2 and "already holds a finished run; pass --force" in r.stderr
     r = _cli(*args, "--policy", "linear", "--out", str(tmp_path / "out"), "--force")
@@ -130,7 +143,9 @@ def test_a_failing_task_is_recorded_as_error(tmp_path):
     assert "task 0:AgeNet LOAD_12 failed: CorruptModelError" in r.stderr
     meta = json.loads((tmp_path / "run" / "meta.json").read_text())
     assert meta["termination"] == "error"
-    assert f"{partial}: corrupt or truncated caffemodel at byte 11" in meta["error"]
+    assert f"{partial}: corrupt or truncated caffemodel at byte 11" in meta[
+        "termination_detail"]
+    assert meta["child"]["failed_task"] == "0:AgeNet LOAD_12"
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 130)])

@@ -1,19 +1,18 @@
-"""``run``: execute one pipeline under one policy and write its run folder.
+"""Executing one pipeline under one policy inside the measured process.
 
-The run folder (meta.json, tasks.csv, networks.csv, outputs.npz) is assembled in a
-temporary sibling folder and renamed into place only when complete; an interrupted run
-(SIGINT/SIGTERM) leaves nothing behind and exits non-zero. A run that fails inside a task
-or hits its timeout is a result: its folder records termination ``error``/``timeout``.
+``PipelineRun`` holds the network instances and does each task's work; around every task
+it opens the probe windows (cgroup counters, process RSS, heap dumps) and streams one
+JSON line per task start and end to ``progress.jsonl``, so even a run the kernel
+OOM-kills leaves a record of what ran and which layer was running.
 """
 
 from __future__ import annotations
 
+import json
 import os
-import platform
-import signal
-import sys
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +21,6 @@ from threadpoolctl import threadpool_info, threadpool_limits
 from engine.caffe.splitter import Description
 from engine.errors import EdgeprofError
 from engine.network import Network
-from engine.runner.folder import RunFolder
 from engine.schedule.dispatch import Dispatcher, DispatchResult
 from engine.schedule.pipelines import Pipeline
 from engine.schedule.policies import Policy
@@ -49,23 +47,45 @@ def estimate_peak_bytes(desc: Description) -> int:
     return desc.param_bytes + sum(outputs[:2])
 
 
+def resolve_descriptions(pipeline: Pipeline, models: dict[str, Path]) -> dict[str, Description]:
+    missing = sorted(set(pipeline.networks()) - set(models))
+    if missing:
+        raise EdgeprofError(
+            f"pipeline '{pipeline.name}' names networks with no split model: "
+            f"{', '.join(missing)} (available: {', '.join(sorted(models)) or 'none'}); "
+            "run the split stage for them or point --models at the right folder"
+        )
+    return {net: Description.load(models[net]) for net in set(pipeline.networks())}
+
+
 @dataclass
 class RunOptions:
     blas_threads: int = 1
     seed: int = 0
     batch: int | None = None
-    budget: int | None = None  # memory budget for admission (bytes)
+    budget: int | None = None  # memory budget for masa admission (bytes)
     timeout_s: float | None = None
     estimates: dict[str, int] | None = None  # network -> peak bytes from a profiling run
+
+
+@dataclass
+class ProbeSet:
+    """Window probes opened around every task; each has open() -> token and
+    close(token) -> dict of columns."""
+
+    windows: list = field(default_factory=list)
+    heap: object | None = None  # HeapDumper: dumps at each task's start and end
 
 
 class PipelineRun:
     """The state of one run: network instances and the work each task does."""
 
     def __init__(self, pipeline: Pipeline, policy: Policy, descriptions: dict[str, Description],
-                 options: RunOptions) -> None:
+                 options: RunOptions, probes: ProbeSet | None = None,
+                 progress: str | os.PathLike | None = None) -> None:
         self.pipeline, self.policy, self.options = pipeline, policy, options
         self.descs = descriptions
+        self.probes = probes or ProbeSet()
         self.instances = [
             Instance(i, net, a_index, len(descriptions[net].layers),
                      descriptions[net].num_conv_layers)
@@ -81,11 +101,54 @@ class PipelineRun:
         self.nets: dict[int, Network] = {}
         self.outputs: dict[str, np.ndarray] = {}
         self.lock = threading.Lock()
+        self._progress = open(progress, "a", buffering=1) if progress else None
+        self.t0_ns = 0
+        self.blas: list[dict] = []
 
     def instance_key(self, instance: int) -> str:
         return f"{instance}:{self.instances[instance].network}"
 
+    def task_fields(self, task: Task) -> dict:
+        """The descriptive columns of a task (who, which layer, what kind)."""
+        inst = self.instances[task.instance]
+        desc = self.descs[inst.network]
+        row = {"instance": task.instance, "network": inst.network, "layer": task.layer,
+               "task_id": task.id, "task_type": task.kind.name}
+        if task.layer == WHOLE_NET:
+            row.update(layer_name="", layer_type="", layer_kind="",
+                       param_bytes=desc.param_bytes if task.kind != Kind.INIT else 0)
+        else:
+            info = desc.layers[task.layer]
+            row.update(layer_name=info.name, layer_type=info.type, layer_kind=info.kind,
+                       param_bytes=info.param_bytes)
+        return row
+
+    def _emit(self, record: dict) -> None:
+        if self._progress is not None:
+            with self.lock:
+                self._progress.write(json.dumps(record) + "\n")
+
     def run_task(self, task: Task) -> dict:
+        self._emit({"event": "start", **self.task_fields(task),
+                    "start_ns": time.perf_counter_ns() - self.t0_ns})
+        self._heap_dump(task, "start")
+        tokens = [probe.open() for probe in self.probes.windows]
+        extra = self._work(task)
+        for probe, token in zip(self.probes.windows, tokens):
+            extra.update(probe.close(token))
+        self._heap_dump(task, "end")
+        return extra
+
+    def _heap_dump(self, task: Task, phase: str) -> None:
+        if self.probes.heap is None:
+            return
+        with self.lock:  # dump numbers must follow the order of the events
+            number = self.probes.heap.dump((task.id, phase))
+            if self._progress is not None:
+                self._progress.write(json.dumps({"event": "heap", "dump": number,
+                                                 "task_id": task.id, "phase": phase}) + "\n")
+
+    def _work(self, task: Task) -> dict:
         inst = self.instances[task.instance]
         if task.kind == Kind.INIT:
             net = Network(self.descs[inst.network], batch=self.options.batch,
@@ -104,6 +167,13 @@ class PipelineRun:
             net.exec_layer(task.layer)
         return {}
 
+    def _task_done(self, task: Task, record) -> None:
+        row = self.task_fields(task)
+        row.update(worker=record.worker, start_ns=record.start_ns, end_ns=record.end_ns,
+                   duration_ns=record.end_ns - record.start_ns, cpu_ns=record.cpu_ns,
+                   **record.extra)
+        self._emit({"event": "end", **row})
+
     def instance_done(self, instance: int) -> None:
         with self.lock:
             net = self.nets.pop(instance)
@@ -115,86 +185,36 @@ class PipelineRun:
                         for i in self.instances}
         dispatcher = Dispatcher(self.graph, self.policy, self.run_task, self.arrivals_ns,
                                 budget=self.options.budget, network_time=network_time,
-                                on_instance_done=self.instance_done)
-        with _signals_raise(dispatcher), threadpool_limits(self.options.blas_threads, "blas"):
-            result = dispatcher.run(self.options.timeout_s)
+                                on_instance_done=self.instance_done,
+                                on_task_done=self._task_done)
+        with threadpool_limits(self.options.blas_threads, "blas"):
+            self.blas = self._blas_info()  # as set for the run, not as restored after it
+            result = dispatcher.run(self.options.timeout_s, on_start=self._started)
+        self._network_rows(result)
+        if self._progress is not None:
+            self._progress.close()
         return result
 
+    def _started(self, t0_ns: int) -> None:
+        self.t0_ns = t0_ns
+        self._emit({"event": "begin", "t0_monotonic_ns": t0_ns})
 
-class _signals_raise:
-    """SIGINT/SIGTERM stop the dispatcher and surface as ``Interrupted``."""
+    def _network_rows(self, result: DispatchResult) -> None:
+        starts = {t.instance: result.records[t.id].start_ns for t in self.graph.tasks
+                  if t.kind == Kind.INIT and result.records[t.id].start_ns >= 0}
+        for inst in self.instances:
+            arrival, start = self.arrivals_ns[inst.id], starts.get(inst.id)
+            end = result.finished_ns.get(inst.id)
+            self._emit({"event": "network", "instance": inst.id, "network": inst.network,
+                        "arrival": inst.arrival, "arrival_ns": arrival,
+                        "released_ns": result.released_ns.get(inst.id),
+                        "init_start_ns": start, "end_ns": end,
+                        "waiting_ns": None if start is None else start - arrival,
+                        "execution_ns": None if None in (start, end) else end - start,
+                        "response_ns": None if end is None else end - arrival})
 
-    def __init__(self, dispatcher: Dispatcher) -> None:
-        self.dispatcher = dispatcher
-        self.old: dict[int, object] = {}
-
-    def _handler(self, signum, frame) -> None:
-        raise Interrupted(f"run interrupted by {signal.Signals(signum).name}; nothing written")
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self.old[sig] = signal.signal(sig, self._handler)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for sig, old in self.old.items():
-            signal.signal(sig, old)
-
-
-def resolve_descriptions(pipeline: Pipeline, models: dict[str, Path]) -> dict[str, Description]:
-    missing = sorted(set(pipeline.networks()) - set(models))
-    if missing:
-        raise EdgeprofError(
-            f"pipeline '{pipeline.name}' names networks with no split model: "
-            f"{', '.join(missing)} (available: {', '.join(sorted(models)) or 'none'}); "
-            "run the split stage for them or point --models at the right folder"
-        )
-    return {net: Description.load(models[net]) for net in set(pipeline.networks())}
-
-
-def run_pipeline(pipeline: Pipeline, policy: Policy, models: dict[str, Path],
-                 out: str | os.PathLike, options: RunOptions, *, force: bool = False,
-                 pipeline_path: str = "", backend: str = "none",
-                 limit: int | None = None) -> RunFolder:
-    """Run and write the folder ``out``; returns the written folder."""
-    folder = RunFolder(out)
-    folder.check_writable(force)
-    descs = resolve_descriptions(pipeline, models)
-    state = PipelineRun(pipeline, policy, descs, options)
-    result = state.execute()
-    meta = {
-        "pipeline": {"path": pipeline_path, "name": pipeline.name,
-                     "arrival_mode": pipeline.arrival_mode, "size_bin": pipeline.size_bin,
-                     "param_bytes": pipeline.param_bytes,
-                     "networks": pipeline.networks()},
-        "policy": policy.name, "workers": policy.workers,
-        "blas_threads": options.blas_threads, "seed": options.seed, "batch": options.batch,
-        "backend": backend, "limit_bytes": limit, "limit_enforced": False,
-        "budget_bytes": options.budget,
-        "termination": {"ok": "ok", "timeout": "timeout"}.get(result.status, "error"),
-        "error": None if result.error is None else f"{type(result.error).__name__}: {result.error}",
-        "failed_task": (None if result.failed_task is None
-                        else _task_name(state, result.failed_task)),
-        "host": {"kernel": platform.release(), "machine": platform.machine(),
-                 "cpus": os.cpu_count(), "python": sys.version.split()[0]},
-        "versions": _versions(),
-        "blas": [{k: v for k, v in info.items() if k in ("internal_api", "version",
-                                                         "architecture", "num_threads")}
-                 for info in threadpool_info()],
-        "description_files": {n: str(models[n]) for n in sorted(descs)},
-    }
-    folder.write(state, result, meta)
-    return folder
-
-
-def _task_name(state: PipelineRun, task: Task) -> str:
-    return f"{state.instance_key(task.instance)} {task.label}"
-
-
-def _versions() -> dict[str, str]:
-    import google.protobuf
-
-    from engine import __version__
-    return {"edgeprof": __version__, "numpy": np.__version__,
-            "protobuf": google.protobuf.__version__}
+    @staticmethod
+    def _blas_info() -> list[dict]:
+        return [{k: v for k, v in info.items()
+                 if k in ("internal_api", "version", "architecture", "num_threads")}
+                for info in threadpool_info()]

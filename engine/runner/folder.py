@@ -1,100 +1,158 @@
-"""The per-run output folder, written atomically (temp folder, then rename)."""
+"""Assembling the per-run folder from what the measured child streamed.
+
+The child appends one JSON line per task start/end, heap dump and finished network to
+``progress.jsonl``; everything here is derived from that file (plus GNU time's report and
+the heap dumps), so an OOM-killed or timed-out run still yields its tasks.csv, with the
+tasks that were running when it ended named in meta.json.
+"""
 
 from __future__ import annotations
 
 import csv
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-import numpy as np
-
-from engine.caffe.io import normal_mode
-from engine.errors import EdgeprofError
-from engine.schedule.tasks import WHOLE_NET, Kind
-
-if TYPE_CHECKING:
-    from engine.runner.execute import PipelineRun
-    from engine.schedule.dispatch import DispatchResult
-
-TASK_COLUMNS = ["instance", "network", "layer", "layer_name", "layer_type", "layer_kind",
-                "task_id", "task_type", "worker", "start_ns", "end_ns", "duration_ns", "cpu_ns",
-                "bytes_loaded", "param_bytes"]
+TASK_BASE = ["instance", "network", "layer", "layer_name", "layer_type", "layer_kind",
+             "task_id", "task_type", "worker", "start_ns", "end_ns", "duration_ns", "cpu_ns",
+             "overlap", "bytes_loaded", "param_bytes"]
 NETWORK_COLUMNS = ["instance", "network", "arrival", "arrival_ns", "released_ns",
-                   "init_start_ns", "end_ns", "waiting_ns", "execution_ns", "response_ns"]
+                   "init_start_ns", "end_ns", "waiting_ns", "execution_ns", "response_ns",
+                   "complete"]
 
 
-class RunFolder:
-    def __init__(self, path: str | os.PathLike) -> None:
-        self.path = Path(path)
+def read_progress(folder: Path) -> dict:
+    events = {"start": {}, "end": [], "heap": [], "network": [], "begin": None}
+    path = folder / "progress.jsonl"
+    if not path.is_file():
+        return events
+    with open(path) as f:
+        for line in f:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                break  # a line cut by a kill: everything before it is intact
+            kind = rec.pop("event")
+            if kind == "start":
+                events["start"][rec["task_id"]] = rec
+            elif kind == "begin":
+                events["begin"] = rec
+            else:
+                events[kind].append(rec)
+    return events
 
-    @property
-    def finished(self) -> bool:
-        return (self.path / "meta.json").is_file()
 
-    def check_writable(self, force: bool) -> None:
-        if self.path.exists() and not force:
-            what = "a finished run" if self.finished else "files"
-            raise EdgeprofError(f"{self.path} already holds {what}; pass --force to replace it")
+def _overlaps(rows: list[dict]) -> None:
+    """How many other tasks ran during each task's window (0: its probe windows are its
+    own; >0: process-wide counters such as VmHWM mix in other tasks)."""
+    spans = sorted((r["start_ns"], r["end_ns"], i) for i, r in enumerate(rows))
+    for i, r in enumerate(rows):
+        r["overlap"] = sum(1 for s, e, j in spans
+                           if j != i and s < r["end_ns"] and e > r["start_ns"])
 
-    def write(self, state: PipelineRun, result: DispatchResult, meta: dict) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.", dir=self.path.parent))
-        normal_mode(tmp, directory=True)
-        try:
-            self._tasks(tmp / "tasks.csv", state, result)
-            self._networks(tmp / "networks.csv", state, result)
-            with open(tmp / "outputs.npz", "wb") as f:
-                np.savez(f, **state.outputs)
-            (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
-            if self.path.exists():
-                shutil.rmtree(self.path)
-            os.replace(tmp, self.path)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
 
-    @staticmethod
-    def _tasks(path: Path, state: PipelineRun, result: DispatchResult) -> None:
-        with open(path, "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(TASK_COLUMNS)
-            for task, rec in zip(state.graph.tasks, result.records):
-                if rec.start_ns < 0:
-                    continue  # never started (run stopped early)
-                inst = state.instances[task.instance]
-                desc = state.descs[inst.network]
-                if task.layer == WHOLE_NET:
-                    name = ltype = kind = ""
-                    pbytes = desc.param_bytes if task.kind != Kind.INIT else 0
-                else:
-                    info = desc.layers[task.layer]
-                    name, ltype, kind, pbytes = info.name, info.type, info.kind, info.param_bytes
-                w.writerow([task.instance, inst.network, task.layer, name, ltype, kind, task.id,
-                            task.kind.name, rec.worker, rec.start_ns, rec.end_ns,
-                            rec.end_ns - rec.start_ns, rec.cpu_ns,
-                            rec.extra.get("bytes_loaded", ""), pbytes])
+def write_tasks(folder: Path, ends: list[dict]) -> None:
+    rows = sorted(ends, key=lambda r: (r["start_ns"], r["task_id"]))
+    if len(rows) <= 2000:
+        _overlaps(rows)
+    else:  # quadratic count is too slow for huge runs; mark unknown
+        for r in rows:
+            r["overlap"] = ""
+    extra = sorted({k for r in rows for k in r} - set(TASK_BASE))
+    with open(folder / "tasks.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, TASK_BASE + extra, restval="")
+        w.writeheader()
+        w.writerows(rows)
 
-    @staticmethod
-    def _networks(path: Path, state: PipelineRun, result: DispatchResult) -> None:
-        starts: dict[int, int] = {}
-        for task, rec in zip(state.graph.tasks, result.records):
-            if task.kind == Kind.INIT and rec.start_ns >= 0:
-                starts[task.instance] = rec.start_ns
-        with open(path, "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(NETWORK_COLUMNS)
-            for inst in state.instances:
-                arrival = state.arrivals_ns[inst.id]
-                start = starts.get(inst.id)
-                end = result.finished_ns.get(inst.id)
-                row = [inst.id, inst.network, inst.arrival, arrival,
-                       result.released_ns.get(inst.id, ""), "" if start is None else start,
-                       "" if end is None else end,
-                       "" if start is None else start - arrival,
-                       "" if None in (start, end) else end - start,
-                       "" if end is None else end - arrival]
-                w.writerow(row)
+
+def write_networks(folder: Path, events: dict) -> None:
+    rows = [dict(r, complete=True) for r in events["network"]]
+    if not rows:  # the child died: rebuild what the task records tell
+        by_inst: dict[int, dict] = {}
+        for r in events["end"] + list(events["start"].values()):
+            row = by_inst.setdefault(r["instance"], {"instance": r["instance"],
+                                                     "network": r["network"],
+                                                     "complete": False})
+            if r.get("task_type") == "INIT" and "start_ns" in r:
+                row["init_start_ns"] = r["start_ns"]
+        rows = [by_inst[k] for k in sorted(by_inst)]
+    with open(folder / "networks.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, NETWORK_COLUMNS, restval="")
+        w.writeheader()
+        w.writerows(rows)
+
+
+def _tcmalloc_stats(folder: Path) -> dict[int, dict]:
+    """tcmalloc's numeric properties per dump number (heap/tcmalloc.csv)."""
+    path = folder / "heap" / "tcmalloc.csv"
+    if not path.is_file():
+        return {}
+    with open(path, newline="") as f:
+        return {int(r["dump"]): {k: v for k, v in r.items() if k.startswith("tc_")}
+                for r in csv.DictReader(f)}
+
+
+def write_heap(folder: Path, events: dict, tasks: dict[int, dict]) -> list[dict]:
+    """heap/heap.csv: one row per dump, the parsed profile joined with the task it
+    belongs to and tcmalloc's own counters at that moment."""
+    from engine.probes.heap import parse_heap_profile
+
+    stats = _tcmalloc_stats(folder)
+    rows = []
+    for rec in events["heap"]:
+        path = folder / "heap" / f"heap.{rec['dump']:04d}.heap"
+        if not path.is_file():
+            continue  # the process died before the dump was written
+        prof = parse_heap_profile(path)
+        task = tasks.get(rec["task_id"], {})
+        rows.append({"dump": rec["dump"], "task_id": rec["task_id"], "phase": rec["phase"],
+                     "instance": task.get("instance"), "network": task.get("network"),
+                     "layer": task.get("layer"), "layer_name": task.get("layer_name"),
+                     "task_type": task.get("task_type"),
+                     "inuse_bytes": prof["inuse_bytes"], "inuse_objects": prof["inuse_objects"],
+                     "alloc_bytes": prof["alloc_bytes"], "alloc_objects": prof["alloc_objects"],
+                     **stats.get(rec["dump"], {})})
+    if rows:
+        with open(folder / "heap" / "heap.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, list(rows[0]), restval="")
+            w.writeheader()
+            w.writerows(rows)
+    return rows
+
+
+def run_peak_bytes(ends: list[dict], gnu_time: dict | None) -> int | None:
+    """The run's resident high-water mark. GNU time's max RSS alone is too low when the
+    per-window VmHWM resets (clear_refs 5) lowered the kernel's hiwater_rss, so the
+    process probe's running maximum over all windows counts too."""
+    values = [int(r["proc_peak_so_far_bytes"]) for r in ends
+              if r.get("proc_peak_so_far_bytes") not in (None, "")]
+    if gnu_time and gnu_time.get("gt_max_rss_kib") is not None:
+        values.append(int(gnu_time["gt_max_rss_kib"]) * 1024)
+    return max(values) if values else None
+
+
+def assemble(folder: Path, meta: dict) -> None:
+    """Write tasks.csv, networks.csv, heap/heap.csv and meta.json into ``folder``."""
+    events = read_progress(folder)
+    write_tasks(folder, events["end"])
+    write_networks(folder, events)
+    tasks = {r["task_id"]: r for r in events["end"]}
+    tasks.update({k: v for k, v in events["start"].items() if k not in tasks})
+    if events["heap"]:
+        write_heap(folder, events, tasks)
+    ended = {r["task_id"] for r in events["end"]}
+    running = [v for k, v in sorted(events["start"].items()) if k not in ended]
+    meta["running_at_end"] = [
+        f"{r['instance']}:{r['network']} {r['task_type']}"
+        + (f"_{r['layer']} {r['layer_name']}" if r["layer"] >= 0 else "") for r in running]
+    meta["tasks_finished"] = len(ended)
+    if events["begin"]:
+        meta["t0_monotonic_ns"] = events["begin"]["t0_monotonic_ns"]
+    child = folder / "child.json"
+    meta["child"] = json.loads(child.read_text()) if child.is_file() else None
+    gnu = folder / "gnu_time.txt"
+    if gnu.is_file():
+        from engine.probes.gnutime import parse_gnu_time
+
+        meta["gnu_time"] = parse_gnu_time(gnu.read_text())
+    meta["hwm_rss_bytes"] = run_peak_bytes(events["end"], meta.get("gnu_time"))
+    (folder / "meta.json").write_text(json.dumps(meta, indent=1))

@@ -45,15 +45,18 @@ class DispatchResult:
 
 class Dispatcher:
     """Runs ``graph`` under ``policy``; ``run_task(task)`` does the work and may return a
-    dict of extra columns; ``on_instance_done(instance)`` runs after an instance's last
-    task (before its reserved memory is released)."""
+    dict of extra columns; ``on_task_done(task, record)`` runs as each task ends;
+    ``on_instance_done(instance)`` runs after an instance's last task (before its reserved
+    memory is released)."""
 
     def __init__(self, graph: TaskGraph, policy: Policy, run_task: Callable[[Task], dict | None],
                  arrivals_ns: dict[int, int], *, budget: int | None = None,
                  network_time: dict[int, float] | None = None,
-                 on_instance_done: Callable[[int], None] | None = None) -> None:
+                 on_instance_done: Callable[[int], None] | None = None,
+                 on_task_done: Callable[[Task, TaskRecord], None] | None = None) -> None:
         self.graph, self.policy = graph, policy
         self.run_task, self.on_instance_done = run_task, on_instance_done
+        self.on_task_done = on_task_done
         self.arrivals_ns = arrivals_ns
         self.budget = budget
         self.network_time = network_time or {}
@@ -149,6 +152,8 @@ class Dispatcher:
                 rec.extra = self.run_task(task) or {}
                 rec.end_ns = self._now()
                 rec.cpu_ns = time.thread_time_ns() - cpu0
+                if self.on_task_done is not None:
+                    self.on_task_done(task, rec)
                 with self.cond:
                     last = self._complete(task)
                 if last:
@@ -174,12 +179,17 @@ class Dispatcher:
                 self.status, self.error, self.failed_task = status, error, task
             self.cond.notify_all()
 
-    def run(self, timeout_s: float | None = None) -> DispatchResult:
+    def run(self, timeout_s: float | None = None,
+            on_start: Callable[[int], None] | None = None) -> DispatchResult:
+        """Run to completion (or error/timeout/stop); ``on_start(t0_ns)`` is called with the
+        monotonic time all records are relative to, before any task starts."""
         threads = [threading.Thread(target=self._worker, args=(i,), name=f"worker-{i}")
                    for i in range(self.policy.workers)]
         inits = {t.instance: t for t in self.graph.tasks if t.kind == Kind.INIT}
         order = sorted(self.arrivals_ns.items(), key=lambda kv: (kv[1], kv[0]))
         self.t0 = time.perf_counter_ns()
+        if on_start is not None:
+            on_start(self.t0)
         deadline = None if timeout_s is None else timeout_s * 1e9
         for t in threads:
             t.start()

@@ -202,6 +202,28 @@ def _build_deepeye(instances: list[Instance], frugal: bool = False) -> TaskGraph
     return g
 
 
+def policy_fingerprint(family: str) -> str:
+    """A hash of the source of this policy's graph builder and every module function it
+    calls, so the workflow reruns a policy's jobs only when that policy's code changes."""
+    import hashlib
+    import inspect
+
+    seen: set[str] = set()
+    sources = []
+    todo = [_BUILDERS[family]]
+    while todo:
+        fn = todo.pop()
+        if fn.__qualname__ in seen:
+            continue
+        seen.add(fn.__qualname__)
+        sources.append(inspect.getsource(fn))
+        for name in fn.__code__.co_names:
+            obj = globals().get(name)
+            if inspect.isfunction(obj) and obj.__module__ == __name__:
+                todo.append(obj)
+    return hashlib.sha256("\n".join(sorted(sources)).encode()).hexdigest()[:16]
+
+
 _BUILDERS: dict[str, Callable[[list[Instance]], TaskGraph]] = {
     "bulk": _build_bulk,
     "linear": _build_linear,

@@ -1,0 +1,91 @@
+"""The measured process: ``python -m engine child SPEC`` runs one pipeline as the
+supervisor specified, inside the run's cgroup, under GNU time and (optionally) with
+tcmalloc preloaded for heap profiling. It writes progress.jsonl as it goes and
+outputs.npz + child.json at the end; the supervisor assembles the run folder."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from engine.caffe.splitter import Description
+from engine.runner.execute import PipelineRun, ProbeSet, RunOptions
+from engine.schedule.pipelines import load_pipeline
+from engine.schedule.policies import parse_policy
+
+
+def build_probes(spec: dict, out: Path) -> tuple[ProbeSet, dict]:
+    """The window probes the spec asks for, and metadata about them."""
+    probes, meta = ProbeSet(), {}
+    if spec.get("cgroup_dir"):
+        from engine.probes.cgroup import CgroupCounters
+
+        counters = CgroupCounters(Path(spec["cgroup_dir"]), spec["cgroup_version"])
+        probes.windows.append(_Adapter(counters.open_window, counters.close_window))
+        meta["cgroup_windowed_peak"] = counters.windowed_peak
+    if spec.get("process_probe", True):
+        from engine.probes.process import ProcessWindow
+
+        probes.windows.append(_Adapter(lambda: _opened(ProcessWindow()), lambda w: w.close()))
+    if spec.get("heap_profile"):
+        from engine.probes.heap import HeapDumper
+
+        (out / "heap").mkdir(exist_ok=True)
+        probes.heap = HeapDumper()
+        probes.heap.start(out / "heap")
+    return probes, meta
+
+
+def _opened(window):
+    window.open()
+    return window
+
+
+class _Adapter:
+    def __init__(self, open_fn, close_fn) -> None:
+        self.open, self.close = open_fn, close_fn
+
+
+def child_main(spec_path: str) -> int:
+    spec = json.loads(Path(spec_path).read_text())
+    out = Path(spec["out"])
+    pipeline = load_pipeline(spec["pipeline"])
+    policy = parse_policy(spec["policy"])
+    descs = {name: Description.load(path) for name, path in spec["models"].items()}
+    options = RunOptions(**spec["options"])
+    probes, probe_meta = build_probes(spec, out)
+    state = PipelineRun(pipeline, policy, descs, options, probes, progress=out / "progress.jsonl")
+    profile = contextlib.nullcontext()
+    if spec.get("cpu_profile"):
+        from engine.probes.cpuprofile import CpuProfile
+
+        profile = CpuProfile(str(out / "cpu.prof"))
+    t0 = time.perf_counter()
+    with profile:
+        result = state.execute()
+    if probes.heap is not None:
+        probes.heap.stop()
+    with open(out / "outputs.npz", "wb") as f:
+        np.savez(f, **state.outputs)
+    failed = result.failed_task
+    summary = {
+        "status": result.status,
+        "error": None if result.error is None else f"{type(result.error).__name__}: {result.error}",
+        "failed_task": None if failed is None else f"{state.instance_key(failed.instance)} "
+                                                   f"{failed.label}",
+        "t0_monotonic_ns": result.t0_ns,
+        "wall_s": time.perf_counter() - t0,
+        "blas": state.blas,
+        "probes": probe_meta,
+        "tasks": len(state.graph.tasks),
+        "edges": len(state.graph.edges()),
+    }
+    (out / "child.json").write_text(json.dumps(summary, indent=1))
+    if result.error is not None:
+        print(f"error: task {summary['failed_task']} failed: {summary['error']}", file=sys.stderr)
+    return 0 if result.status in ("ok", "timeout") else 1
