@@ -1,6 +1,10 @@
 include: "workflow/rules/common.smk"
 include: "workflow/rules/models.smk"
 include: "workflow/rules/split.smk"
+include: "workflow/rules/pipelines.smk"
+include: "workflow/rules/run.smk"
+include: "workflow/rules/aggregate.smk"
+include: "workflow/rules/report.smk"
 
 
 # The default target; TARGETS is defined in common.smk.

@@ -1,11 +1,14 @@
-# Config (validated against its JSON schema before any job runs), the network list, and
-# the default target. Rules call the engine's CLI with the interpreter running Snakemake.
+# Config (validated against its JSON schema before any job runs), the lists every stage
+# expands over, and code fingerprints that decide which jobs a code change reruns.
+import hashlib
 import sys
 from pathlib import Path
 
 from snakemake.utils import validate
 
 from engine.caffe.zoo import ZOO
+from engine.schedule.policies import parse_policy, policy_fingerprint
+from engine.units import parse_size
 
 
 configfile: "config/config.yaml"
@@ -20,8 +23,60 @@ USER_MODELS = config["models"]["user_dir"]
 ZOO_STEMS = {ZOO[name].stem: name for name in config["models"]["zoo"]}
 USER_STEMS = {stem: stem for stem in config["models"]["user"]}
 NETWORKS = {**ZOO_STEMS, **USER_STEMS}
-# Engine sources as inputs, so a change to the code of a stage reruns that stage.
-CODE_CAFFE = sorted(str(p) for p in Path("engine/caffe").glob("*.py"))
+DESCRIPTIONS = expand(f"{RESULTS}/split/{{stem}}.description.json", stem=NETWORKS)
+
+RUN = config["run"]
+PIPELINES = [f"p{i:03d}" for i in range(config["pipelines"]["count"])]
+# Policy ids are path-safe: "partial:2" -> "partial_2".
+POLICIES = {parse_policy(p).name.replace(":", "_"): parse_policy(p).name for p in RUN["policies"]}
+LIMITS = [str(limit) for limit in RUN["limits"]]
+REPS = list(range(RUN["repetitions"]))
+RUN_DIRS = expand(
+    f"{RESULTS}/runs/{{pipeline}}/{{policy}}/{{limit}}/rep{{rep}}",
+    pipeline=PIPELINES, policy=POLICIES, limit=LIMITS, rep=REPS,
+)
+# Only the settings a run depends on, so editing e.g. the limit list reruns only new runs.
+RUN_OPTIONS = (f"--blas-threads {RUN['blas_threads']} --timeout {RUN['timeout_s']}"
+               f" --sample-hz {RUN['sample_hz']}")
+REC = RUN["reconcile"]
+REC_DIR = f"{RESULTS}/reconcile/{REC['pipeline']}/{REC['policy'].replace(':', '_')}/{REC['limit']}"
+
+
+def _hash_files(*roots):
+    h = hashlib.sha256()
+    for root in roots:
+        for path in sorted(Path(root).rglob("*.py")) if Path(root).is_dir() else [Path(root)]:
+            h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+# Code every run shares (engine, probes, limits, dispatch); each policy adds its own
+# graph builder's fingerprint, so editing one policy reruns only that policy's runs.
+CODE_CAFFE = _hash_files("engine/caffe")
+CODE_RUN_SHARED = _hash_files("engine/caffe", "engine/ops", "engine/network.py",
+                              "engine/runner", "engine/probes", "engine/limits",
+                              "engine/schedule/dispatch.py", "engine/schedule/tasks.py")
+CODE_ANALYSIS = _hash_files("engine/analysis/tables.py", "engine/analysis/reconcile.py")
+CODE_PLOTS = _hash_files("engine/analysis/plots.py")
+
+
+def run_code(wildcards):
+    family = parse_policy(POLICIES[wildcards.policy]).family
+    return f"{CODE_RUN_SHARED}-{policy_fingerprint(family)}"
+
+
+def limit_args(limit):
+    if limit == "none":
+        return f"--backend {RUN['backend']}"
+    return f"--limit {limit} --swap {RUN['swap']} --backend {RUN['backend']}"
+
+
+def run_mem_mb(limit):
+    """Memory a cluster job asks for: the limit plus room for the supervisor and sampler."""
+    if limit == "none":
+        return 8192
+    return parse_size(limit) // 2**20 + 1024
+
 
 def model_files(wildcards):
     folder = f"{RESULTS}/models" if wildcards.stem in ZOO_STEMS else USER_MODELS
@@ -32,4 +87,10 @@ def model_files(wildcards):
 
 
 # What `rule all` (in the Snakefile) builds.
-TARGETS = expand(f"{RESULTS}/split/{{stem}}.description.json", stem=NETWORKS)
+FIGURES = ["speedup", "memory", "partial_workers", "layer_times", "reconciliation",
+           "memory_over_time"]
+TABLES = ["runs", "tasks", "networks", "samples", "reconcile", "speedup"]
+TARGETS = (
+    expand(f"{RESULTS}/plots/{{fig}}.{{ext}}", fig=FIGURES, ext=["png", "pdf"])
+    + expand(f"{RESULTS}/tables/{{table}}.{{ext}}", table=TABLES, ext=["csv", "parquet"])
+)

@@ -3,8 +3,6 @@ import os
 
 
 rule zoo_model:
-    input:
-        code=CODE_CAFFE,
     output:
         caffemodel=f"{RESULTS}/models/{{stem}}.caffemodel",
         prototxt=f"{RESULTS}/models/{{stem}}.prototxt",
@@ -13,6 +11,7 @@ rule zoo_model:
         network=lambda wc: ZOO_STEMS[wc.stem],
         seed=config["seed"],
         out=lambda wc, output: os.path.dirname(output.caffemodel),
+        code=CODE_CAFFE,
     wildcard_constraints:
         stem="|".join(ZOO_STEMS) or "(?!)",
     log:
@@ -20,4 +19,5 @@ rule zoo_model:
     conda:
         "../../envs/edgeprof.yaml"
     shell:
-        "{params.py} -m engine models --out {params.out} --seed {params.seed} {params.network} 2> {log}"
+        "{params.py} -m engine models --out {params.out} --seed {params.seed} {params.network}"
+        " 2> {log}"

@@ -4,7 +4,6 @@
 rule split:
     input:
         unpack(model_files),
-        code=CODE_CAFFE,
     output:
         description=f"{RESULTS}/split/{{stem}}.description.json",
         partials=directory(f"{RESULTS}/split/{{stem}}_partials"),
@@ -12,6 +11,7 @@ rule split:
         py=PY,
         network=lambda wc: NETWORKS[wc.stem],
         out=lambda wc, output: os.path.dirname(output.description),
+        code=CODE_CAFFE,
     log:
         f"{RESULTS}/logs/split/{{stem}}.log",
     conda:

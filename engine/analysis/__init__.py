@@ -1,0 +1,1 @@
+"""Tidy tables, memory reconciliation and plots from run folders."""

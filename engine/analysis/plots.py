@@ -1,0 +1,559 @@
+"""The campaign's figures, one function per figure, drawn from the aggregate tables.
+
+Every function takes (tables, style, context) and returns a matplotlib Figure:
+``tables`` maps table names (runs, tasks, networks, samples, reconcile, speedup) to
+DataFrames, ``style`` is the config's ``plots`` section (dpi, font_size, palette) and
+``context`` carries the config's ``run`` section under ``"run"`` (policies, limits, the
+reconciliation run). Figures are built on ``matplotlib.figure.Figure`` directly (no pyplot,
+so no GUI backend and no global figure registry).
+
+Conventions shared by all figures: one panel per memory-limit setting, where a limit the
+backend could not enforce is its own panel labelled "(not enforced)" and runs measured
+under VM emulation get their own panels too (their times are not comparable with native
+ones); a run that did not finish (OOM, timeout, error) is drawn as a hatched mark named
+after its termination, never dropped; an instrument that was not measured is named as
+such instead of silently missing.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.colors import ListedColormap
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+
+from engine.schedule.policies import FAMILIES, PolicyError, parse_policy
+from engine.units import parse_size
+
+MIB = 2**20
+SHORT_END = {"memory": "OOM", "timeout": "timeout", "error": "error"}
+FAILED_HATCH = "////"
+PANEL_W, PANEL_H = 3.4, 2.6  # inches per panel
+
+Tables = dict[str, pd.DataFrame]
+
+
+# ---- shared helpers ----
+
+def _policy_key(name: str) -> tuple[int, int, str]:
+    try:
+        policy = parse_policy(name)
+    except PolicyError:  # a policy this engine version does not know: last
+        return (len(FAMILIES), 0, name)
+    return (FAMILIES.index(policy.family), policy.workers, name)
+
+
+def _policies(tables: Tables, context: dict) -> list[str]:
+    """Every policy of the campaign in a fixed order (bulk, linear, partial:1, ...), so
+    that each policy keeps its colour in every figure."""
+    names = {parse_policy(p).name for p in context.get("run", {}).get("policies", [])}
+    runs = tables.get("runs", pd.DataFrame())
+    if "policy" in runs:
+        names |= set(runs["policy"].dropna())
+    return sorted(names, key=_policy_key)
+
+
+def _colors(keys: list, style: dict) -> dict:
+    cmap = matplotlib.colormaps[style.get("palette", "tab10")]
+    if isinstance(cmap, ListedColormap) and cmap.N <= 20:  # qualitative: cycle its colours
+        return {k: cmap(i % cmap.N) for i, k in enumerate(keys)}
+    return {k: cmap(i / max(len(keys) - 1, 1)) for i, k in enumerate(keys)}
+
+
+def _limit_order(limit: str) -> float:
+    return np.inf if limit == "none" else parse_size(limit)
+
+
+def _with_panel(df: pd.DataFrame) -> pd.DataFrame:
+    """Adds ``panel``: the limit as a label, marked when the limit was not enforced or the
+    run was emulated, so such runs are never averaged with the others."""
+    label = df["limit"].where(df["limit"] != "none", "unconstrained")
+    enforced = df["limit_enforced"].astype(bool) | (df["limit"] == "none")
+    label = label.where(enforced, label + " (not enforced)")
+    label = label.where(~df["emulated"].astype(bool), label + ", emulated")
+    return df.assign(panel=label)
+
+
+def _panel_names(df: pd.DataFrame) -> list[str]:
+    """Panels from the loosest limit to the tightest; native before emulated."""
+    keys = df[["panel", "limit", "limit_enforced", "emulated"]].drop_duplicates("panel")
+    order = sorted(keys.itertuples(), key=lambda k: (-_limit_order(k.limit),
+                                                     not k.limit_enforced, k.emulated))
+    return [k.panel for k in order]
+
+
+def _grid(n_rows: int, n_cols: int, sharey: str | bool = "row",
+          sharex: bool = False) -> tuple[Figure, np.ndarray]:
+    fig = Figure(figsize=(min(PANEL_W * n_cols + 1.2, 16), PANEL_H * n_rows + 0.9),
+                 layout="constrained")
+    axes = fig.subplots(n_rows, n_cols, squeeze=False, sharey=sharey, sharex=sharex)
+    return fig, axes
+
+
+def _no_data(title: str, why: str) -> Figure:
+    fig = Figure(figsize=(6, 2.5), layout="constrained")
+    ax = fig.add_subplot()
+    ax.set_axis_off()
+    ax.set_title(title)
+    ax.text(0.5, 0.5, f"no data: {why}", ha="center", va="center", wrap=True,
+            transform=ax.transAxes)
+    return fig
+
+
+def _mark_failed(ax: Axes, x: float, width: float, label: str, color) -> None:
+    """A hatched, empty bar over the lower part of the panel: the run(s) did not finish."""
+    ax.axvspan(x - width / 2, x + width / 2, ymax=0.35, facecolor="none", edgecolor=color,
+               hatch=FAILED_HATCH, linewidth=0.8)
+    ax.text(x, 0.37, label, transform=ax.get_xaxis_transform(), rotation=90, ha="center",
+            va="bottom", fontsize="x-small", color="0.25")
+
+
+def _failed_legend() -> Patch:
+    return Patch(facecolor="none", edgecolor="0.3", hatch=FAILED_HATCH,
+                 label="did not finish (OOM / timeout / error)")
+
+
+def _end_label(terminations: pd.Series) -> str:
+    """The most frequent non-ok termination of a group, as a short label."""
+    failed = terminations[terminations != "ok"]
+    return _short(failed.mode().iloc[0]) if len(failed) else ""
+
+
+def _short(termination: str) -> str:
+    return SHORT_END.get(termination, termination)
+
+
+def _legend(fig: Figure, handles: list, ncols: int | None = None,
+            loc: str = "outside upper center") -> None:
+    fig.legend(handles=handles, loc=loc, fontsize="small", frameon=False,
+               ncols=ncols or min(len(handles), 6))
+
+
+def _policy_handles(policies: list[str], colors: dict) -> list:
+    return [Patch(color=colors[p], label=p) for p in policies]
+
+
+def _bin_order(runs: pd.DataFrame) -> list[str]:
+    """Size bins from the smallest pipelines to the largest."""
+    return list(runs.groupby("size_bin")["param_bytes"].median().sort_values().index)
+
+
+def _grouped_bars(ax: Axes, groups: list[str], policies: list[str], colors: dict,
+                  value: Callable[[str, str], tuple[float, int, str]]) -> None:
+    """Bars of ``policies`` side by side in each group. ``value(group, policy)`` gives
+    (mean of finished runs, how many runs did not finish, their short label)."""
+    width = 0.8 / max(len(policies), 1)
+    for i, policy in enumerate(policies):
+        for g, group in enumerate(groups):
+            mean, n_failed, label = value(group, policy)
+            x = g - 0.4 + width * (i + 0.5)
+            if np.isnan(mean) and n_failed:
+                _mark_failed(ax, x, width, label, colors[policy])
+            elif not np.isnan(mean):
+                ax.bar(x, mean, width, color=colors[policy])
+                if n_failed:  # some repetitions/pipelines finished, others did not
+                    ax.annotate(f"{n_failed}× {label}", (x, mean), rotation=90, ha="center",
+                                va="bottom", fontsize="x-small", xytext=(0, 2),
+                                textcoords="offset points")
+    ax.set_xticks(range(len(groups)), groups)
+    ax.set_xlim(-0.5, len(groups) - 0.5)
+
+
+def _group_value(df: pd.DataFrame, col: str, fail_col: str = "termination"):
+    """A ``value`` function for _grouped_bars over (size_bin, policy) groups of ``df``."""
+    groups = dict(tuple(df.groupby(["size_bin", "policy"])))
+
+    def value(group: str, policy: str) -> tuple[float, int, str]:
+        sub = groups.get((group, policy))
+        if sub is None:
+            return np.nan, 0, ""
+        failed = sub[sub[col].isna()]
+        return sub[col].mean(), len(failed), _end_label(failed[fail_col])
+
+    return value
+
+
+# ---- figures ----
+
+def speedup(tables: Tables, style: dict, context: dict) -> Figure:
+    """Per-policy mean inference time and speed-up over Bulk per pipeline-size bin, one
+    column of panels per memory limit."""
+    df = tables.get("speedup", pd.DataFrame())
+    if df.empty:
+        return _no_data("Inference time and speed-up", "no runs")
+    df = _with_panel(df)
+    # Why a speed-up is missing: the policy's own end, else Bulk's ("bulk OOM").
+    bulk_end = ("bulk " + df["bulk_termination"].map(_short, na_action="ignore")).fillna("no bulk")
+    df["why"] = df["termination"].where(df["termination"] != "ok", bulk_end)
+    policies = _policies(tables, context)
+    colors = _colors(policies, style)
+    bins = _bin_order(df)
+    panels = _panel_names(df)
+    fig, axes = _grid(2, len(panels))
+    for c, panel in enumerate(panels):
+        sub = df[df["panel"] == panel]
+        # Every panel keeps a slot per policy, so a policy sits at the same place in each.
+        _grouped_bars(axes[0, c], bins, policies, colors, _group_value(sub, "makespan_s"))
+        _grouped_bars(axes[1, c], bins, policies, colors, _group_value(sub, "speedup", "why"))
+        axes[1, c].axhline(1.0, color="0.3", linewidth=0.8, linestyle="--")
+        axes[0, c].set_title(panel)
+        axes[1, c].set_xlabel("pipeline size (total weights)")
+    axes[0, 0].set_ylabel("mean inference time (s)")
+    axes[1, 0].set_ylabel("speed-up over Bulk (×)")
+    _legend(fig, _policy_handles(policies, colors) + [_failed_legend()])
+    return fig
+
+
+def _instrument_note(ax: Axes, text: str) -> None:
+    ax.text(0.5, 0.97, text, transform=ax.transAxes, ha="center", va="top",
+            fontsize="x-small", color="0.35")
+
+
+def memory(tables: Tables, style: dict, context: dict) -> Figure:
+    """Average and peak RAM (process RSS) and swap per policy, one column per limit."""
+    runs = tables.get("runs", pd.DataFrame())
+    if runs.empty:
+        return _no_data("RAM and swap per policy", "no runs")
+    runs = _with_panel(runs)
+    policies = _policies(tables, context)
+    colors = _colors(policies, style)
+    panels = _panel_names(runs)
+    fig, axes = _grid(2, len(panels))
+    rows = [("rss", "RAM: process RSS (MiB)", ["hwm_rss_bytes", "peak_cg_current_bytes"]),
+            ("swap", "swap: process VmSwap (MiB)", ["peak_cg_swap_bytes"])]
+    for c, panel in enumerate(panels):
+        sub = runs[runs["panel"] == panel]
+        for r, (quantity, ylabel, markers) in enumerate(rows):
+            _memory_bars(axes[r, c], sub, policies, colors, quantity, markers)
+            axes[r, 0].set_ylabel(ylabel)
+        limit = sub["limit_bytes"].dropna()
+        if len(limit):
+            axes[0, c].axhline(limit.iloc[0] / MIB, color="firebrick", linewidth=0.9,
+                               linestyle="--")
+        axes[0, c].set_title(panel)
+    handles = [Patch(color="0.35", label="mean over the run"),
+               Patch(color="0.35", alpha=0.4, label="peak"),
+               *[Line2D([], [], **MARKERS[m]) for m in MARKERS],
+               Line2D([], [], color="firebrick", linestyle="--", label="memory limit"),
+               _failed_legend()]
+    _legend(fig, _policy_handles(policies, colors) + handles, ncols=6)
+    return fig
+
+
+# Whole-run values from other instruments, drawn over the sampler's bars.
+MARKERS = {
+    "hwm_rss_bytes": dict(marker="v", color="black", linestyle="none",
+                          label="max RSS (GNU time + VmHWM windows)"),
+    "peak_cg_current_bytes": dict(marker="_", color="black", markersize=10, linestyle="none",
+                                  label="cgroup memory.current peak"),
+    "peak_cg_swap_bytes": dict(marker="_", color="black", markersize=10, linestyle="none",
+                               label="cgroup swap peak"),
+}
+
+
+def _memory_bars(ax: Axes, runs: pd.DataFrame, policies: list[str], colors: dict,
+                 quantity: str, markers: list[str]) -> None:
+    """Peak (pale, wide) and mean (solid, narrow) of ``quantity`` per policy, averaged over
+    the panel's runs; hatched when some run did not finish."""
+    cols = [f"mean_{quantity}_bytes", f"peak_{quantity}_bytes", *markers]
+    means = runs.groupby("policy")[cols].mean() / MIB
+    ends = runs.groupby("policy")["termination"].agg(_end_label)
+    for x, policy in enumerate(policies):
+        if policy not in means.index:  # keep the slot: policies sit alike in every panel
+            continue
+        mean, peak = means.loc[policy, cols[0]], means.loc[policy, cols[1]]
+        hatch = FAILED_HATCH if ends[policy] else None
+        ax.bar(x, peak, 0.8, color=colors[policy], alpha=0.4, hatch=hatch)
+        ax.bar(x, mean, 0.45, color=colors[policy])
+        if ends[policy]:
+            ax.annotate(ends[policy], (x, np.nan_to_num(peak)), ha="center", va="bottom",
+                        fontsize="x-small", xytext=(0, 2), textcoords="offset points")
+        for m in markers:
+            ax.plot(x, means.loc[policy, m], **MARKERS[m])
+    ax.set_xticks(range(len(policies)), policies, rotation=45, ha="right")
+    if means[cols[:2]].isna().all().all():
+        _instrument_note(ax, "sampler not run: no RSS/swap series")
+
+
+def partial_workers(tables: Tables, style: dict, context: dict) -> Figure:
+    """Partial with 1/2/3 (k) workers: inference time and peak RAM against k, one line per
+    memory-limit setting."""
+    runs = tables.get("runs", pd.DataFrame())
+    runs = runs[runs["policy_family"] == "partial"] if "policy_family" in runs else runs
+    if runs.empty:
+        return _no_data("Partial with k workers",
+                        "no partial:k policy in run.policies (add partial:1, partial:2, ...)")
+    runs = _with_panel(runs)
+    panels = _panel_names(runs)
+    colors = _colors(panels, style)
+    fig, axes = _grid(1, 2, sharey=False)
+    quantities = [("makespan_s", 1.0, "mean inference time (s)"),
+                  ("peak_rss_bytes", MIB, "peak RAM, process RSS (MiB)")]
+    workers = sorted(runs["workers"].unique())
+    for ax, (col, scale, ylabel) in zip(axes[0], quantities):
+        for panel in panels:
+            sub = runs[runs["panel"] == panel]
+            stats = sub.groupby("workers")[col].mean() / scale
+            ax.plot(stats.index, stats.values, marker="o", color=colors[panel], label=panel)
+            _mark_failed_points(ax, sub, col, colors[panel])
+        ax.set_xticks(workers)
+        ax.set_ylim(bottom=0)
+        ax.set_xlabel("workers k (partial:k)")
+        ax.set_ylabel(ylabel)
+        if runs[col].isna().all() and (runs["termination"] == "ok").any():
+            _instrument_note(ax, "not measured (sampler not run)")
+    handles = [Line2D([], [], color=colors[p], marker="o", label=p) for p in panels]
+    handles.append(Line2D([], [], color="0.3", marker="x", linestyle="none",
+                          label="a run did not finish (OOM / timeout / error)"))
+    _legend(fig, handles, ncols=3)
+    return fig
+
+
+def _mark_failed_points(ax: Axes, runs: pd.DataFrame, col: str, color) -> None:
+    """An x on the axis at k for every k where some run did not finish, named by its end."""
+    failed = runs[runs["termination"] != "ok"]
+    for k, group in failed.groupby("workers"):
+        ax.plot(k, 0.02, marker="x", color=color, transform=ax.get_xaxis_transform(),
+                clip_on=False)
+        ax.annotate(f"{len(group)}× {_end_label(group['termination'])}", (k, 0.02),
+                    xycoords=ax.get_xaxis_transform(), xytext=(4, 0),
+                    textcoords="offset points", fontsize="x-small", color=color)
+
+
+def layer_times(tables: Tables, style: dict, context: dict) -> Figure:
+    """Per-layer LOAD and EXEC time against the layer's parameter bytes, coloured by limit
+    (layers without weights and Bulk's whole-network tasks are left out)."""
+    tasks = tables.get("tasks", pd.DataFrame())
+    if not tasks.empty:
+        tasks = tasks[(tasks["layer"] >= 0) & (tasks["param_bytes"] > 0)
+                      & tasks["task_type"].isin(["LOAD", "EXEC"])]
+    if tasks.empty:
+        return _no_data("Layer times", "no per-layer LOAD/EXEC task with weights")
+    tasks = _with_panel(tasks)
+    # Emulated times are another clock: they get their own row, never the same axes.
+    clocks = [False, True] if tasks["emulated"].any() and (~tasks["emulated"]).any() \
+        else [bool(tasks["emulated"].iloc[0])]
+    limits = _panel_names(tasks)
+    colors = _colors(limits, style)
+    fig, axes = _grid(len(clocks), 2, sharey=False)
+    for r, emulated in enumerate(clocks):
+        for c, kind in enumerate(["LOAD", "EXEC"]):
+            ax = axes[r, c]
+            sub = tasks[(tasks["task_type"] == kind) & (tasks["emulated"] == emulated)]
+            for panel in limits:
+                _scatter_times(ax, sub[sub["panel"] == panel], colors[panel])
+            ax.set(xscale="log", yscale="log", xlabel="layer weights (MiB)",
+                   ylabel=f"{kind} time (ms)",
+                   title=f"{kind}" + (" (emulated: VM clock)" if emulated else ""))
+    handles = [Line2D([], [], color=colors[p], marker="o", linestyle="none", label=p)
+               for p in limits]
+    handles.append(Line2D([], [], color="0.3", marker="x", linestyle="none",
+                          label="task of a run that did not finish"))
+    _legend(fig, handles, ncols=3)
+    return fig
+
+
+def _scatter_times(ax: Axes, tasks: pd.DataFrame, color) -> None:
+    ok = tasks["termination"] == "ok"
+    for mask, marker in ((ok, "o"), (~ok, "x")):
+        part = tasks[mask]
+        ax.scatter(part["param_bytes"] / MIB, part["duration_ns"] / 1e6, s=9, marker=marker,
+                   color=color, alpha=0.6, linewidths=0.8, rasterized=True)
+
+
+# Reconciliation instruments, outermost first: (column, label).
+LEVELS = [("cg_peak_bytes", "cgroup memory.peak (window)"),
+          ("proc_hwm_bytes", "process VmHWM (window)"),
+          ("proc_rss_bytes", "process VmRSS (window end)"),
+          ("tc_physical_bytes", "tcmalloc physical bytes"),
+          ("heap_inuse_end", "heap profile in-use (window end)")]
+RESIDUALS = [("res_cgroup_minus_rss", "cgroup − RSS: page cache, kernel"),
+             ("res_rss_minus_tcmalloc", "RSS − tcmalloc: libraries, non-malloc"),
+             ("res_tcmalloc_minus_heap", "tcmalloc − heap: allocator caches"),
+             ("res_load_vs_weights", "LOAD heap growth − weights: extra copies")]
+
+
+def _measured(df: pd.DataFrame, col: str) -> bool:
+    return col in df and df[col].notna().any()
+
+
+def _instrument_lines(ax: Axes, df: pd.DataFrame, series: list[tuple[str, str]],
+                      colors: dict) -> list:
+    """One step line per measured instrument; legend entries name the others as not
+    measured."""
+    handles = []
+    x = np.arange(len(df))
+    for col, label in series:
+        if _measured(df, col):
+            (line,) = ax.step(x, df[col] / MIB, where="mid", color=colors[col], label=label,
+                              linewidth=1)
+            handles.append(line)
+        else:
+            handles.append(Line2D([], [], color="0.75", linestyle=":",
+                                  label=f"{label}: not measured"))
+    return handles
+
+
+def _network_boundaries(ax: Axes, df: pd.DataFrame) -> None:
+    """A vertical line where each network instance's windows begin, named at the top."""
+    starts = df.reset_index(drop=True).groupby("instance", sort=False).head(1)
+    for i, row in starts.iterrows():
+        ax.axvline(i - 0.5, color="0.6", linewidth=0.6)
+        ax.text(i, 1.0, f" {row['network']}", transform=ax.get_xaxis_transform(),
+                fontsize="x-small", va="bottom", rotation=0, clip_on=False)
+
+
+def reconciliation(tables: Tables, style: dict, context: dict) -> Figure:
+    """Per-layer memory of the reconciliation run: every instrument per LOAD/EXEC window
+    in execution order, GNU time's high-water mark, and the named residuals."""
+    rec = tables.get("reconcile", pd.DataFrame())
+    if not rec.empty:
+        rec = rec[rec["task_type"].isin(["LOAD", "EXEC"])].sort_values("start_ns")
+    if rec.empty:
+        return _no_data("Memory reconciliation", "no reconciliation run")
+    cols = [c for c, _ in LEVELS + RESIDUALS] + ["hwm_rss_bytes"]
+    colors = _colors(cols, style)
+    fig = Figure(figsize=(11, 6.5), layout="constrained")
+    top, bottom = fig.subplots(2, 1, sharex=True)
+    handles = _instrument_lines(top, rec, LEVELS, colors)
+    # GNU time's max RSS is the kernel's hiwater_rss, which the per-window VmHWM resets
+    # lower; hwm_rss_bytes is its maximum with the windows' peaks (runner.folder).
+    gt_label = "max RSS, whole run (GNU time + VmHWM windows)"
+    if _measured(rec, "hwm_rss_bytes"):
+        handles.append(top.axhline(rec["hwm_rss_bytes"].iloc[0] / MIB, color="black",
+                                   linestyle="--", linewidth=1, label=gt_label))
+    else:
+        handles.append(Line2D([], [], color="0.75", linestyle="--",
+                              label=f"{gt_label}: not measured"))
+    top.set_ylabel("memory (MiB)")
+    top.legend(handles=handles, fontsize="x-small", loc="upper left", bbox_to_anchor=(1, 1))
+    is_load = (rec["task_type"] == "LOAD").to_numpy()
+    weights = bottom.bar(np.flatnonzero(is_load), rec.loc[is_load, "param_bytes"] / MIB,
+                         width=1, color="0.8", label="layer weights (LOAD windows)")
+    handles = [weights, *_instrument_lines(bottom, rec, RESIDUALS, colors)]
+    bottom.axhline(0, color="0.3", linewidth=0.6)
+    bottom.set_ylabel("weights, residuals (MiB)")
+    bottom.set_xlabel("LOAD/EXEC window, in execution order")
+    bottom.legend(handles=handles, fontsize="x-small", loc="upper left", bbox_to_anchor=(1, 1))
+    for ax in (top, bottom):
+        _network_boundaries(ax, rec)
+    first = rec.iloc[0]
+    fig.suptitle(f"Memory reconciliation: {first['pipeline']} under {first['policy']}, "
+                 f"limit {_limit_text(first)}")
+    if not any(_measured(rec, c) for c in cols):
+        _instrument_note(top, "no instrument measured in this run (probes off)")
+    return fig
+
+
+def _limit_text(row: pd.Series) -> str:
+    limit = row.get("limit_bytes")
+    if limit is None or pd.isna(limit):
+        return "none"
+    text = f"{int(limit) // MIB} MiB"
+    return text if row.get("limit_enforced") else text + " (not enforced)"
+
+
+def _pick_series(samples: pd.DataFrame, context: dict) -> tuple[str, str]:
+    """Which pipeline and limit memory_over_time shows: the reconciliation pipeline if it
+    was sampled, else the first; and the tightest sampled limit (most memory pressure)."""
+    wanted = context.get("run", {}).get("reconcile", {}).get("pipeline")
+    pipelines = sorted(samples["pipeline"].unique())
+    pipeline = wanted if wanted in pipelines else pipelines[0]
+    limits = samples.loc[samples["pipeline"] == pipeline, "limit"].unique()
+    return pipeline, min(limits, key=_limit_order)
+
+
+SERIES = [("rss_bytes", "process RSS"), ("swap_bytes", "process swap"),
+          ("cg_current_bytes", "cgroup memory.current"), ("cg_swap_bytes", "cgroup swap")]
+
+
+def memory_over_time(tables: Tables, style: dict, context: dict) -> Figure:
+    """The sampler's memory series per policy for one pipeline and limit, layer boundaries
+    (EXEC ends) marked as ticks on the time axis."""
+    samples = tables.get("samples", pd.DataFrame())
+    if samples.empty:
+        return _no_data("Memory over time", "no samples (the sampler was off: sample_hz 0)")
+    pipeline, limit = _pick_series(samples, context)
+    samples = _with_panel(samples[(samples["pipeline"] == pipeline)
+                                  & (samples["limit"] == limit)])
+    samples = samples[samples["rep"].fillna(0) == samples["rep"].fillna(0).min()]
+    tasks = tables.get("tasks", pd.DataFrame())
+    keys = samples[["run_id", "policy", "emulated", "termination", "panel"]].drop_duplicates()
+    keys = keys.assign(k=keys["policy"].map(_policy_key)).sort_values(["emulated", "k"])
+    n = len(keys)
+    cols = min(n, 3)
+    # Shared axes: the policies' durations and levels compare at a glance.
+    fig, axes = _grid((n + cols - 1) // cols, cols, sharey=True, sharex=True)
+    colors = _colors([c for c, _ in SERIES], style)
+    for ax, key in zip(axes.flat, keys.itertuples()):
+        run = samples[samples["run_id"] == key.run_id]
+        for col, label in SERIES:
+            if run[col].notna().any():
+                ax.plot(run["t_s"], run[col] / MIB, color=colors[col], linewidth=1, label=label)
+        _layer_ticks(ax, tasks, key.run_id)
+        end = "" if key.termination == "ok" else f" — {_short(key.termination)}"
+        ax.set_title(f"{key.policy}{' (emulated)' if key.emulated else ''}{end}",
+                     color="firebrick" if end else "black")
+        if limit != "none":
+            ax.axhline(parse_size(limit) / MIB, color="firebrick", linestyle="--",
+                       linewidth=0.9)
+    for ax in axes.flat[n:]:
+        ax.set_axis_off()
+    for ax in axes.flat[max(n - cols, 0):n]:  # the lowest panel of each column
+        ax.xaxis.set_tick_params(labelbottom=True)
+        ax.set_xlabel("time since run start (s)")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("memory (MiB)")
+    handles = [Line2D([], [], color=colors[c], label=label) for c, label in SERIES
+               if samples[c].notna().any()]
+    handles += [Line2D([], [], color="0.4", marker="|", linestyle="none",
+                       label="layer boundary (EXEC end)")]
+    if limit != "none":
+        handles.append(Line2D([], [], color="firebrick", linestyle="--", label="memory limit"))
+    _legend(fig, handles, loc="outside lower center")
+    fig.suptitle(f"Memory over time: {pipeline}, limit {keys['panel'].iloc[0]}")
+    return fig
+
+
+def _layer_ticks(ax: Axes, tasks: pd.DataFrame, run_id: str) -> None:
+    if tasks.empty:
+        return
+    ends = tasks.loc[(tasks["run_id"] == run_id) & (tasks["task_type"] == "EXEC"), "end_ns"]
+    ax.vlines(ends / 1e9, 0, 0.04, transform=ax.get_xaxis_transform(), color="0.4",
+              linewidth=0.5)
+
+
+FIGURES: dict[str, Callable[[Tables, dict, dict], Figure]] = {
+    "speedup": speedup,
+    "memory": memory,
+    "partial_workers": partial_workers,
+    "layer_times": layer_times,
+    "reconciliation": reconciliation,
+    "memory_over_time": memory_over_time,
+}
+
+
+def make_figure(name: str, tables: Tables, style: dict, context: dict) -> Figure:
+    """Figure ``name`` drawn under the config's font size."""
+    with matplotlib.rc_context({"font.size": style.get("font_size", 9)}):
+        return FIGURES[name](tables, style, context)
+
+
+def save_figure(fig: Figure, png: str | os.PathLike, pdf: str | os.PathLike,
+                dpi: int) -> None:
+    """The figure as PNG and PDF, each through a temporary file and a rename."""
+    for path, fmt in ((Path(png), "png"), (Path(pdf), "pdf")):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        with os.fdopen(fd, "wb") as f:
+            fig.savefig(f, format=fmt, dpi=dpi)
+        os.replace(tmp, path)

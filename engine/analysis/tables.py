@@ -1,0 +1,262 @@
+"""Tidy tables from run folders, and the campaign's aggregate tables.
+
+``tidy_run`` turns one run folder into four tables (runs, tasks, networks, samples), each
+row carrying the run's identity, so that tables of many runs concatenate without joins.
+``aggregate`` stacks the tidy tables of a campaign, adds the reconciliation table and the
+speed-up over Bulk. Every probe column and file is optional: a quantity that was not
+measured is NaN, never zero. A run that did not finish (termination memory / timeout /
+error) keeps its rows; only the quantities it could not produce are NaN.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from engine.units import format_size
+
+TIDY_TABLES = ("runs", "tasks", "networks", "samples")
+# Columns that say which run a row belongs to, repeated in every tidy table.
+IDENTITY = ["run_id", "pipeline", "policy", "limit", "limit_enforced", "backend", "emulated",
+            "rep", "termination"]
+SAMPLE_VALUES = ["rss_bytes", "uss_bytes", "swap_bytes", "cg_current_bytes", "cg_swap_bytes"]
+# Enough points to draw a run's memory curve; the aggregate keeps at most this many per run.
+MAX_SAMPLES_PER_RUN = 2000
+NS = 1e9
+
+
+def limit_label(limit_bytes: int | None) -> str:
+    """'none' for an unconstrained run, else the limit as users write it ('512M')."""
+    return "none" if limit_bytes is None else format_size(int(limit_bytes))
+
+
+def _rep(folder: Path) -> int | None:
+    m = re.fullmatch(r"rep(\d+)", folder.name)
+    return int(m.group(1)) if m else None
+
+
+def _identity(meta: dict, folder: Path) -> dict:
+    pipeline = meta["pipeline"]["name"]
+    limit = limit_label(meta.get("limit_bytes"))
+    rep = _rep(folder)
+    run_id = f"{pipeline}/{meta['policy']}/{limit}" + ("" if rep is None else f"/rep{rep}")
+    return {"run_id": run_id, "pipeline": pipeline, "policy": meta["policy"], "limit": limit,
+            "limit_enforced": bool(meta.get("limit_enforced")), "backend": meta.get("backend"),
+            "emulated": bool(meta.get("emulated", False)), "rep": rep,
+            "termination": meta["termination"]}
+
+
+def _with_identity(df: pd.DataFrame, ident: dict) -> pd.DataFrame:
+    ids = pd.DataFrame({k: [v] * len(df) for k, v in ident.items()}, index=df.index)
+    ids["rep"] = ids["rep"].astype("Int64")  # a run outside .../repN has no repetition
+    return pd.concat([ids, df], axis=1)
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
+    if not path.is_file() or path.stat().st_size == 0:
+        return pd.DataFrame()
+    return pd.read_csv(path)
+
+
+def _networks(folder: Path, meta: dict) -> pd.DataFrame:
+    """networks.csv with a row for every network of the pipeline: a run that died early
+    lists only the instances that started, so the others are added as incomplete."""
+    df = _read_csv(folder / "networks.csv")
+    names = meta["pipeline"]["networks"]
+    all_instances = pd.DataFrame({"instance": range(len(names)), "network": names})
+    if df.empty:
+        df = all_instances.assign(complete=False)
+    else:
+        missing = all_instances[~all_instances["instance"].isin(df["instance"])]
+        df = pd.concat([df, missing.assign(complete=False)], ignore_index=True)
+    df["complete"] = df["complete"].astype(bool)
+    return df.sort_values("instance", ignore_index=True)
+
+
+def _samples(folder: Path, meta: dict) -> pd.DataFrame:
+    """samples.csv on the tasks' clock: t_s = seconds since the run's t0."""
+    df = _read_csv(folder / "samples.csv")
+    if df.empty:
+        return df
+    t0 = meta.get("t0_monotonic_ns") or df["t_ns"].min()
+    df["t_s"] = (df["t_ns"] - t0) / NS
+    for col in SAMPLE_VALUES:
+        df[col] = pd.to_numeric(df[col], errors="coerce") if col in df else np.nan
+    return df
+
+
+def _col_max(df: pd.DataFrame, col: str) -> float:
+    return df[col].max() if col in df and df[col].notna().any() else np.nan
+
+
+def _col_mean(df: pd.DataFrame, col: str) -> float:
+    return df[col].mean() if col in df and df[col].notna().any() else np.nan
+
+
+def _run_row(meta: dict, folder: Path, tasks: pd.DataFrame, networks: pd.DataFrame,
+             samples: pd.DataFrame) -> dict:
+    pipe = meta["pipeline"]
+    finished = meta["termination"] == "ok" and bool(networks["complete"].all())
+    makespan = (networks["end_ns"].max() - networks["arrival_ns"].min()) / NS
+    gnu = meta.get("gnu_time") or {}
+    max_rss_kib = gnu.get("gt_max_rss_kib")
+    return {
+        **_identity(meta, folder),
+        "size_bin": pipe.get("size_bin"), "n_networks": len(pipe["networks"]),
+        "networks": " ".join(pipe["networks"]), "arrival_mode": pipe.get("arrival_mode"),
+        "param_bytes": pipe.get("param_bytes"), "policy_family": meta.get("policy_family"),
+        "workers": meta.get("workers"), "limit_bytes": meta.get("limit_bytes"),
+        "swap_bytes": meta.get("swap_bytes"),
+        "termination_detail": meta.get("termination_detail", ""),
+        "running_at_end": "; ".join(meta.get("running_at_end") or []),
+        "networks_complete": int(networks["complete"].sum()),
+        "tasks_finished": len(tasks),
+        "makespan_s": makespan if finished else np.nan,
+        "mean_response_s": networks["response_ns"].mean() / NS if finished else np.nan,
+        "wall_s": meta.get("wall_s", np.nan),
+        "gt_max_rss_bytes": np.nan if max_rss_kib is None else max_rss_kib * 1024,
+        "hwm_rss_bytes": meta.get("hwm_rss_bytes") or np.nan,
+        "gt_user_s": gnu.get("gt_user_s", np.nan), "gt_sys_s": gnu.get("gt_sys_s", np.nan),
+        "gt_major_faults": gnu.get("gt_major_faults", np.nan),
+        **{f"{stat}_{col}": fn(samples, col) for col in SAMPLE_VALUES
+           for stat, fn in (("mean", _col_mean), ("peak", _col_max))},
+        "n_samples": len(samples),
+        # Window counters are per task; the run's value is the largest window.
+        "cg_window_peak_bytes": _col_max(tasks, "cg_peak_bytes"),
+        "cg_window_swap_peak_bytes": _col_max(tasks, "cg_swap_peak_bytes"),
+        "proc_hwm_bytes": _col_max(tasks, "proc_hwm_bytes"),
+    }
+
+
+def tidy_run(folder: str | os.PathLike) -> dict[str, pd.DataFrame]:
+    """The tidy tables (runs, tasks, networks, samples) of one run folder."""
+    folder = Path(folder)
+    meta = json.loads((folder / "meta.json").read_text())
+    tasks = _read_csv(folder / "tasks.csv")
+    networks = _networks(folder, meta)
+    samples = _samples(folder, meta)
+    runs = pd.DataFrame([_run_row(meta, folder, tasks, networks, samples)])
+    # Nullable integers: a missing repetition or limit (None = unconstrained / swap max)
+    # stays NA in every run's table, so the tables of many runs concatenate cleanly.
+    runs = runs.astype({"rep": "Int64", "limit_bytes": "Int64", "swap_bytes": "Int64"})
+    ident = _identity(meta, folder)
+    return {"runs": runs, "tasks": _with_identity(tasks, ident),
+            "networks": _with_identity(networks, ident),
+            "samples": _with_identity(samples, ident)}
+
+
+def _atomic_write(path: Path, write) -> None:
+    """Write through a temporary file in the same folder, then rename: a reader (or a
+    killed job) never sees half a table."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def write_tidy(tables: dict[str, pd.DataFrame], out_dir: str | os.PathLike) -> None:
+    """One Parquet file per tidy table in ``out_dir``."""
+    for name, df in tables.items():
+        _atomic_write(Path(out_dir) / f"{name}.parquet", lambda p, df=df: df.to_parquet(p))
+
+
+def write_tables(tables: dict[str, pd.DataFrame], out_dir: str | os.PathLike) -> None:
+    """``<name>.csv`` and ``<name>.parquet`` per table, each written atomically."""
+    out = Path(out_dir)
+    for name, df in tables.items():
+        _atomic_write(out / f"{name}.csv", lambda p, df=df: df.to_csv(p, index=False))
+        _atomic_write(out / f"{name}.parquet", lambda p, df=df: df.to_parquet(p, index=False))
+
+
+def downsample(samples: pd.DataFrame, max_rows: int = MAX_SAMPLES_PER_RUN) -> pd.DataFrame:
+    """At most ``max_rows`` samples per run: consecutive samples are merged into buckets
+    keeping each value's maximum, so that memory peaks survive the thinning."""
+    if samples.empty:
+        return samples
+
+    def thin(run: pd.DataFrame) -> pd.DataFrame:
+        if len(run) <= max_rows:
+            return run
+        bucket = np.arange(len(run)) * max_rows // len(run)
+        values = [c for c in SAMPLE_VALUES if c in run]
+        first = run.groupby(bucket).first()
+        first[values] = run[values].groupby(bucket).max()
+        return first
+
+    parts = [thin(run.sort_values("t_ns")) for _, run in samples.groupby("run_id", sort=False)]
+    return pd.concat(parts, ignore_index=True)
+
+
+def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    frames = [f for f in frames if not f.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _read_tidy(tidy_dirs: Iterable[str | os.PathLike]) -> dict[str, pd.DataFrame]:
+    parts: dict[str, list[pd.DataFrame]] = {name: [] for name in TIDY_TABLES}
+    for d in tidy_dirs:
+        for name in TIDY_TABLES:
+            parts[name].append(pd.read_parquet(Path(d) / f"{name}.parquet"))
+    return {name: _concat(frames) for name, frames in parts.items()}
+
+
+# Runs compared for the speed-up: same pipeline, repetition and (enforced) limit.
+SPEEDUP_KEY = ["pipeline", "limit", "limit_enforced", "emulated", "rep"]
+
+
+def _speedup_reason(row: pd.Series) -> str:
+    if row["termination"] != "ok":
+        return f"{row['policy']} ended '{row['termination']}'"
+    if pd.isna(row["bulk_termination"]):
+        return "no bulk run"
+    if row["bulk_termination"] != "ok":
+        return f"bulk ended '{row['bulk_termination']}'"
+    return ""
+
+
+def speedup_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per pipeline x limit x repetition x policy: makespan and speed-up over Bulk
+    (bulk makespan / policy makespan). NaN, with the reason, when either did not finish."""
+    cols = SPEEDUP_KEY + ["size_bin", "n_networks", "param_bytes", "limit_bytes", "policy",
+                          "policy_family", "workers", "termination", "makespan_s"]
+    if runs.empty:
+        return pd.DataFrame(columns=cols + ["bulk_makespan_s", "bulk_termination", "speedup",
+                                            "reason"])
+    bulk = runs.loc[runs["policy"] == "bulk", SPEEDUP_KEY + ["makespan_s", "termination"]]
+    bulk = bulk.rename(columns={"makespan_s": "bulk_makespan_s",
+                                "termination": "bulk_termination"})
+    out = runs[cols].merge(bulk, on=SPEEDUP_KEY, how="left")
+    out["speedup"] = out["bulk_makespan_s"] / out["makespan_s"]
+    out["reason"] = out.apply(_speedup_reason, axis=1)
+    return out.sort_values(SPEEDUP_KEY + ["policy"], ignore_index=True)
+
+
+def _reconcile(reconcile_dir: str | os.PathLike | None) -> pd.DataFrame:
+    from engine.analysis.reconcile import reconcile_run
+
+    if reconcile_dir is None or not (Path(reconcile_dir) / "meta.json").is_file():
+        return pd.DataFrame()
+    return reconcile_run(reconcile_dir)
+
+
+def aggregate(tidy_dirs: Iterable[str | os.PathLike],
+              reconcile_dir: str | os.PathLike | None) -> dict[str, pd.DataFrame]:
+    """The campaign's tables: runs, tasks, networks, samples (at most
+    MAX_SAMPLES_PER_RUN per run), reconcile and speedup."""
+    tables = _read_tidy(tidy_dirs)
+    tables["samples"] = downsample(tables["samples"])
+    tables["reconcile"] = _reconcile(reconcile_dir)
+    tables["speedup"] = speedup_table(tables["runs"])
+    return tables

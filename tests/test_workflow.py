@@ -1,0 +1,155 @@
+"""The whole workflow on a tiny config, for real: every table and figure, then dry runs
+proving that a change reruns only the jobs it affects."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+FIGURES = ["speedup", "memory", "partial_workers", "layer_times", "reconciliation",
+           "memory_over_time"]
+TABLES = ["runs", "tasks", "networks", "samples", "reconcile", "speedup"]
+
+pytestmark = pytest.mark.slow
+
+
+def tiny_config(results: Path) -> dict:
+    return {
+        "seed": 0, "results": str(results),
+        "models": {"zoo": ["AgeNet", "GenderNet"], "user": [], "user_dir": "resources/models"},
+        "pipelines": {"count": 1, "length": [2, 2], "arrival": {"mode": "batch"},
+                      "bins_mib": [150, 400]},
+        "run": {"policies": ["bulk", "linear"], "limits": ["none", "256M"], "swap": "max",
+                "backend": "none", "repetitions": 1, "batch": 1, "blas_threads": 1,
+                "timeout_s": 300, "sample_hz": 50,
+                "reconcile": {"pipeline": "p000", "policy": "linear", "limit": "none"}},
+        "plots": {"dpi": 80, "font_size": 9, "palette": "tab10"},
+    }
+
+
+class Workflow:
+    """A private copy of the workflow and engine, so a test may edit its code."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root / "repo"
+        for part in ("engine", "workflow", "config", "profiles", "envs"):
+            shutil.copytree(REPO / part, self.root / part,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copy(REPO / "Snakefile", self.root / "Snakefile")
+        self.results = root / "results"
+        self.config = root / "tiny.yaml"
+        self.write_config(tiny_config(self.results))
+
+    def write_config(self, cfg: dict) -> None:
+        self.config.write_text(yaml.safe_dump(cfg))
+
+    def snakemake(self, *args: str) -> subprocess.CompletedProcess:
+        env = dict(os.environ, PYTHONPATH=str(self.root))  # the copy's engine, not the repo's
+        return subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1",
+                               "--configfile", str(self.config), *args],
+                              cwd=self.root, env=env, capture_output=True, text=True,
+                              timeout=900)
+
+    def planned_jobs(self) -> Counter:
+        """Rule -> job count of a dry run."""
+        r = self.snakemake("--dry-run", "--quiet", "rules")
+        assert r.returncode == 0, r.stderr[-3000:]
+        text = r.stdout + r.stderr
+        if "Nothing to be done" in text:
+            return Counter()
+        table = text.split("Job stats:")[1]
+        return Counter({m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)
+                        if m[1] != "total"})
+
+
+@pytest.fixture(scope="module")
+def workflow(tmp_path_factory) -> Workflow:
+    wf = Workflow(tmp_path_factory.mktemp("wf"))
+    r = wf.snakemake()
+    assert r.returncode == 0, r.stderr[-5000:]
+    return wf
+
+
+def test_every_table_and_figure_is_written_and_plausible(workflow):
+    tables = workflow.results / "tables"
+    for name in TABLES:
+        csv = pd.read_csv(tables / f"{name}.csv")
+        parquet = pd.read_parquet(tables / f"{name}.parquet")
+        assert len(csv) == len(parquet) > 0, name
+    runs = pd.read_parquet(tables / "runs.parquet")
+    assert len(runs) == 4
+    assert set(runs.policy) == {"bulk", "linear"} and set(runs["limit"]) == {"none", "256M"}
+    assert (runs.termination == "ok").all()
+    # backend none cannot enforce 256M: it must say so, never pass as limited
+    assert not runs.limit_enforced.any()
+    assert (runs.makespan_s > 0).all() and (runs.makespan_s < 60).all()
+    assert (runs.gt_max_rss_bytes > 50 * 2**20).all()
+    assert (runs.hwm_rss_bytes >= runs.gt_max_rss_bytes).all()
+    tasks = pd.read_parquet(tables / "tasks.parquet")
+    loads = tasks[(tasks.task_type == "LOAD") & (tasks.policy == "linear")]
+    # linear loads every weight of the pipeline exactly once, at every limit
+    pipeline_bytes = runs.loc[runs.policy == "linear"].set_index("limit").param_bytes
+    loaded = loads.groupby("limit").bytes_loaded.sum()
+    assert (loaded == pipeline_bytes[loaded.index]).all() and len(loaded) == 2
+    assert set(pipeline_bytes) <= {4 * n for n in (2 * 11_415_048, 2 * 11_411_970,
+                                                   11_415_048 + 11_411_970)}
+    speed = pd.read_parquet(tables / "speedup.parquet")
+    assert (speed[speed.policy == "bulk"].speedup == 1.0).all()
+    samples = pd.read_parquet(tables / "samples.parquet")
+    assert samples.rss_bytes.max() > 50 * 2**20
+    rec = pd.read_parquet(tables / "reconcile.parquet")
+    load = rec[(rec.task_type == "LOAD") & (rec.param_bytes > 0)]
+    assert (load.heap_inuse_delta - load.param_bytes).abs().max() <= 0.01 * load.param_bytes.max()
+    for fig in FIGURES:
+        for ext in ("png", "pdf"):
+            assert (workflow.results / "plots" / f"{fig}.{ext}").stat().st_size > 5000, fig
+
+
+def test_a_finished_workflow_has_nothing_to_do(workflow):
+    assert workflow.planned_jobs() == Counter()
+
+
+def test_plot_style_change_reruns_only_plots(workflow):
+    cfg = tiny_config(workflow.results)
+    cfg["plots"]["dpi"] = 90
+    workflow.write_config(cfg)
+    try:
+        assert workflow.planned_jobs() == Counter({"plot": len(FIGURES), "all": 1})
+    finally:
+        workflow.write_config(tiny_config(workflow.results))
+
+
+def test_a_new_limit_reruns_only_its_runs_and_what_aggregates_them(workflow):
+    cfg = tiny_config(workflow.results)
+    cfg["run"]["limits"].append("512M")
+    workflow.write_config(cfg)
+    try:
+        assert workflow.planned_jobs() == Counter(
+            {"run": 2, "tidy_run": 2, "aggregate": 1, "plot": len(FIGURES), "all": 1})
+    finally:
+        workflow.write_config(tiny_config(workflow.results))
+
+
+def test_editing_one_policy_reruns_only_that_policys_runs(workflow):
+    policies = workflow.root / "engine" / "schedule" / "policies.py"
+    source = policies.read_text()
+    edited = source.replace("def _build_linear(", "def _build_linear(  # edited\n", 1)
+    assert edited != source
+    policies.write_text(edited)
+    try:
+        # linear's runs at both limits, and the reconciliation run (it uses linear)
+        assert workflow.planned_jobs() == Counter(
+            {"run": 2, "reconcile_run": 1, "tidy_run": 2, "aggregate": 1,
+             "plot": len(FIGURES), "all": 1})
+    finally:
+        policies.write_text(source)

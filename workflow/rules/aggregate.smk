@@ -1,0 +1,35 @@
+# Stage 5: per-run tidy tables (a folder of Parquet files per run), then the aggregate
+# tables (CSV + Parquet).
+
+
+rule tidy_run:
+    input:
+        run=f"{RESULTS}/runs/{{run}}",
+    output:
+        tidy=directory(f"{RESULTS}/tidy/{{run}}"),
+    params:
+        code=CODE_ANALYSIS,
+    wildcard_constraints:
+        run=r"[^/]+/[^/]+/[^/]+/rep\d+",
+    log:
+        f"{RESULTS}/logs/tidy/{{run}}.log",
+    conda:
+        "../../envs/edgeprof.yaml"
+    script:
+        "../scripts/tidy_run.py"
+
+
+rule aggregate:
+    input:
+        tidy=[d.replace(f"{RESULTS}/runs/", f"{RESULTS}/tidy/") for d in RUN_DIRS],
+        reconcile=REC_DIR,
+    output:
+        expand(f"{RESULTS}/tables/{{table}}.{{ext}}", table=TABLES, ext=["csv", "parquet"]),
+    params:
+        code=CODE_ANALYSIS,
+    log:
+        f"{RESULTS}/logs/aggregate.log",
+    conda:
+        "../../envs/edgeprof.yaml"
+    script:
+        "../scripts/aggregate.py"

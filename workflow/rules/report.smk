@@ -1,0 +1,32 @@
+# Stage 6: one figure per file (PNG for the report, PDF for papers), bundled by
+# `snakemake --report report.zip` under the front page workflow/report/workflow.rst.
+# One caption file serves every figure: Snakemake does not fill wildcards into a caption
+# path, so figures.rst picks its section by the `fig` wildcard.
+
+
+report: "../report/workflow.rst"
+
+
+rule plot:
+    input:
+        expand(f"{RESULTS}/tables/{{table}}.parquet", table=TABLES),
+    output:
+        png=report(
+            f"{RESULTS}/plots/{{fig}}.png",
+            caption="../report/figures.rst",
+            category="Figures",
+            labels={"figure": "{fig}"},
+        ),
+        pdf=f"{RESULTS}/plots/{{fig}}.pdf",
+    params:
+        style=config["plots"],
+        run=RUN,
+        code=CODE_PLOTS,
+    wildcard_constraints:
+        fig="|".join(FIGURES),
+    log:
+        f"{RESULTS}/logs/plots/{{fig}}.log",
+    conda:
+        "../../envs/edgeprof.yaml"
+    script:
+        "../scripts/plot.py"
