@@ -17,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import zoo_split
 from threadpoolctl import threadpool_info, threadpool_limits
 
 from engine.network import Network
@@ -74,7 +75,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="results/split", help="split folder (default: "
                     "results/split; generated into a temp folder if missing)")
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--batch", type=int, default=1)
     args = ap.parse_args()
     blas = [i.get("architecture") for i in threadpool_info() if i.get("internal_api")]
@@ -90,12 +91,8 @@ def main() -> int:
     models_dir = Path(args.models)
     tmp = None
     if not all(n in model_index(models_dir) for n in ZOO) if models_dir.exists() else True:
-        from engine.caffe import generate, splitter, zoo
         tmp = tempfile.TemporaryDirectory()
-        models_dir = Path(tmp.name) / "split"
-        for name in ZOO:
-            p, c = generate.write_zoo_model(name, Path(tmp.name) / "models", 0)
-            splitter.split_model(c, p, models_dir, network=name, fc_start=zoo.ZOO[name].fc_start)
+        models_dir = zoo_split(ZOO, Path(tmp.name))
     models = model_index(models_dir)
     print(f"\n2. linear pipeline of {', '.join(ZOO)} (batch {args.batch}) vs standalone layers")
     with threadpool_limits(1, "blas"):
@@ -105,9 +102,13 @@ def main() -> int:
             alone.append(standalone_sum(models, args.batch))
             piped.append(linear_pipeline(models, args.batch))
     a, p = statistics.median(alone), statistics.median(piped)
-    ratio = p / a
+    # Page faults of freshly allocated weights make single rounds noisy: the verdict uses
+    # the median of the per-round ratios (each pair measured back to back).
+    ratio = statistics.median(x / y for x, y in zip(piped, alone))
     print(f"   standalone sum of LOAD+EXEC {a * 1e3:8.1f} ms   linear run {p * 1e3:8.1f} ms   "
-          f"ratio {ratio:.3f} (target <= 1.15) {'PASS' if ratio <= 1.15 else 'FAIL'}")
+          f"(medians of {args.rounds} rounds)")
+    print(f"   median per-round ratio {ratio:.3f}, range {min(piped) / max(alone):.2f}-"
+          f"{max(piped) / min(alone):.2f} (target <= 1.15) {'PASS' if ratio <= 1.15 else 'FAIL'}")
     if tmp is not None:
         tmp.cleanup()
     return 0

@@ -640,13 +640,17 @@ def v1_host(tmp_path: Path, own: dict[str, str] | None = None) -> tuple[Path, Pa
 def test_inherit_v2_limit_from_ancestor_without_writing(tmp_path, no_writes):
     step, mi, cg = v2_job(tmp_path)
     with no_writes():
-        s = InheritSession(LimitRequest(2**30), mi, cg)
+        s = InheritSession(LimitRequest(2**32), mi, cg)
         assert (s.cgroup_dir, s.cgroup_version) == (step, 2)
         assert s.enforced and s.limit_bytes == 2**31
         meta = s.metadata()
         assert meta["limit_set_in"] == str(step.parent)
-        assert meta["limit_mismatch"] == f"requested {2**30} bytes, the inherited limit is " \
+        assert meta["limit_mismatch"] == f"requested {2**32} bytes, the inherited limit is " \
                                          f"{2**31} bytes"
+        # a looser inherited limit does not enforce the requested one
+        loose = InheritSession(LimitRequest(2**30), mi, cg)
+        assert not loose.enforced and "above the requested" in \
+            loose.metadata()["unenforced_reason"]
         assert s.oom_kills() == 0 and s.hit_limit() is False
         s.kill_all()
         s.close()

@@ -46,12 +46,20 @@ class InheritSession(Session):
         self.cgroup_version = own.version
         limit, where = effective_limit(own)
         self.limit_bytes = limit
-        self.enforced = limit is not None
+        # A run labelled with a limit must never have had more memory than that: a looser
+        # inherited limit leaves the requested one unenforced; a tighter one is noted.
+        self.enforced = limit is not None and (request.ram_bytes is None
+                                               or limit <= request.ram_bytes)
         self.notes.update(inherited_limit_bytes=limit,
                           limit_set_in=None if where is None else str(where),
                           requested_ram_bytes=request.ram_bytes)
         if limit is None:
             self.notes["unenforced_reason"] = f"no finite memory limit on {own.path} or above"
+        elif not self.enforced:
+            self.notes["unenforced_reason"] = (
+                f"the inherited limit ({limit} bytes, set in {where}) is above the requested "
+                f"{request.ram_bytes} bytes; ask the scheduler for exactly the limit "
+                f"(SLURM --mem)")
         elif request.ram_bytes is not None and request.ram_bytes != limit:
             self.notes["limit_mismatch"] = (f"requested {request.ram_bytes} bytes, the "
                                             f"inherited limit is {limit} bytes")

@@ -11,6 +11,11 @@ rule tidy_run:
         code=CODE_ANALYSIS,
     wildcard_constraints:
         run=r"[^/]+/[^/]+/[^/]+/rep\d+",
+    resources:
+        mem_mb=2048,
+        runtime=10,
+    group:
+        "tidy"
     log:
         f"{RESULTS}/logs/tidy/{{run}}.log",
     conda:

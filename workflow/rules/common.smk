@@ -72,10 +72,13 @@ def limit_args(limit):
 
 
 def run_mem_mb(limit):
-    """Memory a cluster job asks for: the limit plus room for the supervisor and sampler."""
+    """Memory a cluster job asks for. Under `inherit` the job's own limit is the run's limit,
+    so it asks for exactly that (the supervisor and sampler, ~100 MB, share it); a backend
+    that sets its own cgroup needs room above the limit for them."""
     if limit == "none":
         return 8192
-    return parse_size(limit) // 2**20 + 1024
+    mib = parse_size(limit) // 2**20
+    return mib if RUN["backend"] == "inherit" else mib + 1024
 
 
 def model_files(wildcards):

@@ -24,8 +24,6 @@ rule run:
     resources:
         mem_mb=lambda wc: run_mem_mb(wc.limit),
         runtime=lambda wc: int(RUN["timeout_s"] // 60) + 5,
-    group:
-        "runs"
     log:
         f"{RESULTS}/logs/runs/{{pipeline}}/{{policy}}/{{limit}}/rep{{rep}}.log",
     conda:
