@@ -1,4 +1,5 @@
 include: "workflow/rules/common.smk"
+include: "workflow/rules/vm.smk"
 include: "workflow/rules/models.smk"
 include: "workflow/rules/split.smk"
 include: "workflow/rules/pipelines.smk"

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs everything edgeprof needs on a Debian/Ubuntu machine into ./.venv:
-# Debian packages (GNU time, tcmalloc/gperftools) and the Python package with its deps.
+# Debian packages (GNU time, tcmalloc/gperftools, qemu + busybox for the vm backend), the
+# Python package with its deps, and the vm backend's guest (kernel + initramfs, cached).
 set -euo pipefail
 cd "$(dirname "$0")"
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-APT_PACKAGES="time libgoogle-perftools4"
+APT_PACKAGES="time libgoogle-perftools4 qemu-system-x86 busybox-static"
 PY="${PYTHON:-python3}"
 
 if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
@@ -23,7 +24,8 @@ done
 if [ -n "$missing" ]; then
     echo "setup.sh: installing Debian packages:$missing" >&2
     $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+        $missing >/dev/null
 fi
 
 if [ ! -x .venv/bin/python ]; then
@@ -31,4 +33,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[test]'
+# The guest for the vm backend: a Debian backports kernel package fetched with apt-get
+# download (never installed on this host) and a busybox initramfs; cached, built once.
+.venv/bin/python -m engine.vm build
 echo "setup.sh: ready (.venv/bin/python, .venv/bin/snakemake)" >&2

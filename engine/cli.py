@@ -92,7 +92,7 @@ def _cmd_pipelines(args: argparse.Namespace) -> None:
     elif args.arrival == "normal":
         arrival.update(mean=args.mean, sd=args.sd)
     made = pipelines.generate_pipelines(args.seed, args.count, sizes, tuple(args.length),
-                                        arrival, args.bins)
+                                        arrival, args.bins, prefix=args.prefix)
     out = Path(args.out)
     for p in made:
         pipelines.save_pipeline(p, out / f"{p.name}.json")
@@ -121,11 +121,22 @@ def _cmd_run(args: argparse.Namespace) -> int:
                           cpu_profile=args.cpu_profile,
                           sample_hz=0 if args.no_probes else args.sample_hz,
                           sample_uss=args.sample_uss)
+    backend, auto = args.backend, None
+    if backend == "auto":
+        from engine.vm import auto_chooses_vm
+
+        use_vm, auto = auto_chooses_vm(limit, swap)
+        backend = "vm" if use_vm else backend
     t0 = time.perf_counter()
     try:
-        meta = run_supervised(args.pipeline, args.policy, model_index(args.models), args.out,
-                              options, LimitOptions(args.backend, limit, swap), probes,
-                              force=args.force)
+        if backend == "vm":
+            from engine.vm import run_in_vm
+
+            meta = run_in_vm(args, limit, swap, auto=auto)
+        else:
+            meta = run_supervised(args.pipeline, args.policy, model_index(args.models),
+                                  args.out, options, LimitOptions(backend, limit, swap),
+                                  probes, force=args.force)
     except Interrupted as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 130
@@ -208,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("pipelines", help="generate seeded multi-network pipelines")
     p.add_argument("--models", required=True, help="folder of *.description.json (split stage)")
-    p.add_argument("--out", required=True, help="folder for pNNN.json pipeline files")
+    p.add_argument("--out", required=True, help="folder for <prefix>NNN.json pipeline files")
     p.add_argument("--count", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--length", type=int, nargs=2, default=[2, 5], metavar=("MIN", "MAX"),
@@ -220,6 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bins", type=float, nargs="*", default=[100, 300],
                    help="upper edges (MiB) of the pipeline-size bins (default 100 300)")
     p.add_argument("--networks", nargs="*", help="draw from these (default: all split models)")
+    p.add_argument("--prefix", default="p", help="pipeline names: <prefix>NNN (default p)")
     p.set_defaults(func=_cmd_pipelines)
 
     p = sub.add_parser("run", help="run one pipeline under one policy; writes a run folder")
@@ -233,8 +245,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--swap", help="swap allowed on top of the limit: a size, 0, or max "
                    "(default: max, as EdgeCaffe's memsw of several GB)")
     p.add_argument("--backend", default="auto",
-                   choices=["auto", "none", "cgroup2", "cgroup1", "systemd", "inherit"],
-                   help="how the limit is enforced (auto: first that works; a run whose "
+                   choices=["auto", "none", "cgroup2", "cgroup1", "systemd", "inherit", "vm"],
+                   help="how the limit is enforced (vm: in a qemu guest with its own cgroup v2 "
+                        "and swap; auto: first that works, the vm when a limit is asked for "
+                        "and nothing else can enforce it; a run whose "
                         "limit is not enforced is marked limit_enforced=false)")
     p.add_argument("--budget", help="masa admission budget (default: the limit)")
     p.add_argument("--estimates", help="JSON of network -> peak bytes for masa (profiling run)")

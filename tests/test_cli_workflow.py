@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -69,3 +70,29 @@ def test_workflow_is_lint_clean():
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "Congratulations" in r.stdout + r.stderr
+
+
+def test_limited_runs_go_to_the_vm_with_its_smaller_pipelines(tmp_path):
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    cfg["results"] = str(tmp_path / "r")
+    cfg["run"]["backend"] = "vm"
+    path = tmp_path / "vm.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    r = _snakemake("--configfile", str(path), "--dry-run", "--printshellcmds")
+    assert r.returncode == 0, r.stderr[-3000:]
+    stats = r.stdout.split("Job stats:")[1]
+    jobs = {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.M)}
+    policies, vm = len(cfg["run"]["policies"]), cfg["vm"]
+    assert jobs["vm_guest"] == jobs["vm_pipelines"] == 1
+    assert jobs["run"] == policies * (cfg["pipelines"]["count"]
+                                      + vm["pipelines"]["count"] * len(vm["limits"]))
+    runs = [line.removeprefix("Shell command: ") for line in r.stdout.splitlines()
+            if " -m engine run " in line]
+    in_vm = [line for line in runs if "/pipelines/v0" in line]
+    assert len(in_vm) == policies * len(vm["limits"])
+    assert all("--backend vm" in line and line.startswith("EDGEPROF_VM_CACHE=")
+               for line in in_vm)
+    # the unconstrained baseline stays native
+    native = [line for line in runs if "/pipelines/p0" in line]
+    assert native and all("--backend none" in line and "--limit" not in line
+                          for line in native)

@@ -463,13 +463,15 @@ def _limit_text(row: pd.Series) -> str:
 
 
 def _pick_series(samples: pd.DataFrame, context: dict) -> tuple[str, str]:
-    """Which pipeline and limit memory_over_time shows: the reconciliation pipeline if it
-    was sampled, else the first; and the tightest sampled limit (most memory pressure)."""
+    """Which pipeline and limit memory_over_time shows: the tightest sampled limit (most
+    memory pressure; enforced limits first), and of its pipelines the reconciliation
+    pipeline if it ran there, else the first."""
     wanted = context.get("run", {}).get("reconcile", {}).get("pipeline")
-    pipelines = sorted(samples["pipeline"].unique())
-    pipeline = wanted if wanted in pipelines else pipelines[0]
-    limits = samples.loc[samples["pipeline"] == pipeline, "limit"].unique()
-    return pipeline, min(limits, key=_limit_order)
+    enforced = samples[samples["limit_enforced"].astype(bool)]
+    pool = samples if enforced.empty else enforced
+    limit = min(pool["limit"].unique(), key=_limit_order)
+    pipelines = sorted(pool.loc[pool["limit"] == limit, "pipeline"].unique())
+    return (wanted if wanted in pipelines else pipelines[0]), limit
 
 
 SERIES = [("rss_bytes", "process RSS"), ("swap_bytes", "process swap"),

@@ -11,7 +11,9 @@ from __future__ import annotations
 from engine.limits.base import LimitRequest, Session
 from engine.limits.none import NoneSession
 
-BACKENDS = ("auto", "cgroup2", "cgroup1", "systemd", "inherit", "none")
+# "vm" is not a session in this process: engine.cli runs the whole run in a qemu guest
+# (engine.vm.run_in_vm), where it uses cgroup2
+BACKENDS = ("auto", "cgroup2", "cgroup1", "systemd", "inherit", "none", "vm")
 
 __all__ = ["BACKENDS", "LimitRequest", "Session", "open_session"]
 
@@ -26,6 +28,11 @@ def open_session(backend: str, request: LimitRequest, run_id: str,
                             f"{', '.join(BACKENDS)}")
     if backend == "none":
         return NoneSession(request)
+    if backend == "vm":
+        from engine.errors import EdgeprofError
+
+        raise EdgeprofError("the vm backend runs the whole run in a guest: use "
+                            "engine.vm.run_in_vm (python -m engine run --backend vm)")
     from engine.limits.select import open_backend
 
     return open_backend(backend, request, run_id, allow_unenforced)

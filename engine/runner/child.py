@@ -28,6 +28,11 @@ def build_probes(spec: dict, out: Path) -> tuple[ProbeSet, dict]:
         counters = CgroupCounters(Path(spec["cgroup_dir"]), spec["cgroup_version"])
         probes.windows.append(_Adapter(counters.open_window, counters.close_window))
         meta["cgroup_windowed_peak"] = counters.windowed_peak
+    from engine.vm.vmstat import VmstatWindows, in_guest
+
+    if in_guest():  # the vm backend's guest: swap traffic per window from /proc/vmstat
+        vmstat = VmstatWindows()
+        probes.windows.append(_Adapter(vmstat.open, vmstat.close))
     if spec.get("process_probe", True):
         from engine.probes.process import ProcessWindow
 

@@ -31,9 +31,34 @@ PIPELINES = [f"p{i:03d}" for i in range(config["pipelines"]["count"])]
 POLICIES = {parse_policy(p).name.replace(":", "_"): parse_policy(p).name for p in RUN["policies"]}
 LIMITS = [str(limit) for limit in RUN["limits"]]
 REPS = list(range(RUN["repetitions"]))
+
+
+def _limited_runs_in_vm():
+    """Whether runs under a limit go to the vm backend: asked for, or `auto` on a host
+    where nothing else can enforce a limit and qemu is installed (engine.vm decides the
+    same way for each run; deciding it here writes nothing)."""
+    if RUN["backend"] == "vm":
+        return True
+    limited = [parse_size(limit) for limit in LIMITS if limit != "none"]
+    if RUN["backend"] != "auto" or not limited:
+        return False
+    from engine.vm import auto_chooses_vm
+
+    return auto_chooses_vm(limited[0], None)[0]
+
+
+# Emulated runs are 15-60x slower than native ones: when the limited runs go to the VM,
+# they run config["vm"]'s smaller pipelines (vNNN) and limits; unconstrained runs stay
+# native.
+USE_VM = _limited_runs_in_vm()
+VM = config.get("vm") if USE_VM else None
+VM_PIPELINES = [f"v{i:03d}" for i in range(VM["pipelines"]["count"])] if VM else []
 RUN_DIRS = expand(
     f"{RESULTS}/runs/{{pipeline}}/{{policy}}/{{limit}}/rep{{rep}}",
-    pipeline=PIPELINES, policy=POLICIES, limit=LIMITS, rep=REPS,
+    pipeline=PIPELINES, policy=POLICIES, limit=["none"] if VM else LIMITS, rep=REPS,
+) + expand(
+    f"{RESULTS}/runs/{{pipeline}}/{{policy}}/{{limit}}/rep{{rep}}",
+    pipeline=VM_PIPELINES, policy=POLICIES, limit=VM["limits"] if VM else [], rep=REPS,
 )
 # Only the settings a run depends on, so editing e.g. the limit list reruns only new runs.
 RUN_OPTIONS = (f"--blas-threads {RUN['blas_threads']} --timeout {RUN['timeout_s']}"
@@ -66,18 +91,21 @@ def run_code(wildcards):
 
 
 def limit_args(limit):
-    if limit == "none":
-        return f"--backend {RUN['backend']}"
+    if limit == "none":  # the unconstrained baseline runs natively, also with backend vm
+        return f"--backend {'none' if RUN['backend'] == 'vm' else RUN['backend']}"
     return f"--limit {limit} --swap {RUN['swap']} --backend {RUN['backend']}"
 
 
 def run_mem_mb(limit):
     """Memory a cluster job asks for. Under `inherit` the job's own limit is the run's limit,
     so it asks for exactly that (the supervisor and sampler, ~100 MB, share it); a backend
-    that sets its own cgroup needs room above the limit for them."""
+    that sets its own cgroup needs room above the limit for them; a VM needs its guest RAM
+    (limit + 768 MiB, at least 1 GiB) and qemu's own ~300 MiB."""
     if limit == "none":
         return 8192
     mib = parse_size(limit) // 2**20
+    if USE_VM:
+        return max(1024, mib + 768) + 512
     return mib if RUN["backend"] == "inherit" else mib + 1024
 
 

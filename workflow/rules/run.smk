@@ -1,12 +1,14 @@
 # Stage 4: one job per pipeline x policy x memory limit x repetition, each writing a run
-# folder. An OOM-killed or timed-out run is a result (exit 0, termination recorded); a
-# crash fails the job with the engine's message, and a rerun continues from there.
+# folder (in a qemu guest when the limited runs go to the vm backend, common.smk). An
+# OOM-killed or timed-out run is a result (exit 0, termination recorded); a crash fails
+# the job with the engine's message, and a rerun continues from there.
 
 
 rule run:
     input:
         pipeline=f"{RESULTS}/pipelines/{{pipeline}}.json",
         descriptions=DESCRIPTIONS,
+        vm_guest=lambda wc: VM_GUEST if USE_VM and wc.limit != "none" else [],
     output:
         directory(f"{RESULTS}/runs/{{pipeline}}/{{policy}}/{{limit}}/rep{{rep}}"),
     params:
@@ -18,6 +20,10 @@ rule run:
         seed=lambda wc: config["seed"] + int(wc.rep),
         options=RUN_OPTIONS,
         code=run_code,
+        # the guest this workflow built (rule vm_guest), for runs that go to the VM
+        vm_env=lambda wc, input: (
+            f"EDGEPROF_VM_CACHE={os.path.dirname(input.vm_guest)} " if input.vm_guest else ""
+        ),
     wildcard_constraints:
         policy="|".join(POLICIES),
         rep=r"\d+",
@@ -29,9 +35,9 @@ rule run:
     conda:
         "../../envs/edgeprof.yaml"
     shell:
-        "{params.py} -m engine run --pipeline {input.pipeline} --policy {params.policy}"
-        " --models {params.models} --out {output} {params.limit} {params.batch}"
-        " --seed {params.seed} {params.options} 2> {log}"
+        "{params.vm_env}{params.py} -m engine run --pipeline {input.pipeline}"
+        " --policy {params.policy} --models {params.models} --out {output} {params.limit}"
+        " {params.batch} --seed {params.seed} {params.options} 2> {log}"
 
 
 # The reconciliation run: the same engine with tcmalloc preloaded and a heap profile

@@ -1,6 +1,8 @@
 # The vm backend's guest: a Debian backports kernel and a busybox initramfs, built once
 # into VM_CACHE. The recipe hash (init script, builder, pinned kernel package) is a param,
 # so editing the recipe rebuilds the guest and nothing else does.
+import os
+
 from engine.vm.guest import recipe_hash
 
 VM_CACHE = f"{RESULTS}/vm-guest"
@@ -14,7 +16,7 @@ rule vm_guest:
         initrd=f"{VM_CACHE}/initrd.gz",
     params:
         py=PY,
-        cache=VM_CACHE,
+        cache=lambda wc, output: os.path.dirname(output.guest),
         recipe=recipe_hash(),
     log:
         f"{RESULTS}/logs/vm_guest.log",

@@ -1,0 +1,39 @@
+"""``python -m engine.vm build [--cache DIR]`` (the Snakemake rule) and ``check``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from engine.errors import EdgeprofError
+from engine.vm import boot, guest
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m engine.vm")
+    parser.add_argument("action", choices=["build", "check"])
+    parser.add_argument("--cache", help=f"guest cache folder (default: ${guest.CACHE_ENV} "
+                        "or ~/.cache/edgeprof/vm)")
+    parser.add_argument("--force", action="store_true", help="rebuild even if cached")
+    args = parser.parse_args(argv)
+    cache = Path(args.cache) if args.cache else guest.default_cache()
+    log = lambda m: print(m, file=sys.stderr)  # noqa: E731
+    try:
+        if args.action == "build":
+            g = guest.ensure_guest(cache, log=log, force=args.force)
+            print(f"{g.kernel_version}: {g.kernel} {g.initrd}")
+        else:
+            qemu = boot.qemu_binary()
+            g = guest.load_guest(cache)
+            accel, why = boot.kvm_status(g)
+            print(f"qemu: {qemu}\nguest: {g.kernel_version if g else 'not built'} ({cache})"
+                  f"\naccelerator: {accel} ({why})")
+    except EdgeprofError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
