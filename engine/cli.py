@@ -68,7 +68,7 @@ def _cmd_forward(args: argparse.Namespace) -> None:
               + ", ".join(f"{i}={flat[i]:.4f}" for i in top))
     print(f"load+forward took {elapsed:.3f} s", file=sys.stderr)
     if args.out:
-        from engine.caffe.io import atomic_path
+        from engine.files import atomic_path
 
         with atomic_path(args.out) as tmp, open(tmp, "wb") as f:
             np.savez(f, **outputs)

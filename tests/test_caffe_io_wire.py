@@ -10,6 +10,7 @@ import pytest
 
 from engine.caffe import io, schema, wire
 from engine.errors import CorruptModelError, ModelError
+from engine.files import atomic_path
 
 
 def _small_net(v1: bool) -> schema.NetParameter:
@@ -167,7 +168,7 @@ def test_prototxt_errors_and_unknown_fields(tmp_path):
 def test_atomic_path_leaves_nothing_on_failure(tmp_path):
     target = tmp_path / "out.bin"
     with pytest.raises(RuntimeError):
-        with io.atomic_path(target) as tmp:
+        with atomic_path(target) as tmp:
             tmp.write_bytes(b"half")
             raise RuntimeError("interrupted")
     assert list(tmp_path.iterdir()) == []

@@ -18,9 +18,7 @@ such instead of silently missing.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Callable
-from pathlib import Path
 
 import matplotlib
 import numpy as np
@@ -31,6 +29,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from engine.files import atomic_path
 from engine.schedule.policies import FAMILIES, PolicyError, parse_policy
 from engine.units import parse_size
 
@@ -553,9 +552,6 @@ def make_figure(name: str, tables: Tables, style: dict, context: dict) -> Figure
 def save_figure(fig: Figure, png: str | os.PathLike, pdf: str | os.PathLike,
                 dpi: int) -> None:
     """The figure as PNG and PDF, each through a temporary file and a rename."""
-    for path, fmt in ((Path(png), "png"), (Path(pdf), "pdf")):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format=fmt, dpi=dpi)
-        os.replace(tmp, path)
+    for path, fmt in ((png, "png"), (pdf, "pdf")):
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format=fmt, dpi=dpi)

@@ -13,13 +13,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from engine.files import atomic_path
 from engine.units import format_size
 
 TIDY_TABLES = ("runs", "tasks", "networks", "samples")
@@ -152,32 +152,21 @@ def tidy_run(folder: str | os.PathLike) -> dict[str, pd.DataFrame]:
             "samples": _with_identity(samples, ident)}
 
 
-def _atomic_write(path: Path, write) -> None:
-    """Write through a temporary file in the same folder, then rename: a reader (or a
-    killed job) never sees half a table."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def write_tidy(tables: dict[str, pd.DataFrame], out_dir: str | os.PathLike) -> None:
     """One Parquet file per tidy table in ``out_dir``."""
     for name, df in tables.items():
-        _atomic_write(Path(out_dir) / f"{name}.parquet", lambda p, df=df: df.to_parquet(p))
+        with atomic_path(Path(out_dir) / f"{name}.parquet") as tmp:
+            df.to_parquet(tmp)
 
 
 def write_tables(tables: dict[str, pd.DataFrame], out_dir: str | os.PathLike) -> None:
     """``<name>.csv`` and ``<name>.parquet`` per table, each written atomically."""
     out = Path(out_dir)
     for name, df in tables.items():
-        _atomic_write(out / f"{name}.csv", lambda p, df=df: df.to_csv(p, index=False))
-        _atomic_write(out / f"{name}.parquet", lambda p, df=df: df.to_parquet(p, index=False))
+        with atomic_path(out / f"{name}.csv") as tmp:
+            df.to_csv(tmp, index=False)
+        with atomic_path(out / f"{name}.parquet") as tmp:
+            df.to_parquet(tmp, index=False)
 
 
 def downsample(samples: pd.DataFrame, max_rows: int = MAX_SAMPLES_PER_RUN) -> pd.DataFrame:

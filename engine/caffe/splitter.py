@@ -20,6 +20,7 @@ from pathlib import Path
 
 from engine.caffe import graph, io, wire
 from engine.errors import ModelError
+from engine.files import normal_mode
 
 DESCRIPTION_VERSION = 1
 
@@ -133,7 +134,7 @@ def split_model(caffemodel: str | os.PathLike, prototxt: str | os.PathLike,
     out_dir.mkdir(parents=True, exist_ok=True)
     final = out_dir / f"{stem}_partials"
     tmp = Path(tempfile.mkdtemp(prefix=f".{stem}_partials.", dir=out_dir))
-    io.normal_mode(tmp, directory=True)
+    normal_mode(tmp, directory=True)
     try:
         sizes = _write_partials(caffemodel, records, stem, tmp)
         start = fc_part_start(g, fc_start)

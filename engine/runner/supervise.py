@@ -22,8 +22,8 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from engine.caffe.io import normal_mode
 from engine.errors import EdgeprofError
+from engine.files import normal_mode
 from engine.runner.execute import Interrupted, RunOptions, resolve_descriptions
 from engine.runner.folder import assemble
 from engine.schedule.pipelines import load_pipeline

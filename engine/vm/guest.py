@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import EdgeprofError
+from engine.files import atomic_path
 
 CACHE_ENV = "EDGEPROF_VM_CACHE"
 KERNEL_ENV = "EDGEPROF_VM_KERNEL_PACKAGE"  # pin an exact linux-image-* package
@@ -119,11 +120,14 @@ def build_guest(cache: Path, log: Log = print) -> Guest:
                   0o100644)]
         files += [(f"lib/modules/{n}.ko", _module_bytes(p), 0o100644) for n, p in modules]
         initrd = gzip.compress(newc_archive(files), compresslevel=6, mtime=0)
-        _atomic_write(cache / "initrd.gz", initrd)
-        _atomic_write(cache / "vmlinuz", (root / "boot" / f"vmlinuz-{version}").read_bytes())
+        with atomic_path(cache / "initrd.gz") as tmp:
+            tmp.write_bytes(initrd)
+        with atomic_path(cache / "vmlinuz") as tmp:
+            shutil.copyfile(root / "boot" / f"vmlinuz-{version}", tmp)
     info = {"kernel_version": version, "package": deb.name, "recipe": recipe_hash(),
             "modules": [n for n, _ in modules]}
-    _atomic_write(cache / "guest.json", json.dumps(info, indent=1).encode())
+    with atomic_path(cache / "guest.json") as tmp:
+        tmp.write_text(json.dumps(info, indent=1))
     log(f"vm guest: Linux {version}, initramfs {len(initrd) / 2**20:.1f} MiB -> {cache}")
     return load_guest(cache)
 
@@ -265,14 +269,6 @@ def newc_archive(files: list[tuple[str, bytes, int]]) -> bytes:
         entry(path, mode, data)
     entry("TRAILER!!!", 0)
     return out.getvalue()
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
 
 
 def _run(argv: list[str], what: str, cwd: Path | None = None) -> str:

@@ -1,0 +1,34 @@
+"""Writing results so that a reader, or a killed job, never sees half a file."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
+def normal_mode(path: str | os.PathLike, directory: bool = False) -> None:
+    """mkstemp/mkdtemp create private (0600/0700) entries; results should be shareable."""
+    os.chmod(path, (0o777 if directory else 0o666) & ~_UMASK)
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """A temporary path beside ``path`` that replaces it only if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    normal_mode(tmp)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
