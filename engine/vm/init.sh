@@ -32,12 +32,14 @@ if [ "$SWAP" = disk ]; then
   [ -b /dev/vda ] || die "no /dev/vda for swap"
   mkswap /dev/vda >/dev/null && swapon /dev/vda || die "swapon /dev/vda failed"
 fi
-# the job's delegated parent cgroup: empty, memory enabled for its children
+# the job's delegated parent cgroup: empty, memory enabled for its children; the job
+# learns it from EDGEPROF_CGROUP_ROOT (engine/limits' designated root)
+CG_ROOT=/sys/fs/cgroup/edgeprof
 echo +memory > $R/sys/fs/cgroup/cgroup.subtree_control || die "cannot enable memory controller"
-mkdir $R/sys/fs/cgroup/edgeprof || die "cannot create /sys/fs/cgroup/edgeprof"
+mkdir $R$CG_ROOT || die "cannot create $CG_ROOT"
 log "swap: $(tail -n +2 /proc/swaps | tr -s ' ' | tr '\n' ';')"
 log "VM_CMD_START"
-chroot $R /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 \
+chroot $R /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 EDGEPROF_CGROUP_ROOT=$CG_ROOT \
   PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
   /bin/sh -c "cd /run/vmout && exec /bin/sh /run/vmout/$CMD" < /dev/console
 rc=$?

@@ -115,8 +115,9 @@ def plan(cfg: VmConfig, limit: int | None, swap: int | None, guest: Guest) -> Pl
 
 def job_script(py_args: list[str], accel: str, cwd: Path) -> str:
     """The job for /run/vmout/job.sh: the guest's environment is empty (env -i)."""
-    env = {"PYTHONDONTWRITEBYTECODE": "1", "EDGEPROF_CGROUP_ROOT": "/sys/fs/cgroup/edgeprof",
-           GUEST_ENV: "1", "HOME": "/root", "TMPDIR": "/run/scratch"}
+    # EDGEPROF_CGROUP_ROOT comes from init.sh, which creates that cgroup
+    env = {"PYTHONDONTWRITEBYTECODE": "1", GUEST_ENV: "1", "HOME": "/root",
+           "TMPDIR": "/run/scratch"}
     if accel == "tcg":
         # OpenBLAS picks "Katmai" under -cpu max, and its AVX2/FMA kernels crawl under TCG
         env["OPENBLAS_CORETYPE"] = "Nehalem"
