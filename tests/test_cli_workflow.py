@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import yaml
+
+from tests.snakemake_output import job_counts
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -80,8 +81,7 @@ def test_limited_runs_go_to_the_vm_with_its_smaller_pipelines(tmp_path):
     path.write_text(yaml.safe_dump(cfg))
     r = _snakemake("--configfile", str(path), "--dry-run", "--printshellcmds")
     assert r.returncode == 0, r.stderr[-3000:]
-    stats = r.stdout.split("Job stats:")[1]
-    jobs = {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.M)}
+    jobs = job_counts(r.stdout)
     policies, vm = len(cfg["run"]["policies"]), cfg["vm"]
     assert jobs["vm_guest"] == jobs["vm_pipelines"] == 1
     assert jobs["run"] == policies * (cfg["pipelines"]["count"]

@@ -4,7 +4,6 @@ proving that a change reruns only the jobs it affects."""
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -14,6 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+
+from tests.snakemake_output import job_counts
 
 REPO = Path(__file__).resolve().parents[1]
 FIGURES = ["speedup", "memory", "partial_workers", "layer_times", "reconciliation",
@@ -64,12 +65,7 @@ class Workflow:
         """Rule -> job count of a dry run."""
         r = self.snakemake("--dry-run", "--quiet", "rules")
         assert r.returncode == 0, r.stderr[-3000:]
-        text = r.stdout + r.stderr
-        if "Nothing to be done" in text:
-            return Counter()
-        table = text.split("Job stats:")[1]
-        return Counter({m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)
-                        if m[1] != "total"})
+        return job_counts(r.stdout + r.stderr)
 
 
 @pytest.fixture(scope="module")
