@@ -48,6 +48,13 @@ class LimitOptions:
     swap_bytes: int | None = None
 
 
+def refuse_existing(out: Path, force: bool) -> None:
+    """A run never silently replaces an earlier one: an occupied ``out`` needs ``force``."""
+    if out.exists() and not force:
+        what = "a finished run" if (out / "meta.json").is_file() else "files"
+        raise EdgeprofError(f"{out} already holds {what}; pass --force to replace it")
+
+
 def run_supervised(pipeline_path: str, policy_name: str, models: dict[str, Path],
                    out: str | os.PathLike, options: RunOptions, limits: LimitOptions,
                    probes: ProbeOptions, force: bool = False) -> dict:
@@ -55,9 +62,7 @@ def run_supervised(pipeline_path: str, policy_name: str, models: dict[str, Path]
     from engine.limits import LimitRequest, open_session
 
     out = Path(out)
-    if out.exists() and not force:
-        what = "a finished run" if (out / "meta.json").is_file() else "files"
-        raise EdgeprofError(f"{out} already holds {what}; pass --force to replace it")
+    refuse_existing(out, force)
     policy = parse_policy(policy_name)
     pipeline = load_pipeline(pipeline_path)
     descs = resolve_descriptions(pipeline, models)
@@ -200,12 +205,12 @@ def _termination(code: int, timed_out: bool, oom_kills: int, session, tmp: Path)
     if killed and session.hit_limit():
         return "memory", "killed by SIGKILL with the cgroup at its limit"
     if child.is_file():
-        status = json.loads(child.read_text())["status"]
-        if status == "ok" and code == 0:
+        summary = json.loads(child.read_text())
+        if summary["status"] == "ok" and code == 0:
             return "ok", ""
-        if status == "timeout":
+        if summary["status"] == "timeout":
             return "timeout", "the run's own timeout"
-        return "error", json.loads(child.read_text()).get("error") or f"exit code {code}"
+        return "error", summary.get("error") or f"exit code {code}"
     return "error", f"the run process ended with code {code} before finishing"
 
 

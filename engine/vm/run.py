@@ -271,11 +271,10 @@ def run_in_vm(args: argparse.Namespace, limit: int | None, swap: int | None,
     engine.runner.execute.Interrupted on SIGINT/SIGTERM, after killing qemu and removing
     every file the run made."""
     from engine.runner.execute import Interrupted
+    from engine.runner.supervise import refuse_existing
 
     out = Path(args.out)
-    if out.exists() and not args.force:
-        what = "a finished run" if (out / "meta.json").is_file() else "files"
-        raise EdgeprofError(f"{out} already holds {what}; pass --force to replace it")
+    refuse_existing(out, args.force)
     _check_inputs(args)
     out.parent.mkdir(parents=True, exist_ok=True)
     share = Path(tempfile.mkdtemp(prefix=f".{out.name}.vm.", dir=out.parent))
