@@ -1,3 +1,8 @@
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/vm.smk"
 include: "workflow/rules/models.smk"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -50,9 +51,11 @@ def test_cli_bad_input_is_one_clear_line(tmp_path):
     assert r.returncode == 2 and "does not exist" in r.stderr
 
 
-def _snakemake(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=600)
+def _snakemake(*args: str, python_args: tuple[str, ...] = (),
+               env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *python_args, "-m", "snakemake", "--cores", "1",
+                           *args], cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env=env)
 
 
 def test_workflow_rejects_a_bad_config_before_any_job(tmp_path):
@@ -96,3 +99,55 @@ def test_limited_runs_go_to_the_vm_with_its_smaller_pipelines(tmp_path):
     native = [line for line in runs if "/pipelines/p0" in line]
     assert native and all("--backend none" in line and "--limit" not in line
                           for line in native)
+
+
+def _shell_commands(text: str) -> list[str]:
+    return [line.removeprefix("Shell command: ") for line in text.splitlines()
+            if line.startswith("Shell command: ")]
+
+
+def test_with_the_vm_disabled_every_limit_runs_natively_with_run_backend(tmp_path):
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    cfg["results"] = str(tmp_path / "r")
+    cfg["vm"]["enabled"] = False
+    path = tmp_path / "native.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    r = _snakemake("--configfile", str(path), "--dry-run", "--printshellcmds")
+    assert r.returncode == 0, r.stderr[-3000:]
+    jobs = job_counts(r.stdout)
+    assert "vm_guest" not in jobs and "vm_pipelines" not in jobs
+    run = cfg["run"]
+    assert jobs["run"] == (len(run["policies"]) * cfg["pipelines"]["count"]
+                           * len(run["limits"]) * run["repetitions"])
+    runs = [c for c in _shell_commands(r.stdout) if " -m engine run " in c]
+    assert runs and all(c.startswith("python -m engine run ") for c in runs)
+    assert all("--backend auto" in c and "/pipelines/p0" in c for c in runs)
+    assert sum("--limit 256M --swap max --backend auto" in c for c in runs) == len(
+        run["policies"]) * cfg["pipelines"]["count"]
+
+
+def test_building_the_dag_probes_nothing_on_the_host(tmp_path):
+    """Where the limited runs go is config (vm.enabled): planning the default workflow,
+    whose limited runs go to the VM, runs no systemctl or qemu and does not import the
+    vm backend's host side (engine.vm.run, which probes both)."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    marker = tmp_path / "probed"
+    for tool in ("systemctl", "systemd-run", "qemu-system-x86_64", "qemu-img"):
+        (fake / tool).write_text(f"#!/bin/sh\necho {tool} >> {marker}\nexit 1\n")
+        (fake / tool).chmod(0o755)
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    cfg["results"] = str(tmp_path / "r")
+    path = tmp_path / "default.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    env = dict(os.environ, PATH=f"{fake}{os.pathsep}{os.environ.get('PATH', '')}")
+    r = _snakemake("--configfile", str(path), "--dry-run", "--printshellcmds",
+                   python_args=("-X", "importtime"), env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert job_counts(r.stdout)["vm_guest"] == 1
+    assert not marker.exists(), marker.read_text()
+    imported = {line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "engine.workflow" in imported
+    assert not {"engine.vm.run", "engine.vm.boot", "engine.limits.select",
+                "engine.limits.vm"} & imported

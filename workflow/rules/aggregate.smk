@@ -9,8 +9,6 @@ rule tidy_run:
         tidy=directory(f"{RESULTS}/tidy/{{run}}"),
     params:
         code=CODE_ANALYSIS,
-    wildcard_constraints:
-        run=r"[^/]+/[^/]+/[^/]+/rep\d+",
     resources:
         mem_mb=2048,
         runtime=10,
@@ -19,14 +17,14 @@ rule tidy_run:
     log:
         f"{RESULTS}/logs/tidy/{{run}}.log",
     conda:
-        "../../envs/edgeprof.yaml"
+        "../../envs/analysis.yaml"
     script:
         "../scripts/tidy_run.py"
 
 
 rule aggregate:
     input:
-        tidy=[d.replace(f"{RESULTS}/runs/", f"{RESULTS}/tidy/") for d in RUN_DIRS],
+        tidy=TIDY_DIRS,
         reconcile=REC_DIR,
     output:
         expand(f"{RESULTS}/tables/{{table}}.{{ext}}", table=TABLES, ext=["csv", "parquet"]),
@@ -35,6 +33,6 @@ rule aggregate:
     log:
         f"{RESULTS}/logs/aggregate.log",
     conda:
-        "../../envs/edgeprof.yaml"
+        "../../envs/analysis.yaml"
     script:
         "../scripts/aggregate.py"

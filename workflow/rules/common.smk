@@ -1,6 +1,11 @@
-# Config (validated against its JSON schema before any job runs), the lists every stage
-# expands over, and code fingerprints that decide which jobs a code change reruns.
+# Config (validated against its JSON schema before any job runs), the paths and lists
+# every stage expands over, the jobs' environment, and the code fingerprints that decide
+# which jobs a code change reruns. Argument strings, job lists and resources come from
+# engine.workflow (pure functions of the config, unit-tested in tests/test_workflow_args.py);
+# nothing here probes the host, so building the DAG on a submit host is cheap.
 import hashlib
+import os
+import re
 import sys
 from pathlib import Path
 
@@ -8,7 +13,21 @@ from snakemake.utils import validate
 
 from engine.caffe.zoo import ZOO
 from engine.schedule.policies import parse_policy, policy_fingerprint
-from engine.units import parse_size
+from engine.workflow import (
+    batch_args,
+    job_environ,
+    limit_args,
+    pipeline_names,
+    pipelines_args,
+    policy_ids,
+    run_mem_mb,
+    run_options,
+    run_runtime_min,
+    run_sets,
+    runs_in_vm,
+    vm_pipeline_names,
+    vm_pipelines_args,
+)
 
 
 configfile: "config/config.yaml"
@@ -16,55 +35,96 @@ configfile: "config/config.yaml"
 
 validate(config, "../schemas/config.schema.yaml")
 
-PY = sys.executable
+
+# Jobs run `python -m engine ...`: `python` is the venv running Snakemake (or, under
+# --software-deployment-method conda, the rule's pinned environment) and `engine` is this
+# checkout's. Set here rather than in params, so neither conda nor moving the venv changes
+# any job's params.
+def _uses_conda():
+    settings = getattr(workflow, "deployment_settings", None)
+    return settings is not None and any(
+        method.name == "CONDA" for method in settings.deployment_method
+    )
+
+
+os.environ.update(
+    job_environ(
+        os.environ,
+        sys.executable,
+        os.path.abspath(workflow.basedir),
+        under_conda=_uses_conda(),
+    )
+)
+
 RESULTS = config["results"]
+RUN = config["run"]
+REC = RUN["reconcile"]
+MODELS_DIR = f"{RESULTS}/models"
+SPLIT_DIR = f"{RESULTS}/split"
+PIPELINES_DIR = f"{RESULTS}/pipelines"
 USER_MODELS = config["models"]["user_dir"]
+# The vm backend's guest, built by rule vm_guest for the runs that go to the VM.
+VM_CACHE = f"{RESULTS}/vm-guest"
+VM_GUEST = f"{VM_CACHE}/guest.json"
+
 # stem -> display name; zoo networks are generated, user models come from USER_MODELS.
 ZOO_STEMS = {ZOO[name].stem: name for name in config["models"]["zoo"]}
 USER_STEMS = {stem: stem for stem in config["models"]["user"]}
 NETWORKS = {**ZOO_STEMS, **USER_STEMS}
-DESCRIPTIONS = expand(f"{RESULTS}/split/{{stem}}.description.json", stem=NETWORKS)
+DESCRIPTIONS = expand(f"{SPLIT_DIR}/{{stem}}.description.json", stem=NETWORKS)
 
-RUN = config["run"]
-PIPELINES = [f"p{i:03d}" for i in range(config["pipelines"]["count"])]
-# Policy ids are path-safe: "partial:2" -> "partial_2".
-POLICIES = {parse_policy(p).name.replace(":", "_"): parse_policy(p).name for p in RUN["policies"]}
-LIMITS = [str(limit) for limit in RUN["limits"]]
+PIPELINES = pipeline_names(config["pipelines"]["count"])
+# With vm.enabled the limited runs go to the VM on the vm block's smaller pipelines (vNNN)
+# and limits; unconstrained runs always stay native (engine.workflow.run_sets).
+VM_PIPELINES = vm_pipeline_names(config)
+POLICIES = policy_ids(RUN["policies"])  # path-safe id ("partial_2") -> name ("partial:2")
 REPS = list(range(RUN["repetitions"]))
+RUN_PATTERN = "{pipeline}/{policy}/{limit}/rep{rep}"
+RUN_IDS = [
+    run_id
+    for pipelines, limits in run_sets(config)
+    for run_id in expand(
+        RUN_PATTERN, pipeline=pipelines, policy=POLICIES, limit=limits, rep=REPS
+    )
+]
+# every run, as the tidy folders the aggregate reads (each needs its run folder)
+TIDY_DIRS = [f"{RESULTS}/tidy/{run_id}" for run_id in RUN_IDS]
+REC_ID = REC["policy"].replace(":", "_")
+REC_DIR = f"{RESULTS}/reconcile/{REC['pipeline']}/{REC_ID}/{REC['limit']}"
+
+# What `rule all` (in the Snakefile) builds.
+FIGURES = [
+    "speedup",
+    "memory",
+    "partial_workers",
+    "layer_times",
+    "reconciliation",
+    "memory_over_time",
+]
+TABLES = ["runs", "tasks", "networks", "samples", "reconcile", "speedup"]
+TARGETS = expand(
+    f"{RESULTS}/plots/{{fig}}.{{ext}}", fig=FIGURES, ext=["png", "pdf"]
+) + expand(f"{RESULTS}/tables/{{table}}.{{ext}}", table=TABLES, ext=["csv", "parquet"])
 
 
-def _limited_runs_in_vm():
-    """Whether runs under a limit go to the vm backend: asked for, or `auto` on a host
-    where nothing else can enforce a limit and qemu is installed (engine.vm decides the
-    same way for each run; deciding it here writes nothing)."""
-    if RUN["backend"] == "vm":
-        return True
-    limited = [parse_size(limit) for limit in LIMITS if limit != "none"]
-    if RUN["backend"] != "auto" or not limited:
-        return False
-    from engine.vm import auto_chooses_vm
-
-    return auto_chooses_vm(limited[0], None)[0]
+wildcard_constraints:
+    stem="|".join(map(re.escape, NETWORKS)) or "(?!)",
+    pipeline=r"[pv]\d\d\d+",
+    policy="|".join(POLICIES),
+    limit=r"none|\d+(\.\d+)?[KMGT]?",
+    rep=r"\d+",
+    run=r"[^/]+/[^/]+/[^/]+/rep\d+",
+    fig="|".join(FIGURES),
 
 
-# Emulated runs are 15-60x slower than native ones: when the limited runs go to the VM,
-# they run config["vm"]'s smaller pipelines (vNNN) and limits; unconstrained runs stay
-# native.
-USE_VM = _limited_runs_in_vm()
-VM = config.get("vm") if USE_VM else None
-VM_PIPELINES = [f"v{i:03d}" for i in range(VM["pipelines"]["count"])] if VM else []
-RUN_DIRS = expand(
-    f"{RESULTS}/runs/{{pipeline}}/{{policy}}/{{limit}}/rep{{rep}}",
-    pipeline=PIPELINES, policy=POLICIES, limit=["none"] if VM else LIMITS, rep=REPS,
-) + expand(
-    f"{RESULTS}/runs/{{pipeline}}/{{policy}}/{{limit}}/rep{{rep}}",
-    pipeline=VM_PIPELINES, policy=POLICIES, limit=VM["limits"] if VM else [], rep=REPS,
-)
+# Argument strings the rules pass to `python -m engine` (engine.workflow builds them).
+PIPELINES_ARGS = pipelines_args(config, NETWORKS.values())
+VM_PIPELINES_ARGS = vm_pipelines_args(config)
+BATCH_ARGS = batch_args(RUN)
 # Only the settings a run depends on, so editing e.g. the limit list reruns only new runs.
-RUN_OPTIONS = (f"--blas-threads {RUN['blas_threads']} --timeout {RUN['timeout_s']}"
-               f" --sample-hz {RUN['sample_hz']}")
-REC = RUN["reconcile"]
-REC_DIR = f"{RESULTS}/reconcile/{REC['pipeline']}/{REC['policy'].replace(':', '_')}/{REC['limit']}"
+RUN_OPTIONS = run_options(RUN)
+REC_LIMIT_ARGS = limit_args(config, REC["limit"])
+RUN_RUNTIME = run_runtime_min(RUN)
 
 
 def _hash_files(*roots):
@@ -78,50 +138,82 @@ def _hash_files(*roots):
 # Code every run shares (engine, probes, limits, dispatch); each policy adds its own
 # graph builder's fingerprint, so editing one policy reruns only that policy's runs.
 CODE_CAFFE = _hash_files("engine/caffe")
-CODE_RUN_SHARED = _hash_files("engine/caffe", "engine/ops", "engine/network.py",
-                              "engine/runner", "engine/probes", "engine/limits",
-                              "engine/schedule/dispatch.py", "engine/schedule/tasks.py")
+CODE_RUN_SHARED = _hash_files(
+    "engine/caffe",
+    "engine/ops",
+    "engine/network.py",
+    "engine/runner",
+    "engine/probes",
+    "engine/limits",
+    "engine/schedule/dispatch.py",
+    "engine/schedule/tasks.py",
+)
 CODE_ANALYSIS = _hash_files("engine/analysis/tables.py", "engine/analysis/reconcile.py")
 CODE_PLOTS = _hash_files("engine/analysis/plots.py")
+# policy id -> the code its runs depend on, computed once (not once per job)
+RUN_CODE = {
+    pid: f"{CODE_RUN_SHARED}-{policy_fingerprint(parse_policy(name).family)}"
+    for pid, name in POLICIES.items()
+}
+REC_CODE = (
+    f"{CODE_RUN_SHARED}-{policy_fingerprint(parse_policy(REC['policy']).family)}"
+)
 
 
-def run_code(wildcards):
-    family = parse_policy(POLICIES[wildcards.policy]).family
-    return f"{CODE_RUN_SHARED}-{policy_fingerprint(family)}"
+# Input, params and resources functions of the rules. Folders are taken from a job's own
+# files (not hardcoded), so they hold without a shared filesystem too.
+def output_dir(wildcards, output):
+    return os.path.dirname(output[0])
 
 
-def limit_args(limit):
-    if limit == "none":  # the unconstrained baseline runs natively, also with backend vm
-        return f"--backend {'none' if RUN['backend'] == 'vm' else RUN['backend']}"
-    return f"--limit {limit} --swap {RUN['swap']} --backend {RUN['backend']}"
-
-
-def run_mem_mb(limit):
-    """Memory a cluster job asks for. Under `inherit` the job's own limit is the run's limit,
-    so it asks for exactly that (the supervisor and sampler, ~100 MB, share it); a backend
-    that sets its own cgroup needs room above the limit for them; a VM needs its guest RAM
-    (limit + 768 MiB, at least 1 GiB) and qemu's own ~300 MiB."""
-    if limit == "none":
-        return 8192
-    mib = parse_size(limit) // 2**20
-    if USE_VM:
-        return max(1024, mib + 768) + 512
-    return mib if RUN["backend"] == "inherit" else mib + 1024
+def split_dir(wildcards, input):
+    """The folder of the description files, where `python -m engine` finds the models."""
+    return os.path.dirname(input.descriptions[0])
 
 
 def model_files(wildcards):
-    folder = f"{RESULTS}/models" if wildcards.stem in ZOO_STEMS else USER_MODELS
+    folder = MODELS_DIR if wildcards.stem in ZOO_STEMS else USER_MODELS
     return {
         "caffemodel": f"{folder}/{wildcards.stem}.caffemodel",
         "prototxt": f"{folder}/{wildcards.stem}.prototxt",
     }
 
 
-# What `rule all` (in the Snakefile) builds.
-FIGURES = ["speedup", "memory", "partial_workers", "layer_times", "reconciliation",
-           "memory_over_time"]
-TABLES = ["runs", "tasks", "networks", "samples", "reconcile", "speedup"]
-TARGETS = (
-    expand(f"{RESULTS}/plots/{{fig}}.{{ext}}", fig=FIGURES, ext=["png", "pdf"])
-    + expand(f"{RESULTS}/tables/{{table}}.{{ext}}", table=TABLES, ext=["csv", "parquet"])
-)
+def run_vm_guest(wildcards):
+    """The built guest, for a run that goes to the VM."""
+    return VM_GUEST if runs_in_vm(config, wildcards.limit) else []
+
+
+def reconcile_vm_guest(wildcards):
+    return VM_GUEST if runs_in_vm(config, REC["limit"]) else []
+
+
+def vm_env(wildcards, input):
+    """Points a run that goes to the VM at the guest this workflow built."""
+    if not input.vm_guest:
+        return ""
+    return f"EDGEPROF_VM_CACHE={os.path.dirname(input.vm_guest)} "
+
+
+def run_limit_args(wildcards):
+    return limit_args(config, wildcards.limit)
+
+
+def run_seed(wildcards):
+    return config["seed"] + int(wildcards.rep)
+
+
+def run_code(wildcards):
+    return RUN_CODE[wildcards.policy]
+
+
+def run_mem(wildcards):
+    return run_mem_mb(config, wildcards.limit)
+
+
+def vm_recipe(wildcards):
+    """The guest's recipe hash (reads two files; probes nothing): imported only when a
+    vm_guest job is planned."""
+    from engine.vm.guest import recipe_hash
+
+    return recipe_hash()

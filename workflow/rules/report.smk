@@ -22,11 +22,9 @@ rule plot:
         style=config["plots"],
         run=RUN,
         code=CODE_PLOTS,
-    wildcard_constraints:
-        fig="|".join(FIGURES),
     log:
         f"{RESULTS}/logs/plots/{{fig}}.log",
     conda:
-        "../../envs/edgeprof.yaml"
+        "../../envs/analysis.yaml"
     script:
         "../scripts/plot.py"

@@ -1,41 +1,36 @@
 # Stage 4: one job per pipeline x policy x memory limit x repetition, each writing a run
-# folder (in a qemu guest when the limited runs go to the vm backend, common.smk). An
+# folder (in a qemu guest for the runs that go to the vm backend: engine.workflow). An
 # OOM-killed or timed-out run is a result (exit 0, termination recorded); a crash fails
 # the job with the engine's message, and a rerun continues from there.
 
 
 rule run:
     input:
-        pipeline=f"{RESULTS}/pipelines/{{pipeline}}.json",
+        pipeline=f"{PIPELINES_DIR}/{{pipeline}}.json",
         descriptions=DESCRIPTIONS,
-        vm_guest=lambda wc: VM_GUEST if USE_VM and wc.limit != "none" else [],
+        vm_guest=run_vm_guest,
     output:
-        directory(f"{RESULTS}/runs/{{pipeline}}/{{policy}}/{{limit}}/rep{{rep}}"),
+        directory(f"{RESULTS}/runs/{RUN_PATTERN}"),
     params:
-        py=PY,
         policy=lambda wc: POLICIES[wc.policy],
-        models=lambda wc, input: os.path.dirname(input.descriptions[0]),
-        limit=lambda wc: limit_args(wc.limit),
-        batch=f"--batch {RUN['batch']}" if RUN["batch"] else "",
-        seed=lambda wc: config["seed"] + int(wc.rep),
+        models=split_dir,
+        limit=run_limit_args,
+        batch=BATCH_ARGS,
+        seed=run_seed,
         options=RUN_OPTIONS,
         code=run_code,
-        # the guest this workflow built (rule vm_guest), for runs that go to the VM
-        vm_env=lambda wc, input: (
-            f"EDGEPROF_VM_CACHE={os.path.dirname(input.vm_guest)} " if input.vm_guest else ""
-        ),
-    wildcard_constraints:
-        policy="|".join(POLICIES),
-        rep=r"\d+",
+        vm_env=vm_env,
     resources:
-        mem_mb=lambda wc: run_mem_mb(wc.limit),
-        runtime=lambda wc: int(RUN["timeout_s"] // 60) + 5,
+        mem_mb=run_mem,
+        runtime=RUN_RUNTIME,
     log:
-        f"{RESULTS}/logs/runs/{{pipeline}}/{{policy}}/{{limit}}/rep{{rep}}.log",
+        f"{RESULTS}/logs/runs/{RUN_PATTERN}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/runs/{RUN_PATTERN}.tsv"
     conda:
-        "../../envs/edgeprof.yaml"
+        "../../envs/run.yaml"
     shell:
-        "{params.vm_env}{params.py} -m engine run --pipeline {input.pipeline}"
+        "{params.vm_env}python -m engine run --pipeline {input.pipeline}"
         " --policy {params.policy} --models {params.models} --out {output} {params.limit}"
         " {params.batch} --seed {params.seed} {params.options} 2> {log}"
 
@@ -44,26 +39,30 @@ rule run:
 # dumped at every task boundary (slow, so only one pipeline).
 rule reconcile_run:
     input:
-        pipeline=f"{RESULTS}/pipelines/{REC['pipeline']}.json",
+        pipeline=f"{PIPELINES_DIR}/{REC['pipeline']}.json",
         descriptions=DESCRIPTIONS,
+        vm_guest=reconcile_vm_guest,
     output:
         directory(REC_DIR),
     params:
-        py=PY,
         policy=REC["policy"],
-        models=lambda wc, input: os.path.dirname(input.descriptions[0]),
-        limit=limit_args(REC["limit"]),
-        batch=f"--batch {RUN['batch']}" if RUN["batch"] else "",
+        models=split_dir,
+        limit=REC_LIMIT_ARGS,
+        batch=BATCH_ARGS,
         seed=config["seed"],
         options=RUN_OPTIONS,
-        code=f"{CODE_RUN_SHARED}-{policy_fingerprint(parse_policy(REC['policy']).family)}",
+        code=REC_CODE,
+        vm_env=vm_env,
     resources:
-        mem_mb=run_mem_mb(REC["limit"]),
+        mem_mb=run_mem_mb(config, REC["limit"]),
+        runtime=RUN_RUNTIME,
     log:
         f"{RESULTS}/logs/reconcile.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/reconcile.tsv"
     conda:
-        "../../envs/edgeprof.yaml"
+        "../../envs/run.yaml"
     shell:
-        "{params.py} -m engine run --pipeline {input.pipeline} --policy {params.policy}"
-        " --models {params.models} --out {output} {params.limit} {params.batch}"
-        " --seed {params.seed} {params.options} --heap-profile 2> {log}"
+        "{params.vm_env}python -m engine run --pipeline {input.pipeline}"
+        " --policy {params.policy} --models {params.models} --out {output} {params.limit}"
+        " {params.batch} --seed {params.seed} {params.options} --heap-profile 2> {log}"

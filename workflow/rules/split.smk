@@ -5,17 +5,18 @@ rule split:
     input:
         unpack(model_files),
     output:
-        description=f"{RESULTS}/split/{{stem}}.description.json",
-        partials=directory(f"{RESULTS}/split/{{stem}}_partials"),
+        description=f"{SPLIT_DIR}/{{stem}}.description.json",
+        partials=directory(f"{SPLIT_DIR}/{{stem}}_partials"),
     params:
-        py=PY,
         network=lambda wc: NETWORKS[wc.stem],
-        out=lambda wc, output: os.path.dirname(output.description),
+        out=output_dir,
         code=CODE_CAFFE,
     log:
         f"{RESULTS}/logs/split/{{stem}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/split/{{stem}}.tsv"
     conda:
-        "../../envs/edgeprof.yaml"
+        "../../envs/run.yaml"
     shell:
-        "{params.py} -m engine split {input.caffemodel} --prototxt {input.prototxt}"
+        "python -m engine split {input.caffemodel} --prototxt {input.prototxt}"
         " --out {params.out} --network {params.network} 2> {log}"

@@ -1,12 +1,7 @@
 # The vm backend's guest: a Debian backports kernel and a busybox initramfs, built once
-# into VM_CACHE. The recipe hash (init script, builder, pinned kernel package) is a param,
-# so editing the recipe rebuilds the guest and nothing else does.
-import os
-
-from engine.vm.guest import recipe_hash
-
-VM_CACHE = f"{RESULTS}/vm-guest"
-VM_GUEST = f"{VM_CACHE}/guest.json"
+# into VM_CACHE, only when some run goes to the VM (vm.enabled, or run.backend vm). The
+# recipe hash (init script, builder, pinned kernel package) is a param, so editing the
+# recipe rebuilds the guest and nothing else does.
 
 
 rule vm_guest:
@@ -15,12 +10,13 @@ rule vm_guest:
         kernel=f"{VM_CACHE}/vmlinuz",
         initrd=f"{VM_CACHE}/initrd.gz",
     params:
-        py=PY,
-        cache=lambda wc, output: os.path.dirname(output.guest),
-        recipe=recipe_hash(),
+        cache=output_dir,
+        recipe=vm_recipe,
     log:
         f"{RESULTS}/logs/vm_guest.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/vm_guest.tsv"
     conda:
-        "../../envs/edgeprof.yaml"
+        "../../envs/run.yaml"
     shell:
-        "{params.py} -m engine.vm build --force --cache {params.cache} 2> {log}"
+        "python -m engine.vm build --force --cache {params.cache} 2> {log}"

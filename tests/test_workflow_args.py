@@ -1,0 +1,246 @@
+"""engine.workflow (what the Snakemake workflow computes from its config) and the config's
+schema: argument strings, which runs exist and where they run, resources, the jobs'
+environment, one list of backends, and config/README.md covering every key."""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from engine import workflow as wf
+from engine.limits import BACKENDS
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMA = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
+
+
+def load_config(name: str = "config.yaml") -> dict:
+    """A config file as the workflow sees it: merged into config/config.yaml key by key
+    (Snakemake's update_config), then validated with the schema's defaults filled in."""
+    from snakemake.utils import update_config, validate
+
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    if name != "config.yaml":
+        update_config(config, yaml.safe_load((REPO / "config" / name).read_text()))
+    validate(config, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
+    return config
+
+
+@pytest.fixture
+def cfg() -> dict:
+    return load_config()
+
+
+def with_(config: dict, **changes) -> dict:
+    """A copy of ``config`` with ``section__key=value`` changes."""
+    config = copy.deepcopy(config)
+    for path, value in changes.items():
+        *parents, key = path.split("__")
+        node = config
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[key] = value
+    return config
+
+
+# --- argument strings ------------------------------------------------------------------------
+
+
+def test_arrival_args():
+    assert wf.arrival_args({"mode": "batch"}) == "--arrival batch"
+    assert wf.arrival_args({"mode": "poisson", "rate": 2.5}) == "--arrival poisson --rate 2.5"
+    assert (wf.arrival_args({"mode": "normal", "mean": 1, "sd": 0.5})
+            == "--arrival normal --mean 1 --sd 0.5")
+
+
+def test_batch_and_run_options(cfg):
+    assert wf.batch_args(cfg["run"]) == "--batch 1"
+    assert wf.batch_args(with_(cfg, run__batch=None)["run"]) == ""
+    assert wf.run_options(cfg["run"]) == "--blas-threads 1 --timeout 600 --sample-hz 100"
+    assert wf.run_runtime_min(cfg["run"]) == 15
+    assert wf.run_runtime_min({"timeout_s": 1800}) == 35
+
+
+def test_pipelines_args_are_todays_command_lines(cfg):
+    networks = ["AgeNet", "GenderNet", "FaceNet", "AlexNet", "GoogLeNet"]
+    assert wf.pipelines_args(cfg, networks) == (
+        "--count 3 --seed 0 --length 2 4 --arrival batch --bins 150 400"
+        " --networks AgeNet GenderNet FaceNet AlexNet GoogLeNet")
+    assert wf.vm_pipelines_args(cfg) == (
+        "--count 1 --seed 0 --prefix v --length 2 2 --bins 150 400"
+        " --networks AgeNet GenderNet")
+    assert wf.vm_pipelines_args(with_(cfg, vm__enabled=False)) == ""
+
+
+def test_policy_ids_are_path_safe():
+    assert wf.policy_ids(["bulk", "partial", "partial:3", "execprio-inter:2"]) == {
+        "bulk": "bulk", "partial_2": "partial:2", "partial_3": "partial:3",
+        "execprio-inter_2": "execprio-inter:2"}
+
+
+# --- which runs exist and where they run -----------------------------------------------------
+
+
+def test_vm_enabled_runs_limited_runs_in_the_vm_on_its_pipelines(cfg):
+    assert wf.vm_enabled(cfg)
+    assert wf.run_sets(cfg) == [(["p000", "p001", "p002"], ["none"]),
+                                (["v000"], ["256M", "128M"])]
+    # unconstrained runs stay native; limited runs go to the vm whatever run.backend says
+    assert wf.limit_args(cfg, "none") == "--backend auto"
+    assert wf.limit_args(cfg, "256M") == "--limit 256M --swap max --backend vm"
+    assert wf.runs_in_vm(cfg, "128M") and not wf.runs_in_vm(cfg, "none")
+    explicit = with_(cfg, run__backend="vm")
+    assert wf.limit_args(explicit, "none") == "--backend none"
+    assert wf.limit_args(explicit, "128M") == "--limit 128M --swap max --backend vm"
+
+
+def test_vm_disabled_runs_every_limit_with_run_backend(cfg):
+    cfg = with_(cfg, vm__enabled=False)
+    assert not wf.vm_enabled(cfg) and wf.vm_pipeline_names(cfg) == []
+    assert wf.run_sets(cfg) == [(["p000", "p001", "p002"], ["none", "1G", "512M", "256M"])]
+    assert wf.limit_args(cfg, "1G") == "--limit 1G --swap max --backend auto"
+    assert not wf.runs_in_vm(cfg, "1G")
+    inherit = with_(cfg, run__backend="inherit", run__swap=0)
+    assert wf.limit_args(inherit, "512M") == "--limit 512M --swap 0 --backend inherit"
+    assert wf.limit_args(inherit, "none") == "--backend inherit"
+    # backend vm without the vm block: the main pipelines' limited runs go to the guest
+    in_vm = with_(cfg, run__backend="vm")
+    assert wf.runs_in_vm(in_vm, "1G") and not wf.runs_in_vm(in_vm, "none")
+
+
+def test_a_config_without_a_vm_block_runs_nothing_in_the_vm(cfg):
+    del cfg["vm"]
+    assert not wf.vm_enabled(cfg)
+    assert wf.run_sets(cfg)[0][1] == ["none", "1G", "512M", "256M"]
+
+
+def test_run_mem_mb(cfg):
+    assert wf.run_mem_mb(cfg, "none") == 8192
+    assert wf.run_mem_mb(cfg, "256M") == 1024 + 512  # guest RAM >= 1 GiB, plus qemu
+    assert wf.run_mem_mb(cfg, "1G") == 1024 + 768 + 512
+    native = with_(cfg, vm__enabled=False)
+    assert wf.run_mem_mb(native, "512M") == 512 + 1024  # auto: room for the supervisor
+    assert wf.run_mem_mb(with_(native, run__backend="inherit"), "512M") == 512  # exactly
+
+
+def test_paper_config_runs_nothing_in_the_vm():
+    paper = load_config("paper.yaml")
+    assert not wf.vm_enabled(paper) and paper["run"]["backend"] == "inherit"
+    [(pipelines, limits)] = wf.run_sets(paper)
+    assert len(pipelines) == 100 and limits == ["none", "1G", "512M", "256M"]
+    assert wf.limit_args(paper, "256M") == "--limit 256M --swap max --backend inherit"
+    assert wf.run_mem_mb(paper, "256M") == 256
+
+
+# --- the jobs' environment -------------------------------------------------------------------
+
+
+def test_job_environ_puts_the_interpreter_and_checkout_first():
+    environ = {"PATH": "/usr/bin:/bin", "PYTHONPATH": "/elsewhere:/repo"}
+    env = wf.job_environ(environ, "/venv/bin/python", "/repo", under_conda=False)
+    assert env == {"PATH": "/venv/bin:/usr/bin:/bin", "PYTHONPATH": "/repo:/elsewhere"}
+    # under conda the rule's activated environment comes first: PATH is left alone
+    assert wf.job_environ({}, "/venv/bin/python", "/repo", under_conda=True) == {
+        "PYTHONPATH": "/repo"}
+    # idempotent: a remote job that parses the workflow again changes nothing
+    again = wf.job_environ(env, "/venv/bin/python", "/repo", under_conda=False)
+    assert again == env
+
+
+# --- the schema ------------------------------------------------------------------------------
+
+
+def test_schema_backends_are_engine_limits_backends():
+    assert SCHEMA["properties"]["run"]["properties"]["backend"]["enum"] == list(BACKENDS)
+
+
+def test_cli_backend_choices_are_engine_limits_backends():
+    """One list of backends: the CLI's `run --backend` choices are engine.limits.BACKENDS."""
+    from engine.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.choices and "run" in a.choices)
+    backend = next(a for a in sub.choices["run"]._actions if a.dest == "backend")
+    assert list(backend.choices) == list(BACKENDS)
+
+
+def test_both_configs_validate_and_vm_needs_its_pipelines_when_enabled(cfg):
+    from snakemake.exceptions import WorkflowError
+    from snakemake.utils import validate
+
+    assert cfg["vm"]["enabled"] is True
+    schema = str(REPO / "workflow" / "schemas" / "config.schema.yaml")
+    enabled_without_pipelines = with_(cfg, vm={"enabled": True, "limits": ["256M"]})
+    with pytest.raises(WorkflowError, match="pipelines"):
+        validate(enabled_without_pipelines, schema)
+    no_vm = copy.deepcopy(cfg)
+    del no_vm["vm"]
+    validate(no_vm, schema)  # fills in the default
+    assert no_vm["vm"] == {"enabled": False}
+
+
+def _schema_keys(node: dict, prefix: str = "") -> list[str]:
+    keys = []
+    for name, sub in node.get("properties", {}).items():
+        key = f"{prefix}{name}"
+        keys.append(key)
+        keys += _schema_keys(sub, f"{key}.")
+    return keys
+
+
+def test_config_readme_documents_every_schema_key_and_no_other():
+    text = (REPO / "config" / "README.md").read_text()
+    keys = _schema_keys(SCHEMA)
+    assert "vm.enabled" in keys and "run.reconcile.limit" in keys
+    documented = set(re.findall(r"^\| `([a-z_.]+)` \|", text, re.M))
+    assert documented == set(keys)
+
+
+def test_schema_describes_every_key():
+    def walk(node, key=""):
+        for name, sub in node.get("properties", {}).items():
+            assert sub.get("description"), f"{key}{name}"
+            walk(sub, f"{key}{name}.")
+
+    walk(SCHEMA)
+
+
+def test_envs_are_pinned_and_satisfy_the_package_requirements():
+    """Exact pins (set from .venv's versions), the same in both envs, and within
+    pyproject.toml's ranges (a fresh setup.sh may install newer versions: no equality)."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    ranges = {Requirement(r).name.lower(): Requirement(r).specifier
+              for r in project["dependencies"]}
+    pins = {}
+    for name in ("run", "analysis"):
+        env = yaml.safe_load((REPO / "envs" / f"{name}.yaml").read_text())
+        deps = env["dependencies"]
+        conda = [d for d in deps if isinstance(d, str)]
+        assert all(re.fullmatch(r"[\w-]+=\d[\w.]*", d) for d in conda), conda
+        assert any(d.startswith("python=3.11.") for d in conda)
+        pip = next(d["pip"] for d in deps if isinstance(d, dict))
+        assert all(re.fullmatch(r"[\w-]+==\d[\w.]*", spec) for spec in pip), pip
+        pins[name] = dict(spec.split("==") for spec in pip)
+    run = {"numpy", "protobuf", "pyyaml", "threadpoolctl", "psutil", "yep"}
+    assert set(pins["run"]) == run
+    assert set(pins["analysis"]) == run | {"pandas", "pyarrow", "matplotlib"}
+    assert pins["analysis"].items() >= pins["run"].items()
+    assert set(ranges) == set(pins["analysis"])  # every runtime dependency, nothing else
+    for package, version in pins["analysis"].items():
+        assert version in ranges[package], (package, version, ranges[package])
+
+
+def test_every_rule_uses_one_of_the_envs():
+    rules = (REPO / "workflow" / "rules").glob("*.smk")
+    envs = {m for path in rules
+            for m in re.findall(r'conda:\n\s+"\.\./\.\./envs/(\w+)\.yaml"', path.read_text())}
+    assert envs == {"run", "analysis"}
+    assert sorted(p.stem for p in (REPO / "envs").glob("*.yaml")) == ["analysis", "run"]
