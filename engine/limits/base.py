@@ -21,6 +21,7 @@ class Session:
     enforced = False
     cgroup_dir: Path | None = None
     cgroup_version: int | None = None
+    runs_elsewhere = False  # True: the caller hands the run to another machine (the vm)
 
     def __init__(self, request: LimitRequest) -> None:
         self.request = request
@@ -37,9 +38,10 @@ class Session:
     def attach_pid(self, pid: int) -> None:
         """Called with the child's PID once it has started."""
 
-    def oom_kills(self) -> int:
-        """Processes the kernel OOM-killed inside the run's cgroup."""
-        return 0
+    def oom_kills(self) -> int | None:
+        """Processes the kernel OOM-killed inside the run's cgroup; None where nothing
+        counts them (no cgroup, or a kernel without the count)."""
+        return None
 
     def hit_limit(self) -> bool:
         """Whether memory use reached the limit (the OOM fallback for old kernels)."""

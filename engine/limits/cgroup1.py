@@ -12,24 +12,7 @@ from pathlib import Path
 from engine.limits import cgroupfs as fs
 from engine.limits.base import LimitRequest, Session
 
-
-def oom_kill_count(cg: Path) -> int | None:
-    """The ``oom_kill`` line of memory.oom_control (Linux >= 4.13); None before that."""
-    return fs.parse_keyed(fs.read_optional(cg / "memory.oom_control")).get("oom_kill")
-
-
-def limit_reached(cg: Path) -> bool:
-    """The binding limit (RAM+swap if set, else RAM) was hit: failcnt > 0 or
-    max_usage >= limit. The OOM fallback for kernels without an oom_kill count."""
-    for prefix in ("memory.memsw.", "memory."):
-        limit_text = fs.read_optional(cg / f"{prefix}limit_in_bytes")
-        limit = fs.parse_limit(limit_text) if limit_text else None
-        if limit is None:
-            continue
-        failcnt = fs.read_optional(cg / f"{prefix}failcnt")
-        peak = fs.read_optional(cg / f"{prefix}max_usage_in_bytes")
-        return bool(failcnt and int(failcnt) > 0) or bool(peak and int(peak) >= limit)
-    return False
+V1 = fs.CgroupV1Reader
 
 
 class Cgroup1Session(Session):
@@ -42,6 +25,7 @@ class Cgroup1Session(Session):
         name = f"{fs.RUN_PREFIX}{run_id}"
         self.cgroup_dir = root / name
         self.freezer_dir = None if freezer_root is None else freezer_root / name
+        self._reader = V1(self.cgroup_dir)
         self._closed = False
         fs.make_cgroup(self.cgroup_dir)
         try:
@@ -55,33 +39,31 @@ class Cgroup1Session(Session):
             raise
         self.notes.update(root=str(root), freezer_dir=None if self.freezer_dir is None
                           else str(self.freezer_dir),
-                          oom_kill_count=oom_kill_count(self.cgroup_dir) is not None)
+                          oom_kill_count=self._reader.oom_kill_count() is not None,
+                          features=self._reader.features(fs.kernel_version()))
 
     def _configure(self, cg: Path) -> None:
         req = self.request
         if req.ram_bytes is not None:
-            fs.write_value(cg / "memory.limit_in_bytes", req.ram_bytes)
-        memsw = cg / "memory.memsw.limit_in_bytes"
+            fs.write_value(cg / V1.LIMIT, req.ram_bytes)
         swap_reason = None
         if req.swap_bytes is None:
             swap_reason = "no swap limit requested"
         elif req.ram_bytes is None:
             swap_reason = "v1 limits swap only as RAM+swap; no RAM limit was requested"
-        elif not memsw.is_file():
-            swap_reason = ("no memory.memsw.limit_in_bytes: kernel without swap accounting "
-                           "(boot with swapaccount=1)")
+        elif not self._reader.has(V1.MEMSW_LIMIT):
+            swap_reason = (f"no {V1.MEMSW_LIMIT}: kernel without swap accounting "
+                           f"(boot with swapaccount=1)")
         else:
             # memsw counts RAM+swap: the swap allowance sits on top of the RAM limit
-            fs.write_value(memsw, req.ram_bytes + req.swap_bytes)
+            fs.write_value(cg / V1.MEMSW_LIMIT, req.ram_bytes + req.swap_bytes)
         self.notes["swap_limited"] = swap_reason is None
         if swap_reason:
             self.notes["swap_reason"] = swap_reason
         self.enforced = req.ram_bytes is not None
         # the kernel rounds limits to pages: record what it actually applied
-        self.notes["limit_in_bytes"] = fs.parse_limit(
-            fs.read_text(cg / "memory.limit_in_bytes"))
-        memsw_text = fs.read_optional(memsw)
-        self.notes["memsw_limit_in_bytes"] = fs.parse_limit(memsw_text) if memsw_text else None
+        self.notes["limit_in_bytes"] = self._reader.limit()
+        self.notes["memsw_limit_in_bytes"] = self._reader.memsw_limit()
 
     def _dirs(self) -> list[Path]:
         return [d for d in (self.cgroup_dir, self.freezer_dir) if d is not None]
@@ -94,11 +76,13 @@ class Cgroup1Session(Session):
             files.append(procs if procs.is_file() else d / "tasks")
         return fs.join_preexec(files)
 
-    def oom_kills(self) -> int:
-        return oom_kill_count(self.cgroup_dir) or 0
+    def oom_kills(self) -> int | None:
+        # v1 counts OOM kills only since Linux 4.13: None before
+        return self._reader.oom_kill_count()
 
     def hit_limit(self) -> bool:
-        return limit_reached(self.cgroup_dir)
+        # the OOM fallback for kernels without an oom_kill count
+        return self._reader.limit_reached()
 
     def kill_all(self) -> None:
         if self._closed or not self.cgroup_dir.is_dir():

@@ -14,36 +14,7 @@ from pathlib import Path
 from engine.limits import cgroupfs as fs
 from engine.limits.base import LimitRequest, Session
 
-
-def oom_kill_count(cg: Path) -> int:
-    """Processes OOM-killed in ``cg`` itself: memory.events.local, as BenchExec reads it, so
-    OOMs in nested child cgroups do not count; memory.events on kernels without it."""
-    text = fs.read_optional(cg / "memory.events.local")
-    if text is None:
-        text = fs.read_optional(cg / "memory.events")
-    return fs.parse_keyed(text).get("oom_kill", 0)
-
-
-def limit_reached(cg: Path) -> bool:
-    """memory.peak at memory.max, or the kernel counted an attempt to exceed memory.max."""
-    limit_text = fs.read_optional(cg / "memory.max")
-    peak_text = fs.read_optional(cg / "memory.peak")
-    limit = fs.parse_limit(limit_text) if limit_text else None
-    if limit is not None and peak_text and int(peak_text) >= limit:
-        return True
-    return fs.parse_keyed(fs.read_optional(cg / "memory.events")).get("max", 0) > 0
-
-
-def features(cg: Path, kernel: tuple[int, int]) -> dict[str, bool]:
-    """Which counters this kernel gives (decides what CgroupCounters can window)."""
-    has_peak = (cg / "memory.peak").is_file()
-    return {"memory_peak": has_peak,
-            "peak_fd_reset": has_peak and kernel >= (6, 12),
-            "swap_peak": (cg / "memory.swap.peak").is_file(),
-            "swap_accounting": (cg / "memory.swap.max").is_file(),
-            "events_local": (cg / "memory.events.local").is_file(),
-            "cgroup_kill": (cg / "cgroup.kill").is_file(),
-            "pressure": (cg / "memory.pressure").is_file()}
+V2 = fs.CgroupV2Reader
 
 
 class Cgroup2Session(Session):
@@ -62,6 +33,7 @@ class Cgroup2Session(Session):
         cg = root / f"{fs.RUN_PREFIX}{run_id}"
         fs.make_cgroup(cg)
         self.cgroup_dir = cg
+        self._reader = V2(cg)
         self._closed = False
         try:
             self._configure(cg)
@@ -69,43 +41,42 @@ class Cgroup2Session(Session):
             fs.remove_cgroup(cg)  # still empty: nothing has joined yet
             raise
         self.notes.update(root=str(root),
-                          features=features(cg, kernel or fs.kernel_version()))
+                          features=self._reader.features(kernel or fs.kernel_version()))
 
     def _configure(self, cg: Path) -> None:
         req = self.request
         if req.ram_bytes is not None:
-            fs.write_value(cg / "memory.max", req.ram_bytes)
+            fs.write_value(cg / V2.LIMIT, req.ram_bytes)
         if req.swap_bytes is not None:
-            if (cg / "memory.swap.max").is_file():
-                fs.write_value(cg / "memory.swap.max", req.swap_bytes)
+            if self._reader.has(V2.SWAP_LIMIT):
+                fs.write_value(cg / V2.SWAP_LIMIT, req.swap_bytes)
                 self.notes["swap_limited"] = True
             else:
                 # without swap accounting the kernel charges no swap to the cgroup at all
                 self.notes["swap_limited"] = False
-                self.notes["swap_reason"] = ("no memory.swap.max: kernel without swap "
-                                             "accounting; swap is not limited")
-        fs.write_value(cg / "memory.oom.group", 1)
+                self.notes["swap_reason"] = (f"no {V2.SWAP_LIMIT}: kernel without swap "
+                                             f"accounting; swap is not limited")
+        fs.write_value(cg / V2.OOM_GROUP, 1)
         self.enforced = req.ram_bytes is not None
         # the kernel rounds limits to pages: record what it actually applied
-        self.notes["memory_max"] = fs.parse_limit(fs.read_text(cg / "memory.max"))
-        swap_text = fs.read_optional(cg / "memory.swap.max")
-        self.notes["memory_swap_max"] = fs.parse_limit(swap_text) if swap_text else None
+        self.notes["memory_max"] = self._reader.limit()
+        self.notes["memory_swap_max"] = self._reader.swap_limit()
 
     def preexec(self) -> Callable[[], None]:
         return fs.join_preexec([self.cgroup_dir / "cgroup.procs"])
 
-    def oom_kills(self) -> int:
-        return oom_kill_count(self.cgroup_dir)
+    def oom_kills(self) -> int | None:
+        return self._reader.oom_kill_count()
 
     def hit_limit(self) -> bool:
-        return limit_reached(self.cgroup_dir)
+        return self._reader.limit_reached()
 
     def kill_all(self) -> None:
         cg = self.cgroup_dir
         if self._closed or not cg.is_dir():
             return
-        if (cg / "cgroup.kill").is_file():  # Linux >= 5.14: the kernel kills the subtree
-            fs.write_value(cg / "cgroup.kill", 1)
+        if self._reader.has(V2.KILL):  # Linux >= 5.14: the kernel kills the subtree
+            fs.write_value(cg / V2.KILL, 1)
             return
         # freeze first so no process can fork or exit (and free its PID) while we kill
         fs.write_value(cg / "cgroup.freeze", 1)

@@ -1,8 +1,10 @@
-"""Finding and touching cgroup filesystems.
+"""Finding, reading and touching cgroup filesystems.
 
 Everything that locates a cgroup takes the ``/proc`` files as parameters so tests can hand
-in fake ones. The only write primitives are ``write_value`` and ``remove_cgroup``; the
-backends call them only on cgroups they created under a root the user designated.
+in fake ones. ``CgroupV2Reader`` and ``CgroupV1Reader`` own every memory interface file:
+its name and how it is parsed (``reader_for(path, version)`` picks one). The only write
+primitives are ``write_value`` and ``remove_cgroup``; the backends call them only on
+cgroups they created under a root the user designated.
 """
 
 from __future__ import annotations
@@ -12,9 +14,10 @@ import platform
 import re
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from engine.errors import EdgeprofError
 
@@ -25,6 +28,9 @@ PROC_CGROUP = Path("/proc/self/cgroup")
 RUN_PREFIX = "edgeprof-"  # every cgroup this project creates is named so
 # v1 reports "no limit" as PAGE_COUNTER_MAX pages (9223372036854771712 with 4 KiB pages)
 V1_UNLIMITED = 2**62
+# the first Linux whose memory.peak keeps a peak per open file, reset by writing to that fd
+PEAK_FD_RESET_KERNEL = (6, 12)
+_READ_SIZE = 16384  # memory.stat is ~2-4 KiB; the other files are a line
 
 
 class CgroupError(EdgeprofError):
@@ -138,7 +144,7 @@ def dir_version(path: Path) -> int | None:
     Decided by the interface files (as the kernel names them), so it works on any mount."""
     if (path / "cgroup.controllers").is_file():
         return 2
-    if (path / "memory.limit_in_bytes").is_file():
+    if (path / CgroupV1Reader.LIMIT).is_file():
         return 1
     return None
 
@@ -182,10 +188,11 @@ def read_optional(path: Path) -> str | None:
         raise CgroupError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
-def parse_limit(text: str) -> int | None:
-    """A limit or counter value; None for v2 "max" and v1's "unlimited" sentinel."""
-    text = text.strip()
-    if text == "max":
+def parse_limit(text: str | None) -> int | None:
+    """A limit or counter value; None for a missing or empty file, v2 "max" and v1's
+    "unlimited" sentinel."""
+    text = (text or "").strip()
+    if not text or text == "max":
         return None
     value = int(text)
     return None if value >= V1_UNLIMITED else value
@@ -208,6 +215,378 @@ def parse_psi(text: str | None) -> dict[str, int]:
         if m:
             out[kind] = int(m.group(1))
     return out
+
+
+def pread_text(fd: int | None) -> str | None:
+    """The whole file through a kept-open fd (a pread at offset 0 makes cgroupfs generate
+    it afresh); None without an fd or if it cannot be read (memory.pressure with PSI
+    disabled at boot exists but fails to read)."""
+    if fd is None:
+        return None
+    try:
+        data = os.pread(fd, _READ_SIZE, 0)
+        while data and len(data) % _READ_SIZE == 0:
+            more = os.pread(fd, _READ_SIZE, len(data))
+            if not more:
+                break
+            data += more
+    except OSError:
+        return None
+    return data.decode()
+
+
+class OpenFiles:
+    """Read-only fds kept open on some files of one cgroup, so that repeated reads cost a
+    pread each, not an open/read/close. A name asked for but absent reads as None without
+    a system call."""
+
+    def __init__(self, path: Path, names: Iterable[str]) -> None:
+        self.fds: dict[str, int | None] = {}
+        try:
+            for name in names:
+                if name not in self.fds:
+                    self.fds[name] = _open_if_present(path / name)
+        except BaseException:
+            self.close()
+            raise
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.fds
+
+    def read(self, name: str) -> str | None:
+        return pread_text(self.fds[name])
+
+    def close(self) -> None:
+        fds, self.fds = self.fds, {}
+        for fd in fds.values():
+            if fd is not None:
+                os.close(fd)
+
+
+def _open_if_present(path: Path) -> int | None:
+    try:
+        return os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+
+
+class CgroupReader:
+    """The memory interface files of one cgroup: their names (class attributes, ``None``
+    where this version has no such file) and how each is read and parsed, in one place
+    per cgroup version as in BenchExec's cgroups module. What was not measured is None,
+    never 0: a file this kernel or configuration lacks, a key it does not report.
+
+    A reader opens each file when asked; ``kept_open(names)`` gives one that reads those
+    files through fds it keeps (for the per-window probe and the 100 Hz sampler)."""
+
+    version: ClassVar[int]
+    CURRENT: ClassVar[str]  # RAM (and kernel memory) charged now
+    PEAK: ClassVar[str]  # its high-water mark
+    SWAP_PEAK: ClassVar[str | None] = None  # swap's high-water mark (v2)
+    MEMSW_PEAK: ClassVar[str | None] = None  # that of RAM + swap together (v1)
+    LIMIT: ClassVar[str]  # the RAM limit
+    STAT: ClassVar[str] = "memory.stat"
+    PRESSURE: ClassVar[str | None] = None  # PSI (v2)
+    COUNTER_FILES: ClassVar[tuple[str, ...]]  # what current_and_swap() reads
+    EVENT_FILES: ClassVar[tuple[str, ...]]  # what events() reads
+    PEAK_FILES: ClassVar[tuple[str, ...]]  # resettable high-water marks, RAM first
+    PEAK_RESET: ClassVar[bytes]  # written to a peak file to reset it
+    LIMIT_EVENT: ClassVar[str]  # the events() key that counts hits of the limit
+    VALUE_FILES: ClassVar[tuple[str, ...]]  # single-value files, for snapshot()
+    KEYED_FILES: ClassVar[tuple[str, ...]]  # "key value" files, for snapshot()
+
+    def __init__(self, path: Path, files: OpenFiles | None = None) -> None:
+        self.path = Path(path)
+        self._files = files
+
+    def kept_open(self, names: Iterable[str]) -> CgroupReader:
+        """A reader of the same cgroup that reads ``names`` through kept-open fds (other
+        files as usual). Close it when done."""
+        return type(self)(self.path, OpenFiles(self.path, names))
+
+    def close(self) -> None:
+        if self._files is not None:
+            self._files.close()
+
+    def __enter__(self) -> CgroupReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def has(self, name: str) -> bool:
+        return (self.path / name).is_file()
+
+    def read(self, name: str) -> str | None:
+        """A file's text; None if it does not exist."""
+        if self._files is not None and name in self._files:
+            return self._files.read(name)
+        return read_optional(self.path / name)
+
+    def value(self, name: str | None) -> int | None:
+        return None if name is None else parse_limit(self.read(name))
+
+    @staticmethod
+    def value_at(fd: int | None) -> int | None:
+        """A single-value file read through an fd of the caller's own (a window's peak fd,
+        which must stay its own to keep its own peak)."""
+        return parse_limit(pread_text(fd))
+
+    def keyed(self, name: str) -> dict[str, int]:
+        return parse_keyed(self.read(name))
+
+    def current(self) -> int | None:
+        return self.value(self.CURRENT)
+
+    def peak(self) -> int | None:
+        return self.value(self.PEAK)
+
+    def limit(self) -> int | None:
+        return self.value(self.LIMIT)
+
+    def swap_peak(self) -> int | None:
+        """High-water mark of swap alone (v2 only)."""
+        return None
+
+    def memsw_peak(self) -> int | None:
+        """High-water mark of RAM + swap together (v1 only)."""
+        return None
+
+    def swap_limit(self) -> int | None:
+        """The swap limit on top of RAM (v2 only: v1 limits RAM + swap, memsw_limit)."""
+        return None
+
+    def memsw_limit(self) -> int | None:
+        """The RAM + swap limit (v1 only)."""
+        return None
+
+    def current_and_swap(self) -> tuple[int | None, int | None]:
+        """Usage and swap now, from the counters alone (one read of each file)."""
+        raise NotImplementedError
+
+    def swap(self, stat: dict[str, int] | None = None) -> int | None:
+        """Swap in use now; ``stat``, a memory.stat already read, may spare a read."""
+        return self.current_and_swap()[1]
+
+    def stat(self) -> dict[str, int]:
+        """memory.stat, counting the cgroup's children too."""
+        return self.keyed(self.STAT)
+
+    def events(self, local: bool = False) -> dict[str, int]:
+        """Cumulative event counters ("oom_kill" and LIMIT_EVENT among them); ``local``:
+        without those of child cgroups, where the kernel can tell."""
+        raise NotImplementedError
+
+    def pressure(self) -> dict[str, int]:
+        """PSI stall time in us, {"some": .., "full": ..}; {} without PSI."""
+        return {}
+
+    def oom_kill_count(self) -> int | None:
+        """Processes the kernel OOM-killed in this cgroup itself; None if not counted."""
+        return self.events(local=True).get("oom_kill")
+
+    def limit_reached(self) -> bool:
+        """Whether usage reached the binding limit (the OOM fallback of old kernels)."""
+        raise NotImplementedError
+
+    def peak_reset(self, kernel: tuple[int, int]) -> str | None:
+        """How the peak can be reset: "fd" (per open file), "global" (for every reader)
+        or None (it cannot)."""
+        raise NotImplementedError
+
+    def features(self, kernel: tuple[int, int]) -> dict[str, bool]:
+        """Which counters this kernel gives here (for meta.json)."""
+        raise NotImplementedError
+
+    def effective_limit(self, top: Path) -> tuple[int | None, Path | None]:
+        """The tightest memory limit over this cgroup and its ancestors up to ``top`` (the
+        mount point), and where it is set: limits are hierarchical, so a parent's binds."""
+        best: tuple[int | None, Path | None] = (None, None)
+        path = self.path
+        while True:
+            limit = type(self)(path).limit()  # the root cgroup has no limit file
+            if limit is not None and (best[0] is None or limit < best[0]):
+                best = (limit, path)
+            if path == top or path.parent == path:
+                return best
+            path = path.parent
+
+    def snapshot(self) -> dict:
+        """Every value and keyed file present, parsed, by file name (the vm job's record)."""
+        snap: dict = {}
+        for name in self.VALUE_FILES:
+            text = self.read(name)
+            if text is not None:
+                snap[name] = parse_limit(text)
+        for name in self.KEYED_FILES:
+            text = self.read(name)
+            if text is not None:
+                snap[name] = parse_keyed(text)
+        return snap
+
+
+class CgroupV2Reader(CgroupReader):
+    version = 2
+    CURRENT = "memory.current"
+    SWAP_CURRENT = "memory.swap.current"
+    PEAK = "memory.peak"
+    SWAP_PEAK = "memory.swap.peak"  # Linux >= 6.5
+    LIMIT = "memory.max"
+    SWAP_LIMIT = "memory.swap.max"  # only with swap accounting
+    OOM_GROUP = "memory.oom.group"  # 1: an OOM kills the whole cgroup
+    EVENTS = "memory.events"  # hierarchical: counts the children's events too
+    EVENTS_LOCAL = "memory.events.local"  # Linux >= 5.2
+    SWAP_EVENTS = "memory.swap.events"
+    PRESSURE = "memory.pressure"
+    KILL = "cgroup.kill"  # Linux >= 5.14
+    COUNTER_FILES = (CURRENT, SWAP_CURRENT)
+    EVENT_FILES = (EVENTS,)
+    PEAK_FILES = (PEAK, SWAP_PEAK)
+    PEAK_RESET = b"reset"  # any non-empty string
+    LIMIT_EVENT = "max"  # times usage was about to go over memory.max
+    VALUE_FILES = (PEAK, SWAP_PEAK, LIMIT, SWAP_LIMIT, CURRENT, SWAP_CURRENT)
+    KEYED_FILES = (EVENTS, SWAP_EVENTS, CgroupReader.STAT)
+
+    def current_and_swap(self) -> tuple[int | None, int | None]:
+        return self.current(), self.value(self.SWAP_CURRENT)
+
+    def swap(self, stat: dict[str, int] | None = None) -> int | None:
+        return self.value(self.SWAP_CURRENT)
+
+    def swap_peak(self) -> int | None:
+        return self.value(self.SWAP_PEAK)
+
+    def swap_limit(self) -> int | None:
+        return self.value(self.SWAP_LIMIT)
+
+    def events(self, local: bool = False) -> dict[str, int]:
+        # memory.events.local, as BenchExec reads the OOM count, leaves out OOMs in nested
+        # cgroups; kernels without it only have the hierarchical file
+        text = self.read(self.EVENTS_LOCAL) if local else None
+        return parse_keyed(text if text is not None else self.read(self.EVENTS))
+
+    def pressure(self) -> dict[str, int]:
+        try:
+            return parse_psi(self.read(self.PRESSURE))
+        except CgroupError:  # PSI disabled at boot: the file exists but cannot be read
+            return {}
+
+    def limit_reached(self) -> bool:
+        """memory.peak at memory.max, or the kernel counted an attempt to exceed it."""
+        limit, peak = self.limit(), self.peak()
+        if limit is not None and peak is not None and peak >= limit:
+            return True
+        return self.events().get(self.LIMIT_EVENT, 0) > 0
+
+    def peak_reset(self, kernel: tuple[int, int]) -> str | None:
+        return "fd" if self.has(self.PEAK) and kernel >= PEAK_FD_RESET_KERNEL else None
+
+    def features(self, kernel: tuple[int, int]) -> dict[str, bool]:
+        return {"memory_peak": self.has(self.PEAK),
+                "peak_fd_reset": self.peak_reset(kernel) == "fd",
+                "swap_peak": self.has(self.SWAP_PEAK),
+                "swap_accounting": self.has(self.SWAP_LIMIT),
+                "events_local": self.has(self.EVENTS_LOCAL),
+                "cgroup_kill": self.has(self.KILL),
+                "pressure": self.has(self.PRESSURE)}
+
+
+class CgroupV1Reader(CgroupReader):
+    version = 1
+    CURRENT = "memory.usage_in_bytes"
+    MEMSW_CURRENT = "memory.memsw.usage_in_bytes"  # RAM + swap; memsw.* needs swapaccount
+    PEAK = "memory.max_usage_in_bytes"
+    MEMSW_PEAK = "memory.memsw.max_usage_in_bytes"
+    LIMIT = "memory.limit_in_bytes"
+    MEMSW_LIMIT = "memory.memsw.limit_in_bytes"
+    FAILCNT = "memory.failcnt"  # times usage hit limit_in_bytes
+    MEMSW_FAILCNT = "memory.memsw.failcnt"
+    OOM_CONTROL = "memory.oom_control"  # has an oom_kill line since Linux 4.13
+    COUNTER_FILES = (CURRENT, MEMSW_CURRENT)
+    EVENT_FILES = (OOM_CONTROL, FAILCNT)
+    PEAK_FILES = (PEAK, MEMSW_PEAK)
+    PEAK_RESET = b"0"  # any value resets the peak to the current usage
+    LIMIT_EVENT = "failcnt"
+    VALUE_FILES = (PEAK, MEMSW_PEAK, LIMIT, MEMSW_LIMIT, CURRENT, MEMSW_CURRENT, FAILCNT,
+                   MEMSW_FAILCNT)
+    KEYED_FILES = (OOM_CONTROL, CgroupReader.STAT)
+
+    def current_and_swap(self) -> tuple[int | None, int | None]:
+        usage, memsw = self.current(), self.value(self.MEMSW_CURRENT)
+        # v1 has no swap counter. Usage and memsw are charged in separate per-CPU batches,
+        # so their difference can dip below 0 with no swap in use: clamp it.
+        swap = None if usage is None or memsw is None else max(memsw - usage, 0)
+        return usage, swap
+
+    def swap(self, stat: dict[str, int] | None = None) -> int | None:
+        # memory.stat's swap is exact; the counters' difference is only the fallback
+        if stat is not None and "swap" in stat:
+            return stat["swap"]
+        return self.current_and_swap()[1]
+
+    def memsw_peak(self) -> int | None:
+        return self.value(self.MEMSW_PEAK)
+
+    def memsw_limit(self) -> int | None:
+        return self.value(self.MEMSW_LIMIT)
+
+    def stat(self) -> dict[str, int]:
+        """memory.stat with the hierarchical ``total_*`` values under the plain names where
+        the kernel gives them, so that it counts the children as v2's does."""
+        raw = self.keyed(self.STAT)
+        out = {k: v for k, v in raw.items() if not k.startswith("total_")}
+        out.update((k.removeprefix("total_"), v) for k, v in raw.items()
+                   if k.startswith("total_"))
+        return out
+
+    def events(self, local: bool = False) -> dict[str, int]:
+        # the oom_control counters and failcnt are the cgroup's own: local either way
+        out = self.keyed(self.OOM_CONTROL)
+        failcnt = self.value(self.FAILCNT)
+        if failcnt is not None:
+            out[self.LIMIT_EVENT] = failcnt
+        return out
+
+    def limit_reached(self) -> bool:
+        """The binding limit (RAM+swap if set, else RAM) was hit: failcnt > 0 or
+        max_usage >= limit."""
+        for limit_file, failcnt_file, peak_file in (
+                (self.MEMSW_LIMIT, self.MEMSW_FAILCNT, self.MEMSW_PEAK),
+                (self.LIMIT, self.FAILCNT, self.PEAK)):
+            limit = self.value(limit_file)
+            if limit is None:
+                continue
+            failcnt, peak = self.value(failcnt_file), self.value(peak_file)
+            return (failcnt or 0) > 0 or (peak is not None and peak >= limit)
+        return False
+
+    def peak_reset(self, kernel: tuple[int, int]) -> str | None:
+        return "global" if self.has(self.PEAK) else None
+
+    def features(self, kernel: tuple[int, int]) -> dict[str, bool]:
+        return {"memory_peak": self.has(self.PEAK),
+                "swap_accounting": self.has(self.MEMSW_LIMIT),
+                "oom_kill_count": self.oom_kill_count() is not None}
+
+    def effective_limit(self, top: Path) -> tuple[int | None, Path | None]:
+        # v1 computes this itself (hierarchical_memory_limit), no walk needed
+        stat = self.stat()
+        if "hierarchical_memory_limit" in stat:
+            limit = stat["hierarchical_memory_limit"]
+            return (None, None) if limit >= V1_UNLIMITED else (limit, self.path)
+        return super().effective_limit(top)
+
+
+def reader_for(path: Path, version: int | None = None) -> CgroupReader:
+    """The reader of the cgroup at ``path``: of ``version``, or as its files say."""
+    if version is None:
+        version = dir_version(Path(path))
+    if version == 2:
+        return CgroupV2Reader(path)
+    if version == 1:
+        return CgroupV1Reader(path)
+    raise CgroupError(f"{path} is not a memory cgroup directory (neither "
+                      f"cgroup.controllers (v2) nor {CgroupV1Reader.LIMIT} (v1) in it)")
 
 
 def write_value(path: Path, value: str | int) -> None:

@@ -10,28 +10,6 @@ from engine.limits import cgroupfs as fs
 from engine.limits.base import LimitRequest, Session
 
 
-def effective_limit(own: fs.OwnCgroup) -> tuple[int | None, Path | None]:
-    """The tightest memory limit over the cgroup and its ancestors, and where it is set.
-    Limits are hierarchical, so a parent's limit binds the child too."""
-    if own.version == 1:
-        # v1 computes this itself (hierarchical_memory_limit), no walk needed
-        stat = fs.parse_keyed(fs.read_optional(own.path / "memory.stat"))
-        if "hierarchical_memory_limit" in stat:
-            limit = stat["hierarchical_memory_limit"]
-            return (None, None) if limit >= fs.V1_UNLIMITED else (limit, own.path)
-    name = "memory.max" if own.version == 2 else "memory.limit_in_bytes"
-    best: tuple[int | None, Path | None] = (None, None)
-    path = own.path
-    while True:
-        text = fs.read_optional(path / name)  # the root cgroup has no limit file
-        limit = fs.parse_limit(text) if text else None
-        if limit is not None and (best[0] is None or limit < best[0]):
-            best = (limit, path)
-        if path == own.mount.mount_point or path.parent == path:
-            return best
-        path = path.parent
-
-
 class InheritSession(Session):
     backend = "inherit"
 
@@ -44,7 +22,8 @@ class InheritSession(Session):
                                  f"({proc_cgroup} vs. the mounts in {mountinfo})")
         self.cgroup_dir = own.path
         self.cgroup_version = own.version
-        limit, where = effective_limit(own)
+        self._reader = fs.reader_for(own.path, own.version)
+        limit, where = self._reader.effective_limit(own.mount.mount_point)
         self.limit_bytes = limit
         # A run labelled with a limit must never have had more memory than that: a looser
         # inherited limit leaves the requested one unenforced; a tighter one is noted.
@@ -65,21 +44,23 @@ class InheritSession(Session):
                                             f"inherited limit is {limit} bytes")
         self._base = self._counts()
 
-    def _counts(self) -> dict[str, int]:
-        """Cumulative OOM-kill and limit-hit counters; the run's share is the delta."""
-        cg = self.cgroup_dir
-        if self.cgroup_version == 2:
-            events = fs.parse_keyed(fs.read_optional(cg / "memory.events"))
-            return {"oom_kill": events.get("oom_kill", 0), "limit": events.get("max", 0)}
-        oom = fs.parse_keyed(fs.read_optional(cg / "memory.oom_control"))
-        failcnt = fs.read_optional(cg / "memory.failcnt")
-        return {"oom_kill": oom.get("oom_kill", 0), "limit": int(failcnt) if failcnt else 0}
+    def _counts(self) -> dict[str, int | None]:
+        """Cumulative OOM-kill and limit-hit counters (None where the kernel has none); the
+        run's share is the delta."""
+        events = self._reader.events()
+        return {"oom_kill": events.get("oom_kill"),
+                "limit": events.get(self._reader.LIMIT_EVENT)}
 
-    def oom_kills(self) -> int:
-        return self._counts()["oom_kill"] - self._base["oom_kill"]
+    def _delta(self, key: str) -> int | None:
+        before, now = self._base[key], self._counts()[key]
+        return None if before is None or now is None else now - before
+
+    def oom_kills(self) -> int | None:
+        return self._delta("oom_kill")
 
     def hit_limit(self) -> bool:
-        return self.enforced and self._counts()["limit"] > self._base["limit"]
+        hits = self._delta("limit")
+        return self.enforced and hits is not None and hits > 0
 
     # kill_all/close stay no-ops: the cgroup holds the supervisor too; the supervisor kills
     # the run's process group itself.

@@ -17,7 +17,6 @@ from pathlib import Path
 from engine.errors import EdgeprofError
 from engine.limits import cgroupfs as fs
 from engine.limits.base import LimitRequest, Session
-from engine.limits.cgroup2 import features, limit_reached, oom_kill_count
 
 _TIMEOUT_S = 10
 
@@ -98,16 +97,16 @@ class SystemdSession(Session):
     def _check_applied(self) -> None:
         """MemoryMax is silently ignored when the memory controller is not delegated to the
         user manager: verify the kernel-side limit."""
-        cg = self.cgroup_dir
-        self.notes["features"] = features(cg, self._kernel or fs.kernel_version())
-        text = fs.read_optional(cg / "memory.max")
-        applied = fs.parse_limit(text) if text else None
+        reader = fs.CgroupV2Reader(self.cgroup_dir)
+        self.notes["features"] = reader.features(self._kernel or fs.kernel_version())
+        applied = reader.limit()
         self.notes["memory_max"] = applied
         wanted = self.request.ram_bytes
         if wanted is None or (applied is not None and applied <= wanted):
             return
         self.enforced = False
-        reason = (f"systemd: {cg}/memory.max is {text.strip() if text else 'missing'}, not "
+        shown = applied if applied is not None else "max" if reader.has(reader.LIMIT) else "missing"
+        reason = (f"systemd: {reader.path / reader.LIMIT} is {shown}, not "
                   f"{wanted}: the memory controller is not delegated to the user manager "
                   f"(see systemd's Delegate= / user@.service); use --backend cgroup2 with "
                   f"{fs.ROOT_ENV}, or vm")
@@ -121,14 +120,22 @@ class SystemdSession(Session):
         except (OSError, subprocess.TimeoutExpired):
             return ""
 
-    def oom_kills(self) -> int:
+    def _reader(self) -> fs.CgroupV2Reader | None:
+        """The scope's cgroup while it exists (systemd removes it once it is empty)."""
         if self.cgroup_dir is not None and self.cgroup_dir.is_dir():
-            return oom_kill_count(self.cgroup_dir)
+            return fs.CgroupV2Reader(self.cgroup_dir)
+        return None
+
+    def oom_kills(self) -> int | None:
+        reader = self._reader()
+        if reader is not None:
+            return reader.oom_kill_count()
         return 1 if self._result() == "oom-kill" else 0
 
     def hit_limit(self) -> bool:
-        if self.cgroup_dir is not None and self.cgroup_dir.is_dir():
-            return limit_reached(self.cgroup_dir)
+        reader = self._reader()
+        if reader is not None:
+            return reader.limit_reached()
         return self._result() == "oom-kill"
 
     def kill_all(self) -> None:

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from engine.errors import EdgeprofError
 from engine.files import atomic_path
+from engine.limits.cgroupfs import PEAK_FD_RESET_KERNEL
 
 CACHE_ENV = "EDGEPROF_VM_CACHE"
 KERNEL_ENV = "EDGEPROF_VM_KERNEL_PACKAGE"  # pin an exact linux-image-* package
@@ -34,7 +35,7 @@ MIRROR_ENV = "EDGEPROF_VM_MIRROR"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 SUITE = "bookworm-backports"
 KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
-MIN_KERNEL = (6, 12)  # memory.swap.peak and per-fd memory.peak reset
+MIN_KERNEL = PEAK_FD_RESET_KERNEL  # memory.swap.peak and per-fd memory.peak reset
 # what init needs; their dependencies are found from each module's modinfo
 WANTED_MODULES = ("9p", "9pnet_virtio", "virtio_blk", "overlay")
 INIT_SCRIPT = Path(__file__).with_name("init.sh")
