@@ -21,7 +21,8 @@ from _common import zoo_split
 from threadpoolctl import threadpool_info, threadpool_limits
 
 from engine.network import Network
-from engine.runner.execute import PipelineRun, RunOptions, model_index
+from engine.runner.execute import PipelineRun, model_index
+from engine.runner.request import RunOptions
 from engine.schedule.dispatch import Dispatcher
 from engine.schedule.pipelines import Arrival, Pipeline
 from engine.schedule.policies import parse_policy

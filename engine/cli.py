@@ -10,9 +10,15 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from engine.caffe.io import write_text_atomic
 from engine.errors import EdgeprofError
+from engine.files import write_text_atomic
+from engine.limits import BACKENDS
+from engine.units import format_size
+
+if TYPE_CHECKING:
+    from engine.runner.request import RunRequest
 
 
 def _cmd_models(args: argparse.Namespace) -> None:
@@ -91,6 +97,7 @@ def _cmd_pipelines(args: argparse.Namespace) -> None:
         arrival["rate"] = args.rate
     elif args.arrival == "normal":
         arrival.update(mean=args.mean, sd=args.sd)
+    _positive(args.count, "--count", allow_zero=True)
     made = pipelines.generate_pipelines(args.seed, args.count, sizes, tuple(args.length),
                                         arrival, args.bins, prefix=args.prefix)
     out = Path(args.out)
@@ -100,56 +107,82 @@ def _cmd_pipelines(args: argparse.Namespace) -> None:
               f"({p.size_bin}), {args.arrival}", file=sys.stderr)
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
-    from engine.runner.execute import Interrupted, RunOptions, model_index
-    from engine.runner.supervise import LimitOptions, ProbeOptions, run_supervised
+def _positive(value: float | None, flag: str, allow_zero: bool = False) -> None:
+    if value is not None and (value < 0 or (value == 0 and not allow_zero)
+                              or value != value):  # NaN
+        raise EdgeprofError(f"{flag} {value}: must be {'>= 0' if allow_zero else '> 0'}")
+
+
+def run_request(args: argparse.Namespace) -> RunRequest:
+    """The RunRequest of ``run``'s arguments, checked (sizes, ranges, the policy)."""
+    from engine.runner.request import LimitOptions, ProbeOptions, RunOptions, RunRequest
     from engine.schedule.policies import parse_policy
     from engine.units import parse_size
 
-    parse_policy(args.policy)  # fail fast, before any process starts
-    limit = parse_size(args.limit) if args.limit else None
+    policy = parse_policy(args.policy)  # fail fast, before any process starts
+    limit = None if args.limit is None else parse_size(args.limit)
     swap = None if args.swap in (None, "max") else parse_size(args.swap) if args.swap != "0" else 0
-    budget = parse_size(args.budget) if args.budget else limit
+    for value, flag in ((args.batch, "--batch"), (args.blas_threads, "--blas-threads"),
+                        (args.timeout, "--timeout")):
+        _positive(value, flag)
+    _positive(args.seed, "--seed", allow_zero=True)
+    _positive(args.sample_hz, "--sample-hz", allow_zero=True)
     estimates = None
     if args.estimates:
         import json
         estimates = {k: int(v) for k, v in json.loads(Path(args.estimates).read_text()).items()}
     options = RunOptions(blas_threads=args.blas_threads, seed=args.seed, batch=args.batch,
-                         budget=budget, timeout_s=args.timeout, estimates=estimates)
-    probes = ProbeOptions(process=not args.no_probes, cgroup=not args.no_probes,
-                          gnu_time=not args.no_probes, heap_profile=args.heap_profile,
-                          cpu_profile=args.cpu_profile,
-                          sample_hz=0 if args.no_probes else args.sample_hz,
+                         budget=parse_size(args.budget) if args.budget else limit,
+                         timeout_s=args.timeout, estimates=estimates)
+    on = not args.no_probes
+    probes = ProbeOptions(process=on, cgroup=on, gnu_time=on, heap_profile=args.heap_profile,
+                          cpu_profile=args.cpu_profile, sample_hz=args.sample_hz if on else 0,
                           sample_uss=args.sample_uss)
-    backend, auto = args.backend, None
-    if backend == "auto":
-        from engine.vm import auto_chooses_vm
+    return RunRequest(pipeline=args.pipeline, policy=policy.name, models=args.models,
+                      out=args.out, options=options,
+                      limits=LimitOptions(args.backend, limit, swap), probes=probes,
+                      force=args.force)
 
-        use_vm, auto = auto_chooses_vm(limit, swap)
-        backend = "vm" if use_vm else backend
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    return _run(run_request(args))
+
+
+def _cmd_supervise(args: argparse.Namespace) -> int:
+    from engine.runner.request import RunRequest
+
+    return _run(RunRequest.read(args.request))
+
+
+def _run(request: RunRequest) -> int:
+    """One run on this host, or in the vm backend's guest when the session says so."""
+    from engine.runner.interrupt import Interrupted
+    from engine.runner.supervise import open_run_session, run_supervised
+
     t0 = time.perf_counter()
     try:
-        if backend == "vm":
+        session = open_run_session(request)
+        if session.runs_elsewhere:
             from engine.vm import run_in_vm
 
-            meta = run_in_vm(args, limit, swap, auto=auto)
+            session.close()  # nothing to close here: the guest opens its own
+            meta = run_in_vm(request, auto=session.notes.get("auto"))
         else:
-            meta = run_supervised(args.pipeline, args.policy, model_index(args.models),
-                                  args.out, options, LimitOptions(backend, limit, swap),
-                                  probes, force=args.force)
+            meta = run_supervised(request, session)  # closes the session
     except Interrupted as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 130
-    enforced = f"enforced by {meta['backend']}" if meta["limit_enforced"] else "NOT enforced"
-    limit_text = "unlimited" if limit is None else f"{args.limit} {enforced}"
-    print(f"{meta['pipeline']['name']} under {meta['policy']} ({limit_text}): "
-          f"{meta['termination']} in {time.perf_counter() - t0:.2f} s -> {args.out}",
+    enforced = f"enforced by {meta.backend}" if meta.limit_enforced else "NOT enforced"
+    limit = request.limits.ram_bytes
+    limit_text = "unlimited" if limit is None else f"{format_size(limit)} {enforced}"
+    print(f"{meta.pipeline.name} under {meta.policy} ({limit_text}): "
+          f"{meta.termination} in {time.perf_counter() - t0:.2f} s -> {request.out}",
           file=sys.stderr)
-    if meta["termination"] == "memory":
-        print(f"  OOM while running: {', '.join(meta['running_at_end']) or 'unknown'}",
+    if meta.termination == "memory":
+        print(f"  OOM while running: {', '.join(meta.running_at_end) or 'unknown'}",
               file=sys.stderr)
-    if meta["termination"] == "error":
-        print(f"error: {meta['termination_detail']}", file=sys.stderr)
+    if meta.termination == "error":
+        print(f"error: {meta.termination_detail}", file=sys.stderr)
         return 1
     return 0
 
@@ -170,6 +203,7 @@ def _cmd_graph(args: argparse.Namespace) -> None:
     from engine.schedule.tasks import Instance
 
     policy = parse_policy(args.policy)
+    _positive(args.count, "--count")
     desc = Description.load(args.description)
     instances = [Instance(i, desc.network, 0, len(desc.layers), desc.num_conv_layers)
                  for i in range(args.count)]
@@ -244,8 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", help="RAM limit, e.g. 512M (default: none)")
     p.add_argument("--swap", help="swap allowed on top of the limit: a size, 0, or max "
                    "(default: max, as EdgeCaffe's memsw of several GB)")
-    p.add_argument("--backend", default="auto",
-                   choices=["auto", "none", "cgroup2", "cgroup1", "systemd", "inherit", "vm"],
+    p.add_argument("--backend", default="auto", choices=BACKENDS,
                    help="how the limit is enforced (vm: in a qemu guest with its own cgroup v2 "
                         "and swap; auto: first that works, the vm when a limit is asked for "
                         "and nothing else can enforce it; a run whose "
@@ -271,6 +304,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="replace an existing run folder")
     p.set_defaults(func=_cmd_run)
 
+    # the vm backend's guest runs the host's RunRequest through this
+    p = sub.add_parser("supervise", help=argparse.SUPPRESS)
+    p.add_argument("request", help="RunRequest JSON")
+    p.set_defaults(func=_cmd_supervise)
+
     p = sub.add_parser("child", help=argparse.SUPPRESS)
     p.add_argument("spec")
     p.set_defaults(func=_cmd_child)
@@ -291,3 +329,6 @@ def main(argv: list[str] | None = None) -> int:
     except EdgeprofError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # before a run's own handlers are installed, or outside one
+        print("error: interrupted", file=sys.stderr)
+        return 130

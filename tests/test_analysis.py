@@ -9,6 +9,7 @@ series) are fabricated from copies of those real folders.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -20,6 +21,7 @@ import pytest
 from PIL import Image
 
 from engine.analysis import plots, tables
+from engine.errors import EdgeprofError
 
 REPO = Path(__file__).resolve().parents[1]
 MIB = 2**20
@@ -49,21 +51,24 @@ def _fake_samples(folder: Path, t0: int, n: int, peak: int) -> None:
     t = np.linspace(0, end, n)
     rss = (80 * MIB + (peak - 80 * MIB) * np.sin(np.pi * t / end) ** 2).astype(np.int64)
     pd.DataFrame({"t_ns": t0 + t.astype(np.int64), "rss_bytes": rss, "uss_bytes": "",
-                  "swap_bytes": 0, "cg_current_bytes": "", "cg_swap_bytes": ""}
+                  "swap_bytes": 0, "cg_current_bytes": "", "cg_swap_current_bytes": ""}
                  ).to_csv(folder / "samples.csv", index=False)
+    _edit_meta(folder, sampler={"samples": n})
 
 
 def _fabricate_oom(real: Path, out: Path) -> None:
     """Bulk killed by the OOM killer under an enforced 128M limit, half-way through."""
     shutil.copytree(real, out)
     tasks = pd.read_csv(out / "tasks.csv")
-    tasks[tasks["end_ns"] < tasks["end_ns"].max() / 2].to_csv(out / "tasks.csv", index=False)
+    kept = tasks[tasks["end_ns"] < tasks["end_ns"].max() / 2]
+    kept.to_csv(out / "tasks.csv", index=False)
     nets = pd.read_csv(out / "networks.csv").iloc[:1]
     nets.assign(end_ns=np.nan, response_ns=np.nan, complete=False).to_csv(
         out / "networks.csv", index=False)
     meta = _edit_meta(out, limit_bytes=128 * MIB, limit_enforced=True, backend="cgroup2",
                       termination="memory", running_at_end=["0:AgeNet EXEC"],
-                      gnu_time={"gt_max_rss_kib": 131072})
+                      tasks_finished=len(kept),
+                      gnu_time={"gt_max_rss_bytes": 131072 * 1024})
     _fake_samples(out, meta["t0_monotonic_ns"], 50, 128 * MIB)
 
 
@@ -71,7 +76,7 @@ def _fabricate_limited(real: Path, out: Path) -> None:
     """Linear finishing under the enforced 128M limit, with a long sampler series."""
     shutil.copytree(real, out)
     meta = _edit_meta(out, limit_bytes=128 * MIB, limit_enforced=True, backend="cgroup2",
-                      gnu_time={"gt_max_rss_kib": 120_000})
+                      gnu_time={"gt_max_rss_bytes": 120_000 * 1024})
     _fake_samples(out, meta["t0_monotonic_ns"], 5000, 110 * MIB)
 
 
@@ -135,6 +140,18 @@ def test_tidy_run_of_a_real_run(campaign):
     assert (tasks.end_ns >= tasks.start_ns).all()
     assert t["networks"].complete.all() and len(t["networks"]) == 2
     assert t["samples"].empty
+
+
+@pytest.mark.parametrize("damage", ["emptied", "rows cut", "cut mid-row"])
+def test_a_damaged_tasks_table_is_an_error_naming_it(campaign, tmp_path, damage):
+    run = tmp_path / "run"
+    shutil.copytree(campaign / "runs" / "p000" / "linear" / "none" / "rep0", run)
+    text = (run / "tasks.csv").read_text()
+    lines = text.splitlines(keepends=True)
+    (run / "tasks.csv").write_text({"emptied": "", "rows cut": "".join(lines[:len(lines) // 2]),
+                                    "cut mid-row": text[:-7]}[damage])
+    with pytest.raises(EdgeprofError, match=re.escape(str(run / "tasks.csv"))):
+        tables.tidy_run(run)
 
 
 def test_limit_not_enforced_is_kept_apart(agg):
@@ -255,3 +272,20 @@ def test_empty_tables_give_a_no_data_figure(name, tmp_path):
     fig = plots.make_figure(name, empty, STYLE, {})
     assert "no data" in _texts(fig)
     _assert_saved(fig, tmp_path / name, min_bytes=1000)
+
+
+@pytest.mark.parametrize("name", list(plots.FIGURES))
+def test_every_figure_is_drawn_without_bulk_runs(agg, name, tmp_path):
+    runs = agg["runs"][agg["runs"]["policy"] != "bulk"]
+    no_bulk = {**{k: v[v["policy"] != "bulk"] if "policy" in v else v
+                  for k, v in agg.items()}, "speedup": tables.speedup_table(runs)}
+    context = {"run": {**CONTEXT["run"], "policies": [
+        p for p in CONTEXT["run"]["policies"] if p != "bulk"]}}
+    fig = plots.make_figure(name, no_bulk, STYLE, context)
+    plots.save_figure(fig, tmp_path / "f.png", tmp_path / "f.pdf", STYLE["dpi"])
+    assert (tmp_path / "f.png").stat().st_size > 1000
+    if name == "speedup":
+        assert "no speed-up panel" in _texts(fig)
+        labels = [ax.get_ylabel() for ax in fig.axes]
+        assert "mean inference time (s)" in labels
+        assert not any("speed-up" in label for label in labels)

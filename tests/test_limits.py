@@ -476,7 +476,7 @@ def test_cgroup1_oom_and_fallback(kernel, v1_root):
     (cg / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n")
     assert s.oom_kills() == 2
     (cg / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\n")  # < 4.13
-    assert s.oom_kills() == 0 and s.hit_limit() is False
+    assert s.oom_kills() is None and s.hit_limit() is False  # not counted: unknown, not 0
     (cg / "memory.memsw.max_usage_in_bytes").write_text("1000\n")  # RAM+swap is binding
     assert s.hit_limit() is True
     (cg / "memory.memsw.max_usage_in_bytes").write_text("10\n")
@@ -747,15 +747,34 @@ def test_auto_inherits_a_finite_limit(tmp_path, no_systemd, no_writes):
     assert s.metadata()["auto"]["skipped"][1] == "systemd: no manager"
 
 
-def test_auto_falls_back_to_unenforced_none(tmp_path, no_systemd, no_writes):
+def test_auto_falls_back_to_the_vm_when_qemu_is_installed(tmp_path, no_systemd, no_writes,
+                                                          monkeypatch):
     _, mi, cg = v1_host(tmp_path)
+    monkeypatch.setattr(select, "qemu_installed", lambda: True)
+    with no_writes():
+        s = select.open_backend("auto", LimitRequest(512 * MiB), "a9", env={}, mountinfo=mi,
+                                proc_cgroup=cg)
+        assert s.backend == "vm" and s.runs_elsewhere and s.enforced
+        assert s.metadata()["auto"]["chosen"] == "vm"
+        assert len(s.metadata()["auto"]["skipped"]) == 3
+        # without a limit there is nothing for a guest to enforce
+        s = select.open_backend("auto", LimitRequest(None), "a10", env={}, mountinfo=mi,
+                                proc_cgroup=cg)
+        assert isinstance(s, NoneSession)
+
+
+def test_auto_falls_back_to_unenforced_none(tmp_path, no_systemd, no_writes, monkeypatch):
+    _, mi, cg = v1_host(tmp_path)
+    monkeypatch.setattr(select, "qemu_installed", lambda: False)
     with no_writes():
         s = select.open_backend("auto", LimitRequest(512 * MiB), "a6", allow_unenforced=True,
                                 env={}, mountinfo=mi, proc_cgroup=cg)
         assert isinstance(s, NoneSession) and s.enforced is False
         meta = s.metadata()
         assert "set EDGEPROF_CGROUP_ROOT or use the vm backend" in meta["unenforced_reason"]
-        assert meta["auto"]["chosen"] == "none" and len(meta["auto"]["skipped"]) == 3
+        # cgroup, systemd, inherit, and the vm (qemu missing) were each passed over
+        assert meta["auto"]["chosen"] == "none" and len(meta["auto"]["skipped"]) == 4
+        assert meta["auto"]["skipped"][3].startswith("vm: qemu-system-x86_64 is not installed")
         with pytest.raises(EdgeprofError, match="cannot be enforced.*EDGEPROF_CGROUP_ROOT"):
             select.open_backend("auto", LimitRequest(512 * MiB), "a7", env={}, mountinfo=mi,
                                 proc_cgroup=cg)
@@ -828,8 +847,10 @@ def test_every_cli_backend_name_opens(monkeypatch):
     for name in set(names.choices) - {"vm"}:
         assert limits.open_session(name, LimitRequest(), "c1").backend == "none"
     assert sorted(seen) == sorted(n for n in names.choices if n not in ("none", "vm"))
-    # the vm backend runs the whole run in a guest, never as a session in this process
-    with pytest.raises(EdgeprofError, match="runs the whole run in a guest"):
-        limits.open_session("vm", LimitRequest(), "c3")
+    # the vm backend runs the whole run in a guest: its session only says so
+    vm = limits.open_session("vm", LimitRequest(64 * MiB), "c3")
+    assert vm.backend == "vm" and vm.runs_elsewhere and vm.enforced
+    assert vm.cgroup_dir is None and vm.oom_kills() is None
+    assert not limits.open_session("none", LimitRequest(), "c4").runs_elsewhere
     with pytest.raises(EdgeprofError, match="unknown limit backend 'vmx'"):
         limits.open_session("vmx", LimitRequest(), "c2")

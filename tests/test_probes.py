@@ -45,7 +45,7 @@ def test_gnu_time_report_of_a_real_allocation_and_exit_code(tmp_path):
     code = "import numpy as np, sys; a = np.ones(150 * 2**20 // 8); sys.exit(3)"
     rc, row = _timed(tmp_path, code)
     assert rc == 3 and row["gt_exit_status"] == 3 and row["gt_signal"] is None
-    assert 150 * 1024 <= row["gt_max_rss_kib"] < 400 * 1024
+    assert 150 * 2**20 <= row["gt_max_rss_bytes"] < 400 * 2**20
     assert row["gt_page_size"] == os.sysconf("SC_PAGE_SIZE")
     assert 0 < row["gt_wall_s"] < 30 and row["gt_user_s"] + row["gt_sys_s"] > 0
     assert row["gt_minor_faults"] > 0 and row["gt_cpu_percent"] >= 0
@@ -59,7 +59,7 @@ def test_gnu_time_report_of_a_process_killed_by_a_signal(tmp_path):
     rc, row = _timed(tmp_path, "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
     assert rc == 128 + 9
     assert row["gt_signal"] == 9 and row["gt_exit_status"] is None  # the text says 0
-    assert row["gt_max_rss_kib"] > 0
+    assert row["gt_max_rss_bytes"] > 0
 
 
 @needs_gnu_time
@@ -68,7 +68,7 @@ def test_clear_refs_erases_the_peak_gnu_time_reports(tmp_path):
     code = ("import numpy as np; a = np.ones(200 * 2**20 // 8); del a\n"
             "open('/proc/self/clear_refs', 'w').write('5')")
     _, row = _timed(tmp_path, code)
-    assert row["gt_max_rss_kib"] < 150 * 1024
+    assert row["gt_max_rss_bytes"] < 150 * 2**20
 
 
 def test_parse_gnu_time_clock_formats_and_unknown_percent():
@@ -76,7 +76,7 @@ def test_parse_gnu_time_clock_formats_and_unknown_percent():
             "\tElapsed (wall clock) time (h:mm:ss or m:ss): 1:02:03\n")
     row = parse_gnu_time(text)
     assert row["gt_wall_s"] == 3723.0 and row["gt_cpu_percent"] is None
-    assert row["gt_max_rss_kib"] is None
+    assert row["gt_max_rss_bytes"] is None
     assert parse_gnu_time("Elapsed (wall clock) time (h:mm:ss or m:ss): 2:05.50")[
         "gt_wall_s"] == 125.5
 
@@ -190,10 +190,17 @@ def test_sampler_follows_a_process_tree_and_stops_when_it_exits(tmp_path):
     assert all(r["procs"] == 2 for r in after)
 
 
+V2_DIR = {"cgroup.controllers": "memory\n"}  # what marks a cgroup v2 directory
+V1_DIR = {"memory.limit_in_bytes": "9223372036854771712\n"}  # ... and a v1 memory one
+
+
 @pytest.mark.parametrize("files, expected", [
-    ({"memory.current": "4096\n", "memory.swap.current": "8192\n"}, (4096, 8192)),
-    ({"memory.usage_in_bytes": "1000\n", "memory.memsw.usage_in_bytes": "1500\n"}, (1000, 500)),
-    ({"memory.current": "4096\n"}, (4096, None)),
+    (V2_DIR | {"memory.current": "4096\n", "memory.swap.current": "8192\n"}, (4096, 8192)),
+    (V1_DIR | {"memory.usage_in_bytes": "1000\n", "memory.memsw.usage_in_bytes": "1500\n"},
+     (1000, 500)),
+    (V1_DIR | {"memory.usage_in_bytes": "1000\n", "memory.memsw.usage_in_bytes": "900\n"},
+     (1000, 0)),  # usage and memsw are charged apart: their difference is clamped at 0
+    (V2_DIR | {"memory.current": "4096\n"}, (4096, None)),
 ])
 def test_sampler_reads_cgroup_v1_and_v2_counters(tmp_path, files, expected):
     cg = tmp_path / "cg"
@@ -209,11 +216,14 @@ def test_sampler_reads_cgroup_v1_and_v2_counters(tmp_path, files, expected):
     assert sampler.stop()["samples"] > 0  # the first row is written before start returns
     rows = list(csv.DictReader(open(tmp_path / "s.csv")))
     got = (int(rows[0]["cg_current_bytes"]),
-           int(rows[0]["cg_swap_bytes"]) if rows[0]["cg_swap_bytes"] else None)
+           int(rows[0]["cg_swap_current_bytes"]) if rows[0]["cg_swap_current_bytes"] else None)
     assert got == expected
 
 
 def test_sampler_rejects_a_directory_that_is_not_a_memory_cgroup(tmp_path):
+    with pytest.raises(EdgeprofError, match="not a memory cgroup"):
+        start_sampler(os.getpid(), str(tmp_path / "s.csv"), cgroup_dir=str(tmp_path))
+    (tmp_path / "cgroup.controllers").write_text("cpu\n")  # v2, without the memory controller
     with pytest.raises(EdgeprofError, match="not a memory cgroup"):
         start_sampler(os.getpid(), str(tmp_path / "s.csv"), cgroup_dir=str(tmp_path))
 

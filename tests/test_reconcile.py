@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from engine.analysis.reconcile import reconcile_run
-from engine.runner.execute import RunOptions
-from engine.runner.supervise import LimitOptions, ProbeOptions, run_supervised
+from engine.runner.request import LimitOptions, ProbeOptions, RunOptions, RunRequest
+from engine.runner.supervise import run_supervised
 from engine.schedule.pipelines import Arrival, Pipeline, save_pipeline
 
 
@@ -19,10 +19,11 @@ def heap_run(zoo_split, tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("reconcile")
     pipe = root / "p.json"
     save_pipeline(Pipeline("p", [Arrival(0.0, ["AgeNet", "GenderNet"])]), pipe)
-    models = {name: Path(d.path) for name, d in zoo_split.items()}
+    models = Path(zoo_split["AgeNet"].path).parent
     out = root / "run"
-    run_supervised(str(pipe), "linear", models, out, RunOptions(seed=3),
-                   LimitOptions("none"), ProbeOptions(heap_profile=True, sample_hz=50))
+    run_supervised(RunRequest(str(pipe), "linear", str(models), str(out), RunOptions(seed=3),
+                              LimitOptions("none"),
+                              ProbeOptions(heap_profile=True, sample_hz=50)))
     return out
 
 

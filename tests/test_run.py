@@ -16,8 +16,8 @@ from threadpoolctl import threadpool_limits
 
 from engine.caffe import generate, splitter
 from engine.network import run_standalone
-from engine.runner.execute import RunOptions
-from engine.runner.supervise import LimitOptions, ProbeOptions, run_supervised
+from engine.runner.request import LimitOptions, ProbeOptions, RunOptions, RunRequest
+from engine.runner.supervise import run_supervised
 from engine.schedule.pipelines import Arrival, Pipeline, save_pipeline
 from engine.schedule.policies import parse_policy
 
@@ -44,8 +44,10 @@ def run_pipeline(pipe: Pipeline, policy: str, models: dict[str, Path], out: Path
     out.parent.mkdir(parents=True, exist_ok=True)
     path = out.parent / f"{out.name}.pipeline.json"
     save_pipeline(pipe, path)
-    run_supervised(str(path), policy, models, out, options, LimitOptions("none"),
-                   ProbeOptions(process=False, cgroup=False, gnu_time=False, sample_hz=0))
+    run_supervised(RunRequest(
+        str(path), parse_policy(policy).name, str(models["AgeNet"].parent), str(out), options,
+        LimitOptions("none"),
+        ProbeOptions(process=False, cgroup=False, gnu_time=False, sample_hz=0)))
     return out
 
 
@@ -134,7 +136,9 @@ def test_a_failing_task_is_recorded_as_error(tmp_path):
     desc = splitter.Description.load(splitter.split_model(model, prototxt, tmp_path / "s",
                                                           network="AgeNet"))
     partial = desc.resolve(desc.layers[12].partial)  # fc6
-    partial.write_bytes(partial.read_bytes()[:1000])
+    data = bytearray(partial.read_bytes())
+    data[4:40] = b"\xff" * 36  # corrupt, same size: only reading the layer can tell
+    partial.write_bytes(bytes(data))
     pipe = tmp_path / "p.json"
     save_pipeline(_pipeline(["AgeNet"]), pipe)
     r = _cli("run", "--pipeline", str(pipe), "--models", str(tmp_path / "s"), "--policy",
@@ -148,7 +152,8 @@ def test_a_failing_task_is_recorded_as_error(tmp_path):
     assert meta["child"]["failed_task"] == "0:AgeNet LOAD_12"
 
 
-@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 130)])
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 130),
+                                       (signal.SIGHUP, 130)])
 def test_a_signal_stops_the_run_and_writes_nothing(models, tmp_path, sig, code):
     pipe = tmp_path / "p.json"
     save_pipeline(_pipeline(["AlexNet"] * 30), pipe)

@@ -20,12 +20,13 @@ import numpy as np
 import pytest
 
 from engine.caffe import generate, splitter, zoo
-from engine.cli import build_parser
+from engine.cli import build_parser, run_request
 from engine.errors import EdgeprofError
+from engine.probes.vmstat import COLUMNS, VmstatWindows
+from engine.runner.request import RunRequest
 from engine.schedule.pipelines import Arrival, Pipeline, save_pipeline
 from engine.vm import VmConfig, guest, run_command_in_vm, run_in_vm
 from engine.vm import boot as vmboot
-from engine.vm.vmstat import COLUMNS, VmstatWindows
 
 pytestmark = pytest.mark.vm
 MiB = 2**20
@@ -103,10 +104,10 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
     return {"models": root / "split", "pipeline": root / "p.json"}
 
 
-def _args(tiny: dict[str, Path], policy: str, out: Path, *extra: str):
-    return build_parser().parse_args(
+def _request(tiny: dict[str, Path], policy: str, out: Path, *extra: str) -> RunRequest:
+    return run_request(build_parser().parse_args(
         ["run", "--pipeline", str(tiny["pipeline"]), "--models", str(tiny["models"]),
-         "--policy", policy, "--out", str(out), "--batch", "1", *extra])
+         "--policy", policy, "--out", str(out), "--batch", "1", "--backend", "vm", *extra]))
 
 
 def test_swap_allowed_run_completes_swaps_out_and_peaks_at_the_limit(vm_guest, tmp_path):
@@ -132,7 +133,7 @@ def test_swap_allowed_run_completes_swaps_out_and_peaks_at_the_limit(vm_guest, t
 
 def test_no_swap_run_is_oom_killed_and_recorded_as_memory(vm_guest, tiny, tmp_path):
     out = tmp_path / "oom"
-    meta = run_in_vm(_args(tiny, "bulk", out, "--limit", "48M", "--swap", "0"), 48 * MiB, 0)
+    meta = run_in_vm(_request(tiny, "bulk", out, "--limit", "48M", "--swap", "0")).to_dict()
     assert meta["termination"] == "memory", meta["termination_detail"]
     assert meta["oom_kills"] > 0 and meta["limit_enforced"]
     assert meta["backend"] == "vm" and meta["limits"]["guest_backend"] == "cgroup2"
@@ -155,7 +156,7 @@ def test_two_policies_in_the_guest_give_the_host_outputs(vm_guest, tiny, tmp_pat
                             policy, "--out", str(host), "--batch", "1", "--backend", "none"],
                            cwd=REPO, env=host_env, capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
-        meta = run_in_vm(_args(tiny, policy, guest_out, "--limit", "256M"), 256 * MiB, None)
+        meta = run_in_vm(_request(tiny, policy, guest_out, "--limit", "256M")).to_dict()
         assert meta["termination"] == "ok", meta["termination_detail"]
         assert meta["limit_enforced"] and meta["limits"]["memory_max"] == 256 * MiB
         assert meta["emulated"] == meta["vm"]["emulated"]
@@ -175,10 +176,11 @@ def test_two_policies_in_the_guest_give_the_host_outputs(vm_guest, tiny, tmp_pat
                          ids=["SIGINT-at-boot", "SIGTERM-in-job"])
 def test_an_interrupted_run_kills_qemu_and_leaves_nothing(vm_guest, tiny, tmp_path, sig,
                                                           when):
-    script = ("import sys\nfrom engine.cli import build_parser\nfrom engine.vm import run_in_vm\n"
-              "from engine.runner.execute import Interrupted\n"
+    script = ("import sys\nfrom engine.cli import build_parser, run_request\n"
+              "from engine.vm import run_in_vm\n"
+              "from engine.runner.interrupt import Interrupted\n"
               "args = build_parser().parse_args(sys.argv[1:])\n"
-              "try:\n    run_in_vm(args, None, None)\n"
+              "try:\n    run_in_vm(run_request(args))\n"
               "except Interrupted as exc:\n    print(exc, file=sys.stderr)\n    sys.exit(130)\n")
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-c", script, "run", "--pipeline",
@@ -219,7 +221,7 @@ def _ppid(pid: int) -> int | None:
 
 def test_a_guest_that_does_not_come_up_is_killed_and_recorded(vm_guest, tiny, tmp_path):
     out = tmp_path / "run"
-    meta = run_in_vm(_args(tiny, "linear", out), None, None, VmConfig(boot_timeout_s=1.0))
+    meta = run_in_vm(_request(tiny, "linear", out), VmConfig(boot_timeout_s=1.0)).to_dict()
     assert meta["termination"] == "error"
     assert "did not start the job within 1 s" in meta["termination_detail"]
     assert meta["vm"]["error"] and not meta["limit_enforced"]
@@ -232,7 +234,7 @@ def test_a_guest_that_does_not_come_up_is_killed_and_recorded(vm_guest, tiny, tm
 def test_missing_qemu_names_the_install_command(tiny, tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(EdgeprofError, match="apt-get install -y .*qemu-system-x86"):
-        run_in_vm(_args(tiny, "linear", tmp_path / "run"), None, None)
+        run_in_vm(_request(tiny, "linear", tmp_path / "run"))
     assert not (tmp_path / "run").exists()
 
 
@@ -251,8 +253,8 @@ def test_missing_kernel_package_names_the_apt_command(vm_guest, tmp_path, monkey
 
 def test_a_limit_above_the_guest_ram_is_refused(vm_guest, tiny, tmp_path):
     with pytest.raises(EdgeprofError, match="above the guest RAM"):
-        run_in_vm(_args(tiny, "linear", tmp_path / "run", "--limit", "2G"), 2048 * MiB,
-                  None, VmConfig(ram=2048 * MiB))
+        run_in_vm(_request(tiny, "linear", tmp_path / "run", "--limit", "2G"),
+                  VmConfig(ram=2048 * MiB))
     assert list(tmp_path.iterdir()) == []
 
 
@@ -265,3 +267,32 @@ def test_vmstat_windows_give_swap_and_fault_deltas(tmp_path):
     assert probe.close(token) == {"guest_pswpin_delta": 1, "guest_pswpout_delta": 10,
                                   "guest_pgmajfault_delta": 3}
     assert set(COLUMNS) == set(probe.close(token))
+
+
+def test_sigkill_of_the_supervisor_takes_qemu_along_and_the_next_run_sweeps(vm_guest, tiny,
+                                                                          tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "engine", "run", "--pipeline",
+                             str(tiny["pipeline"]), "--models", str(tiny["models"]),
+                             "--policy", "linear", "--out", str(out), "--backend", "vm",
+                             "--limit", "256M"], cwd=REPO, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not list(tmp_path.glob(".run.vm.*/job.log")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        qemu = {p for p in _qemu_pids() if _ppid(p) == proc.pid}
+        assert qemu, "qemu never started the job"
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 2.0
+    while qemu & _qemu_pids() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not qemu & _qemu_pids(), "qemu outlived its SIGKILLed supervisor"
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert any(".run.vm." in n for n in left) and any("edgeprof-swap" in n for n in left)
+    # the next run on this --out removes what the dead one left (its guest need not boot)
+    meta = run_in_vm(_request(tiny, "linear", out, "--limit", "256M", "--force"),
+                     VmConfig(boot_timeout_s=1.0))
+    assert meta.termination == "error"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]

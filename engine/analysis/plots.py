@@ -191,23 +191,32 @@ def speedup(tables: Tables, style: dict, context: dict) -> Figure:
         return _no_data("Inference time and speed-up", "no runs")
     df = _with_panel(df)
     # Why a speed-up is missing: the policy's own end, else Bulk's ("bulk OOM").
-    bulk_end = ("bulk " + df["bulk_termination"].map(_short, na_action="ignore")).fillna("no bulk")
+    bulk_end = df["bulk_termination"].map(lambda t: "no bulk" if pd.isna(t)
+                                          else f"bulk {_short(t)}")
     df["why"] = df["termination"].where(df["termination"] != "ok", bulk_end)
+    # Without Bulk runs there is nothing to take a speed-up over: times only.
+    with_speedup = bool((df["policy"] == "bulk").any())
     policies = _policies(tables, context)
     colors = _colors(policies, style)
     bins = _bin_order(df)
     panels = _panel_names(df)
-    fig, axes = _grid(2, len(panels))
+    fig, axes = _grid(2 if with_speedup else 1, len(panels))
     for c, panel in enumerate(panels):
         sub = df[df["panel"] == panel]
         # Every panel keeps a slot per policy, so a policy sits at the same place in each.
         _grouped_bars(axes[0, c], bins, policies, colors, _group_value(sub, "makespan_s"))
-        _grouped_bars(axes[1, c], bins, policies, colors, _group_value(sub, "speedup", "why"))
-        axes[1, c].axhline(1.0, color="0.3", linewidth=0.8, linestyle="--")
         axes[0, c].set_title(panel)
-        axes[1, c].set_xlabel("pipeline size (total weights)")
+        axes[-1, c].set_xlabel("pipeline size (total weights)")
+        if with_speedup:
+            _grouped_bars(axes[1, c], bins, policies, colors,
+                          _group_value(sub, "speedup", "why"))
+            axes[1, c].axhline(1.0, color="0.3", linewidth=0.8, linestyle="--")
     axes[0, 0].set_ylabel("mean inference time (s)")
-    axes[1, 0].set_ylabel("speed-up over Bulk (×)")
+    if with_speedup:
+        axes[1, 0].set_ylabel("speed-up over Bulk (×)")
+    else:
+        fig.suptitle("no speed-up panel: the config runs no Bulk policy to compare with",
+                     fontsize="small", color="0.35")
     _legend(fig, _policy_handles(policies, colors) + [_failed_legend()])
     return fig
 
@@ -228,7 +237,7 @@ def memory(tables: Tables, style: dict, context: dict) -> Figure:
     panels = _panel_names(runs)
     fig, axes = _grid(2, len(panels))
     rows = [("rss", "RAM: process RSS (MiB)", ["hwm_rss_bytes", "peak_cg_current_bytes"]),
-            ("swap", "swap: process VmSwap (MiB)", ["peak_cg_swap_bytes"])]
+            ("swap", "swap: process VmSwap (MiB)", ["peak_cg_swap_current_bytes"])]
     for c, panel in enumerate(panels):
         sub = runs[runs["panel"] == panel]
         for r, (quantity, ylabel, markers) in enumerate(rows):
@@ -254,8 +263,8 @@ MARKERS = {
                           label="max RSS (GNU time + VmHWM windows)"),
     "peak_cg_current_bytes": dict(marker="_", color="black", markersize=10, linestyle="none",
                                   label="cgroup memory.current peak"),
-    "peak_cg_swap_bytes": dict(marker="_", color="black", markersize=10, linestyle="none",
-                               label="cgroup swap peak"),
+    "peak_cg_swap_current_bytes": dict(marker="_", color="black", markersize=10,
+                                       linestyle="none", label="cgroup swap peak"),
 }
 
 
@@ -474,7 +483,7 @@ def _pick_series(samples: pd.DataFrame, context: dict) -> tuple[str, str]:
 
 
 SERIES = [("rss_bytes", "process RSS"), ("swap_bytes", "process swap"),
-          ("cg_current_bytes", "cgroup memory.current"), ("cg_swap_bytes", "cgroup swap")]
+          ("cg_current_bytes", "cgroup memory.current"), ("cg_swap_current_bytes", "cgroup swap")]
 
 
 def memory_over_time(tables: Tables, style: dict, context: dict) -> Figure:

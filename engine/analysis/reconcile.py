@@ -22,11 +22,12 @@ LOAD minus the layer's weight bytes (0 when loading makes no extra copy).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from engine.runner.meta import RunMeta
 
 KEYS = ["instance", "network", "layer", "layer_name", "layer_kind", "task_type"]
 
@@ -44,7 +45,7 @@ def _tc_physical(df: pd.DataFrame) -> pd.Series:
 def reconcile_run(folder: str | Path) -> pd.DataFrame:
     """The reconciliation table of one run folder."""
     folder = Path(folder)
-    meta = json.loads((folder / "meta.json").read_text())
+    meta = RunMeta.read(folder)
     tasks = pd.read_csv(folder / "tasks.csv")
     out = tasks.copy()
     heap_csv = folder / "heap" / "heap.csv"
@@ -73,12 +74,12 @@ def reconcile_run(folder: str | Path) -> pd.DataFrame:
     is_load = out["task_type"] == "LOAD"
     out["res_load_vs_weights"] = np.where(is_load, out["heap_inuse_delta"] - out["param_bytes"],
                                           np.nan)
-    gnu = meta.get("gnu_time") or {}
-    out["gt_max_rss_bytes"] = (gnu.get("gt_max_rss_kib") or np.nan) * 1024
-    out["hwm_rss_bytes"] = meta.get("hwm_rss_bytes", np.nan)
+    gnu = meta.gnu_time or {}
+    out["gt_max_rss_bytes"] = gnu.get("gt_max_rss_bytes", np.nan)
+    out["hwm_rss_bytes"] = np.nan if meta.hwm_rss_bytes is None else meta.hwm_rss_bytes
     out.insert(0, "run", folder.name)
     for key in ("policy", "limit_bytes", "backend", "limit_enforced", "termination",
                 "emulated"):
-        out[key] = meta.get(key)
-    out["pipeline"] = meta["pipeline"]["name"]
+        out[key] = getattr(meta, key)
+    out["pipeline"] = meta.pipeline.name
     return out

@@ -10,7 +10,6 @@ error) keeps its rows; only the quantities it could not produce are NaN.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Iterable
@@ -19,14 +18,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from engine.errors import EdgeprofError
 from engine.files import atomic_path
+from engine.runner.meta import RunMeta
 from engine.units import format_size
 
 TIDY_TABLES = ("runs", "tasks", "networks", "samples")
 # Columns that say which run a row belongs to, repeated in every tidy table.
 IDENTITY = ["run_id", "pipeline", "policy", "limit", "limit_enforced", "backend", "emulated",
             "rep", "termination"]
-SAMPLE_VALUES = ["rss_bytes", "uss_bytes", "swap_bytes", "cg_current_bytes", "cg_swap_bytes"]
+SAMPLE_VALUES = ["rss_bytes", "uss_bytes", "swap_bytes", "cg_current_bytes",
+                 "cg_swap_current_bytes"]
 # Enough points to draw a run's memory curve; the aggregate keeps at most this many per run.
 MAX_SAMPLES_PER_RUN = 2000
 NS = 1e9
@@ -42,15 +44,14 @@ def _rep(folder: Path) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _identity(meta: dict, folder: Path) -> dict:
-    pipeline = meta["pipeline"]["name"]
-    limit = limit_label(meta.get("limit_bytes"))
+def _identity(meta: RunMeta, folder: Path) -> dict:
+    pipeline = meta.pipeline.name
+    limit = limit_label(meta.limit_bytes)
     rep = _rep(folder)
-    run_id = f"{pipeline}/{meta['policy']}/{limit}" + ("" if rep is None else f"/rep{rep}")
-    return {"run_id": run_id, "pipeline": pipeline, "policy": meta["policy"], "limit": limit,
-            "limit_enforced": bool(meta.get("limit_enforced")), "backend": meta.get("backend"),
-            "emulated": bool(meta.get("emulated", False)), "rep": rep,
-            "termination": meta["termination"]}
+    run_id = f"{pipeline}/{meta.policy}/{limit}" + ("" if rep is None else f"/rep{rep}")
+    return {"run_id": run_id, "pipeline": pipeline, "policy": meta.policy, "limit": limit,
+            "limit_enforced": bool(meta.limit_enforced), "backend": meta.backend,
+            "emulated": bool(meta.emulated), "rep": rep, "termination": meta.termination}
 
 
 def _with_identity(df: pd.DataFrame, ident: dict) -> pd.DataFrame:
@@ -62,14 +63,29 @@ def _with_identity(df: pd.DataFrame, ident: dict) -> pd.DataFrame:
 def _read_csv(path: Path) -> pd.DataFrame:
     if not path.is_file() or path.stat().st_size == 0:
         return pd.DataFrame()
-    return pd.read_csv(path)
+    with open(path, "rb") as f:
+        f.seek(-1, os.SEEK_END)
+        if f.read(1) != b"\n":  # every writer ends its rows with a newline
+            raise EdgeprofError(f"{path} ends in the middle of a row: truncated; rerun the run")
+    try:
+        return pd.read_csv(path)
+    except (ValueError, pd.errors.ParserError) as exc:
+        raise EdgeprofError(f"{path} is not a readable table ({exc}); rerun the run") from None
 
 
-def _networks(folder: Path, meta: dict) -> pd.DataFrame:
+def _check_rows(path: Path, df: pd.DataFrame, expected: int | None, field: str) -> None:
+    """A table must hold the rows its run record counted: a truncated or emptied file is
+    an error naming it, never a silently shorter result."""
+    if expected is not None and len(df) != expected:
+        raise EdgeprofError(f"{path} has {len(df)} rows but meta.json's {field} says "
+                            f"{expected}: the file was truncated or replaced; rerun the run")
+
+
+def _networks(folder: Path, meta: RunMeta) -> pd.DataFrame:
     """networks.csv with a row for every network of the pipeline: a run that died early
     lists only the instances that started, so the others are added as incomplete."""
     df = _read_csv(folder / "networks.csv")
-    names = meta["pipeline"]["networks"]
+    names = meta.pipeline.networks
     all_instances = pd.DataFrame({"instance": range(len(names)), "network": names})
     if df.empty:
         df = all_instances.assign(complete=False)
@@ -80,16 +96,21 @@ def _networks(folder: Path, meta: dict) -> pd.DataFrame:
     return df.sort_values("instance", ignore_index=True)
 
 
-def _samples(folder: Path, meta: dict) -> pd.DataFrame:
+def _samples(folder: Path, meta: RunMeta) -> pd.DataFrame:
     """samples.csv on the tasks' clock: t_s = seconds since the run's t0."""
     df = _read_csv(folder / "samples.csv")
     if df.empty:
         return df
-    t0 = meta.get("t0_monotonic_ns") or df["t_ns"].min()
+    t0 = meta.t0_monotonic_ns or df["t_ns"].min()
     df["t_s"] = (df["t_ns"] - t0) / NS
     for col in SAMPLE_VALUES:
         df[col] = pd.to_numeric(df[col], errors="coerce") if col in df else np.nan
     return df
+
+
+def _known(value: float | None) -> float:
+    """None (not measured) as NaN; 0 stays 0."""
+    return np.nan if value is None else value
 
 
 def _col_max(df: pd.DataFrame, col: str) -> float:
@@ -100,29 +121,28 @@ def _col_mean(df: pd.DataFrame, col: str) -> float:
     return df[col].mean() if col in df and df[col].notna().any() else np.nan
 
 
-def _run_row(meta: dict, folder: Path, tasks: pd.DataFrame, networks: pd.DataFrame,
+def _run_row(meta: RunMeta, folder: Path, tasks: pd.DataFrame, networks: pd.DataFrame,
              samples: pd.DataFrame) -> dict:
-    pipe = meta["pipeline"]
-    finished = meta["termination"] == "ok" and bool(networks["complete"].all())
+    pipe = meta.pipeline
+    finished = meta.termination == "ok" and bool(networks["complete"].all())
     makespan = (networks["end_ns"].max() - networks["arrival_ns"].min()) / NS
-    gnu = meta.get("gnu_time") or {}
-    max_rss_kib = gnu.get("gt_max_rss_kib")
+    gnu = meta.gnu_time or {}
     return {
         **_identity(meta, folder),
-        "size_bin": pipe.get("size_bin"), "n_networks": len(pipe["networks"]),
-        "networks": " ".join(pipe["networks"]), "arrival_mode": pipe.get("arrival_mode"),
-        "param_bytes": pipe.get("param_bytes"), "policy_family": meta.get("policy_family"),
-        "workers": meta.get("workers"), "limit_bytes": meta.get("limit_bytes"),
-        "swap_bytes": meta.get("swap_bytes"),
-        "termination_detail": meta.get("termination_detail", ""),
-        "running_at_end": "; ".join(meta.get("running_at_end") or []),
+        "size_bin": pipe.size_bin, "n_networks": len(pipe.networks),
+        "networks": " ".join(pipe.networks), "arrival_mode": pipe.arrival_mode,
+        "param_bytes": pipe.param_bytes, "policy_family": meta.policy_family,
+        "workers": meta.workers, "limit_bytes": meta.limit_bytes,
+        "swap_bytes": meta.swap_bytes,
+        "termination_detail": meta.termination_detail,
+        "running_at_end": "; ".join(meta.running_at_end),
         "networks_complete": int(networks["complete"].sum()),
         "tasks_finished": len(tasks),
         "makespan_s": makespan if finished else np.nan,
         "mean_response_s": networks["response_ns"].mean() / NS if finished else np.nan,
-        "wall_s": meta.get("wall_s", np.nan),
-        "gt_max_rss_bytes": np.nan if max_rss_kib is None else max_rss_kib * 1024,
-        "hwm_rss_bytes": meta.get("hwm_rss_bytes") or np.nan,
+        "wall_s": _known(meta.wall_s),
+        "gt_max_rss_bytes": _known(gnu.get("gt_max_rss_bytes")),
+        "hwm_rss_bytes": _known(meta.hwm_rss_bytes),
         "gt_user_s": gnu.get("gt_user_s", np.nan), "gt_sys_s": gnu.get("gt_sys_s", np.nan),
         "gt_major_faults": gnu.get("gt_major_faults", np.nan),
         **{f"{stat}_{col}": fn(samples, col) for col in SAMPLE_VALUES
@@ -138,10 +158,13 @@ def _run_row(meta: dict, folder: Path, tasks: pd.DataFrame, networks: pd.DataFra
 def tidy_run(folder: str | os.PathLike) -> dict[str, pd.DataFrame]:
     """The tidy tables (runs, tasks, networks, samples) of one run folder."""
     folder = Path(folder)
-    meta = json.loads((folder / "meta.json").read_text())
+    meta = RunMeta.read(folder)
     tasks = _read_csv(folder / "tasks.csv")
+    _check_rows(folder / "tasks.csv", tasks, meta.tasks_finished, "tasks_finished")
     networks = _networks(folder, meta)
     samples = _samples(folder, meta)
+    _check_rows(folder / "samples.csv", samples, (meta.sampler or {}).get("samples"),
+                "sampler.samples")
     runs = pd.DataFrame([_run_row(meta, folder, tasks, networks, samples)])
     # Nullable integers: a missing repetition or limit (None = unconstrained / swap max)
     # stays NA in every run's table, so the tables of many runs concatenate cleanly.

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.caffe import graph, io, schema, zoo
+from engine.files import write_text_atomic
 
 PIXEL_SCALE = 128.0
 
@@ -74,5 +75,5 @@ def write_zoo_model(name: str, out_dir: str | Path, seed: int) -> tuple[Path, Pa
                              reads_pixels=layer.name in first)
 
     io.write_caffemodel(caffemodel, model, blobs_for)
-    io.write_text_atomic(prototxt, io.prototxt_text(deploy))
+    write_text_atomic(prototxt, io.prototxt_text(deploy))
     return prototxt, caffemodel

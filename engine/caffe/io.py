@@ -22,11 +22,6 @@ from engine.errors import ModelError
 from engine.files import atomic_path
 
 
-def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text(text)
-
-
 def read_prototxt(path: str | os.PathLike) -> schema.NetParameter:
     """A deploy prototxt (text format, V1 or V2). Fields outside the supported subset of
     caffe.proto are skipped; unsupported layer types fail later, naming the layer."""

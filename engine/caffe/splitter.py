@@ -10,6 +10,7 @@ hand-set ``has-input-layer``/``excluded-partials`` is needed; the match is valid
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from engine.caffe import graph, io, wire
 from engine.errors import ModelError
-from engine.files import normal_mode
+from engine.files import normal_mode, write_text_atomic
 
 DESCRIPTION_VERSION = 1
 
@@ -60,6 +61,9 @@ class Description:
     num_fc_layers: int
     layers: list[LayerInfo]
     unmatched_partials: list[str]
+    # what the model files were at split time, so a run can refuse changed ones up front
+    caffemodel_bytes: int | None = None
+    prototxt_sha256: str | None = None
     version: int = DESCRIPTION_VERSION
     path: str = ""  # where it was loaded from; not stored
 
@@ -83,8 +87,38 @@ class Description:
                 f"{path}: description version {data.get('version')} is not "
                 f"{DESCRIPTION_VERSION}; re-run the split stage"
             )
-        data["layers"] = [LayerInfo(**layer) for layer in data["layers"]]
-        return cls(**data, path=path)
+        try:
+            data["layers"] = [LayerInfo(**layer) for layer in data["layers"]]
+            return cls(**data, path=path)
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ModelError(f"{path} is not a network description ({exc}); re-run the "
+                             f"split stage") from None
+
+    def check_files(self) -> None:
+        """Refuse model files that changed since the split (one line naming the file and
+        the fix): each partial's size, the whole caffemodel's size (Bulk reads it) and the
+        prototxt's hash. Contents are checked when the layers are read."""
+        fix = "re-run the split stage"
+        prototxt = self.resolve(self.prototxt)
+        if self.prototxt_sha256 is not None and prototxt.is_file() and \
+                _sha256(prototxt) != self.prototxt_sha256:
+            raise ModelError(f"{prototxt} changed after {self.network} was split; {fix}")
+        files = [(self.resolve(x.partial), x.file_bytes) for x in self.layers if x.partial]
+        caffemodel = self.resolve(self.caffemodel)
+        if caffemodel.exists():  # only Bulk reads it, and says so if it is gone
+            files.append((caffemodel, self.caffemodel_bytes))
+        for path, size in files:
+            try:
+                actual = path.stat().st_size
+            except OSError as exc:
+                raise ModelError(f"{path} of {self.network}: {exc.strerror}; {fix}") from None
+            if size is not None and actual != size:
+                raise ModelError(f"{path} is {actual} bytes, not the {size} it had when "
+                                 f"{self.network} was split (truncated or replaced); {fix}")
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def partial_name(stem: str, index: int) -> str:
@@ -169,6 +203,8 @@ def split_model(caffemodel: str | os.PathLike, prototxt: str | os.PathLike,
             layers=layers,
             unmatched_partials=[f"{final.name}/{partial_name(stem, r.index)}"
                                 for r in records if r.index not in matched],
+            caffemodel_bytes=caffemodel.stat().st_size,
+            prototxt_sha256=_sha256(prototxt),
         )
         if final.exists():
             shutil.rmtree(final)
@@ -177,7 +213,7 @@ def split_model(caffemodel: str | os.PathLike, prototxt: str | os.PathLike,
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     path = out_dir / f"{stem}.description.json"
-    io.write_text_atomic(path, desc.to_json())
+    write_text_atomic(path, desc.to_json())
     return path
 
 

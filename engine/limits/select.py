@@ -2,7 +2,8 @@
 
 ``auto`` tries, in order: (a) the cgroup root the user designated with
 ``EDGEPROF_CGROUP_ROOT``; (b) a systemd user manager; (c) a finite limit inherited from
-the process's own cgroup; (d) no limit, marked unenforced with the reason. It never
+the process's own cgroup; (d) when a limit is asked for, the vm backend if qemu is
+installed; (e) no limit, marked unenforced with the reason. It never
 creates a cgroup outside the designated root, and without one it writes nothing.
 """
 
@@ -20,6 +21,7 @@ from engine.limits.cgroup2 import Cgroup2Session
 from engine.limits.inherit import InheritSession
 from engine.limits.none import NoneSession
 from engine.limits.systemd import SystemdSession, user_manager_status
+from engine.limits.vm import QEMU, VmSession, qemu_installed
 
 _ALTERNATIVES = "or use --backend systemd/vm/none"
 
@@ -142,6 +144,11 @@ def _auto(request: LimitRequest, run_id: str, allow_unenforced: bool,
                 session = inherited
             else:
                 skipped.append(f"inherit: {inherited.notes['unenforced_reason']}")
+    if session is None and request.ram_bytes is not None:
+        if qemu_installed():
+            session = VmSession(request)
+        else:
+            skipped.append(f"vm: {QEMU} is not installed (apt-get install qemu-system-x86)")
     if session is None:
         session = NoneSession(request)
         session.notes["unenforced_reason"] = (

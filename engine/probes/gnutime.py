@@ -25,12 +25,12 @@ from engine.errors import EdgeprofError
 
 GNU_TIME = "/usr/bin/time"
 
-# -v label -> (column, type)
+# -v label -> (column, conversion); sizes become bytes here, once
 _FIELDS = {
     "User time (seconds)": ("gt_user_s", float),
     "System time (seconds)": ("gt_sys_s", float),
     "Percent of CPU this job got": ("gt_cpu_percent", float),
-    "Maximum resident set size (kbytes)": ("gt_max_rss_kib", int),
+    "Maximum resident set size (kbytes)": ("gt_max_rss_bytes", lambda kib: int(kib) * 1024),
     "Major (requiring I/O) page faults": ("gt_major_faults", int),
     "Minor (reclaiming a frame) page faults": ("gt_minor_faults", int),
     "Voluntary context switches": ("gt_voluntary_cs", int),

@@ -5,8 +5,9 @@ perturbed by the sampling work, the GIL or the sampler's allocations. Each tick 
 over the process tree of ``pid``: VmRSS and VmSwap from /proc/<pid>/status (one pread on
 a kept fd each), USS from psutil's ``memory_full_info`` (smaps_rollup: expensive, it walks
 page tables under the target's mm lock, so only on request), and, given a cgroup
-directory, its usage counters (read only). RSS of the tree is a sum, so pages shared
-between its processes count once per process.
+directory, its usage and swap counters (read only, through the cgroup reader of
+``engine.limits.cgroupfs`` on kept fds). RSS of the tree is a sum, so pages shared between
+its processes count once per process.
 
 Rows are ``t_ns`` (``time.monotonic_ns``: CLOCK_MONOTONIC, the clock behind
 ``time.perf_counter_ns`` on Linux, so the child's task times compare directly), then the
@@ -35,10 +36,12 @@ from pathlib import Path
 import psutil
 
 from engine.errors import EdgeprofError
+from engine.limits.cgroupfs import CgroupReader, reader_for
 from engine.probes.process import status_bytes
+from engine.procs import preexec
 
 COLUMNS = ["t_ns", "procs", "rss_bytes", "uss_bytes", "swap_bytes", "cg_current_bytes",
-           "cg_swap_bytes"]
+           "cg_swap_current_bytes"]
 TREE_REFRESH_S = 0.5
 FLUSH_S = 1.0
 
@@ -72,45 +75,33 @@ def start_sampler(pid: int, csv_path: str, hz: float = 100.0, cgroup_dir: str | 
             "--hz", str(hz)]
     if cgroup_dir is not None:
         argv += ["--cgroup", str(cgroup_dir)]
-        _cgroup_files(cgroup_dir)  # fail here, not silently in the sampler
+        _open_cgroup(cgroup_dir).close()  # fail here, not silently in the sampler
     if uss:
         argv.append("--uss")
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    # Wait for its first row: sampling is under way when this returns.
-    if proc.stdout.readline() != b"ready\n":
-        proc.kill()
-        proc.wait()
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            preexec_fn=preexec())
+    # Wait for its first row: sampling is under way when this returns. Whatever ends the
+    # wait (a signal included), the sampler does not outlive it unowned.
+    ready = False
+    try:
+        ready = proc.stdout.readline() == b"ready\n"
+    finally:
+        if not ready:
+            proc.kill()
+            proc.wait()
+    if not ready:
         raise EdgeprofError(f"the memory sampler failed to start (exit code {proc.returncode}; "
                             "its error is on stderr)")
     return Sampler(proc, str(csv_path))
 
 
-def _cgroup_files(folder: str) -> tuple[bool, list[Path | None]]:
-    """(is v2, [usage file, swap file or None]) of a memory cgroup directory."""
-    d = Path(folder)
-    v2 = (d / "memory.current").exists()
-    names = (("memory.current", "memory.swap.current") if v2 else
-             ("memory.usage_in_bytes", "memory.memsw.usage_in_bytes"))
-    files = [d / n if (d / n).exists() else None for n in names]
-    if files[0] is None:
-        raise EdgeprofError(f"{d}: neither memory.current (cgroup v2) nor "
-                            "memory.usage_in_bytes (v1); not a memory cgroup directory")
-    return v2, files
-
-
-class _Cgroup:
-    """memory.current/memory.swap.current (v2) or usage_in_bytes/memsw (v1), read only."""
-
-    def __init__(self, folder: str) -> None:
-        self.v2, files = _cgroup_files(folder)
-        self.fds = [os.open(f, os.O_RDONLY) if f is not None else None for f in files]
-
-    def read(self) -> tuple[int, int | None]:
-        current, second = (int(os.pread(fd, 64, 0)) if fd is not None else None
-                           for fd in self.fds)
-        if second is None or self.v2:
-            return current, second
-        return current, second - current  # v1 memsw counts RAM + swap
+def _open_cgroup(folder: str | Path) -> CgroupReader:
+    """The cgroup's reader, with its usage and swap counters kept open."""
+    reader = reader_for(Path(folder))
+    if not reader.has(reader.CURRENT):
+        raise EdgeprofError(f"{folder}: no {reader.CURRENT} (the memory controller is not "
+                            f"enabled there); not a memory cgroup directory")
+    return reader.kept_open(reader.COUNTER_FILES)
 
 
 class _Tree:
@@ -167,7 +158,7 @@ def sample(pid: int, csv_path: str, hz: float, cgroup_dir: str | None, uss: bool
            stop_fd: int) -> dict:
     """The sampling loop; returns its statistics."""
     period = int(1e9 / hz)
-    cgroup = _Cgroup(cgroup_dir) if cgroup_dir else None
+    cgroup = _open_cgroup(cgroup_dir) if cgroup_dir else None
     samples = missed = refreshes = max_procs = 0
     cost_ns = max_cost_ns = 0
     reason = "pid gone"
@@ -191,7 +182,7 @@ def sample(pid: int, csv_path: str, hz: float, cgroup_dir: str | None, uss: bool
             row = tree.sample()
             if row is None:
                 break
-            cg = cgroup.read() if cgroup else (None, None)
+            cg = cgroup.current_and_swap() if cgroup else (None, None)
             spent = time.monotonic_ns() - t
             cost_ns += spent
             max_cost_ns = max(max_cost_ns, spent)
@@ -214,6 +205,8 @@ def sample(pid: int, csv_path: str, hz: float, cgroup_dir: str | None, uss: bool
                 reason = "stopped"
                 break
         end = time.monotonic_ns()
+    if cgroup is not None:
+        cgroup.close()
     if samples == 0:
         _ready()
     duration = (end - start) / 1e9 if tree is not None else 0.0

@@ -14,7 +14,9 @@ from pathlib import Path
 import numpy as np
 
 from engine.caffe.splitter import Description
-from engine.runner.execute import PipelineRun, ProbeSet, RunOptions
+from engine.procs import die_with_parent
+from engine.runner.execute import PipelineRun, ProbeSet
+from engine.runner.request import RunOptions
 from engine.schedule.pipelines import load_pipeline
 from engine.schedule.policies import parse_policy
 
@@ -28,9 +30,9 @@ def build_probes(spec: dict, out: Path) -> tuple[ProbeSet, dict]:
         counters = CgroupCounters(Path(spec["cgroup_dir"]), spec["cgroup_version"])
         probes.windows.append(_Adapter(counters.open_window, counters.close_window))
         meta["cgroup_windowed_peak"] = counters.windowed_peak
-    from engine.vm.vmstat import VmstatWindows, in_guest
+    if spec.get("vmstat_probe"):  # the vm backend's guest: its /proc/vmstat is the run's
+        from engine.probes.vmstat import VmstatWindows
 
-    if in_guest():  # the vm backend's guest: swap traffic per window from /proc/vmstat
         vmstat = VmstatWindows()
         probes.windows.append(_Adapter(vmstat.open, vmstat.close))
     if spec.get("process_probe", True):
@@ -57,6 +59,7 @@ class _Adapter:
 
 
 def child_main(spec_path: str) -> int:
+    die_with_parent()  # its parent is GNU time (or the supervisor): never run on unowned
     spec = json.loads(Path(spec_path).read_text())
     out = Path(spec["out"])
     pipeline = load_pipeline(spec["pipeline"])

@@ -21,18 +21,18 @@ from threadpoolctl import threadpool_info, threadpool_limits
 from engine.caffe.splitter import Description
 from engine.errors import EdgeprofError
 from engine.network import Network
+from engine.runner.request import RunOptions
 from engine.schedule.dispatch import Dispatcher, DispatchResult
 from engine.schedule.pipelines import Pipeline
 from engine.schedule.policies import Policy
 from engine.schedule.tasks import WHOLE_NET, Instance, Kind, Task
 
 
-class Interrupted(EdgeprofError):
-    """The run was stopped by a signal; nothing was written."""
-
-
 def model_index(folder: str | os.PathLike) -> dict[str, Path]:
     """Network name -> description file, for every ``*.description.json`` in ``folder``."""
+    if not Path(folder).is_dir():
+        raise EdgeprofError(f"--models {folder} is not a folder; point it at the split "
+                            f"stage's output (the folder of *.description.json files)")
     found = {}
     for path in sorted(Path(folder).glob("*.description.json")):
         found[Description.load(path).network] = path
@@ -55,17 +55,10 @@ def resolve_descriptions(pipeline: Pipeline, models: dict[str, Path]) -> dict[st
             f"{', '.join(missing)} (available: {', '.join(sorted(models)) or 'none'}); "
             "run the split stage for them or point --models at the right folder"
         )
-    return {net: Description.load(models[net]) for net in set(pipeline.networks())}
-
-
-@dataclass
-class RunOptions:
-    blas_threads: int = 1
-    seed: int = 0
-    batch: int | None = None
-    budget: int | None = None  # memory budget for masa admission (bytes)
-    timeout_s: float | None = None
-    estimates: dict[str, int] | None = None  # network -> peak bytes from a profiling run
+    descs = {net: Description.load(models[net]) for net in set(pipeline.networks())}
+    for desc in descs.values():
+        desc.check_files()
+    return descs
 
 
 @dataclass

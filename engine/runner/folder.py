@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import csv
 import json
+from bisect import bisect_left, bisect_right
+from collections import Counter
 from pathlib import Path
+
+from engine.runner.meta import RunMeta
 
 TASK_BASE = ["instance", "network", "layer", "layer_name", "layer_type", "layer_kind",
              "task_id", "task_type", "worker", "start_ns", "end_ns", "duration_ns", "cpu_ns",
@@ -43,20 +47,26 @@ def read_progress(folder: Path) -> dict:
 
 def _overlaps(rows: list[dict]) -> None:
     """How many other tasks ran during each task's window (0: its probe windows are its
-    own; >0: process-wide counters such as VmHWM mix in other tasks)."""
-    spans = sorted((r["start_ns"], r["end_ns"], i) for i, r in enumerate(rows))
-    for i, r in enumerate(rows):
-        r["overlap"] = sum(1 for s, e, j in spans
-                           if j != i and s < r["end_ns"] and e > r["start_ns"])
+    own; >0: process-wide counters such as VmHWM mix in other tasks). Task j overlaps i
+    unless it starts at or after i's end or ends at or before i's start: counted with
+    two sorted arrays, O(n log n)."""
+    starts = sorted(r["start_ns"] for r in rows)
+    ends = sorted(r["end_ns"] for r in rows)
+    # an empty window [x, x] counts as both "starts after" and "ends before" every empty
+    # window at x (itself included), so those are added back once
+    empty = Counter(r["start_ns"] for r in rows if r["start_ns"] == r["end_ns"])
+    n = len(rows)
+    for r in rows:
+        s, e = r["start_ns"], r["end_ns"]
+        after = n - bisect_left(starts, e)
+        before = bisect_right(ends, s)
+        itself = 0 if s == e else 1
+        r["overlap"] = n - after - before + (empty[s] if s == e else 0) - itself
 
 
 def write_tasks(folder: Path, ends: list[dict]) -> None:
     rows = sorted(ends, key=lambda r: (r["start_ns"], r["task_id"]))
-    if len(rows) <= 2000:
-        _overlaps(rows)
-    else:  # quadratic count is too slow for huge runs; mark unknown
-        for r in rows:
-            r["overlap"] = ""
+    _overlaps(rows)
     extra = sorted({k for r in rows for k in r} - set(TASK_BASE))
     with open(folder / "tasks.csv", "w", newline="") as f:
         w = csv.DictWriter(f, TASK_BASE + extra, restval="")
@@ -125,13 +135,14 @@ def run_peak_bytes(ends: list[dict], gnu_time: dict | None) -> int | None:
     process probe's running maximum over all windows counts too."""
     values = [int(r["proc_peak_so_far_bytes"]) for r in ends
               if r.get("proc_peak_so_far_bytes") not in (None, "")]
-    if gnu_time and gnu_time.get("gt_max_rss_kib") is not None:
-        values.append(int(gnu_time["gt_max_rss_kib"]) * 1024)
+    if gnu_time and gnu_time.get("gt_max_rss_bytes") is not None:
+        values.append(gnu_time["gt_max_rss_bytes"])
     return max(values) if values else None
 
 
-def assemble(folder: Path, meta: dict) -> None:
-    """Write tasks.csv, networks.csv, heap/heap.csv and meta.json into ``folder``."""
+def assemble(folder: Path, meta: RunMeta) -> None:
+    """Write tasks.csv, networks.csv and heap/heap.csv into ``folder``, fill in what
+    ``meta`` learns from them, and write it as meta.json."""
     events = read_progress(folder)
     write_tasks(folder, events["end"])
     write_networks(folder, events)
@@ -141,18 +152,18 @@ def assemble(folder: Path, meta: dict) -> None:
         write_heap(folder, events, tasks)
     ended = {r["task_id"] for r in events["end"]}
     running = [v for k, v in sorted(events["start"].items()) if k not in ended]
-    meta["running_at_end"] = [
+    meta.running_at_end = [
         f"{r['instance']}:{r['network']} {r['task_type']}"
         + (f"_{r['layer']} {r['layer_name']}" if r["layer"] >= 0 else "") for r in running]
-    meta["tasks_finished"] = len(ended)
+    meta.tasks_finished = len(ended)
     if events["begin"]:
-        meta["t0_monotonic_ns"] = events["begin"]["t0_monotonic_ns"]
+        meta.t0_monotonic_ns = events["begin"]["t0_monotonic_ns"]
     child = folder / "child.json"
-    meta["child"] = json.loads(child.read_text()) if child.is_file() else None
+    meta.child = json.loads(child.read_text()) if child.is_file() else None
     gnu = folder / "gnu_time.txt"
     if gnu.is_file():
         from engine.probes.gnutime import parse_gnu_time
 
-        meta["gnu_time"] = parse_gnu_time(gnu.read_text())
-    meta["hwm_rss_bytes"] = run_peak_bytes(events["end"], meta.get("gnu_time"))
-    (folder / "meta.json").write_text(json.dumps(meta, indent=1))
+        meta.gnu_time = parse_gnu_time(gnu.read_text())
+    meta.hwm_rss_bytes = run_peak_bytes(events["end"], meta.gnu_time)
+    meta.write(folder)

@@ -11,14 +11,15 @@ pipelines on any machine, and adding pipelines never changes the earlier ones.
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from engine.caffe.io import write_text_atomic
 from engine.errors import EdgeprofError
+from engine.files import write_text_atomic
 
 ARRIVAL_MODES = ("batch", "poisson", "normal")
 
@@ -58,20 +59,42 @@ class Pipeline:
         return json.dumps(asdict(self), indent=1)
 
 
+def _arrival(item: object) -> Arrival:
+    if not isinstance(item, dict) or set(item) != {"time_s", "networks"}:
+        raise TypeError(f"an arrival must be {{\"time_s\": ..., \"networks\": [...]}}, "
+                        f"not {item!r:.80}")
+    time_s, networks = item["time_s"], item["networks"]
+    if isinstance(time_s, bool) or not isinstance(time_s, (int, float)):
+        raise TypeError(f"arrival time {time_s!r:.40} is not a number")
+    if not math.isfinite(time_s) or time_s < 0:
+        raise ValueError(f"arrival time {time_s} is not a finite number >= 0")
+    if not isinstance(networks, list) or not all(isinstance(n, str) and n for n in networks):
+        raise TypeError(f"an arrival's networks must be a list of network names, not "
+                        f"{networks!r:.80}")
+    return Arrival(float(time_s), list(networks))
+
+
 def load_pipeline(path: str | os.PathLike) -> Pipeline:
+    """A pipeline file, checked: one-line errors name the file and what is wrong."""
     path = os.fspath(path)
     try:
-        data = json.loads(Path(path).read_text())
-        arrivals = [Arrival(float(a["time_s"]), [str(n) for n in a["networks"]])
-                    for a in data.pop("arrivals")]
+        # NaN and Infinity are not JSON: refuse them at the parse
+        data = json.loads(Path(path).read_text(), parse_constant=_no_constant)
+        if not isinstance(data, dict) or not isinstance(data.get("arrivals"), list):
+            raise TypeError("not a pipeline: a JSON object with an \"arrivals\" list")
+        arrivals = [_arrival(a) for a in data.pop("arrivals")]
+        if not isinstance(data.get("name"), str) or not data["name"]:
+            raise TypeError("the pipeline has no name")
         pipeline = Pipeline(arrivals=arrivals, **data)
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise PipelineError(f"cannot read pipeline {path}: {exc}") from exc
+        raise PipelineError(f"cannot read pipeline {path}: {exc}") from None
     if not pipeline.networks():
         raise PipelineError(f"pipeline {path} has no networks")
-    if any(a.time_s < 0 for a in pipeline.arrivals):
-        raise PipelineError(f"pipeline {path} has a negative arrival time")
     return pipeline
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a valid number here")
 
 
 def save_pipeline(pipeline: Pipeline, path: str | os.PathLike) -> None:

@@ -60,7 +60,10 @@ FAMILIES = ("bulk", "linear", "partial", "deepeye", "deepeye-frugal", "execprio"
 
 def parse_policy(text: str) -> Policy:
     """``name`` or ``name:k`` (k workers, for partial, execprio(-inter) and masa)."""
-    family, _, count = text.strip().partition(":")
+    family, colon, count = text.strip().partition(":")
+    if colon and not count:
+        raise PolicyError(f"policy '{text}' has ':' but no worker count; write "
+                          f"'{family}' or '{family}:k'")
     if family not in FAMILIES:
         raise PolicyError(f"unknown policy '{text}' (known: {', '.join(FAMILIES)}; "
                           "partial, execprio, execprio-inter and masa take ':k' workers)")

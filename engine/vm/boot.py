@@ -23,10 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.errors import EdgeprofError
+from engine.limits.vm import QEMU
+from engine.procs import preexec, stamped_tempdir
 from engine.vm.guest import INSTALL_HINT, Guest
 
-QEMU = "qemu-system-x86_64"
 START_MARK = "VM_CMD_START"
+SWAP_PREFIX = ".edgeprof-swap."  # + owner pid: procs.sweep removes a dead owner's image
 # SD-card-like swap device: ~20 MB/s read, ~10 MB/s write, 1500 IOPS
 SD_THROTTLE = ("throttling.bps-read=20971520,throttling.bps-write=10485760,"
                "throttling.iops-total=1500")
@@ -119,14 +121,15 @@ def boot(guest: Guest, share: Path, *, accel: str = "tcg", ram_mb: int = 1024,
         swap_image = None
         if swap_bytes > 0:
             # beside the share, not in it: the guest must not see its own swap as a file
-            swap_dir = Path(tempfile.mkdtemp(prefix=".edgeprof-swap.", dir=share.parent))
+            swap_dir = stamped_tempdir(SWAP_PREFIX, share.parent)
             swap_image = swap_dir / "swap.img"
             with open(swap_image, "wb") as f:
                 f.truncate(swap_bytes)  # sparse; the guest runs mkswap at every boot
         argv = qemu_argv(guest, share, accel, ram_mb, smp, swap_image, sd_card)
         lines.append(f"[{0:9.3f}] host: {shlex.join(argv)}")  # the post-mortem starts here
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+                                stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=preexec())  # qemu never outlives its supervisor
 
         def read() -> None:
             for raw in proc.stdout:

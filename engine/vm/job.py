@@ -2,8 +2,9 @@
 
 Two modes, both writing ``guest.json`` into the writable share (/run/vmout):
 
-- ``engine ARGS...``: ``python -m engine run ARGS --backend cgroup2`` under the guest's
-  delegated cgroup root (EDGEPROF_CGROUP_ROOT, created empty by init).
+- ``engine REQUEST``: ``python -m engine supervise REQUEST``, the host's RunRequest (JSON,
+  backend cgroup2), under the guest's delegated cgroup root (EDGEPROF_CGROUP_ROOT,
+  created empty by init).
 - ``command LIMIT SWAP ARGV...``: ARGV in a cgroup2 session with memory.max=LIMIT and
   memory.swap.max=SWAP (bytes, or "max"), for the real-kernel tests of the cgroup v2
   backend; the run cgroup's final counters go into guest.json.
@@ -21,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from engine.vm.vmstat import read_vmstat
+from engine.probes.vmstat import read_vmstat
 
 SHARE = Path("/run/vmout")  # where init mounts the host's run share
 JOB_KEYS = ("pswpin", "pswpout", "pgmajfault", "pgfault", "workingset_refault_anon",
@@ -41,20 +42,6 @@ def _meminfo() -> dict[str, int]:
     return out
 
 
-def _cgroup_snapshot(cg: Path) -> dict:
-    from engine.limits.cgroupfs import parse_keyed, parse_limit
-
-    snap: dict = {}
-    for name in ("memory.peak", "memory.swap.peak", "memory.max", "memory.swap.max",
-                 "memory.current", "memory.swap.current"):
-        if (cg / name).is_file():
-            snap[name] = parse_limit((cg / name).read_text())
-    for name in ("memory.events", "memory.swap.events", "memory.stat"):
-        if (cg / name).is_file():
-            snap[name] = parse_keyed((cg / name).read_text())
-    return snap
-
-
 def _bytes(text: str) -> int | None:
     # the host passes exact byte counts ("0" is a real swap limit) or "max"
     return None if text == "max" else int(text)
@@ -63,6 +50,7 @@ def _bytes(text: str) -> int | None:
 def run_command(limit: str, swap: str, argv: list[str]) -> tuple[int, dict]:
     """ARGV under a fresh session of the project's cgroup2 backend."""
     from engine.limits import LimitRequest
+    from engine.limits.cgroupfs import reader_for
     from engine.limits.select import open_backend
 
     session = open_backend("cgroup2", LimitRequest(_bytes(limit), _bytes(swap)),
@@ -73,7 +61,7 @@ def run_command(limit: str, swap: str, argv: list[str]) -> tuple[int, dict]:
         code = proc.wait()
         facts = {"exit_code": code, "oom_kills": session.oom_kills(),
                  "hit_limit": session.hit_limit(), "limits": session.metadata(),
-                 "cgroup": _cgroup_snapshot(session.cgroup_dir)}
+                 "cgroup": reader_for(session.cgroup_dir, session.cgroup_version).snapshot()}
     finally:
         session.close()
     return code, facts
@@ -85,8 +73,7 @@ def main(argv: list[str]) -> int:
     before = read_vmstat(JOB_KEYS)
     t0 = time.monotonic()
     if mode == "engine":
-        code = subprocess.call([sys.executable, "-m", "engine", "run", *rest,
-                                "--backend", "cgroup2"])
+        code = subprocess.call([sys.executable, "-m", "engine", "supervise", rest[0]])
         facts: dict = {"exit_code": code}
     elif mode == "command":
         code, facts = run_command(rest[0], rest[1], rest[2:])

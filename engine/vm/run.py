@@ -10,32 +10,40 @@ into place. A guest that fails to come up still yields a run folder: termination
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import platform
 import shlex
 import shutil
-import signal
 import sys
 import tempfile
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from engine.errors import EdgeprofError
+from engine.probes.vmstat import GUEST_ENV
+from engine.procs import sweep
+from engine.runner.interrupt import Interrupted, Signalled, ignore_signals, signals_unwind
+from engine.runner.meta import RunMeta, host_facts
+from engine.runner.outdir import OutClaim
+from engine.runner.request import RunRequest
+from engine.schedule.pipelines import Pipeline
+from engine.schedule.policies import Policy
 from engine.units import parse_size
 from engine.vm import boot as vmboot
 from engine.vm.guest import Guest, ensure_guest
-from engine.vm.vmstat import GUEST_ENV, in_guest
 
 MiB = 2**20
 GUEST_OVERHEAD = 768 * MiB  # kernel, tmpfs root overlay, the supervisor's own Python+numpy
 GUEST_RESERVE = 256 * MiB  # the least the guest needs beside the run's cgroup
 DEVICE_SLACK = 64 * MiB  # swap device a bit larger than memory.swap.max: the cgroup limits
 GUEST_OUT = "/run/vmout/run"  # --out as the guest sees it (inside the share)
+GUEST_REQUEST = "request.json"  # the RunRequest the guest runs, in the share
+
+
+_ENV_HELP = {"RAM": "a size such as 2G", "SWAP_DEVICE": "a size such as 2G",
+             "SMP": "a CPU count > 0", "ACCEL": "auto, kvm or tcg",
+             "BOOT_TIMEOUT": "seconds > 0", "TIMEOUT": "seconds > 0"}
 
 
 @dataclass
@@ -52,21 +60,31 @@ class VmConfig:
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> VmConfig:
+        """Settings from EDGEPROF_VM_*; a bad value is one error naming the variable."""
         env = dict(os.environ if env is None else env)
         cfg = cls()
-        get = lambda name: env.get(f"EDGEPROF_VM_{name}")  # noqa: E731
-        if get("RAM"):
-            cfg.ram = parse_size(get("RAM"))
-        if get("SWAP_DEVICE"):
-            cfg.swap_device = parse_size(get("SWAP_DEVICE"))
-        cfg.sd_card = get("SD_CARD") in ("1", "true", "yes")
-        if get("SMP"):
-            cfg.smp = int(get("SMP"))
-        cfg.accel = get("ACCEL") or cfg.accel
-        if get("BOOT_TIMEOUT"):
-            cfg.boot_timeout_s = float(get("BOOT_TIMEOUT"))
-        if get("TIMEOUT"):
-            cfg.timeout_s = float(get("TIMEOUT"))
+
+        def get(name: str, parse: Callable[[str], object], check: str = "") -> object:
+            text = env.get(f"EDGEPROF_VM_{name}")
+            if not text:
+                return None
+            try:
+                value = parse(text)
+            except (ValueError, EdgeprofError):
+                value = None
+            if value is None or (check == ">0" and not value > 0):
+                raise EdgeprofError(f"EDGEPROF_VM_{name}={text!r} is not valid "
+                                    f"({_ENV_HELP[name]}); fix or unset it")
+            return value
+
+        cfg.ram = get("RAM", parse_size)
+        cfg.swap_device = get("SWAP_DEVICE", parse_size) or cfg.swap_device
+        cfg.sd_card = env.get("EDGEPROF_VM_SD_CARD") in ("1", "true", "yes")
+        cfg.smp = get("SMP", int, ">0")
+        cfg.accel = get("ACCEL", lambda t: t if t in ("auto", "kvm", "tcg") else None) \
+            or cfg.accel
+        cfg.boot_timeout_s = get("BOOT_TIMEOUT", float, ">0") or cfg.boot_timeout_s
+        cfg.timeout_s = get("TIMEOUT", float, ">0") or cfg.timeout_s
         return cfg
 
 
@@ -129,28 +147,6 @@ def job_script(py_args: list[str], accel: str, cwd: Path) -> str:
             f"rc=$?\ntail -n 20 /run/vmout/job.log\nexit $rc\n")
 
 
-class _Signalled(BaseException):
-    pass
-
-
-@contextmanager
-def _sigterm_unwinds() -> Iterator[None]:
-    """SIGINT raises KeyboardInterrupt already; SIGTERM must unwind too, so the finally
-    blocks kill qemu and remove the guest's files."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: object) -> None:
-        raise _Signalled(signal.Signals(signum).name)
-
-    old = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
-
-
 def boot_job(py_args: list[str], share: Path, limit: int | None, swap: int | None,
              cfg: VmConfig | None = None, timeout_s: float | None = None,
              log: Callable[[str], None] | None = None,
@@ -178,7 +174,7 @@ def run_command_in_vm(argv: list[str], limit: int | None, swap: int | None,
     meta.json "vm" facts, "job_log", "console"}. Nothing is left behind."""
     share = Path(tempfile.mkdtemp(prefix=".edgeprof-vm.", dir=workdir))
     try:
-        with _sigterm_unwinds():
+        with signals_unwind():
             res, p, guest, facts = boot_job(
                 ["command", "max" if limit is None else str(limit),
                  "max" if swap is None else str(swap), *argv],
@@ -214,115 +210,80 @@ def vm_facts(res: vmboot.BootResult, p: Plan, guest: Guest, facts: dict | None) 
             "error": res.error}
 
 
-def engine_args(args: argparse.Namespace) -> list[str]:
-    """The ``engine run`` words to repeat in the guest (absolute paths: the guest sees the
-    host's root at the same place; --out is in the share)."""
-    a = ["--pipeline", str(Path(args.pipeline).resolve()), "--policy", args.policy,
-         "--models", str(Path(args.models).resolve()), "--out", GUEST_OUT,
-         "--blas-threads", str(args.blas_threads), "--seed", str(args.seed),
-         "--sample-hz", str(args.sample_hz)]
-    for flag, value in (("--limit", args.limit), ("--swap", args.swap),
-                        ("--budget", args.budget), ("--batch", args.batch),
-                        ("--timeout", args.timeout)):
-        if value is not None:
-            a += [flag, str(value)]
-    if args.estimates:
-        a += ["--estimates", str(Path(args.estimates).resolve())]
-    for flag in ("heap_profile", "cpu_profile", "sample_uss", "no_probes"):
-        if getattr(args, flag):
-            a.append("--" + flag.replace("_", "-"))
-    return a
-
-
-def _check_inputs(args: argparse.Namespace) -> None:
+def _check_inputs(request: RunRequest) -> tuple[Pipeline, Policy]:
     """Bad input fails here in a second, not after a guest boot."""
     from engine.runner.execute import model_index, resolve_descriptions
     from engine.schedule.pipelines import load_pipeline
     from engine.schedule.policies import parse_policy
 
-    parse_policy(args.policy)
-    resolve_descriptions(load_pipeline(args.pipeline), model_index(args.models))
+    policy = parse_policy(request.policy)
+    pipeline = load_pipeline(request.pipeline)
+    resolve_descriptions(pipeline, model_index(request.models))
+    return pipeline, policy
 
 
-def auto_chooses_vm(limit: int | None, swap: int | None) -> tuple[bool, dict]:
-    """Whether ``--backend auto`` should run in the VM: a limit was asked for, nothing on
-    this host can enforce it, qemu is installed, and this is not the guest already.
-    Returns the decision and auto's notes on what it skipped (for meta.json)."""
-    from engine.limits import LimitRequest
-    from engine.limits.cgroupfs import ROOT_ENV
-    from engine.limits.select import open_backend
-
-    if (limit is None or in_guest() or os.environ.get(ROOT_ENV)
-            or shutil.which(vmboot.QEMU) is None):
-        return False, {}
-    # without a designated cgroup root, opening auto's session writes nothing
-    session = open_backend("auto", LimitRequest(limit, swap), f"probe-{os.getpid()}",
-                           allow_unenforced=True)
-    try:
-        return not session.enforced, dict(session.notes.get("auto", {}))
-    finally:
-        session.close()
-
-
-def run_in_vm(args: argparse.Namespace, limit: int | None, swap: int | None,
-              cfg: VmConfig | None = None, auto: dict | None = None) -> dict:
-    """``engine run`` with ``--backend vm`` (``args`` as engine.cli parses them); returns
-    the written meta.json. ``auto``: auto's notes when it chose the VM. Raises
-    engine.runner.execute.Interrupted on SIGINT/SIGTERM, after killing qemu and removing
-    every file the run made."""
-    from engine.runner.execute import Interrupted
-    from engine.runner.supervise import refuse_existing
-
-    out = Path(args.out)
-    refuse_existing(out, args.force)
-    _check_inputs(args)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    share = Path(tempfile.mkdtemp(prefix=f".{out.name}.vm.", dir=out.parent))
-    try:
-        with _sigterm_unwinds():
-            host_timeout = None if args.timeout is None else args.timeout * 1.5 + 300
-            res, p, guest, facts = boot_job(["engine", *engine_args(args)], share, limit,
-                                            swap, cfg, host_timeout)
+def run_in_vm(request: RunRequest, cfg: VmConfig | None = None,
+              auto: dict | None = None) -> RunMeta:
+    """``engine run`` with ``--backend vm``; returns the written meta.json. The guest gets
+    ``request`` as JSON (its out in the share, backend cgroup2). ``auto``: auto's notes
+    when it chose the VM. Raises Interrupted on SIGINT/SIGTERM/SIGHUP, after killing qemu
+    and removing every file the run made."""
+    pipeline, policy = _check_inputs(request)
+    cfg = cfg or VmConfig.from_env()  # a bad setting fails before anything is written
+    limit, swap = request.limits.ram_bytes, request.limits.swap_bytes
+    share = None
+    with OutClaim(request.out, request.force) as claim, signals_unwind():
+        try:
+            sweep(claim.parent, vmboot.SWAP_PREFIX)
+            share = claim.tempdir("vm.")
+            inner = request.with_changes(
+                pipeline=str(Path(request.pipeline).resolve()),
+                models=str(Path(request.models).resolve()), out=GUEST_OUT, force=False,
+                backend="cgroup2")
+            (share / GUEST_REQUEST).write_text(inner.to_json())
+            timeout = request.options.timeout_s
+            host_timeout = None if timeout is None else timeout * 1.5 + 300
+            res, p, guest, facts = boot_job(["engine", f"/run/vmout/{GUEST_REQUEST}"], share,
+                                            limit, swap, cfg, host_timeout)
             run = share / "run"
             if (run / "meta.json").is_file():
-                meta = json.loads((run / "meta.json").read_text())
+                meta = RunMeta.read(run)
             else:  # the guest never finished: keep what it wrote, and the console
                 run = _salvage(share)
-                meta = _error_meta(args, limit, swap, res, run)
+                meta = _error_meta(request, pipeline, policy, res, run)
             _add_vm_facts(meta, vm_facts(res, p, guest, facts))
             if auto is not None:
-                meta["limits"]["auto"] = auto | {"chosen": "vm"}
+                meta.limits["auto"] = auto | {"chosen": "vm"}
             (run / "console.log").write_text(res.console)
             if (share / "job.log").is_file():
                 shutil.copyfile(share / "job.log", run / "guest_job.log")
-            (run / "meta.json").write_text(json.dumps(meta, indent=1))
-            if out.exists():
-                shutil.rmtree(out)
-            os.replace(run, out)
+            meta.write(run)
+            claim.publish(run)
             return meta
-    except (KeyboardInterrupt, _Signalled) as exc:
-        name = "SIGINT" if isinstance(exc, KeyboardInterrupt) else str(exc)
-        raise Interrupted(f"run interrupted by {name}; nothing written") from None
-    finally:
-        shutil.rmtree(share, ignore_errors=True)
+        except BaseException as exc:
+            ignore_signals()  # qemu is gone (boot's finally); the share goes now, uncut
+            if isinstance(exc, Signalled):
+                raise Interrupted(f"run interrupted by {exc.name}; nothing written") from None
+            raise
+        finally:
+            if share is not None:
+                shutil.rmtree(share, ignore_errors=True)
 
 
-def _add_vm_facts(meta: dict, vm: dict) -> None:
+def _add_vm_facts(meta: RunMeta, vm: dict) -> None:
     """The guest's meta.json describes the guest as its host; the real host goes to
     "host", the guest and the VM to "vm"."""
-    vm["guest"] = meta.pop("host", None)
-    meta["vm"] = vm
-    meta["host"] = {"kernel": platform.release(), "machine": platform.machine(),
-                    "cpus": os.cpu_count(), "python": sys.version.split()[0]}
-    limits = meta.setdefault("limits", {})
-    limits["guest_backend"] = limits.get("backend")
-    limits["backend"] = meta["backend"] = "vm"
-    meta["emulated"] = vm["emulated"]
+    vm["guest"] = meta.host or None
+    meta.vm = vm
+    meta.host = host_facts()
+    meta.limits["guest_backend"] = meta.limits.get("backend")
+    meta.limits["backend"] = meta.backend = "vm"
+    meta.emulated = vm["emulated"]
 
 
 def _salvage(share: Path) -> Path:
     """The inner run's unfinished temp folder (its progress so far), else an empty one."""
-    partial = sorted(share.glob(f".{Path(GUEST_OUT).name}.*"))
+    partial = sorted(share.glob(f".{Path(GUEST_OUT).name}.[0-9]*"))  # not its .lock
     run = share / "run"
     if partial:
         os.replace(partial[-1], run)
@@ -331,15 +292,15 @@ def _salvage(share: Path) -> Path:
     return run
 
 
-def _error_meta(args: argparse.Namespace, limit: int | None, swap: int | None,
-                res: vmboot.BootResult, run: Path) -> dict:
+def _error_meta(request: RunRequest, pipeline: Pipeline, policy: Policy,
+                res: vmboot.BootResult, run: Path) -> RunMeta:
     from engine.runner.folder import assemble
+    from engine.runner.supervise import request_meta
 
-    termination = "timeout" if res.timed_out == "job" else "error"
+    meta = request_meta(request, pipeline, policy)
+    meta.termination = "timeout" if res.timed_out == "job" else "error"
     detail = res.error or f"the guest job ended with code {res.rc} and wrote no run folder"
-    meta = {"pipeline": {"path": str(args.pipeline)}, "policy": args.policy,
-            "limit_bytes": limit, "swap_bytes": swap, "backend": "vm",
-            "limit_enforced": False, "termination": termination,
-            "termination_detail": f"{detail}; see console.log", "exit_code": res.rc}
+    meta.termination_detail = f"{detail}; see console.log"
+    meta.exit_code = res.rc
     assemble(run, meta)  # tasks.csv/networks.csv from any progress the guest streamed
     return meta

@@ -1,0 +1,81 @@
+"""Process lifetimes: a run's processes die with their parent, and what a dead owner left
+behind is swept by the next run.
+
+A supervisor that is SIGKILLed cannot clean up. So every process it starts (GNU time,
+the measured child, the sampler, qemu) asks the kernel for SIGKILL when its parent dies
+(``PR_SET_PDEATHSIG``; no root needed), and every temporary folder carries its owner's
+PID in its name (``stamped_tempdir``) so that ``sweep`` can remove those whose owner is
+gone.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import shutil
+import signal
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+_PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def die_with_parent() -> None:
+    """Have the kernel SIGKILL this process when its parent dies (the parent *thread*:
+    start children from the thread that lives as long as the run). Inherited by exec,
+    not by fork: each process of a tree asks for itself. If the parent died between the
+    two getppid calls (the child was reparented), die now."""
+    parent = os.getppid()
+    if _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl(PR_SET_PDEATHSIG): {os.strerror(err)}")
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def preexec(*more: Callable[[], None] | None) -> Callable[[], None]:
+    """A Popen ``preexec_fn``: die with the parent, then each of ``more`` (e.g. joining the
+    run's cgroup)."""
+    steps = [f for f in more if f is not None]
+
+    def run() -> None:
+        die_with_parent()
+        for step in steps:
+            step()
+
+    return run
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+def stamped_tempdir(prefix: str, parent: Path) -> Path:
+    """A fresh folder ``<parent>/<prefix><pid>.<random>`` (mode 0700)."""
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}.", dir=parent))
+
+
+def sweep(parent: Path, prefix: str) -> list[Path]:
+    """Remove the ``stamped_tempdir``s with ``prefix`` in ``parent`` whose owner process is
+    gone; returns what was removed."""
+    pattern = re.compile(re.escape(prefix) + r"(\d+)\.[^./]+")
+    removed = []
+    try:
+        entries = list(parent.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        m = pattern.fullmatch(entry.name)
+        if m and int(m.group(1)) != os.getpid() and not alive(int(m.group(1))):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed

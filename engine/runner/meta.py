@@ -1,0 +1,145 @@
+"""``meta.json``: the typed, versioned record of one run.
+
+``RunMeta`` is written by ``RunMeta.write`` only (atomically) and read back by
+``RunMeta.read`` (the analysis reads runs through it). Each field's ``doc`` is what the
+README's "What a run writes" says about it: ``python -m engine.runner.meta`` prints that
+list, and a test checks that the README carries it. A quantity that was not measured is
+None, never 0. This module imports nothing else of the runner, so readers of run folders
+can use it without the supervisor's dependencies.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+from engine.errors import EdgeprofError
+from engine.files import atomic_path
+
+SCHEMA_VERSION = 1
+FILE = "meta.json"
+
+
+def _f(doc: str, default: object = None) -> object:
+    if isinstance(default, (dict, list)):
+        return field(default_factory=type(default), metadata={"doc": doc})
+    return field(default=default, metadata={"doc": doc})
+
+
+@dataclass
+class PipelineInfo:
+    path: str = _f("the pipeline file the run read")
+    name: str = _f("pipeline name (p000, ...)")
+    arrival_mode: str | None = _f("batch, poisson or normal")
+    size_bin: str | None = _f("the pipeline-size bin of its total weights")
+    param_bytes: int | None = _f("total weight bytes of its networks")
+    networks: list[str] = _f("network of each instance, in instance order", [])
+
+
+@dataclass
+class RunMeta:
+    schema_version: int = _f("version of this record's layout", SCHEMA_VERSION)
+    pipeline: PipelineInfo = field(default_factory=PipelineInfo,
+                                   metadata={"doc": "the pipeline: " + ", ".join(
+                                       f.name for f in fields(PipelineInfo))})
+    policy: str = _f("the policy's canonical name (partial:2, ...)")
+    policy_family: str | None = _f("the policy without its worker count")
+    workers: int | None = _f("loader/worker threads of the policy")
+    blas_threads: int | None = _f("BLAS threads per operation")
+    seed: int | None = _f("input image seed")
+    batch: int | None = _f("batch size override (None: each network's deploy batch)")
+    budget_bytes: int | None = _f("masa's admission budget")
+    limit_bytes: int | None = _f("the requested RAM limit (None: unconstrained)")
+    swap_bytes: int | None = _f("swap allowed on top of the limit (None: unlimited)")
+    backend: str | None = _f("the limit backend that ran it (auto resolved)")
+    limit_enforced: bool = _f("whether the limit really bound the run", False)
+    limits: dict = _f("the backend's own facts: cgroup, applied limits, why unenforced, "
+                      "auto's choice", {})
+    emulated: bool = _f("run in an emulated (TCG) guest: its times are not native", False)
+    termination: str = _f("ok, memory (OOM-killed), timeout or error", "error")
+    termination_detail: str = _f("why it ended so", "")
+    exit_code: int | None = _f("the measured process's exit code")
+    oom_kills: int | None = _f("processes the kernel OOM-killed in the run's cgroup "
+                               "(None: no cgroup to count them)")
+    wall_s: float | None = _f("wall time of the measured process, seconds")
+    probes: dict = _f("which probes were on", {})
+    sampler: dict | None = _f("the sampler's own statistics (rate achieved, cost)")
+    host: dict = _f("kernel, machine, CPUs and Python of the host", {})
+    versions: dict = _f("edgeprof, numpy and protobuf versions", {})
+    description_files: dict = _f("network -> the description file used", {})
+    running_at_end: list[str] = _f("tasks still running when it ended (an OOM's victim)",
+                                   [])
+    tasks_finished: int | None = _f("tasks that finished (the rows of tasks.csv)")
+    t0_monotonic_ns: int | None = _f("the run's time origin on CLOCK_MONOTONIC")
+    child: dict | None = _f("the measured child's summary (status, BLAS, task count)")
+    gnu_time: dict | None = _f("GNU time's report as gt_* columns")
+    hwm_rss_bytes: int | None = _f("the run's resident high-water mark: max of GNU time "
+                                   "and every window's VmHWM")
+    vm: dict | None = _f("vm backend only: accelerator, guest kernel and RAM, swap device, "
+                         "boot time, guest-wide vmstat deltas")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str = FILE) -> RunMeta:
+        version = data.get("schema_version", 0)  # 0: written before the record had one
+        if not isinstance(version, int) or version > SCHEMA_VERSION:
+            raise EdgeprofError(f"{source}: schema_version {version!r} is newer than this "
+                                f"edgeprof reads ({SCHEMA_VERSION}); update edgeprof")
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise EdgeprofError(f"{source}: unknown field(s) {', '.join(unknown)}; not a run "
+                                f"record of this edgeprof")
+        values = {k: v for k, v in data.items() if k not in ("pipeline", "schema_version")}
+        pipe_names = {f.name for f in fields(PipelineInfo)}
+        pipeline = PipelineInfo(**{k: v for k, v in (data.get("pipeline") or {}).items()
+                                   if k in pipe_names})
+        return cls(**values, pipeline=pipeline, schema_version=SCHEMA_VERSION)
+
+    @classmethod
+    def read(cls, folder: str | os.PathLike) -> RunMeta:
+        path = Path(folder) / FILE
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise EdgeprofError(f"cannot read the run record {path}: {exc}") from None
+        if not isinstance(data, dict):
+            raise EdgeprofError(f"{path}: not a run record (a JSON object)")
+        return cls.from_dict(data, str(path))
+
+    def write(self, folder: str | os.PathLike) -> None:
+        with atomic_path(Path(folder) / FILE) as tmp:
+            tmp.write_text(json.dumps(self.to_dict(), indent=1))
+
+
+def host_facts() -> dict:
+    """The machine a run's numbers come from."""
+    return {"kernel": platform.release(), "machine": platform.machine(),
+            "cpus": os.cpu_count(), "python": sys.version.split()[0]}
+
+
+def versions() -> dict[str, str]:
+    import google.protobuf
+    import numpy
+
+    from engine import __version__
+    return {"edgeprof": __version__, "numpy": numpy.__version__,
+            "protobuf": google.protobuf.__version__}
+
+
+def describe() -> str:
+    """The fields of meta.json as a Markdown list (the README's "What a run writes")."""
+    lines = []
+    for f in fields(RunMeta):
+        lines.append(f"- `{f.name}`: {f.metadata['doc']}")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(describe())

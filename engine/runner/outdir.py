@@ -1,0 +1,117 @@
+"""Claiming a run folder: one run per ``--out`` at a time, and a result never lost.
+
+``OutClaim(out, force)`` takes an exclusive lock (``flock`` on ``.<name>.lock`` beside
+``out``; the kernel releases it even when the run is SIGKILLed) and refuses at once when
+another run holds it, when ``out`` is not a folder, or when it holds an earlier run and
+``force`` is not given. ``tempdir()`` gives the hidden, owner-stamped folder the run is
+assembled in (leftovers of owners that died are swept when a claim is taken);
+``publish(folder)`` renames it into place. With ``force`` an earlier run folder is
+replaced only then, after success.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+from pathlib import Path
+
+from engine.errors import EdgeprofError
+from engine.files import normal_mode
+from engine.procs import stamped_tempdir, sweep
+
+TEMP_KINDS = ("", "vm.", "old.")  # .<name>.<kind><pid>.<random>: assembly, vm share, replaced
+
+
+class OutClaim:
+    def __init__(self, out: str | os.PathLike, force: bool = False) -> None:
+        self.out = Path(out)
+        self.force = force
+        self.parent = self.out.parent
+        self.lock = self.parent / f".{self.out.name}.lock"
+        self._fd: int | None = None
+        fd = self._lock()
+        self._fd = fd
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            self._check()
+            for kind in TEMP_KINDS:
+                sweep(self.parent, f".{self.out.name}.{kind}")
+        except BaseException:
+            self.release()
+            raise
+
+    def _lock(self) -> int:
+        while True:
+            try:
+                self.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(self.lock, os.O_RDWR | os.O_CREAT, 0o666)
+            except OSError as exc:
+                raise EdgeprofError(f"cannot write the run folder {self.out}: "
+                                    f"{exc.strerror or exc}; choose a writable --out") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+                os.close(fd)
+                raise EdgeprofError(f"{self.out} is being written by another run (pid "
+                                    f"{holder}); wait for it, or choose another --out") from None
+            try:  # the holder may have unlinked the file before we locked it: lock anew
+                if os.stat(self.lock).st_ino == os.fstat(fd).st_ino:
+                    return fd
+            except FileNotFoundError:
+                pass
+            os.close(fd)
+
+    def _check(self) -> None:
+        out = self.out
+        if not (out.exists() or out.is_symlink()):
+            return
+        if not out.is_dir() or out.is_symlink():
+            raise EdgeprofError(f"--out {out} exists and is not a run folder; remove it or "
+                                f"choose another --out (--force replaces only a run folder)")
+        if not self.force:
+            what = "a finished run" if (out / "meta.json").is_file() else "files"
+            raise EdgeprofError(f"{out} already holds {what}; pass --force to replace it")
+
+    def tempdir(self, kind: str = "") -> Path:
+        """A fresh hidden folder beside ``out`` (``kind``: one of TEMP_KINDS)."""
+        folder = stamped_tempdir(f".{self.out.name}.{kind}", self.parent)
+        normal_mode(folder, directory=True)
+        return folder
+
+    def publish(self, folder: Path) -> None:
+        """Rename the finished ``folder`` to ``out``; an earlier run there is replaced only
+        with ``force``, and removed only once the new one is in place."""
+        out = self.out
+        if not (out.exists() or out.is_symlink()):
+            os.replace(folder, out)
+            return
+        if not self.force:  # made by hand while the run went on: keep both
+            kept = self.parent / f"{out.name}.{os.getpid()}"
+            os.replace(folder, kept)
+            raise EdgeprofError(f"{out} appeared while this run went on; its result is kept "
+                                f"in {kept}")
+        old = self.tempdir("old.")
+        os.replace(out, old / out.name)
+        os.replace(folder, out)
+        shutil.rmtree(old, ignore_errors=True)
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        # unlink before unlocking: a run that opens the name afterwards makes a new lock
+        # file and then finds the published folder
+        try:
+            os.unlink(self.lock)
+        except OSError:
+            pass
+        os.close(self._fd)
+        self._fd = None
+
+    def __enter__(self) -> OutClaim:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

@@ -1,0 +1,75 @@
+"""What one ``python -m engine run`` asks for, built once from the command line.
+
+A ``RunRequest`` is taken as it is by the host supervisor (``runner.supervise``) and by
+the vm backend, which hands it to the guest as JSON (``to_json``/``from_json``), as the
+supervisor hands the measured child its ``spec.json``. Adding a run option therefore
+means adding a field here and a flag in ``engine.cli``, nowhere else.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+
+
+@dataclass
+class RunOptions:
+    """What the measured child needs to execute the pipeline."""
+
+    blas_threads: int = 1
+    seed: int = 0
+    batch: int | None = None
+    budget: int | None = None  # memory budget for masa admission (bytes)
+    timeout_s: float | None = None
+    estimates: dict[str, int] | None = None  # network -> peak bytes from a profiling run
+
+
+@dataclass
+class ProbeOptions:
+    process: bool = True  # per-window VmHWM/rusage
+    cgroup: bool = True  # per-window cgroup counters when the backend gives a cgroup
+    gnu_time: bool = True
+    heap_profile: bool = False
+    cpu_profile: bool = False
+    sample_hz: float = 100.0  # 0 disables the sampler
+    sample_uss: bool = False
+
+
+@dataclass
+class LimitOptions:
+    backend: str = "none"
+    ram_bytes: int | None = None
+    swap_bytes: int | None = None  # swap allowed on top of RAM; None: unlimited ("max")
+
+
+@dataclass
+class RunRequest:
+    pipeline: str  # pipeline .json, absolute
+    policy: str  # the policy's canonical name (parse_policy(...).name)
+    models: str  # folder of *.description.json, absolute
+    out: str  # the run folder to write
+    options: RunOptions = field(default_factory=RunOptions)
+    limits: LimitOptions = field(default_factory=LimitOptions)
+    probes: ProbeOptions = field(default_factory=ProbeOptions)
+    force: bool = False  # replace an existing run folder
+
+    def with_changes(self, **changes: object) -> RunRequest:
+        """A copy with top-level fields or ``limits`` fields replaced (``backend=``...)."""
+        limit_names = {f.name for f in fields(LimitOptions)}
+        limits = {k: changes.pop(k) for k in list(changes) if k in limit_names}
+        return replace(self, limits=replace(self.limits, **limits), **changes)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> RunRequest:
+        data = json.loads(text)
+        return cls(**{**data, "options": RunOptions(**data["options"]),
+                      "limits": LimitOptions(**data["limits"]),
+                      "probes": ProbeOptions(**data["probes"])})
+
+    @classmethod
+    def read(cls, path: str | Path) -> RunRequest:
+        return cls.from_json(Path(path).read_text())

@@ -1,0 +1,146 @@
+"""Bad input to the CLI: every case is one line naming the problem, exit code 2, and
+nothing written (no run folder, no temporary folder, no lock)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from engine.caffe import generate, splitter
+from engine.cli import main
+from engine.schedule.pipelines import Arrival, Pipeline, save_pipeline
+
+
+@pytest.fixture(scope="module")
+def age_net(tmp_path_factory) -> Path:
+    """AgeNet generated and split; the folder holds m/ (model) and s/ (split)."""
+    root = tmp_path_factory.mktemp("bad")
+    prototxt, model = generate.write_zoo_model("AgeNet", root / "m", 1)
+    splitter.split_model(model, prototxt, root / "s", network="AgeNet")
+    save_pipeline(Pipeline("p", [Arrival(0.0, ["AgeNet"])]), root / "p.json")
+    return root
+
+
+@pytest.fixture
+def work(age_net, tmp_path) -> Path:
+    """A private copy to spoil."""
+    shutil.copytree(age_net, tmp_path / "w")
+    return tmp_path / "w"
+
+
+def _run(capsys, work: Path, *extra: str, pipeline: str = "p.json",
+         policy: str = "linear") -> str:
+    code = main(["run", "--pipeline", str(work / pipeline), "--models", str(work / "s"),
+                 "--policy", policy, "--out", str(work / "out" / "run"), "--backend", "none",
+                 "--batch", "1", *extra])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.count("\n") == 1 and err.startswith("error: "), err
+    assert not (work / "out").exists() or list((work / "out").iterdir()) == []
+    return err
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--batch", "0"], "--batch 0: must be > 0"),
+    (["--seed", "-1"], "--seed -1: must be >= 0"),
+    (["--timeout", "-1"], "--timeout -1.0: must be > 0"),
+    (["--blas-threads", "-2"], "--blas-threads -2: must be > 0"),
+    (["--sample-hz", "-5"], "--sample-hz -5.0: must be >= 0"),
+    (["--limit", ""], "'' is not a memory size"),
+    (["--limit", "0"], "must be at least one byte"),
+])
+def test_bad_run_options(capsys, work, flags, message):
+    assert message in _run(capsys, work, *flags)
+
+
+@pytest.mark.parametrize("policy, message", [
+    ("partial:", "has ':' but no worker count"),
+    ("partial:0", "worker count in 'partial:0' must be 1.."),
+    ("roundrobin", "unknown policy 'roundrobin'"),
+])
+def test_bad_policies(capsys, work, policy, message):
+    assert message in _run(capsys, work, policy=policy)
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"name": "p", "arrivals": [{"time_s": NaN, "networks": ["AgeNet"]}]}',
+     "NaN is not a valid number"),
+    ('{"name": "p", "arrivals": [{"time_s": Infinity, "networks": ["AgeNet"]}]}',
+     "Infinity is not a valid number"),
+    ('{"name": "p", "arrivals": [{"time_s": 1e999, "networks": ["AgeNet"]}]}',
+     "is not a finite number >= 0"),
+    ('{"name": "p", "arrivals": [{"time_s": -1, "networks": ["AgeNet"]}]}',
+     "is not a finite number >= 0"),
+    ("[]", "not a pipeline"),
+    ('{"name": "p", "arrivals": [{"time_s": 0, "networks": "AgeNet"}]}',
+     "must be a list of network names"),
+    ('{"name": "p", "arrivals": []}', "has no networks"),
+    ('{"name": "p", "arrivals": [{"time_s": "0", "networks": ["AgeNet"]}]}',
+     "is not a number"),
+    ('{"name": "p", "arrivals": [{"time_s": 0, "networks": ["AgeNet"]}], "colour": 1}',
+     "unexpected keyword argument 'colour'"),
+])
+def test_bad_pipeline_files(capsys, work, text, message):
+    (work / "bad.json").write_text(text)
+    err = _run(capsys, work, pipeline="bad.json")
+    assert "bad.json" in err and message in err
+
+
+@pytest.mark.parametrize("policy", ["bulk", "partial:2"])
+def test_a_truncated_partial_is_refused_before_any_run_folder(capsys, work, policy):
+    desc = splitter.Description.load(work / "s" / "age_net.description.json")
+    partial = desc.resolve(desc.layers[12].partial)
+    partial.write_bytes(partial.read_bytes()[:1000])
+    err = _run(capsys, work, policy=policy)
+    assert f"{partial} is 1000 bytes, not the" in err and "re-run the split stage" in err
+
+
+def test_a_prototxt_edited_after_the_split_is_refused(capsys, work):
+    prototxt = work / "m" / "age_net.prototxt"
+    prototxt.write_text(prototxt.read_text().replace("num_output: 8", "num_output: 9"))
+    err = _run(capsys, work)
+    assert "age_net.prototxt changed after AgeNet was split" in err
+
+
+def test_a_replaced_caffemodel_is_refused(capsys, work):
+    model = work / "m" / "age_net.caffemodel"
+    model.write_bytes(model.read_bytes()[:-4])
+    assert "age_net.caffemodel is" in _run(capsys, work, policy="bulk")
+
+
+def test_a_description_without_layers_is_refused(capsys, work):
+    path = work / "s" / "age_net.description.json"
+    data = json.loads(path.read_text())
+    del data["layers"]
+    path.write_text(json.dumps(data))
+    assert "is not a network description" in _run(capsys, work)
+
+
+@pytest.mark.parametrize("name, value", [("SMP", "abc"), ("BOOT_TIMEOUT", "soon"),
+                                         ("TIMEOUT", "-3"), ("RAM", "lots"),
+                                         ("ACCEL", "warp")])
+def test_bad_vm_settings_are_refused_before_a_boot(capsys, work, monkeypatch, name, value):
+    monkeypatch.setenv(f"EDGEPROF_VM_{name}", value)
+    err = _run(capsys, work, "--backend", "vm", "--limit", "256M")
+    assert f"EDGEPROF_VM_{name}={value!r} is not valid" in err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["graph", "--policy", "linear", "--count", "0"], "--count 0: must be > 0"),
+    (["graph", "--policy", "linear", "--count", "-3"], "--count -3: must be > 0"),
+    (["pipelines", "--count", "-1"], "--count -1: must be >= 0"),
+    (["pipelines", "--models", "/nonexistent"], "--models /nonexistent is not a folder"),
+])
+def test_bad_options_of_other_commands(capsys, work, args, message):
+    defaults = {"graph": ["--description", str(work / "s" / "age_net.description.json"),
+                          "--out", str(work / "g.dot")],
+                "pipelines": ["--out", str(work / "pp")]}[args[0]]
+    if "--models" not in args and args[0] == "pipelines":
+        defaults += ["--models", str(work / "s")]
+    assert main([*args, *defaults]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+    assert not (work / "g.dot").exists() and not (work / "pp").exists()

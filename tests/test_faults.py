@@ -1,0 +1,122 @@
+"""Faults while a run is under way: the supervisor killed or signalled at moments across a
+run's phases, two runs on one --out. No process of a run may outlive its supervisor,
+nothing half-written may stay, and no result may be lost."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from engine.schedule.pipelines import Arrival, Pipeline, save_pipeline
+
+REPO = Path(__file__).resolve().parents[1]
+# moments after the start: interpreter start-up, sampler start, loading, executing
+DELAYS = sorted(random.Random(14).uniform(0.05, 3.0) for _ in range(4))
+
+
+@pytest.fixture(scope="module")
+def split_dir(zoo_split) -> Path:
+    return Path(zoo_split["AlexNet"].path).parent
+
+
+def _start(split_dir: Path, root: Path, nets: list[str], *extra: str) -> subprocess.Popen:
+    pipe = root / "p.json"
+    save_pipeline(Pipeline("f", [Arrival(0.0, nets)]), pipe)
+    return subprocess.Popen(
+        [sys.executable, "-m", "engine", "run", "--pipeline", str(pipe), "--models",
+         str(split_dir), "--policy", "linear", "--out", str(root / "run"), "--batch", "1",
+         "--backend", "none", *extra], cwd=REPO, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_running(root: Path, timeout_s: float = 60.0) -> None:
+    """Until the measured child has started its first task."""
+    deadline = time.monotonic() + timeout_s
+    while not any(p.stat().st_size for p in root.glob(".run.*/progress.jsonl")):
+        assert time.monotonic() < deadline, "the run never started"
+        time.sleep(0.02)
+
+
+def _processes_naming(path: Path) -> list[int]:
+    """PIDs whose command line names ``path`` (GNU time, the child and the sampler all
+    carry the run's temporary folder in theirs)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if str(path).encode() in cmdline.read_bytes():
+                found.append(int(cmdline.parent.name))
+        except OSError:
+            pass
+    return [p for p in found if p != os.getpid()]
+
+
+def _wait_gone(path: Path, timeout_s: float = 2.0) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while (left := _processes_naming(path)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
+@pytest.mark.parametrize("delay", DELAYS, ids=[f"{d:.2f}s" for d in DELAYS])
+def test_sigkill_of_the_supervisor_ends_the_run_and_the_next_run_sweeps(split_dir, tmp_path,
+                                                                       delay):
+    proc = _start(split_dir, tmp_path, ["AlexNet"] * 40)
+    time.sleep(delay)
+    proc.kill()
+    proc.communicate()
+    assert _wait_gone(tmp_path) == [], "a process of the run outlived its supervisor"
+    # the dead run's temporary folder (and lock) stay until the next run on that --out
+    again = _start(split_dir, tmp_path, ["AgeNet"])
+    _, err = again.communicate(timeout=120)
+    assert again.returncode == 0, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json", "run"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_second_signal_during_cleanup_does_not_cut_it_short(split_dir, tmp_path, sig):
+    proc = _start(split_dir, tmp_path, ["AlexNet"] * 40)
+    _wait_running(tmp_path)
+    proc.send_signal(sig)
+    time.sleep(0.01)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert f"interrupted by {sig.name}; nothing written" in err
+    assert "Traceback" not in err
+    assert _wait_gone(tmp_path) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json"]
+
+
+def test_two_runs_on_one_out_the_second_is_refused_at_once(split_dir, tmp_path):
+    first = _start(split_dir, tmp_path, ["AlexNet"] * 10)
+    _wait_running(tmp_path)
+    second = _start(split_dir, tmp_path, ["AgeNet"])
+    _, err2 = second.communicate(timeout=60)
+    _, err1 = first.communicate(timeout=120)
+    assert second.returncode == 2
+    assert err2.count("\n") == 1 and "is being written by another run (pid" in err2
+    assert first.returncode == 0, err1
+    assert (tmp_path / "run" / "meta.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json", "run"]
+
+
+@pytest.mark.parametrize("where", ["file", "under-file", "proc"])
+def test_an_out_that_cannot_be_a_run_folder_is_one_line_exit_2(split_dir, tmp_path, where):
+    (tmp_path / "f").write_text("not a run")
+    out = {"file": tmp_path / "f", "under-file": tmp_path / "f" / "run",
+           "proc": Path("/proc/edgeprof-run")}[where]
+    pipe = tmp_path / "p.json"
+    save_pipeline(Pipeline("f", [Arrival(0.0, ["AgeNet"])]), pipe)
+    r = subprocess.run([sys.executable, "-m", "engine", "run", "--pipeline", str(pipe),
+                        "--models", str(split_dir), "--policy", "linear", "--out", str(out),
+                        "--backend", "none", "--force"], cwd=REPO, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith("error: ") and "--out" in r.stderr
+    assert (tmp_path / "f").read_text() == "not a run"
