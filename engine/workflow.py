@@ -9,9 +9,12 @@ decided by looking at the machine.
 
 from __future__ import annotations
 
+import ast
+import hashlib
 import os
 import shlex
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from engine.schedule.policies import parse_policy
@@ -24,6 +27,146 @@ UNLIMITED = "none"  # the limit label of the unconstrained runs
 
 def _join(args: Iterable[object]) -> str:
     return shlex.join(str(a) for a in args)
+
+
+# --- which code a job runs ------------------------------------------------------------------
+
+# The CLI imports every stage's modules inside its command functions: follow only its
+# top-level imports, and name each stage's own modules as entries instead.
+SHALLOW = frozenset({"engine.cli"})
+# What each kind of job runs, as engine modules; their imports are followed (function-level
+# ones too: they run when the job does).
+JOB_ENTRIES = {
+    "models": ("engine.__main__", "engine.cli", "engine.caffe.generate"),
+    "split": ("engine.__main__", "engine.cli", "engine.caffe.splitter"),
+    "pipelines": ("engine.__main__", "engine.cli", "engine.schedule.pipelines",
+                  "engine.runner.execute"),
+    # the supervisor, the measured child, the sampler process, the vm path and its guest
+    "run": ("engine.__main__", "engine.cli", "engine.runner.supervise",
+            "engine.runner.child", "engine.probes.sampler", "engine.vm.run", "engine.vm.job"),
+    "tables": ("engine.analysis.tables", "engine.analysis.reconcile"),
+    "plots": ("engine.analysis.plots",),
+}
+POLICIES_MODULE = "engine.schedule.policies"
+
+
+def _module_file(root: Path, name: str) -> Path | None:
+    base = root.joinpath(*name.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def _engine_imports(tree: ast.Module, package: str, nested: bool) -> set[str]:
+    """engine modules (and their parent packages) that ``tree``, a module of ``package``,
+    imports."""
+    nodes = ast.walk(tree) if nested else tree.body
+    found = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: "from .conv import x" in engine.ops
+                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            # "from engine.x import y": y may be a module of package engine.x
+            names = [base, *(f"{base}.{a.name}" for a in node.names)]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "engine":
+                found.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return found
+
+
+def job_modules(entries: Iterable[str], root: Path) -> dict[str, Path]:
+    """Every engine module a job with these entry modules can run: the entries and,
+    transitively, what they import (package ``__init__``s included)."""
+    seen: dict[str, Path] = {}
+    todo = list(entries)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        path = _module_file(root, name)
+        if path is None:  # a name imported from a module, not a module
+            continue
+        seen[name] = path
+        tree = ast.parse(path.read_text(), str(path))
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        todo.extend(_engine_imports(tree, package, nested=name not in SHALLOW))
+    return dict(sorted(seen.items()))
+
+
+def _without_functions(source: str, names: set[str]) -> str:
+    """``source`` minus its top-level functions called ``names``."""
+    lines = source.splitlines(keepends=True)
+    drop = set()
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef) and node.name in names:
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            drop.update(range(first - 1, node.end_lineno))
+    return "".join(line for i, line in enumerate(lines) if i not in drop)
+
+
+def code_fingerprint(job: str, root: Path) -> str:
+    """A hash of the source of every module a ``job`` (a key of JOB_ENTRIES) runs, less the
+    policies' graph builders: only a run calls those, and each run adds its own policy's
+    fingerprint (policies.policy_fingerprint), so editing one policy reruns only its runs
+    while any other shared line reruns every job that imports it."""
+    from engine.schedule.policies import builder_function_names
+
+    policy_builders = builder_function_names()
+    modules = job_modules(JOB_ENTRIES[job], root)
+    if not modules:  # a wrong root must not give every job the same, constant hash
+        raise ValueError(f"no engine modules under {root}")
+    h = hashlib.sha256()
+    for name, path in modules.items():
+        source = path.read_text()
+        if name == POLICIES_MODULE:
+            source = _without_functions(source, policy_builders)
+        h.update(f"{name}\n{source}\n".encode())
+    return h.hexdigest()[:16]
+
+
+# --- what the schema cannot say ---------------------------------------------------------------
+
+
+def check_config(config: Config) -> None:
+    """Checks of the final, merged config that JSON schema cannot express; ValueError with
+    one line naming the key and the fix."""
+    models = config["models"]
+    if not models["zoo"] and not models["user"]:
+        raise ValueError("config: models.zoo and models.user are both empty; name at least "
+                         "one network for the pipelines to draw from")
+    blocks = [("pipelines", config["pipelines"])]
+    if vm_enabled(config):
+        blocks.append(("vm.pipelines", config["vm"]["pipelines"]))
+    for key, block in blocks:
+        lo, hi = block["length"]
+        if lo > hi:
+            raise ValueError(f"config: {key}.length [{lo}, {hi}] must be [fewest, most] "
+                             f"networks per pipeline, fewest <= most")
+    bins = config["pipelines"]["bins_mib"]
+    if list(bins) != sorted(set(bins)):
+        raise ValueError(f"config: pipelines.bins_mib {list(bins)} must be strictly "
+                         f"ascending upper edges")
+    limits = list(config["run"]["limits"])
+    if vm_enabled(config):
+        limits += list(config["vm"]["limits"])
+    for limit in limits:
+        if str(limit) != UNLIMITED:
+            try:
+                parse_size(str(limit))
+            except Exception as exc:
+                raise ValueError(f"config: memory limit {limit!r}: {exc}") from None
+    reconcile = config["run"]["reconcile"]
+    if reconcile["pipeline"] not in pipeline_names(config["pipelines"]["count"]):
+        raise ValueError(f"config: run.reconcile.pipeline {reconcile['pipeline']!r} is not one "
+                         f"of the {config['pipelines']['count']} pipelines (p000, ...)")
 
 
 # --- which runs exist, and where they run --------------------------------------------------

@@ -18,7 +18,8 @@ from engine.schedule.pipelines import Arrival, Pipeline, save_pipeline
 
 REPO = Path(__file__).resolve().parents[1]
 # moments after the start: interpreter start-up, sampler start, loading, executing
-DELAYS = sorted(random.Random(14).uniform(0.05, 3.0) for _ in range(4))
+_RNG = random.Random(14)
+DELAYS = sorted(_RNG.uniform(0.02, 3.0) for _ in range(5))
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +77,20 @@ def test_sigkill_of_the_supervisor_ends_the_run_and_the_next_run_sweeps(split_di
     _, err = again.communicate(timeout=120)
     assert again.returncode == 0, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json", "run"]
+
+
+@pytest.mark.parametrize("delay", [0.12, *DELAYS], ids=[f"{d:.2f}s" for d in [0.12, *DELAYS]])
+def test_ctrl_c_at_any_moment_is_exit_130_without_a_traceback(split_dir, tmp_path, delay):
+    """From the engine's imports on (0.12 s: CPython's own start-up, before its site module
+    is loaded, dies of a Ctrl-C with a fatal error of its own, not ours to handle)."""
+    proc = _start(split_dir, tmp_path, ["AlexNet"] * 40)
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and err.startswith("error: ") and err.count("\n") == 1
+    assert _wait_gone(tmp_path) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json"]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])

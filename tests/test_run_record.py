@@ -113,3 +113,37 @@ def test_the_overlap_sweep_counts_what_the_definition_counts(raw):
     rows = [{"start_ns": s, "end_ns": e} for s, e in spans]
     _overlaps(rows)
     assert [r["overlap"] for r in rows] == _overlaps_by_definition(spans)
+
+
+def test_a_claimed_out_is_published_without_deleting_what_it_did_not_create(tmp_path):
+    from engine.runner.outdir import OutClaim
+
+    out = tmp_path / "run"
+    with OutClaim(out) as claim:
+        folder = claim.tempdir()
+        (folder / "meta.json").write_text("new")
+        out.mkdir()  # made by hand while the run went on
+        (out / "mine").write_text("keep me")
+        with pytest.raises(EdgeprofError, match="appeared while this run went on; its "
+                                                "result is kept in"):
+            claim.publish(folder)
+    assert (out / "mine").read_text() == "keep me"
+    kept = [p for p in tmp_path.iterdir() if p.name.startswith("run.")]
+    assert len(kept) == 1 and (kept[0] / "meta.json").read_text() == "new"
+
+
+def test_force_replaces_an_earlier_run_only_when_the_new_one_is_published(tmp_path):
+    from engine.runner.outdir import OutClaim
+
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "meta.json").write_text("old")
+    with pytest.raises(EdgeprofError, match="already holds a finished run; pass --force"):
+        OutClaim(out)
+    with OutClaim(out, force=True) as claim:
+        folder = claim.tempdir()
+        assert (out / "meta.json").read_text() == "old"  # still there while the run goes
+        (folder / "meta.json").write_text("new")
+        claim.publish(folder)
+    assert (out / "meta.json").read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no lock, no old copy

@@ -154,6 +154,20 @@ def test_editing_one_policy_reruns_only_that_policys_runs(workflow):
         policies.write_text(source)
 
 
+def test_editing_shared_code_reruns_every_run(workflow):
+    """units.py is imported by every stage: models, split, pipelines and every run."""
+    units = workflow.root / "engine" / "units.py"
+    source = units.read_text()
+    units.write_text(source + "\n# edited\n")
+    try:
+        planned = workflow.planned_jobs()
+    finally:
+        units.write_text(source)
+    # 1 pipeline x 2 policies x 2 limits, and the reconciliation run
+    assert planned["run"] == 4 and planned["reconcile_run"] == 1
+    assert planned["split"] == planned["zoo_model"] == 2 and planned["pipelines"] == 1
+
+
 def test_jobs_run_the_venvs_python_and_the_checkouts_engine_without_either_on_path(tmp_path):
     """`python -m engine` in a rule is the interpreter running Snakemake and the engine of
     the checkout the workflow runs from, with neither the venv on PATH nor any PYTHONPATH

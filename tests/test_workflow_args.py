@@ -244,3 +244,82 @@ def test_every_rule_uses_one_of_the_envs():
             for m in re.findall(r'conda:\n\s+"\.\./\.\./envs/(\w+)\.yaml"', path.read_text())}
     assert envs == {"run", "analysis"}
     assert sorted(p.stem for p in (REPO / "envs").glob("*.yaml")) == ["analysis", "run"]
+
+
+# --- the final, merged config ----------------------------------------------------------------
+
+
+def test_the_shipped_configs_pass_the_checks_the_schema_cannot_make():
+    for name in ("config.yaml", "paper.yaml"):
+        wf.check_config(load_config(name))
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"models__zoo": [], "models__user": []}, "models.zoo and models.user are both empty"),
+    ({"pipelines__length": [4, 2]}, "pipelines.length [4, 2] must be [fewest, most]"),
+    ({"vm__pipelines__length": [3, 2]}, "vm.pipelines.length [3, 2]"),
+    ({"pipelines__bins_mib": [400, 150]}, "strictly ascending"),
+    ({"run__limits": ["none", "0"]}, "memory limit '0': memory size '0' must be at least"),
+    ({"vm__limits": ["0M"]}, "memory limit '0M'"),
+    ({"run__reconcile__pipeline": "p099"}, "run.reconcile.pipeline 'p099' is not one"),
+])
+def test_a_merged_config_the_schema_passes_can_still_be_refused(cfg, changes, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        wf.check_config(with_(cfg, **changes))
+
+
+# --- code fingerprints -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def engine_copy(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("code")
+    import shutil
+
+    shutil.copytree(REPO / "engine", root / "engine",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
+def _fingerprints(root: Path) -> dict[str, str]:
+    return {job: wf.code_fingerprint(job, root) for job in wf.JOB_ENTRIES}
+
+
+@pytest.mark.parametrize("path, old, new, changed", [
+    # shared code: every job kind that imports it
+    ("engine/units.py", '"G": 2**30', '"G": 10**9',
+     {"models", "split", "pipelines", "run", "tables", "plots"}),
+    # policies.py outside the graph builders (masa's pool split) is every run's code
+    ("engine/schedule/policies.py", 'pools = (0, 1) if family == "masa" else (0,)',
+     'pools = (0,)', {"pipelines", "run", "plots"}),
+    # one policy's builder: no shared fingerprint changes (its own does, tested by dry run)
+    ("engine/schedule/policies.py", "def _build_linear(", "def _build_linear(  # edited\n",
+     set()),
+    ("engine/vm/run.py", "GUEST_RESERVE = 256 * MiB", "GUEST_RESERVE = 255 * MiB", {"run"}),
+    ("engine/schedule/pipelines.py", "def size_bin(", "def size_bin(  # edited\n",
+     {"pipelines", "run"}),
+    ("engine/analysis/reconcile.py", "KEYS = [", "KEYS = [  # edited\n", {"tables"}),
+    ("engine/analysis/plots.py", "def make_figure(", "def make_figure(  # edited\n",
+     {"plots"}),
+])
+def test_a_code_change_changes_the_fingerprints_of_the_jobs_that_run_it(
+        engine_copy, path, old, new, changed):
+    before = _fingerprints(engine_copy)
+    target = engine_copy / path
+    source = target.read_text()
+    assert old in source
+    target.write_text(source.replace(old, new, 1))
+    try:
+        after = _fingerprints(engine_copy)
+    finally:
+        target.write_text(source)
+    assert {job for job in before if before[job] != after[job]} == changed
+
+
+def test_run_jobs_import_the_whole_measured_path():
+    modules = wf.job_modules(wf.JOB_ENTRIES["run"], REPO)
+    for name in ("engine.units", "engine.cli", "engine.schedule.pipelines",
+                 "engine.schedule.policies", "engine.vm.run", "engine.vm.job",
+                 "engine.probes.sampler", "engine.ops.conv", "engine.caffe.wire"):
+        assert name in modules
+    assert "engine.analysis.plots" not in modules and "engine.workflow" not in modules

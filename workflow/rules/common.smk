@@ -3,7 +3,6 @@
 # which jobs a code change reruns. Argument strings, job lists and resources come from
 # engine.workflow (pure functions of the config, unit-tested in tests/test_workflow_args.py);
 # nothing here probes the host, so building the DAG on a submit host is cheap.
-import hashlib
 import os
 import re
 import sys
@@ -15,6 +14,8 @@ from engine.caffe.zoo import ZOO
 from engine.schedule.policies import parse_policy, policy_fingerprint
 from engine.workflow import (
     batch_args,
+    check_config,
+    code_fingerprint,
     job_environ,
     limit_args,
     pipeline_names,
@@ -34,6 +35,7 @@ configfile: "config/config.yaml"
 
 
 validate(config, "../schemas/config.schema.yaml")
+check_config(config)  # what the schema cannot say: ordered ranges, limits > 0, ...
 
 
 # Jobs run `python -m engine ...`: `python` is the venv running Snakemake (or, under
@@ -127,29 +129,17 @@ REC_LIMIT_ARGS = limit_args(config, REC["limit"])
 RUN_RUNTIME = run_runtime_min(RUN)
 
 
-def _hash_files(*roots):
-    h = hashlib.sha256()
-    for root in roots:
-        for path in sorted(Path(root).rglob("*.py")) if Path(root).is_dir() else [Path(root)]:
-            h.update(path.read_bytes())
-    return h.hexdigest()[:16]
-
-
-# Code every run shares (engine, probes, limits, dispatch); each policy adds its own
-# graph builder's fingerprint, so editing one policy reruns only that policy's runs.
-CODE_CAFFE = _hash_files("engine/caffe")
-CODE_RUN_SHARED = _hash_files(
-    "engine/caffe",
-    "engine/ops",
-    "engine/network.py",
-    "engine/runner",
-    "engine/probes",
-    "engine/limits",
-    "engine/schedule/dispatch.py",
-    "engine/schedule/tasks.py",
-)
-CODE_ANALYSIS = _hash_files("engine/analysis/tables.py", "engine/analysis/reconcile.py")
-CODE_PLOTS = _hash_files("engine/analysis/plots.py")
+# Code fingerprints (params, so a change reruns exactly the jobs that run that code): each
+# job kind hashes the engine modules it really imports, less the policies' graph builders
+# (engine.workflow.code_fingerprint); run jobs add their own policy's, so editing one
+# policy reruns only that policy's runs, and any other shared line reruns them all.
+_ROOT = Path(workflow.basedir)
+CODE_MODELS = code_fingerprint("models", _ROOT)
+CODE_SPLIT = code_fingerprint("split", _ROOT)
+CODE_PIPELINES = code_fingerprint("pipelines", _ROOT)
+CODE_RUN_SHARED = code_fingerprint("run", _ROOT)
+CODE_ANALYSIS = code_fingerprint("tables", _ROOT)
+CODE_PLOTS = code_fingerprint("plots", _ROOT)
 # policy id -> the code its runs depend on, computed once (not once per job)
 RUN_CODE = {
     pid: f"{CODE_RUN_SHARED}-{policy_fingerprint(parse_policy(name).family)}"

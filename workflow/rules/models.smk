@@ -9,7 +9,7 @@ rule zoo_model:
         network=lambda wc: ZOO_STEMS[wc.stem],
         seed=config["seed"],
         out=output_dir,
-        code=CODE_CAFFE,
+        code=CODE_MODELS,
     wildcard_constraints:
         stem="|".join(ZOO_STEMS) or "(?!)",  # only the zoo's; user models are given
     log:

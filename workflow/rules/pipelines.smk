@@ -10,6 +10,7 @@ rule pipelines:
         models=split_dir,
         out=output_dir,
         args=PIPELINES_ARGS,
+        code=CODE_PIPELINES,
     log:
         f"{RESULTS}/logs/pipelines.log",
     conda:
@@ -29,6 +30,7 @@ rule vm_pipelines:
         models=split_dir,
         out=output_dir,
         args=VM_PIPELINES_ARGS,
+        code=CODE_PIPELINES,
     log:
         f"{RESULTS}/logs/vm_pipelines.log",
     conda:

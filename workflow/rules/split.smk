@@ -10,7 +10,7 @@ rule split:
     params:
         network=lambda wc: NETWORKS[wc.stem],
         out=output_dir,
-        code=CODE_CAFFE,
+        code=CODE_SPLIT,
     log:
         f"{RESULTS}/logs/split/{{stem}}.log",
     benchmark:
