@@ -113,6 +113,23 @@ def _positive(value: float | None, flag: str, allow_zero: bool = False) -> None:
         raise EdgeprofError(f"{flag} {value}: must be {'>= 0' if allow_zero else '> 0'}")
 
 
+def _estimates(path: str) -> dict[str, int]:
+    """masa's --estimates file: {network: peak bytes}."""
+    from engine.files import parse_json
+
+    try:
+        data = parse_json(Path(path).read_text())
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        estimates = {str(k): int(v) for k, v in data.items()}
+    except (OSError, ValueError, TypeError) as exc:
+        raise EdgeprofError(f"--estimates {path}: {exc}; it must hold {{network: peak "
+                            f"bytes}}") from None
+    if any(v <= 0 for v in estimates.values()):
+        raise EdgeprofError(f"--estimates {path}: every peak must be > 0 bytes")
+    return estimates
+
+
 def run_request(args: argparse.Namespace) -> RunRequest:
     """The RunRequest of ``run``'s arguments, checked (sizes, ranges, the policy)."""
     from engine.runner.request import LimitOptions, ProbeOptions, RunOptions, RunRequest
@@ -129,8 +146,7 @@ def run_request(args: argparse.Namespace) -> RunRequest:
     _positive(args.sample_hz, "--sample-hz", allow_zero=True)
     estimates = None
     if args.estimates:
-        import json
-        estimates = {k: int(v) for k, v in json.loads(Path(args.estimates).read_text()).items()}
+        estimates = _estimates(args.estimates)
     options = RunOptions(blas_threads=args.blas_threads, seed=args.seed, batch=args.batch,
                          budget=parse_size(args.budget) if args.budget else limit,
                          timeout_s=args.timeout, estimates=estimates)

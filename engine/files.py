@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import tempfile
 from collections.abc import Iterator
@@ -32,6 +33,18 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def parse_json(text: str | bytes, finite: bool = False) -> object:
+    """``json.loads`` where every problem is a ValueError: also nesting too deep for the
+    parser, and (``finite``) NaN and Infinity, which are not JSON."""
+    def refuse(name: str) -> None:
+        raise ValueError(f"{name} is not a valid number here")
+
+    try:
+        return json.loads(text, parse_constant=refuse if finite else None)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:

@@ -52,7 +52,7 @@ def preexec(*more: Callable[[], None] | None) -> Callable[[], None]:
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # no such pid (or none that could exist)
         return False
     except PermissionError:  # someone else's process: alive
         return True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from engine.errors import EdgeprofError
@@ -15,6 +16,8 @@ def parse_size(text: str) -> int:
     if not m:
         raise EdgeprofError(f"'{text}' is not a memory size (examples: 512M, 1G, 1.5G, 268435456)")
     value = float(m.group(1)) * _UNITS[m.group(2).upper()]
+    if not math.isfinite(value):
+        raise EdgeprofError(f"memory size '{text:.40}' is too large")
     if value < 1:
         raise EdgeprofError(f"memory size '{text}' must be at least one byte")
     return int(value)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from engine.caffe import graph, io, wire
 from engine.errors import ModelError
-from engine.files import normal_mode, write_text_atomic
+from engine.files import normal_mode, parse_json, write_text_atomic
 
 DESCRIPTION_VERSION = 1
 
@@ -79,9 +79,12 @@ class Description:
     def load(cls, path: str | os.PathLike) -> Description:
         path = os.fspath(path)
         try:
-            data = json.loads(Path(path).read_text())
+            data = parse_json(Path(path).read_text())
         except (OSError, ValueError) as exc:
-            raise ModelError(f"cannot read network description {path}: {exc}") from exc
+            raise ModelError(f"cannot read network description {path}: {exc}") from None
+        if not isinstance(data, dict):
+            raise ModelError(f"{path} is not a network description (a JSON object); re-run "
+                             f"the split stage")
         if data.get("version") != DESCRIPTION_VERSION:
             raise ModelError(
                 f"{path}: description version {data.get('version')} is not "

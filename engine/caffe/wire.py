@@ -10,6 +10,7 @@ against its enclosing message, so a truncated or corrupt file fails with the byt
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 from collections.abc import Iterator
@@ -143,7 +144,7 @@ def _blob(buf, start: int, end: int, path: str) -> BlobRecord:
         rec.shape = tuple(1 if v is None else v for v in legacy)
     else:
         rec.shape = (rec.count,)
-    count = int(np.prod(rec.shape, dtype=np.int64))
+    count = math.prod(rec.shape)  # Python ints: a huge declared shape must not wrap
     if count != rec.count:
         raise CorruptModelError(
             path, start, f"blob declares shape {rec.shape} ({count} values) but holds {rec.count}"
@@ -190,6 +191,9 @@ def read_blobs(path: str | os.PathLike, layer: LayerRecord) -> list[np.ndarray]:
                 arrays.append(_read_unpacked(f, blob).reshape(blob.shape))
                 continue
             arr = np.empty(blob.nbytes // np.dtype(blob.dtype).itemsize, blob.dtype)
+            if blob.nbytes == 0:  # a blob without values: nothing to read
+                arrays.append(arr.astype(np.float32).reshape(blob.shape))
+                continue
             f.seek(blob.offset)
             view = memoryview(arr).cast("B")
             got = 0

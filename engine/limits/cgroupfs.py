@@ -96,6 +96,8 @@ def parse_proc_cgroup(path: Path = PROC_CGROUP) -> dict[str, str]:
 
 def _under_mount(mount: Mount, cg_path: str) -> Path | None:
     """Where ``cg_path`` (as /proc/self/cgroup shows it) lives under ``mount``."""
+    if not cg_path:  # a line cut short: no path to place
+        return None
     rel = os.path.relpath(cg_path, mount.root)
     if rel == ".":
         return mount.mount_point
@@ -172,6 +174,8 @@ def read_text(path: Path) -> str:
     try:
         with open(path) as f:
             return f.read()
+    except UnicodeDecodeError:
+        raise CgroupError(f"{path} is not text; not a cgroup or /proc file") from None
     except OSError as exc:
         raise CgroupError(f"cannot read {path}: {exc.strerror or exc}") from None
 
@@ -184,6 +188,8 @@ def read_optional(path: Path) -> str | None:
             return f.read()
     except FileNotFoundError:
         return None
+    except UnicodeDecodeError:
+        raise CgroupError(f"{path} is not text; not a cgroup file") from None
     except OSError as exc:
         raise CgroupError(f"cannot read {path}: {exc.strerror or exc}") from None
 
@@ -194,7 +200,10 @@ def parse_limit(text: str | None) -> int | None:
     text = (text or "").strip()
     if not text or text == "max":
         return None
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise CgroupError(f"{text[:40]!r} is not a cgroup counter or limit") from None
     return None if value >= V1_UNLIMITED else value
 
 
@@ -203,7 +212,13 @@ def parse_keyed(text: str | None) -> dict[str, int]:
     if not text:
         return {}
     words = text.split()
-    return {k: int(v) for k, v in zip(words[::2], words[1::2]) if v.lstrip("-").isdigit()}
+    out = {}
+    for key, value in zip(words[::2], words[1::2]):
+        try:
+            out[key] = int(value)
+        except ValueError:  # not a count (the kernel writes none such): unknown
+            pass
+    return out
 
 
 def parse_psi(text: str | None) -> dict[str, int]:
@@ -232,7 +247,7 @@ def pread_text(fd: int | None) -> str | None:
             data += more
     except OSError:
         return None
-    return data.decode()
+    return data.decode(errors="replace")  # garbage then fails its parse, as CgroupError
 
 
 class OpenFiles:

@@ -63,11 +63,14 @@ def parse_gnu_time(text: str) -> dict:
         if not sep:
             continue
         value = value.strip().removesuffix("%")
-        if label == _WALL_LABEL:
-            row["gt_wall_s"] = _clock_seconds(value)
-        elif label in _FIELDS and value != "?":  # "?%" CPU when the elapsed time is 0
-            column, kind = _FIELDS[label]
-            row[column] = kind(value)
+        try:  # a report cut mid-value, or "?%" CPU when the elapsed time is 0: unknown
+            if label == _WALL_LABEL:
+                row["gt_wall_s"] = _clock_seconds(value)
+            elif label in _FIELDS:
+                column, kind = _FIELDS[label]
+                row[column] = kind(value)
+        except ValueError:
+            pass
     m = _SIGNAL.search(text)
     row["gt_signal"] = int(m.group(1)) if m else None
     if row["gt_signal"] is not None:

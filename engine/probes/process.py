@@ -48,7 +48,13 @@ def status_bytes(buf: bytes, key: bytes) -> int | None:
     if start < 0:
         return None
     start += len(key)
-    return int(buf[start:buf.index(b"kB", start)]) * 1024
+    end = buf.find(b"kB", start)
+    if end < 0:  # cut between the key and its unit
+        return None
+    try:
+        return int(buf[start:end]) * 1024
+    except ValueError:
+        return None
 
 
 def _ns(seconds: float) -> int:

@@ -24,12 +24,13 @@ def in_guest() -> bool:
 
 def read_vmstat(keys: tuple[str, ...] | None = None,
                 path: Path = PROC_VMSTAT) -> dict[str, int]:
-    """``keys`` of /proc/vmstat (all when None)."""
+    """``keys`` of /proc/vmstat (all when None); a line without a number is skipped (the
+    key then reads as unknown)."""
     out = {}
-    with open(path) as f:
+    with open(path, "rb") as f:
         for line in f:
-            key, _, value = line.partition(" ")
-            if keys is None or key in keys:
+            key, _, value = line.decode(errors="replace").partition(" ")
+            if (keys is None or key in keys) and value.strip().isdecimal():
                 out[key] = int(value)
     return out
 

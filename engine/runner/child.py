@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.caffe.splitter import Description
+from engine.files import write_text_atomic
 from engine.procs import die_with_parent
 from engine.runner.execute import PipelineRun, ProbeSet
 from engine.runner.request import RunOptions
@@ -93,7 +94,7 @@ def child_main(spec_path: str) -> int:
         "tasks": len(state.graph.tasks),
         "edges": len(state.graph.edges()),
     }
-    (out / "child.json").write_text(json.dumps(summary, indent=1))
+    write_text_atomic(out / "child.json", json.dumps(summary, indent=1))
     if result.error is not None:
         print(f"error: task {summary['failed_task']} failed: {summary['error']}", file=sys.stderr)
     return 0 if result.status in ("ok", "timeout") else 1

@@ -9,11 +9,11 @@ tasks that were running when it ended named in meta.json.
 from __future__ import annotations
 
 import csv
-import json
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from pathlib import Path
 
+from engine.files import parse_json
 from engine.runner.meta import RunMeta
 
 TASK_BASE = ["instance", "network", "layer", "layer_name", "layer_type", "layer_kind",
@@ -24,24 +24,36 @@ NETWORK_COLUMNS = ["instance", "network", "arrival", "arrival_ns", "released_ns"
                    "complete"]
 
 
+def read_child(folder: Path) -> dict | None:
+    """The measured child's summary (child.json), or None when it wrote none, or none
+    that can be read (killed while writing it)."""
+    try:
+        summary = parse_json((folder / "child.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return summary if isinstance(summary, dict) and "status" in summary else None
+
+
 def read_progress(folder: Path) -> dict:
     events = {"start": {}, "end": [], "heap": [], "network": [], "begin": None}
     path = folder / "progress.jsonl"
     if not path.is_file():
         return events
-    with open(path) as f:
+    with open(path, "rb") as f:
         for line in f:
+            # a line cut by a kill (or anything else that is not a record) ends the
+            # stream: everything before it is intact
             try:
-                rec = json.loads(line)
-            except ValueError:
-                break  # a line cut by a kill: everything before it is intact
-            kind = rec.pop("event")
-            if kind == "start":
-                events["start"][rec["task_id"]] = rec
-            elif kind == "begin":
-                events["begin"] = rec
-            else:
-                events[kind].append(rec)
+                rec = parse_json(line)
+                kind = rec.pop("event")
+                if kind == "start":
+                    events["start"][rec["task_id"]] = rec
+                elif kind == "begin":
+                    events["begin"] = rec
+                else:
+                    events[kind].append(rec)
+            except (ValueError, AttributeError, KeyError, TypeError):
+                break
     return events
 
 
@@ -158,8 +170,7 @@ def assemble(folder: Path, meta: RunMeta) -> None:
     meta.tasks_finished = len(ended)
     if events["begin"]:
         meta.t0_monotonic_ns = events["begin"]["t0_monotonic_ns"]
-    child = folder / "child.json"
-    meta.child = json.loads(child.read_text()) if child.is_file() else None
+    meta.child = read_child(folder)
     gnu = folder / "gnu_time.txt"
     if gnu.is_file():
         from engine.probes.gnutime import parse_gnu_time

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from engine.errors import EdgeprofError
-from engine.files import atomic_path
+from engine.files import atomic_path, parse_json
 
 SCHEMA_VERSION = 1
 FILE = "meta.json"
@@ -97,16 +97,19 @@ class RunMeta:
             raise EdgeprofError(f"{source}: unknown field(s) {', '.join(unknown)}; not a run "
                                 f"record of this edgeprof")
         values = {k: v for k, v in data.items() if k not in ("pipeline", "schema_version")}
+        pipe = data.get("pipeline") or {}
+        if not isinstance(pipe, dict):
+            raise EdgeprofError(f"{source}: its pipeline is not a JSON object; not a run "
+                                f"record of this edgeprof")
         pipe_names = {f.name for f in fields(PipelineInfo)}
-        pipeline = PipelineInfo(**{k: v for k, v in (data.get("pipeline") or {}).items()
-                                   if k in pipe_names})
+        pipeline = PipelineInfo(**{k: v for k, v in pipe.items() if k in pipe_names})
         return cls(**values, pipeline=pipeline, schema_version=SCHEMA_VERSION)
 
     @classmethod
     def read(cls, folder: str | os.PathLike) -> RunMeta:
         path = Path(folder) / FILE
         try:
-            data = json.loads(path.read_text())
+            data = parse_json(path.read_text())
         except (OSError, ValueError) as exc:
             raise EdgeprofError(f"cannot read the run record {path}: {exc}") from None
         if not isinstance(data, dict):

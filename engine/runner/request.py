@@ -12,6 +12,9 @@ import json
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
+from engine.errors import EdgeprofError
+from engine.files import parse_json
+
 
 @dataclass
 class RunOptions:
@@ -65,10 +68,13 @@ class RunRequest:
 
     @classmethod
     def from_json(cls, text: str) -> RunRequest:
-        data = json.loads(text)
-        return cls(**{**data, "options": RunOptions(**data["options"]),
-                      "limits": LimitOptions(**data["limits"]),
-                      "probes": ProbeOptions(**data["probes"])})
+        try:
+            data = parse_json(text)
+            return cls(**{**data, "options": RunOptions(**data["options"]),
+                          "limits": LimitOptions(**data["limits"]),
+                          "probes": ProbeOptions(**data["probes"])})
+        except (ValueError, KeyError, TypeError) as exc:
+            raise EdgeprofError(f"not a run request ({type(exc).__name__}: {exc})") from None
 
     @classmethod
     def read(cls, path: str | Path) -> RunRequest:

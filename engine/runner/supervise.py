@@ -24,7 +24,7 @@ from engine.limits import LimitRequest, Session, open_session
 from engine.probes.vmstat import in_guest
 from engine.procs import preexec
 from engine.runner.execute import model_index, resolve_descriptions
-from engine.runner.folder import assemble
+from engine.runner.folder import assemble, read_child
 from engine.runner.interrupt import Interrupted, Signalled, ignore_signals, signals_unwind
 from engine.runner.meta import PipelineInfo, RunMeta, host_facts, versions
 from engine.runner.outdir import OutClaim
@@ -169,14 +169,13 @@ def _termination(code: int, timed_out: bool, oom_kills: int | None, session: Ses
     with the limit-reached fallback for a SIGKILLed child)."""
     if timed_out:
         return "timeout", "wall-clock timeout; the run was killed"
-    child = tmp / "child.json"
     if oom_kills:
         return "memory", f"kernel OOM killer: {oom_kills} process(es) killed in the run's cgroup"
     killed = code in (-signal.SIGKILL, 128 + signal.SIGKILL) or _gnu_time_signal(tmp) == 9
     if killed and session.hit_limit():
         return "memory", "killed by SIGKILL with the cgroup at its limit"
-    if child.is_file():
-        summary = json.loads(child.read_text())
+    summary = read_child(tmp)
+    if summary is not None:
         if summary["status"] == "ok" and code == 0:
             return "ok", ""
         if summary["status"] == "timeout":

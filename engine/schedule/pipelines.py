@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.errors import EdgeprofError
-from engine.files import write_text_atomic
+from engine.files import parse_json, write_text_atomic
 
 ARRIVAL_MODES = ("batch", "poisson", "normal")
 
@@ -78,23 +78,19 @@ def load_pipeline(path: str | os.PathLike) -> Pipeline:
     """A pipeline file, checked: one-line errors name the file and what is wrong."""
     path = os.fspath(path)
     try:
-        # NaN and Infinity are not JSON: refuse them at the parse
-        data = json.loads(Path(path).read_text(), parse_constant=_no_constant)
+        data = parse_json(Path(path).read_text(), finite=True)
         if not isinstance(data, dict) or not isinstance(data.get("arrivals"), list):
             raise TypeError("not a pipeline: a JSON object with an \"arrivals\" list")
         arrivals = [_arrival(a) for a in data.pop("arrivals")]
         if not isinstance(data.get("name"), str) or not data["name"]:
             raise TypeError("the pipeline has no name")
         pipeline = Pipeline(arrivals=arrivals, **data)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # UnicodeError is a ValueError
         raise PipelineError(f"cannot read pipeline {path}: {exc}") from None
     if not pipeline.networks():
         raise PipelineError(f"pipeline {path} has no networks")
     return pipeline
 
-
-def _no_constant(name: str) -> None:
-    raise ValueError(f"{name} is not a valid number here")
 
 
 def save_pipeline(pipeline: Pipeline, path: str | os.PathLike) -> None:
