@@ -13,18 +13,12 @@ import pytest
 
 from engine.limits import cgroupfs as fs
 from engine.limits.cgroupfs import CgroupV1Reader, CgroupV2Reader, reader_for
+from tests.test_cgroup_counters import write
 
 UNLIMITED = "9223372036854771712\n"  # v1's "no limit" with 4 KiB pages
 EVENTS = "low 0\nhigh 0\nmax {max}\noom 0\noom_kill {oom_kill}\noom_group_kill 0\n"
 PRESSURE = ("some avg10=0.00 avg60=0.00 avg300=0.00 total=1234\n"
             "full avg10=0.00 avg60=0.00 avg300=0.00 total=567\n")
-
-
-def write(path: Path, files: dict[str, str]) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    for name, text in files.items():
-        (path / name).write_text(text)  # truncates in place: kept-open fds see it
-    return path
 
 
 @pytest.fixture

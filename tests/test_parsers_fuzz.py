@@ -781,21 +781,6 @@ def progress_text(models, tmp_path_factory) -> str:
     return (d / "progress.jsonl").read_text()
 
 
-def _events(records: list[dict]) -> dict:
-    """read_progress's shape, built from whole records."""
-    events = {"start": {}, "end": [], "heap": [], "network": [], "begin": None}
-    for rec in records:
-        rec = dict(rec)
-        kind = rec.pop("event")
-        if kind == "start":
-            events["start"][rec["task_id"]] = rec
-        elif kind == "begin":
-            events["begin"] = rec
-        else:
-            events[kind].append(rec)
-    return events
-
-
 @FUZZ
 @given(offset=st.integers(0, 10**6))
 def test_read_progress_keeps_everything_before_a_cut(scratch, progress_text, offset):
@@ -805,14 +790,22 @@ def test_read_progress_keeps_everything_before_a_cut(scratch, progress_text, off
     # records whose whole line (its newline aside) is before the cut
     ends = np.cumsum([len(line) + 1 for line in lines]) - 1
     whole = int(np.sum(ends <= len(data)))
-    folder = scratch / "progress"
-    folder.mkdir(exist_ok=True)
-    _write(folder / "progress.jsonl", data)
-    assert read_progress(folder) == _events(records[:whole])
+    cut, kept = scratch / "cut", scratch / "kept"
+    for folder in (cut, kept):
+        folder.mkdir(exist_ok=True)
+    _write(cut / "progress.jsonl", data)
+    _write(kept / "progress.jsonl", b"".join(line + b"\n" for line in lines[:whole]))
+    events = read_progress(cut)
+    assert events == read_progress(kept)
+    # counted against the records themselves, not through read_progress
+    assert len(events["end"]) == sum(r["event"] == "end" for r in records[:whole])
+    assert len(events["heap"]) + len(events["network"]) == sum(
+        r["event"] in ("heap", "network") for r in records[:whole])
 
 
-def test_read_progress_fixture_is_a_whole_run(progress_text):
-    events = _events([json.loads(line) for line in progress_text.splitlines()])
+def test_read_progress_fixture_is_a_whole_run(progress_text, tmp_path):
+    _write(tmp_path / "progress.jsonl", progress_text)
+    events = read_progress(tmp_path)
     assert events["begin"] is not None and len(events["network"]) == 2
     assert len(events["end"]) == len(events["start"]) > 0
 
