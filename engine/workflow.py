@@ -164,9 +164,16 @@ def check_config(config: Config) -> None:
             except Exception as exc:
                 raise ValueError(f"config: memory limit {limit!r}: {exc}") from None
     reconcile = config["run"]["reconcile"]
-    if reconcile["pipeline"] not in pipeline_names(config["pipelines"]["count"]):
+    if reconcile_in_vm(config) and not vm_enabled(config):
+        raise ValueError("config: run.reconcile.vm is true (config/config.yaml's default, "
+                         "merged into yours) but vm.enabled is false: set run.reconcile to "
+                         "{pipeline: p000, policy: linear, limit: none, vm: false}")
+    names = vm_pipeline_names(config) if reconcile_in_vm(config) else pipeline_names(
+        config["pipelines"]["count"])
+    if reconcile["pipeline"] not in names:
         raise ValueError(f"config: run.reconcile.pipeline {reconcile['pipeline']!r} is not one "
-                         f"of the {config['pipelines']['count']} pipelines (p000, ...)")
+                         f"of the {'vm ' if reconcile_in_vm(config) else ''}pipelines "
+                         f"({', '.join(names[:3])}, ...)")
 
 
 # --- which runs exist, and where they run --------------------------------------------------
@@ -222,6 +229,22 @@ def runs_in_vm(config: Config, limit: str) -> bool:
 
 
 # --- command-line arguments ------------------------------------------------------------------
+
+
+def reconcile_in_vm(config: Config) -> bool:
+    """Whether the reconciliation run goes to the guest (``run.reconcile.vm``)."""
+    return bool(config["run"]["reconcile"].get("vm", False))
+
+
+def reconcile_limit_args(config: Config) -> str:
+    """The reconciliation run's limit flags: as any run's, or the guest's (``--backend vm``,
+    with or without a limit: the guest's cgroup is measured either way)."""
+    limit = config["run"]["reconcile"]["limit"]
+    if not reconcile_in_vm(config):
+        return limit_args(config, limit)
+    if limit == UNLIMITED:
+        return _join(["--backend", "vm"])
+    return _join(["--limit", limit, "--swap", config["run"]["swap"], "--backend", "vm"])
 
 
 def limit_args(config: Config, limit: str) -> str:

@@ -108,7 +108,12 @@ def test_v2_window_with_per_fd_peak(v2):
         "cg_kernel_delta": 9, "cg_pgmajfault_delta": 2, "cg_pswpin_delta": 1,
         "cg_pswpout_delta": 4, "cg_workingset_refault_file_delta": 2,
         "cg_workingset_refault_anon_delta": 3, "cg_events_max_delta": 3,
-        "cg_oom_kill_delta": 1, "cg_psi_some_us": 100, "cg_psi_full_us": 50}
+        "cg_oom_kill_delta": 1, "cg_psi_some_us": 100, "cg_psi_full_us": 50,
+        # what the charge is made of at the window's end (every V2 key is written, 0 here)
+        "cg_anon_bytes": 5096, "cg_file_bytes": 10192, "cg_file_mapped_bytes": 7,
+        "cg_kernel_bytes": 9, "cg_shmem_bytes": 0, "cg_slab_bytes": 0,
+        "cg_kernel_stack_bytes": 0, "cg_pagetables_bytes": 0, "cg_percpu_bytes": 0,
+        "cg_sock_bytes": 0}
     c.close()
 
 
@@ -196,7 +201,10 @@ def test_v1_window_and_overlap(v1):
         "cg_peak_bytes": 65536, "cg_peak_windowed": True, "cg_memsw_peak_bytes": 70000,
         "cg_current_bytes": 60000, "cg_swap_current_bytes": 512,
         "cg_rss_delta": 4096, "cg_cache_delta": 1024, "cg_mapped_file_delta": 3,
-        "cg_pgmajfault_delta": 9, "cg_oom_kill_delta": 1, "cg_failcnt_delta": 2}
+        "cg_pgmajfault_delta": 9, "cg_oom_kill_delta": 1, "cg_failcnt_delta": 2,
+        # the hierarchical totals under v2's part names; no kmem file here: kernel None
+        "cg_anon_bytes": 4196, "cg_file_bytes": 1074, "cg_file_mapped_bytes": 3,
+        "cg_shmem_bytes": 0}
     # the v1 reset is global: a window another window's reset ran inside is not windowed
     a, b = c.open_window(), c.open_window()
     assert c.close_window(a)["cg_peak_windowed"] is False
@@ -219,3 +227,20 @@ def test_snapshot(v1, v2):
         assert c.snapshot() == {"cg_current_bytes": 5000, "cg_swap_current_bytes": 0}
     with CgroupCounters(v1, 1) as c:
         assert c.snapshot() == {"cg_current_bytes": 4096, "cg_swap_current_bytes": 4096}
+
+
+def test_v1_kernel_part_comes_from_kmem_usage(v1):
+    write(v1, {"memory.kmem.usage_in_bytes": "8192\n"})
+    with CgroupCounters(v1, 1) as c:
+        row = c.close_window(c.open_window())
+    assert row["cg_kernel_bytes"] == 8192 and row["cg_slab_bytes"] is None
+
+
+def test_v2_kernel_part_is_summed_from_its_pieces_on_old_kernels(v2):
+    write(v2, {"memory.stat": stat_text(V2_STAT_KEYS, skip=("kernel",), anon=4096, slab=300,
+                                        kernel_stack=20, pagetables=10, percpu=2, vmalloc=1,
+                                        sock=5)})
+    with CgroupCounters(v2, 2, kernel=(5, 15)) as c:
+        row = c.close_window(c.open_window())
+    assert row["cg_kernel_bytes"] == 333 and row["cg_sock_bytes"] == 5
+    assert row["cg_anon_bytes"] == 4096

@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from engine.analysis.reconcile import reconcile_run
 from engine.runner.request import LimitOptions, ProbeOptions, RunOptions, RunRequest
 from engine.runner.supervise import run_supervised
 from engine.schedule.pipelines import Arrival, Pipeline, save_pipeline
+
+MiB = 2**20
 
 
 @pytest.fixture(scope="module")
@@ -67,3 +70,28 @@ def test_instruments_are_side_by_side_with_named_residuals(table, heap_run):
     hwm = table.hwm_rss_bytes.iloc[0]
     assert hwm >= table.gt_max_rss_bytes.iloc[0] and hwm >= windows.proc_hwm_bytes.max()
     assert (heap_run / "heap" / "heap.csv").is_file()
+
+
+def test_every_window_is_attributed_and_plausible(table):
+    from engine.analysis.reconcile import PARTS
+
+    windows = table[table.task_type.isin(["LOAD", "EXEC"])]
+    assert (windows.att_outer == "VmRSS").all()
+    # the kernel's split of RSS, the arena's residency and tcmalloc's counters are all there
+    for col in ("proc_rss_anon_bytes", "proc_rss_file_bytes", "proc_brk_resident_bytes",
+                "att_weights_bytes", "att_allocator_free_bytes", "att_interpreter_anon_bytes",
+                "att_file_bytes", "att_mapped_not_resident_bytes"):
+        assert windows[col].notna().all(), col
+    parts = windows[PARTS].sum(axis=1)
+    assert ((windows.proc_rss_bytes - parts - windows.att_unexplained_bytes).abs() < 1).all()
+    bound = np.maximum(2 * MiB, 0.02 * windows.att_outer_bytes)
+    assert (windows.att_unexplained_bytes.abs() <= bound).all()
+    assert windows.plausible.all(), windows.loc[~windows.plausible, ["layer_name",
+                                                                     "implausible"]]
+    # libraries do not vanish: the file-backed part holds within a few MiB all run long
+    assert windows.att_file_bytes.max() - windows.att_file_bytes.min() < 4 * MiB
+    assert windows.att_file_bytes.min() > 5 * MiB
+    # weights in use at the end of each weighted LOAD are that layer's weights (linear)
+    loads = windows[(windows.task_type == "LOAD") & (windows.param_bytes > 0)]
+    assert (loads.att_weights_bytes == loads.param_bytes).all()
+    assert windows.att_why.str.contains("VmRSS").all()

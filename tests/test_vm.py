@@ -296,3 +296,24 @@ def test_sigkill_of_the_supervisor_takes_qemu_along_and_the_next_run_sweeps(vm_g
                      VmConfig(boot_timeout_s=1.0))
     assert meta.termination == "error"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_a_heap_profiled_run_in_the_guest_is_attributed_to_the_cgroups_charge(vm_guest, tiny,
+                                                                              tmp_path):
+    """The reconciliation's outermost instrument in the guest is the run cgroup's
+    memory.current, split by memory.stat; every window adds up and is plausible."""
+    from engine.analysis.reconcile import reconcile_run
+
+    out = tmp_path / "rec"
+    meta = run_in_vm(_request(tiny, "linear", out, "--heap-profile"))
+    assert meta.termination == "ok", meta.termination_detail
+    table = reconcile_run(out)
+    windows = table[table.task_type.isin(["LOAD", "EXEC"])]
+    assert len(windows) == 2 * 40  # AgeNet + GenderNet, 20 layers each
+    assert (windows.att_outer == "cgroup memory.current").all()
+    for col in ("cg_anon_bytes", "cg_file_bytes", "cg_kernel_bytes", "att_page_cache_bytes"):
+        assert windows[col].notna().all(), col
+    bound = np.maximum(2 * 2**20, 0.02 * windows.att_outer_bytes)
+    assert (windows.att_unexplained_bytes.abs() <= bound).all()
+    assert windows.plausible.all(), windows.loc[~windows.plausible, ["layer_name",
+                                                                     "implausible"]]

@@ -18,7 +18,7 @@ from tests.snakemake_output import job_counts
 
 REPO = Path(__file__).resolve().parents[1]
 FIGURES = ["speedup", "memory", "partial_workers", "layer_times", "reconciliation",
-           "memory_over_time"]
+           "memory_over_time", "attribution"]
 TABLES = ["runs", "tasks", "networks", "samples", "reconcile", "speedup"]
 
 pytestmark = pytest.mark.slow
@@ -33,7 +33,8 @@ def tiny_config(results: Path) -> dict:
         "run": {"policies": ["bulk", "linear"], "limits": ["none", "256M"], "swap": "max",
                 "backend": "none", "repetitions": 1, "batch": 1, "blas_threads": 1,
                 "timeout_s": 300, "sample_hz": 50,
-                "reconcile": {"pipeline": "p000", "policy": "linear", "limit": "none"}},
+                "reconcile": {"pipeline": "p000", "policy": "linear", "limit": "none",
+                              "vm": False}},
         # merged into config/config.yaml, whose vm block is enabled: run the limits natively
         "vm": {"enabled": False},
         "plots": {"dpi": 80, "font_size": 9, "palette": "tab10"},

@@ -323,3 +323,15 @@ def test_run_jobs_import_the_whole_measured_path():
                  "engine.probes.sampler", "engine.ops.conv", "engine.caffe.wire"):
         assert name in modules
     assert "engine.analysis.plots" not in modules and "engine.workflow" not in modules
+
+
+def test_the_default_reconciliation_runs_in_the_guest_and_the_paper_one_natively(cfg):
+    assert wf.reconcile_in_vm(cfg) and cfg["run"]["reconcile"]["pipeline"] == "v000"
+    assert wf.reconcile_limit_args(cfg) == "--backend vm"
+    limited = with_(cfg, run__reconcile__limit="256M")
+    assert wf.reconcile_limit_args(limited) == "--limit 256M --swap max --backend vm"
+    paper = load_config("paper.yaml")
+    assert not wf.reconcile_in_vm(paper)
+    assert wf.reconcile_limit_args(paper) == "--backend inherit"
+    with pytest.raises(ValueError, match="run.reconcile.vm is true .* vm.enabled is false"):
+        wf.check_config(with_(cfg, vm__enabled=False))

@@ -387,6 +387,24 @@ class CgroupReader:
         """memory.stat, counting the cgroup's children too."""
         return self.keyed(self.STAT)
 
+    # memory.stat keys that partition the charge (``charge_parts``), per version
+    PART_KEYS: ClassVar[dict[str, str]] = {}
+    KERNEL_KEYS: ClassVar[tuple[str, ...]] = ()  # summed when there is no "kernel" key
+    PART_FILES: ClassVar[tuple[str, ...]] = ()  # files charge_parts reads besides STAT
+
+    def charge_parts(self, stat: dict[str, int]) -> dict[str, int | None]:
+        """What the cgroup's charge (``current()``) is made of, from a memory.stat already
+        read (``stat()``): anon, file (all page cache, shmem and mapped files included),
+        file_mapped, shmem, kernel (slab, kernel stacks, page tables, percpu, ...), its
+        pieces slab/kernel_stack/pagetables/percpu, and sock (socket buffers, not part of
+        kernel). None where this kernel does not report a part."""
+        out: dict[str, int | None] = {part: stat.get(key) for part, key in
+                                      self.PART_KEYS.items()}
+        if out.get("kernel") is None and self.KERNEL_KEYS:
+            pieces = [stat[k] for k in self.KERNEL_KEYS if k in stat]
+            out["kernel"] = sum(pieces) if pieces else None
+        return out
+
     def events(self, local: bool = False) -> dict[str, int]:
         """Cumulative event counters ("oom_kill" and LIMIT_EVENT among them); ``local``:
         without those of child cgroups, where the kernel can tell."""
@@ -461,6 +479,14 @@ class CgroupV2Reader(CgroupReader):
     LIMIT_EVENT = "max"  # times usage was about to go over memory.max
     VALUE_FILES = (PEAK, SWAP_PEAK, LIMIT, SWAP_LIMIT, CURRENT, SWAP_CURRENT)
     KEYED_FILES = (EVENTS, SWAP_EVENTS, CgroupReader.STAT)
+    # memory.current = anon + file + kernel + sock (cgroup-v2.rst, "memory.stat"); "kernel"
+    # exists since Linux 5.18, older kernels give its pieces
+    PART_KEYS = {"anon": "anon", "file": "file", "file_mapped": "file_mapped",
+                 "shmem": "shmem", "kernel": "kernel", "slab": "slab",
+                 "kernel_stack": "kernel_stack", "pagetables": "pagetables",
+                 "percpu": "percpu", "sock": "sock"}
+    KERNEL_KEYS = ("slab", "kernel_stack", "pagetables", "sec_pagetables", "percpu",
+                   "vmalloc")
 
     def current_and_swap(self) -> tuple[int | None, int | None]:
         return self.current(), self.value(self.SWAP_CURRENT)
@@ -525,6 +551,16 @@ class CgroupV1Reader(CgroupReader):
     VALUE_FILES = (PEAK, MEMSW_PEAK, LIMIT, MEMSW_LIMIT, CURRENT, MEMSW_CURRENT, FAILCNT,
                    MEMSW_FAILCNT)
     KEYED_FILES = (OOM_CONTROL, CgroupReader.STAT)
+    KMEM_CURRENT = "memory.kmem.usage_in_bytes"  # kernel memory (not in memory.stat)
+    # usage_in_bytes = rss + cache (+ kernel memory where kmem is accounted)
+    PART_KEYS = {"anon": "rss", "file": "cache", "file_mapped": "mapped_file",
+                 "shmem": "shmem"}
+    PART_FILES = (KMEM_CURRENT,)
+
+    def charge_parts(self, stat: dict[str, int]) -> dict[str, int | None]:
+        out = super().charge_parts(stat)
+        out["kernel"] = self.value(self.KMEM_CURRENT)
+        return out
 
     def current_and_swap(self) -> tuple[int | None, int | None]:
         usage, memsw = self.current(), self.value(self.MEMSW_CURRENT)

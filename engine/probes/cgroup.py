@@ -1,5 +1,9 @@
 """Per-task cgroup counters: the peak, end values and deltas of one LOAD/EXEC window.
 
+End values include what the charge is made of (``cg_<part>_bytes``: anon, file,
+file_mapped, shmem, kernel and its pieces, sock), from the memory.stat read that the
+deltas need anyway: no extra read per boundary (v1: one more for kmem usage).
+
 Windows may overlap (several worker threads), so nothing here is shared per window except
 read-only fds. Where the kernel resets the peak per open file (cgroup v2, Linux >=
 ``PEAK_FD_RESET_KERNEL``) every window gets its own fd on the peak files and resets it, so
@@ -23,6 +27,9 @@ from pathlib import Path
 
 from engine.limits.cgroupfs import RUN_PREFIX, CgroupReader, kernel_version, reader_for
 
+# what the charge is made of at the window's end (CgroupReader.charge_parts)
+PARTS = ("anon", "file", "file_mapped", "shmem", "kernel", "slab", "kernel_stack",
+         "pagetables", "percpu", "sock")
 COLUMNS = (
     "cg_peak_bytes", "cg_peak_windowed", "cg_current_bytes", "cg_swap_current_bytes",
     "cg_swap_peak_bytes", "cg_memsw_peak_bytes",
@@ -32,6 +39,7 @@ COLUMNS = (
     "cg_workingset_refault_file_delta", "cg_workingset_refault_anon_delta",
     "cg_events_max_delta", "cg_failcnt_delta", "cg_oom_kill_delta",
     "cg_psi_some_us", "cg_psi_full_us",
+    *(f"cg_{part}_bytes" for part in PARTS),
 )
 # the memory.stat keys with a delta column, per cgroup version
 _STAT_KEYS = {2: ("anon", "file", "file_mapped", "kernel", "pgmajfault", "pswpin", "pswpout",
@@ -82,7 +90,7 @@ class CgroupCounters:
             self._pool = {n: [] for n in self._peak_files}
         self._reset_fds: dict[str, int] = {}  # global reset: one write fd per peak file
         self._generation = 0
-        shared = [*reader.COUNTER_FILES, reader.STAT, *reader.EVENT_FILES]
+        shared = [*reader.COUNTER_FILES, reader.STAT, *reader.EVENT_FILES, *reader.PART_FILES]
         if reader.PRESSURE is not None:
             shared.append(reader.PRESSURE)
         if not self._per_fd:
@@ -142,6 +150,9 @@ class CgroupCounters:
         end = _Window()
         self._baseline(end)
         row["cg_swap_current_bytes"] = r.swap(end.stat)
+        for part, value in r.charge_parts(end.stat).items():
+            if part in PARTS:
+                row[f"cg_{part}_bytes"] = value
         for key in _STAT_KEYS[self.version]:
             row[f"cg_{key}_delta"] = _delta(window.stat, end.stat, key)
         row["cg_events_max_delta"] = _delta(window.events, end.events, "max")

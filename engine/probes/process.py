@@ -11,6 +11,21 @@ Resetting VmHWM also erases the run's peak from what the kernel later hands GNU 
 (see ``engine.probes.gnutime``); ``proc_peak_so_far_bytes`` keeps it: the maximum of all
 VmHWM readings, taken before every reset.
 
+Kernel parts of RSS at the window's end, from the same read of /proc/self/status:
+``proc_rss_anon_bytes`` (RssAnon: heap, pymalloc arenas, thread stacks, anonymous mmaps),
+``proc_rss_file_bytes`` (RssFile: libraries and other mapped files) and
+``proc_rss_shmem_bytes`` (RssShmem); VmRSS is their sum. /proc/self/smaps_rollup would
+give the same split from a page-table walk but costs 230-310 us a read against 3.4 us for
+status (measured, 320 MiB process, kernel 6.18), so it is not read per boundary.
+
+With tcmalloc preloaded (heap profiling) the program break region ([heap]) is the
+allocator's arena (gperftools takes memory with sbrk first), and ``proc_brk_bytes`` /
+``proc_brk_resident_bytes`` give its size and how much of it is resident (one mincore()
+over it; about 60 us for a 320 MiB heap). That is what separates tcmalloc's resident
+bytes from its "physical" ones, which include pages it handed out or took from the
+system but nobody touched yet. Without tcmalloc (glibc puts large blocks in their own
+mmaps) the columns are left empty.
+
 Column scopes: ``proc_thread_*`` are RUSAGE_THREAD of the thread that opened and closed
 the window; the other ``proc_*`` deltas are RUSAGE_SELF, i.e. the whole process (faults
 and I/O of BLAS helpers and of concurrent windows included).
@@ -18,6 +33,7 @@ and I/O of BLAS helpers and of concurrent windows included).
 
 from __future__ import annotations
 
+import ctypes
 import os
 import resource
 import threading
@@ -35,11 +51,79 @@ def _fd(name: str, flags: int) -> int:
     return _fds[name]
 
 
+# /proc/self/status fields read at a window's end -> column
+STATUS_PARTS = {b"\nRssAnon:": "proc_rss_anon_bytes", b"\nRssFile:": "proc_rss_file_bytes",
+                b"\nRssShmem:": "proc_rss_shmem_bytes", b"\nVmSwap:": "proc_swap_bytes"}
+
+
+def _status_buf() -> bytes:
+    return os.pread(_fd("status", os.O_RDONLY), 8192, 0)
+
+
 def _status() -> tuple[int, int, int | None]:
     """(VmHWM, VmRSS, VmSwap) in bytes from one read of /proc/self/status."""
-    buf = os.pread(_fd("status", os.O_RDONLY), 8192, 0)
+    buf = _status_buf()
     return (status_bytes(buf, b"\nVmHWM:"), status_bytes(buf, b"\nVmRSS:"),
             status_bytes(buf, b"\nVmSwap:"))
+
+
+def status_parts(buf: bytes) -> dict[str, int | None]:
+    """RssAnon, RssFile, RssShmem and VmSwap of a /proc/<pid>/status content, as the
+    ``proc_*`` columns (None where the kernel does not report the field)."""
+    return {col: status_bytes(buf, key) for key, col in STATUS_PARTS.items()}
+
+
+def tcmalloc_preloaded(env: dict | None = None) -> bool:
+    """Whether this process runs with (gperftools') tcmalloc preloaded."""
+    return "libtcmalloc" in (os.environ if env is None else env).get("LD_PRELOAD", "")
+
+
+def start_brk(stat: bytes) -> int:
+    """Where the program break region begins: field 47 of /proc/<pid>/stat."""
+    fields = stat[stat.rindex(b")") + 2:].split()
+    return int(fields[47 - 3])
+
+
+def resident_pages(vec: bytes | bytearray, n: int) -> int:
+    """Resident pages in the first ``n`` bytes of a mincore() vector. Only bit 0 is
+    defined; Linux writes 0 or 1, so counting zeros (no copy) is exact there."""
+    return n - vec.count(0, 0, n)
+
+
+class BrkResidency:
+    """Size and resident bytes of the program break region, by mincore()."""
+
+    def __init__(self) -> None:
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        self._libc.sbrk.restype = ctypes.c_void_p
+        self._libc.sbrk.argtypes = [ctypes.c_ssize_t]
+        self._libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+        with open("/proc/self/stat", "rb") as f:
+            self._start = start_brk(f.read())
+        self._page = os.sysconf("SC_PAGE_SIZE")
+        self._vec = bytearray(0)
+
+    def read(self) -> tuple[int, int] | None:
+        """(size, resident bytes); None if mincore failed."""
+        end = self._libc.sbrk(0) or self._start
+        n = max(0, (end - self._start + self._page - 1) // self._page)
+        if n == 0:
+            return 0, 0
+        if len(self._vec) < n:
+            self._vec = bytearray(n + 8192)  # room to grow without a new buffer each time
+        vec = (ctypes.c_char * len(self._vec)).from_buffer(self._vec)
+        if self._libc.mincore(self._start, n * self._page, vec) != 0:
+            return None
+        return n * self._page, resident_pages(self._vec, n) * self._page
+
+
+_brk: list[BrkResidency | None] = []
+
+
+def _brk_reader() -> BrkResidency | None:
+    if not _brk:
+        _brk.append(BrkResidency() if tcmalloc_preloaded() else None)
+    return _brk[0]
 
 
 def status_bytes(buf: bytes, key: bytes) -> int | None:
@@ -85,11 +169,15 @@ class ProcessWindow:
         global _peak_so_far
         thread1 = resource.getrusage(resource.RUSAGE_THREAD)
         self1 = resource.getrusage(resource.RUSAGE_SELF)
+        brk = _brk_reader()
         with _lock:
-            hwm, rss, swap = _status()
+            buf = _status_buf()
+            brk_now = brk.read() if brk is not None else None
+            hwm, rss = status_bytes(buf, b"\nVmHWM:"), status_bytes(buf, b"\nVmRSS:")
             _peak_so_far = max(_peak_so_far, hwm)
             peak = _peak_so_far
             _open_windows.discard(self)
+        parts = status_parts(buf)
         s0, t0 = self._self0, self._thread0
         same_thread = threading.get_ident() == self._thread_id
         return {
@@ -98,7 +186,9 @@ class ProcessWindow:
             "proc_hwm_windowed": not self._overlapped,
             "proc_rss_bytes": rss,
             "proc_rss_delta_bytes": rss - self._rss_open,
-            "proc_swap_bytes": swap,
+            **parts,
+            "proc_brk_bytes": None if brk_now is None else brk_now[0],
+            "proc_brk_resident_bytes": None if brk_now is None else brk_now[1],
             "proc_peak_so_far_bytes": peak,
             "proc_minflt_delta": self1.ru_minflt - s0.ru_minflt,
             "proc_majflt_delta": self1.ru_majflt - s0.ru_majflt,

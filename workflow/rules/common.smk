@@ -15,6 +15,8 @@ from engine.schedule.policies import parse_policy, policy_fingerprint
 from engine.workflow import (
     batch_args,
     check_config,
+    reconcile_in_vm,
+    reconcile_limit_args,
     code_fingerprint,
     job_environ,
     limit_args,
@@ -102,6 +104,7 @@ FIGURES = [
     "layer_times",
     "reconciliation",
     "memory_over_time",
+    "attribution",
 ]
 TABLES = ["runs", "tasks", "networks", "samples", "reconcile", "speedup"]
 TARGETS = expand(
@@ -125,7 +128,7 @@ VM_PIPELINES_ARGS = vm_pipelines_args(config)
 BATCH_ARGS = batch_args(RUN)
 # Only the settings a run depends on, so editing e.g. the limit list reruns only new runs.
 RUN_OPTIONS = run_options(RUN)
-REC_LIMIT_ARGS = limit_args(config, REC["limit"])
+REC_LIMIT_ARGS = reconcile_limit_args(config)
 RUN_RUNTIME = run_runtime_min(RUN)
 
 
@@ -175,7 +178,8 @@ def run_vm_guest(wildcards):
 
 
 def reconcile_vm_guest(wildcards):
-    return VM_GUEST if runs_in_vm(config, REC["limit"]) else []
+    in_vm = reconcile_in_vm(config) or runs_in_vm(config, REC["limit"])
+    return VM_GUEST if in_vm else []
 
 
 def vm_env(wildcards, input):
