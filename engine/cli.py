@@ -247,7 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("models", help="write the zoo networks as prototxt + caffemodel")
     p.add_argument("--out", required=True, help="folder for <stem>.prototxt/.caffemodel")
     p.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
-    p.add_argument("networks", nargs="*", help="zoo networks (default: all five)")
+    p.add_argument("networks", nargs="*", help="zoo networks (default: all of them)")
     p.set_defaults(func=_cmd_models)
 
     p = sub.add_parser("split", help="split a caffemodel into per-layer partial files")

@@ -38,7 +38,7 @@ def test_every_partial_is_a_one_layer_caffemodel_copying_its_source_layer(zoo_sp
 
 def test_descriptions_record_sizes_split_and_shapes(zoo_split):
     splits = {"AgeNet": (12, 8), "GenderNet": (12, 8), "FaceNet": (16, 8), "AlexNet": (16, 8),
-              "GoogLeNet": (150, 2)}
+              "GoogLeNet": (150, 2), "SoS-AlexNet": (16, 6), "SoS-GoogleNet": (10, 142)}
     for name, desc in zoo_split.items():
         assert desc.param_count == PARAMS[name]
         assert sum(layer.param_bytes for layer in desc.layers) == 4 * PARAMS[name]
@@ -65,7 +65,29 @@ def test_descriptions_record_sizes_split_and_shapes(zoo_split):
     assert age.input_shape == [1, 3, 227, 227]
 
 
-@pytest.mark.parametrize("name", ["AgeNet", "GenderNet", "FaceNet", "AlexNet", "GoogLeNet"])
+def test_the_paper_models_are_edgecaffes_sos_variants(zoo_split):
+    """SoS-AlexNet and SoS-GoogleNet as EdgeCaffe's job lists and the paper's Table 1 use
+    them (reference/edgecaffe.md sections 5 and 15)."""
+    sos = zoo_split["SoS-AlexNet"]
+    assert sos.format == "V1" and sos.input_shape == [1, 3, 227, 227]
+    assert [x.name for x in sos.layers[14:]] == ["relu5", "pool5", "fc6", "relu6", "fc7",
+                                                 "relu7", "fc8_sbt", "prob"]  # no dropout
+    assert [x.name for x in sos.layers[3:5]] == ["pool1", "norm1"]  # CaffeNet order
+    assert sos.layers[20].output_shapes == [[1, 5]]
+    goog = zoo_split["SoS-GoogleNet"]
+    assert goog.format == "V2" and goog.input_shape == [10, 3, 224, 224]
+    assert goog.layers[150].name == "loss3/classifier-sos"
+    assert goog.layers[150].output_shapes == [[10, 5]]
+    assert goog.layers[10].name == "pool2/3x3_s2" and goog.layers[10].part == "fc"
+    # the generated files, byte for byte (seeded weights, the writer's exact encoding) ...
+    assert sos.caffemodel_bytes == 227_555_785 and goog.caffemodel_bytes == 23_932_029
+    # ... and the partials' total as EdgeCaffe's catalogue gives it: 227.6 MB and 23.9 MB
+    for desc, megabytes in ((sos, 227.6), (goog, 23.9)):
+        assert round(sum(x.file_bytes for x in desc.layers) / 1e6, 1) == megabytes
+
+
+@pytest.mark.parametrize("name", ["AgeNet", "GenderNet", "FaceNet", "AlexNet", "GoogLeNet",
+                                  "SoS-AlexNet", "SoS-GoogleNet"])
 def test_layerwise_and_bulk_forward_are_bit_identical_and_sane(zoo_split, name):
     desc = zoo_split[name]
     layerwise = run_standalone(desc, seed=3)

@@ -15,8 +15,11 @@ PARAMS = {
     "FaceNet": 56_876_418,
     "AlexNet": 60_965_224,
     "GoogLeNet": 6_998_552,
+    "SoS-AlexNet": 56_888_709,
+    "SoS-GoogleNet": 5_978_677,
 }
-RUNTIME_LAYERS = {"AgeNet": 20, "GenderNet": 20, "FaceNet": 24, "AlexNet": 24, "GoogLeNet": 152}
+RUNTIME_LAYERS = {"AgeNet": 20, "GenderNet": 20, "FaceNet": 24, "AlexNet": 24, "GoogLeNet": 152,
+                  "SoS-AlexNet": 22, "SoS-GoogleNet": 152}
 
 
 @pytest.mark.parametrize("name", list(zoo.ZOO))

@@ -31,6 +31,10 @@ ZOO = {
     "FaceNet": ZooEntry("FaceNet", "face_full_conv", fc_start="fc6-conv"),
     "AlexNet": ZooEntry("AlexNet", "bvlc_alexnet"),
     "GoogLeNet": ZooEntry("GoogLeNet", "bvlc_googlenet"),
+    # EdgeCaffe's own AlexNet and GoogLeNet (the paper's "AlexNet" and "GoogleNet"):
+    # 16|6 and 10|142, the latter putting almost the whole net in DeepEye's "fc" part.
+    "SoS-AlexNet": ZooEntry("SoS-AlexNet", "alexnet_sos"),
+    "SoS-GoogleNet": ZooEntry("SoS-GoogleNet", "googlenet_sos", fc_start="pool2/3x3_s2"),
 }
 
 
@@ -146,6 +150,25 @@ def facenet() -> schema.NetParameter:
     return b.net
 
 
+def sos_alexnet() -> schema.NetParameter:
+    """EdgeCaffe's SoS (``alexnet_sos_deploy.prototxt``): V1, CaffeNet order (pool before
+    norm), no dropout in the deploy, a 5-output ``fc8_sbt``, N=1."""
+    b = _NetBuilder("AlexNet_SoS", v1=True)
+    b.legacy_input("data", (1, 3, 227, 227))
+    x = b.relu("relu1", b.conv("conv1", "data", 96, 11, s=4))
+    x = b.lrn("norm1", b.pool("pool1", x, 3, 2))
+    x = b.relu("relu2", b.conv("conv2", x, 256, 5, p=2, g=2))
+    x = b.lrn("norm2", b.pool("pool2", x, 3, 2))
+    x = b.relu("relu3", b.conv("conv3", x, 384, 3, p=1))
+    x = b.relu("relu4", b.conv("conv4", x, 384, 3, p=1, g=2))
+    x = b.relu("relu5", b.conv("conv5", x, 256, 3, p=1, g=2))
+    x = b.pool("pool5", x, 3, 2)
+    x = b.relu("relu6", b.fc("fc6", x, 4096))
+    x = b.relu("relu7", b.fc("fc7", x, 4096))
+    b.softmax("prob", b.fc("fc8_sbt", x, 5))
+    return b.net
+
+
 def alexnet() -> schema.NetParameter:
     b = _NetBuilder("AlexNet")
     b.input("data", (10, 3, 227, 227))
@@ -186,7 +209,9 @@ def _inception(b: _NetBuilder, m: str, x: str) -> str:
     return b.concat(p + "output", [a, c, d, e])
 
 
-def googlenet() -> schema.NetParameter:
+def googlenet(sos: bool = False) -> schema.NetParameter:
+    """BVLC's GoogLeNet; ``sos``: EdgeCaffe's SoS_GoogleNet, whose classifier is
+    ``loss3/classifier-sos`` with 5 outputs."""
     b = _NetBuilder("GoogleNet")
     b.input("data", (10, 3, 224, 224))
     x = b.relu("conv1/relu_7x7", b.conv("conv1/7x7_s2", "data", 64, 7, s=2, p=3))
@@ -203,7 +228,8 @@ def googlenet() -> schema.NetParameter:
     for m in ("5a", "5b"):
         x = _inception(b, m, x)
     x = b.dropout("pool5/drop_7x7_s1", b.pool("pool5/7x7_s1", x, 7, 1, ave=True), 0.4)
-    b.softmax("prob", b.fc("loss3/classifier", x, 1000))
+    classifier = ("loss3/classifier-sos", 5) if sos else ("loss3/classifier", 1000)
+    b.softmax("prob", b.fc(classifier[0], x, classifier[1]))
     return b.net
 
 
@@ -213,6 +239,8 @@ BUILDERS = {
     "FaceNet": facenet,
     "AlexNet": alexnet,
     "GoogLeNet": googlenet,
+    "SoS-AlexNet": sos_alexnet,
+    "SoS-GoogleNet": lambda: googlenet(sos=True),
 }
 
 
