@@ -7,6 +7,7 @@ else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 def _cmd_models(args: argparse.Namespace) -> None:
     from engine.caffe import generate, zoo
 
+    _positive(args.seed, "--seed", allow_zero=True)
     names = args.networks or list(zoo.ZOO)
     for name in names:
         if name not in zoo.ZOO:
@@ -107,10 +109,15 @@ def _cmd_pipelines(args: argparse.Namespace) -> None:
               f"({p.size_bin}), {args.arrival}", file=sys.stderr)
 
 
-def _positive(value: float | None, flag: str, allow_zero: bool = False) -> None:
-    if value is not None and (value < 0 or (value == 0 and not allow_zero)
-                              or value != value):  # NaN
-        raise EdgeprofError(f"{flag} {value}: must be {'>= 0' if allow_zero else '> 0'}")
+def _positive(value: float | None, flag: str, allow_zero: bool = False,
+              most: float = float("inf")) -> None:
+    """A number option within its range (NaN and infinity never are)."""
+    if value is None:
+        return
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        raise EdgeprofError(f"{flag} {value}: must be a number {'>= 0' if allow_zero else '> 0'}")
+    if value > most:
+        raise EdgeprofError(f"{flag} {value}: must be at most {most:g}")
 
 
 def _estimates(path: str) -> dict[str, int]:
@@ -139,11 +146,13 @@ def run_request(args: argparse.Namespace) -> RunRequest:
     policy = parse_policy(args.policy)  # fail fast, before any process starts
     limit = None if args.limit is None else parse_size(args.limit)
     swap = None if args.swap in (None, "max") else parse_size(args.swap) if args.swap != "0" else 0
-    for value, flag in ((args.batch, "--batch"), (args.blas_threads, "--blas-threads"),
-                        (args.timeout, "--timeout")):
-        _positive(value, flag)
+    _positive(args.batch, "--batch", most=10_000)
+    _positive(args.blas_threads, "--blas-threads", most=1024)
+    _positive(args.timeout, "--timeout")
     _positive(args.seed, "--seed", allow_zero=True)
-    _positive(args.sample_hz, "--sample-hz", allow_zero=True)
+    _positive(args.sample_hz, "--sample-hz", allow_zero=True, most=10_000)
+    if args.swap is not None and args.limit is None:
+        raise EdgeprofError("--swap is the swap allowed on top of --limit; give a --limit too")
     estimates = None
     if args.estimates:
         estimates = _estimates(args.estimates)
@@ -204,6 +213,16 @@ def _run(request: RunRequest) -> int:
 
 
 def _cmd_child(args: argparse.Namespace) -> int:
+    import os
+
+    from engine.procs import SUPERVISOR_ENV, die_with_parent
+
+    # before the heavy imports: GNU time (the parent) may die with the supervisor any time
+    supervisor = int(os.environ.get(SUPERVISOR_ENV) or 0) or None
+    if supervisor is not None and os.getppid() == supervisor:
+        die_with_parent(parent=supervisor)  # run without GNU time
+    else:
+        die_with_parent(grandparent=supervisor)
     from engine.runner.child import child_main
 
     return child_main(args.spec)
@@ -348,3 +367,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # before a run's own handlers are installed, or outside one
         print("error: interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:  # a path the command cannot read or write
+        where = f" {exc.filename}" if exc.filename else ""
+        print(f"error: cannot use{where}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except MemoryError:
+        print("error: out of memory; use a smaller --batch or fewer networks", file=sys.stderr)
+        return 2

@@ -37,12 +37,20 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 
 def parse_json(text: str | bytes, finite: bool = False) -> object:
     """``json.loads`` where every problem is a ValueError: also nesting too deep for the
-    parser, and (``finite``) NaN and Infinity, which are not JSON."""
+    parser, a key given twice, and (``finite``) NaN and Infinity, which are not JSON."""
     def refuse(name: str) -> None:
         raise ValueError(f"{name} is not a valid number here")
 
+    def unique(pairs: list[tuple[str, object]]) -> dict:
+        keys = [k for k, _ in pairs]
+        if len(set(keys)) != len(keys):  # json would keep the last silently
+            raise ValueError(f"key {next(k for k in keys if keys.count(k) > 1)!r} appears "
+                             f"twice")
+        return dict(pairs)
+
     try:
-        return json.loads(text, parse_constant=refuse if finite else None)
+        return json.loads(text, parse_constant=refuse if finite else None,
+                          object_pairs_hook=unique)
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
 

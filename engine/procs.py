@@ -23,26 +23,40 @@ _PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-def die_with_parent() -> None:
+SUPERVISOR_ENV = "EDGEPROF_SUPERVISOR_PID"  # the run's supervisor, for its grandchildren
+
+
+def die_with_parent(parent: int | None = None, grandparent: int | None = None) -> None:
     """Have the kernel SIGKILL this process when its parent dies (the parent *thread*:
     start children from the thread that lives as long as the run). Inherited by exec,
-    not by fork: each process of a tree asks for itself. If the parent died between the
-    two getppid calls (the child was reparented), die now."""
-    parent = os.getppid()
+    not by fork: each process of a tree asks for itself. A parent that died before the
+    request took effect has left this process reparented: if its parent is not the
+    expected ``parent`` (or its parent's parent not ``grandparent``), die now."""
     if _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"prctl(PR_SET_PDEATHSIG): {os.strerror(err)}")
-    if os.getppid() != parent:
+    ppid = os.getppid()
+    if (parent is not None and ppid != parent) or (
+            grandparent is not None and parent_of(ppid) != grandparent):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def parent_of(pid: int) -> int | None:
+    try:  # the field after the command name, which may itself hold ") "
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def preexec(*more: Callable[[], None] | None) -> Callable[[], None]:
-    """A Popen ``preexec_fn``: die with the parent, then each of ``more`` (e.g. joining the
-    run's cgroup)."""
+    """A Popen ``preexec_fn``: die with the parent (the process creating this closure),
+    then each of ``more`` (e.g. joining the run's cgroup)."""
     steps = [f for f in more if f is not None]
+    parent = os.getpid()
 
     def run() -> None:
-        die_with_parent()
+        die_with_parent(parent)
         for step in steps:
             step()
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import math
 import os
 import shlex
 from collections.abc import Iterable, Mapping
@@ -138,6 +139,12 @@ def code_fingerprint(job: str, root: Path) -> str:
 def check_config(config: Config) -> None:
     """Checks of the final, merged config that JSON schema cannot express; ValueError with
     one line naming the key and the fix."""
+    if not str(config["results"]).strip():
+        raise ValueError("config: results is empty; name the folder for all outputs")
+    run = config["run"]
+    for key in ("timeout_s", "sample_hz"):
+        if not math.isfinite(run[key]):
+            raise ValueError(f"config: run.{key} {run[key]} must be a finite number")
     models = config["models"]
     if not models["zoo"] and not models["user"]:
         raise ValueError("config: models.zoo and models.user are both empty; name at least "
@@ -151,18 +158,25 @@ def check_config(config: Config) -> None:
             raise ValueError(f"config: {key}.length [{lo}, {hi}] must be [fewest, most] "
                              f"networks per pipeline, fewest <= most")
     bins = config["pipelines"]["bins_mib"]
-    if list(bins) != sorted(set(bins)):
+    if not all(math.isfinite(b) for b in bins) or list(bins) != sorted(set(bins)):
         raise ValueError(f"config: pipelines.bins_mib {list(bins)} must be strictly "
                          f"ascending upper edges")
-    limits = list(config["run"]["limits"])
+    lists = [("run.limits", config["run"]["limits"])]
     if vm_enabled(config):
-        limits += list(config["vm"]["limits"])
-    for limit in limits:
-        if str(limit) != UNLIMITED:
+        lists.append(("vm.limits", config["vm"]["limits"]))
+    for key, limits in lists:
+        seen: dict[int, str] = {}
+        for limit in map(str, limits):
+            if limit == UNLIMITED:
+                continue
             try:
-                parse_size(str(limit))
+                size = parse_size(limit)
             except Exception as exc:
                 raise ValueError(f"config: memory limit {limit!r}: {exc}") from None
+            if size in seen:  # one run under two labels
+                raise ValueError(f"config: {key} {seen[size]!r} and {limit!r} are the same "
+                                 f"size; list each limit once")
+            seen[size] = limit
     reconcile = config["run"]["reconcile"]
     if reconcile_in_vm(config) and not vm_enabled(config):
         raise ValueError("config: run.reconcile.vm is true (config/config.yaml's default, "

@@ -44,11 +44,17 @@ def _run(capsys, work: Path, *extra: str, pipeline: str = "p.json",
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--batch", "0"], "--batch 0: must be > 0"),
-    (["--seed", "-1"], "--seed -1: must be >= 0"),
-    (["--timeout", "-1"], "--timeout -1.0: must be > 0"),
-    (["--blas-threads", "-2"], "--blas-threads -2: must be > 0"),
-    (["--sample-hz", "-5"], "--sample-hz -5.0: must be >= 0"),
+    (["--batch", "0"], "--batch 0: must be a number > 0"),
+    (["--seed", "-1"], "--seed -1: must be a number >= 0"),
+    (["--timeout", "-1"], "--timeout -1.0: must be a number > 0"),
+    (["--blas-threads", "-2"], "--blas-threads -2: must be a number > 0"),
+    (["--sample-hz", "-5"], "--sample-hz -5.0: must be a number >= 0"),
+    (["--batch", "-1"], "--batch -1: must be a number > 0"),
+    (["--timeout", "nan"], "--timeout nan: must be a number > 0"),
+    (["--sample-hz", "inf"], "--sample-hz inf: must be a number >= 0"),
+    (["--sample-hz", "1e9"], "--sample-hz 1000000000.0: must be at most 10000"),
+    (["--blas-threads", "100000"], "--blas-threads 100000: must be at most 1024"),
+    (["--swap", "1G"], "--swap is the swap allowed on top of --limit; give a --limit too"),
     (["--limit", ""], "'' is not a memory size"),
     (["--limit", "0"], "must be at least one byte"),
 ])
@@ -71,9 +77,9 @@ def test_bad_policies(capsys, work, policy, message):
     ('{"name": "p", "arrivals": [{"time_s": Infinity, "networks": ["AgeNet"]}]}',
      "Infinity is not a valid number"),
     ('{"name": "p", "arrivals": [{"time_s": 1e999, "networks": ["AgeNet"]}]}',
-     "is not a finite number >= 0"),
+     "is not a number of seconds from 0 to"),
     ('{"name": "p", "arrivals": [{"time_s": -1, "networks": ["AgeNet"]}]}',
-     "is not a finite number >= 0"),
+     "is not a number of seconds from 0 to"),
     ("[]", "not a pipeline"),
     ('{"name": "p", "arrivals": [{"time_s": 0, "networks": "AgeNet"}]}',
      "must be a list of network names"),
@@ -81,12 +87,43 @@ def test_bad_policies(capsys, work, policy, message):
     ('{"name": "p", "arrivals": [{"time_s": "0", "networks": ["AgeNet"]}]}',
      "is not a number"),
     ('{"name": "p", "arrivals": [{"time_s": 0, "networks": ["AgeNet"]}], "colour": 1}',
-     "unexpected keyword argument 'colour'"),
+     "unknown key(s) colour"),
+    ('{"name": "p", "name": "q", "arrivals": [{"time_s": 0, "networks": ["AgeNet"]}]}',
+     "key 'name' appears twice"),
+    ('{"name": "p", "arrivals": [{"time_s": 1e308, "networks": ["AgeNet"]}]}',
+     "is not a number of seconds from 0 to 1e+06"),
 ])
 def test_bad_pipeline_files(capsys, work, text, message):
     (work / "bad.json").write_text(text)
     err = _run(capsys, work, pipeline="bad.json")
     assert "bad.json" in err and message in err
+
+
+def test_a_pipeline_file_that_never_ends_is_refused(capsys, work):
+    err = _run(capsys, work, pipeline="/dev/zero")
+    assert "larger than 16 MiB; not a pipeline" in err
+
+
+def test_force_replaces_only_a_run_folder_and_never_the_working_directory(capsys, work,
+                                                                         monkeypatch):
+    (work / "out" / "run").mkdir(parents=True)
+    (work / "out" / "run" / "thesis.txt").write_text("precious")
+    for out in (str(work / "out" / "run"), ".", str(work / "out")):
+        if out == ".":
+            monkeypatch.chdir(work / "out" / "run")
+        code = main(["run", "--pipeline", str(work / "p.json"), "--models", str(work / "s"),
+                     "--policy", "linear", "--out", out, "--backend", "none", "--force"])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1, err
+        assert ("holds files but no run (no meta.json)" if out.endswith("run") else
+                "is the working directory or above it") in err
+    assert (work / "out" / "run" / "thesis.txt").read_text() == "precious"
+    assert sorted(p.name for p in (work / "out").iterdir()) == ["run"]
+
+
+def test_a_missing_prototxt_is_refused(capsys, work):
+    (work / "m" / "age_net.prototxt").unlink()
+    assert "the deploy prototxt of AgeNet, is missing" in _run(capsys, work)
 
 
 @pytest.mark.parametrize("policy", ["bulk", "partial:2"])
@@ -129,15 +166,22 @@ def test_bad_vm_settings_are_refused_before_a_boot(capsys, work, monkeypatch, na
 
 
 @pytest.mark.parametrize("args, message", [
-    (["graph", "--policy", "linear", "--count", "0"], "--count 0: must be > 0"),
-    (["graph", "--policy", "linear", "--count", "-3"], "--count -3: must be > 0"),
-    (["pipelines", "--count", "-1"], "--count -1: must be >= 0"),
+    (["graph", "--policy", "linear", "--count", "0"], "--count 0: must be a number > 0"),
+    (["graph", "--policy", "linear", "--count", "-3"], "--count -3: must be a number > 0"),
+    (["pipelines", "--count", "-1"], "--count -1: must be a number >= 0"),
     (["pipelines", "--models", "/nonexistent"], "--models /nonexistent is not a folder"),
+    (["pipelines", "--prefix", "../../evil"], "letters, digits, _ and - only"),
+    (["pipelines", "--bins", "300", "100"], "strictly ascending"),
+    (["pipelines", "--seed", "-5"], "seed -5: must be >= 0"),
+    (["models", "--seed", "-1", "AgeNet"], "--seed -1: must be a number >= 0"),
+    (["models", "--out", "/proc/edgeprof-models", "AgeNet"], "cannot use"),
+    (["graph", "--policy", "linear", "--out", "/proc/g.dot"], "cannot use"),
 ])
 def test_bad_options_of_other_commands(capsys, work, args, message):
-    defaults = {"graph": ["--description", str(work / "s" / "age_net.description.json"),
-                          "--out", str(work / "g.dot")],
-                "pipelines": ["--out", str(work / "pp")]}[args[0]]
+    defaults = {"graph": ["--description", str(work / "s" / "age_net.description.json")],
+                "pipelines": ["--out", str(work / "pp")], "models": []}[args[0]]
+    if args[0] in ("graph", "models") and "--out" not in args:
+        defaults += ["--out", str(work / ("g.dot" if args[0] == "graph" else "mm"))]
     if "--models" not in args and args[0] == "pipelines":
         defaults += ["--models", str(work / "s")]
     assert main([*args, *defaults]) == 2

@@ -44,16 +44,17 @@ def _wait_running(root: Path, timeout_s: float = 60.0) -> None:
         time.sleep(0.02)
 
 
-def _processes_naming(path: Path) -> list[int]:
+def _processes_naming(path: Path, also: bytes = b"") -> list[int]:
     """PIDs whose command line names ``path`` (GNU time, the child and the sampler all
-    carry the run's temporary folder in theirs)."""
+    carry the run's temporary folder in theirs), and ``also``."""
     found = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
-            if str(path).encode() in cmdline.read_bytes():
-                found.append(int(cmdline.parent.name))
+            text = cmdline.read_bytes()
         except OSError:
-            pass
+            continue
+        if str(path).encode() in text and also in text:
+            found.append(int(cmdline.parent.name))
     return [p for p in found if p != os.getpid()]
 
 
@@ -91,6 +92,21 @@ def test_ctrl_c_at_any_moment_is_exit_130_without_a_traceback(split_dir, tmp_pat
     assert "Traceback" not in err and err.startswith("error: ") and err.count("\n") == 1
     assert _wait_gone(tmp_path) == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json"]
+
+
+@pytest.mark.parametrize("after", [0.0, 0.1, 0.3])
+def test_a_child_just_started_dies_with_its_sigkilled_supervisor(split_dir, tmp_path, after):
+    """Killed while the measured child is still importing: GNU time dies at once, and the
+    child, reparented before it could ask for its own death signal, must notice."""
+    proc = _start(split_dir, tmp_path, ["AlexNet"] * 40)
+    deadline = time.monotonic() + 60
+    while not _processes_naming(tmp_path / ".run.", b"spec.json"):
+        assert time.monotonic() < deadline and proc.poll() is None, "no child started"
+        time.sleep(0.005)
+    time.sleep(after)
+    proc.kill()
+    proc.communicate()
+    assert _wait_gone(tmp_path) == [], "the measured child outlived its supervisor"
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])

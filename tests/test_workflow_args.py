@@ -262,6 +262,11 @@ def test_the_shipped_configs_pass_the_checks_the_schema_cannot_make():
     ({"run__limits": ["none", "0"]}, "memory limit '0': memory size '0' must be at least"),
     ({"vm__limits": ["0M"]}, "memory limit '0M'"),
     ({"run__reconcile__pipeline": "p099"}, "run.reconcile.pipeline 'p099' is not one"),
+    ({"results": ""}, "results is empty"),
+    ({"run__timeout_s": float("nan")}, "run.timeout_s nan must be a finite number"),
+    ({"run__sample_hz": float("inf")}, "run.sample_hz inf must be a finite number"),
+    ({"pipelines__bins_mib": [float("nan")]}, "strictly ascending"),
+    ({"run__limits": ["512M", "524288K"]}, "run.limits '512M' and '524288K' are the same size"),
 ])
 def test_a_merged_config_the_schema_passes_can_still_be_refused(cfg, changes, message):
     with pytest.raises(ValueError, match=re.escape(message)):

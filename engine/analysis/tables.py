@@ -77,7 +77,7 @@ def _check_rows(path: Path, df: pd.DataFrame, expected: int | None, field: str) 
     """A table must hold the rows its run record counted: a truncated or emptied file is
     an error naming it, never a silently shorter result."""
     if expected is not None and len(df) != expected:
-        raise EdgeprofError(f"{path} has {len(df)} rows but meta.json's {field} says "
+        raise EdgeprofError(f"{path} has {len(df)} rows but meta.json's {field} counts "
                             f"{expected}: the file was truncated or replaced; rerun the run")
 
 
@@ -86,6 +86,8 @@ def _networks(folder: Path, meta: RunMeta) -> pd.DataFrame:
     lists only the instances that started, so the others are added as incomplete."""
     df = _read_csv(folder / "networks.csv")
     names = meta.pipeline.networks
+    if meta.termination == "ok":  # a finished run wrote a row for every network
+        _check_rows(folder / "networks.csv", df, len(names), "pipeline.networks")
     all_instances = pd.DataFrame({"instance": range(len(names)), "network": names})
     if df.empty:
         df = all_instances.assign(complete=False)

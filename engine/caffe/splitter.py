@@ -103,8 +103,10 @@ class Description:
         prototxt's hash. Contents are checked when the layers are read."""
         fix = "re-run the split stage"
         prototxt = self.resolve(self.prototxt)
-        if self.prototxt_sha256 is not None and prototxt.is_file() and \
-                _sha256(prototxt) != self.prototxt_sha256:
+        if not prototxt.is_file():
+            raise ModelError(f"{prototxt}, the deploy prototxt of {self.network}, is missing; "
+                             f"{fix}")
+        if self.prototxt_sha256 is not None and _sha256(prototxt) != self.prototxt_sha256:
             raise ModelError(f"{prototxt} changed after {self.network} was split; {fix}")
         files = [(self.resolve(x.partial), x.file_bytes) for x in self.layers if x.partial]
         caffemodel = self.resolve(self.caffemodel)

@@ -245,7 +245,11 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     stats = sample(args.pid, args.csv_path, args.hz, args.cgroup, args.uss,
                    sys.stdin.fileno())
-    json.dump(stats, sys.stdout)
+    try:
+        json.dump(stats, sys.stdout)
+        sys.stdout.flush()
+    except BrokenPipeError:  # the supervisor is gone (and so, by its death signal, are we)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 

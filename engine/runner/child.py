@@ -15,7 +15,6 @@ import numpy as np
 
 from engine.caffe.splitter import Description
 from engine.files import write_text_atomic
-from engine.procs import die_with_parent
 from engine.runner.execute import PipelineRun, ProbeSet
 from engine.runner.request import RunOptions
 from engine.schedule.pipelines import load_pipeline
@@ -60,7 +59,6 @@ class _Adapter:
 
 
 def child_main(spec_path: str) -> int:
-    die_with_parent()  # its parent is GNU time (or the supervisor): never run on unowned
     spec = json.loads(Path(spec_path).read_text())
     out = Path(spec["out"])
     pipeline = load_pipeline(spec["pipeline"])

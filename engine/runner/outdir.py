@@ -21,11 +21,17 @@ from engine.files import normal_mode
 from engine.procs import stamped_tempdir, sweep
 
 TEMP_KINDS = ("", "vm.", "old.")  # .<name>.<kind><pid>.<random>: assembly, vm share, replaced
+SWAP_PREFIX = ".edgeprof-swap."  # + owner pid: the vm backend's swap images, beside --out
 
 
 class OutClaim:
     def __init__(self, out: str | os.PathLike, force: bool = False) -> None:
+        if not str(out).strip():
+            raise EdgeprofError("--out is empty; name the run folder to write")
         self.out = Path(out)
+        if self.out.resolve() in (Path.cwd(), *Path.cwd().parents):
+            raise EdgeprofError(f"--out {out} is the working directory or above it; name a "
+                                f"run folder of its own")
         self.force = force
         self.parent = self.out.parent
         self.lock = self.parent / f".{self.out.name}.lock"
@@ -35,9 +41,10 @@ class OutClaim:
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            self._restore_replaced()
             self._check()
-            for kind in TEMP_KINDS:
-                sweep(self.parent, f".{self.out.name}.{kind}")
+            for prefix in (*(f".{self.out.name}.{kind}" for kind in TEMP_KINDS), SWAP_PREFIX):
+                sweep(self.parent, prefix)
         except BaseException:
             self.release()
             raise
@@ -71,9 +78,22 @@ class OutClaim:
         if not out.is_dir() or out.is_symlink():
             raise EdgeprofError(f"--out {out} exists and is not a run folder; remove it or "
                                 f"choose another --out (--force replaces only a run folder)")
+        if not (out / "meta.json").is_file():
+            raise EdgeprofError(f"{out} holds files but no run (no meta.json); remove it or "
+                                f"choose another --out (--force replaces only a run folder)")
         if not self.force:
-            what = "a finished run" if (out / "meta.json").is_file() else "files"
-            raise EdgeprofError(f"{out} already holds {what}; pass --force to replace it")
+            raise EdgeprofError(f"{out} already holds a finished run; pass --force to "
+                                f"replace it")
+
+    def _restore_replaced(self) -> None:
+        """A run killed inside ``publish`` with ``force`` left the run it replaced in an
+        ``old.`` folder and none in ``out``: put it back before anything is swept."""
+        if self.out.exists() or self.out.is_symlink():
+            return
+        for old in sorted(self.parent.glob(f".{self.out.name}.old.*/{self.out.name}")):
+            if (old / "meta.json").is_file():
+                os.replace(old, self.out)
+                return
 
     def tempdir(self, kind: str = "") -> Path:
         """A fresh hidden folder beside ``out`` (``kind``: one of TEMP_KINDS)."""

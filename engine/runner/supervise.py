@@ -22,7 +22,7 @@ from pathlib import Path
 
 from engine.limits import LimitRequest, Session, open_session
 from engine.probes.vmstat import in_guest
-from engine.procs import preexec
+from engine.procs import SUPERVISOR_ENV, preexec
 from engine.runner.execute import model_index, resolve_descriptions
 from engine.runner.folder import assemble, read_child
 from engine.runner.interrupt import Interrupted, Signalled, ignore_signals, signals_unwind
@@ -32,14 +32,19 @@ from engine.runner.request import RunRequest
 from engine.schedule.pipelines import Pipeline, load_pipeline
 from engine.schedule.policies import Policy, parse_policy
 
+# Backends under which a limit that cannot be enforced is recorded, never an error.
+RECORDS_UNENFORCED = ("none", "auto", "inherit")
+
 
 def open_run_session(request: RunRequest, run_id: str | None = None) -> Session:
     """The limit session ``request`` asks for. A limit that cannot be enforced is an
-    error only when a specific backend was named (``none``/``auto`` record it instead)."""
+    error only when a backend that sets limits was named (cgroup2, cgroup1, systemd);
+    ``none``, ``auto`` and ``inherit`` (which only finds a limit someone else set) record
+    it instead: ``limit_enforced: false`` and the reason."""
     limits = request.limits
     return open_session(limits.backend, LimitRequest(limits.ram_bytes, limits.swap_bytes),
                         run_id or f"{os.getpid()}-{uuid.uuid4().hex[:8]}",
-                        allow_unenforced=limits.backend in ("none", "auto"))
+                        allow_unenforced=limits.backend in RECORDS_UNENFORCED)
 
 
 def request_meta(request: RunRequest, pipeline: Pipeline, policy: Policy) -> RunMeta:
@@ -94,7 +99,7 @@ def run_supervised(request: RunRequest, session: Session | None = None) -> RunMe
 
                 argv = gnu_time_argv(str(tmp / "gnu_time.txt")) + argv
             argv = session.command_prefix() + argv
-            env = dict(os.environ)
+            env = dict(os.environ, **{SUPERVISOR_ENV: str(os.getpid())})
             if probes.heap_profile:
                 from engine.probes.tcmalloc import preload_env
 
@@ -134,6 +139,12 @@ def run_supervised(request: RunRequest, session: Session | None = None) -> RunMe
             meta.sampler = sampler_stats
             meta.description_files = spec["models"]
             assemble(tmp, meta)
+            if meta.termination == "ok" and meta.tasks_finished != meta.child["tasks"]:
+                meta.termination = "error"
+                meta.termination_detail = (
+                    f"progress.jsonl holds {meta.tasks_finished} finished tasks but the run "
+                    f"had {meta.child['tasks']}: the record of the run was damaged")
+                meta.write(tmp)
             claim.publish(tmp)
             return meta
         except BaseException as exc:

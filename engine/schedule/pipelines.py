@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+import re
+from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 
@@ -22,6 +22,8 @@ from engine.errors import EdgeprofError
 from engine.files import parse_json, write_text_atomic
 
 ARRIVAL_MODES = ("batch", "poisson", "normal")
+MAX_ARRIVAL_S = 1e6  # eleven days: far beyond any run, and still exact in nanoseconds
+MAX_FILE_BYTES = 16 * 2**20  # a pipeline of 100,000 networks is about 2 MB
 
 
 class PipelineError(EdgeprofError):
@@ -66,8 +68,9 @@ def _arrival(item: object) -> Arrival:
     time_s, networks = item["time_s"], item["networks"]
     if isinstance(time_s, bool) or not isinstance(time_s, (int, float)):
         raise TypeError(f"arrival time {time_s!r:.40} is not a number")
-    if not math.isfinite(time_s) or time_s < 0:
-        raise ValueError(f"arrival time {time_s} is not a finite number >= 0")
+    if not math.isfinite(time_s) or not 0 <= time_s <= MAX_ARRIVAL_S:
+        raise ValueError(f"arrival time {time_s} is not a number of seconds from 0 to "
+                         f"{MAX_ARRIVAL_S:g}")
     if not isinstance(networks, list) or not all(isinstance(n, str) and n for n in networks):
         raise TypeError(f"an arrival's networks must be a list of network names, not "
                         f"{networks!r:.80}")
@@ -78,9 +81,16 @@ def load_pipeline(path: str | os.PathLike) -> Pipeline:
     """A pipeline file, checked: one-line errors name the file and what is wrong."""
     path = os.fspath(path)
     try:
-        data = parse_json(Path(path).read_text(), finite=True)
+        with open(path, "rb") as f:
+            text = f.read(MAX_FILE_BYTES + 1)
+        if len(text) > MAX_FILE_BYTES:
+            raise ValueError(f"larger than {MAX_FILE_BYTES // 2**20} MiB; not a pipeline")
+        data = parse_json(text, finite=True)
         if not isinstance(data, dict) or not isinstance(data.get("arrivals"), list):
             raise TypeError("not a pipeline: a JSON object with an \"arrivals\" list")
+        unknown = sorted(set(data) - {f.name for f in fields(Pipeline)})
+        if unknown:
+            raise TypeError(f"unknown key(s) {', '.join(unknown)}")
         arrivals = [_arrival(a) for a in data.pop("arrivals")]
         if not isinstance(data.get("name"), str) or not data["name"]:
             raise TypeError("the pipeline has no name")
@@ -120,6 +130,14 @@ def generate_pipelines(seed: int, count: int, network_bytes: dict[str, int],
         raise PipelineError("poisson arrivals need a positive 'rate' (networks per second)")
     if mode == "normal" and not (arrival.get("mean", -1) >= 0 and arrival.get("sd", -1) >= 0):
         raise PipelineError("normal arrivals need 'mean' and 'sd' gaps in seconds, both >= 0")
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", prefix):
+        raise PipelineError(f"pipeline name prefix {prefix!r}: letters, digits, _ and - only")
+    if bins_mib is not None and (not all(math.isfinite(b) and b > 0 for b in bins_mib)
+                                 or list(bins_mib) != sorted(set(bins_mib))):
+        raise PipelineError(f"size bins {list(bins_mib)}: upper edges in MiB, > 0 and "
+                            f"strictly ascending")
+    if not 0 <= seed:
+        raise PipelineError(f"seed {seed}: must be >= 0")
     lo, hi = length
     if not 1 <= lo <= hi:
         raise PipelineError(f"pipeline length range {length} must satisfy 1 <= min <= max")

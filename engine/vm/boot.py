@@ -25,10 +25,10 @@ from pathlib import Path
 from engine.errors import EdgeprofError
 from engine.limits.vm import QEMU
 from engine.procs import preexec, stamped_tempdir
+from engine.runner.outdir import SWAP_PREFIX
 from engine.vm.guest import INSTALL_HINT, Guest
 
 START_MARK = "VM_CMD_START"
-SWAP_PREFIX = ".edgeprof-swap."  # + owner pid: procs.sweep removes a dead owner's image
 # SD-card-like swap device: ~20 MB/s read, ~10 MB/s write, 1500 IOPS
 SD_THROTTLE = ("throttling.bps-read=20971520,throttling.bps-write=10485760,"
                "throttling.iops-total=1500")

@@ -22,7 +22,6 @@ from pathlib import Path
 
 from engine.errors import EdgeprofError
 from engine.probes.vmstat import GUEST_ENV
-from engine.procs import sweep
 from engine.runner.interrupt import Interrupted, Signalled, ignore_signals, signals_unwind
 from engine.runner.meta import RunMeta, host_facts
 from engine.runner.outdir import OutClaim
@@ -81,6 +80,9 @@ class VmConfig:
         cfg.swap_device = get("SWAP_DEVICE", parse_size) or cfg.swap_device
         cfg.sd_card = env.get("EDGEPROF_VM_SD_CARD") in ("1", "true", "yes")
         cfg.smp = get("SMP", int, ">0")
+        if cfg.smp is not None and cfg.smp > (os.cpu_count() or 1):
+            raise EdgeprofError(f"EDGEPROF_VM_SMP={cfg.smp} is more than this host's "
+                                f"{os.cpu_count()} CPUs; lower or unset it")
         cfg.accel = get("ACCEL", lambda t: t if t in ("auto", "kvm", "tcg") else None) \
             or cfg.accel
         cfg.boot_timeout_s = get("BOOT_TIMEOUT", float, ">0") or cfg.boot_timeout_s
@@ -234,7 +236,6 @@ def run_in_vm(request: RunRequest, cfg: VmConfig | None = None,
     share = None
     with OutClaim(request.out, request.force) as claim, signals_unwind():
         try:
-            sweep(claim.parent, vmboot.SWAP_PREFIX)
             share = claim.tempdir("vm.")
             inner = request.with_changes(
                 pipeline=str(Path(request.pipeline).resolve()),
