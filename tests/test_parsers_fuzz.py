@@ -968,8 +968,8 @@ def test_own_cgroup_with_an_empty_cgroup_path(tmp_path):
 
 
 def _int_token(token: str) -> bool:
-    """Tokens parse_keyed must read as numbers: what int() takes after lstrip('-')."""
-    return token.lstrip("-").isdigit()
+    """Tokens parse_keyed must read as numbers: ASCII decimal, as the kernel writes them."""
+    return token.isascii() and token.removeprefix("-").isdigit()
 
 
 keyed_text = st.lists(st.tuples(

@@ -178,3 +178,17 @@ def test_graph_command_writes_dot(models, tmp_path):
     assert text.startswith('digraph "deepeye: 2 x AgeNet"')
     assert text.count(" -> ") == int(r.stderr.split(" tasks, ")[1].split(" edges")[0])
     assert 'label="LOAD_12\\nfc6\\npool 1"' in text
+
+
+def test_a_timed_out_run_keeps_the_networks_that_finished_before_it(models, tmp_path):
+    pipe = tmp_path / "p.json"
+    save_pipeline(_pipeline(["AgeNet", "GenderNet"], times=[0.0, 30.0]), pipe)
+    r = _cli("run", "--pipeline", str(pipe), "--models", str(models["AgeNet"].parent),
+             "--policy", "linear", "--out", str(tmp_path / "run"), "--batch", "1",
+             "--backend", "none", "--timeout", "4")
+    assert r.returncode == 0, r.stderr
+    meta = json.loads((tmp_path / "run" / "meta.json").read_text())
+    assert meta["termination"] == "timeout"
+    rows = list(csv.DictReader(open(tmp_path / "run" / "networks.csv")))
+    assert [(row["network"], row["complete"]) for row in rows] == [("AgeNet", "True")]
+    assert int(rows[0]["end_ns"]) > int(rows[0]["init_start_ns"]) >= 0

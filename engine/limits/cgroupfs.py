@@ -214,10 +214,9 @@ def parse_keyed(text: str | None) -> dict[str, int]:
     words = text.split()
     out = {}
     for key, value in zip(words[::2], words[1::2]):
-        try:
+        # the kernel writes ASCII decimal; anything else is not a count: unknown
+        if value.isascii() and value.removeprefix("-").isdigit():
             out[key] = int(value)
-        except ValueError:  # not a count (the kernel writes none such): unknown
-            pass
     return out
 
 

@@ -168,6 +168,9 @@ class PipelineRun:
         self._emit({"event": "end", **row})
 
     def instance_done(self, instance: int) -> None:
+        # streamed at once: a run killed later still knows this network finished
+        self._emit({"event": "done", "instance": instance,
+                    "end_ns": time.perf_counter_ns() - self.t0_ns})
         with self.lock:
             net = self.nets.pop(instance)
         for blob, value in net.result().items():

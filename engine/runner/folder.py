@@ -35,7 +35,7 @@ def read_child(folder: Path) -> dict | None:
 
 
 def read_progress(folder: Path) -> dict:
-    events = {"start": {}, "end": [], "heap": [], "network": [], "begin": None}
+    events = {"start": {}, "end": [], "heap": [], "network": [], "done": [], "begin": None}
     path = folder / "progress.jsonl"
     if not path.is_file():
         return events
@@ -88,12 +88,14 @@ def write_tasks(folder: Path, ends: list[dict]) -> None:
 
 def write_networks(folder: Path, events: dict) -> None:
     rows = [dict(r, complete=True) for r in events["network"]]
-    if not rows:  # the child died: rebuild what the task records tell
+    if not rows:  # the child died: rebuild what the task records and "done" events tell
+        done = {r["instance"]: r["end_ns"] for r in events["done"]}
         by_inst: dict[int, dict] = {}
         for r in events["end"] + list(events["start"].values()):
             row = by_inst.setdefault(r["instance"], {"instance": r["instance"],
                                                      "network": r["network"],
-                                                     "complete": False})
+                                                     "complete": r["instance"] in done,
+                                                     "end_ns": done.get(r["instance"])})
             if r.get("task_type") == "INIT" and "start_ns" in r:
                 row["init_start_ns"] = r["start_ns"]
         rows = [by_inst[k] for k in sorted(by_inst)]
