@@ -188,3 +188,20 @@ def test_bad_options_of_other_commands(capsys, work, args, message):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err, err
     assert not (work / "g.dot").exists() and not (work / "pp").exists()
+
+
+def test_an_out_inside_a_finished_run_is_refused(capsys, work):
+    run = work / "out" / "run"
+    run.mkdir(parents=True)
+    (run / "meta.json").write_text("{}")
+    assert main(["run", "--pipeline", str(work / "p.json"), "--models", str(work / "s"),
+                 "--policy", "linear", "--out", str(run / "nested"), "--backend", "none"]) == 2
+    assert "lies inside the run folder" in capsys.readouterr().err
+    assert sorted(p.name for p in run.iterdir()) == ["meta.json"]
+
+
+def test_two_descriptions_of_one_network_are_refused(capsys, work):
+    desc = work / "s" / "age_net.description.json"
+    (work / "s" / "copy.description.json").write_text(desc.read_text())
+    err = _run(capsys, work)
+    assert "both describe AgeNet" in err

@@ -33,9 +33,13 @@ def model_index(folder: str | os.PathLike) -> dict[str, Path]:
     if not Path(folder).is_dir():
         raise EdgeprofError(f"--models {folder} is not a folder; point it at the split "
                             f"stage's output (the folder of *.description.json files)")
-    found = {}
+    found: dict[str, Path] = {}
     for path in sorted(Path(folder).glob("*.description.json")):
-        found[Description.load(path).network] = path
+        network = Description.load(path).network
+        if network in found:
+            raise EdgeprofError(f"{found[network]} and {path} both describe {network}; "
+                                f"remove one, or split one under another --network name")
+        found[network] = path
     return found
 
 

@@ -32,6 +32,11 @@ class OutClaim:
         if self.out.resolve() in (Path.cwd(), *Path.cwd().parents):
             raise EdgeprofError(f"--out {out} is the working directory or above it; name a "
                                 f"run folder of its own")
+        inside = next((p for p in self.out.resolve().parents if (p / "meta.json").is_file()),
+                      None)
+        if inside is not None:
+            raise EdgeprofError(f"--out {out} lies inside the run folder {inside}; choose a "
+                                f"place outside it")
         self.force = force
         self.parent = self.out.parent
         self.lock = self.parent / f".{self.out.name}.lock"
