@@ -11,7 +11,7 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from engine.errors import EdgeprofError
 from engine.files import write_text_atomic
@@ -259,8 +259,15 @@ def _cmd_graph(args: argparse.Namespace) -> None:
     print(f"{len(graph.tasks)} tasks, {len(graph.edges())} edges -> {out}", file=sys.stderr)
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments are one line, as every other bad input (``--help`` shows usage)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m engine", description=__doc__)
+    parser = _Parser(prog="python -m engine", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("models", help="write the zoo networks as prototxt + caffemodel")

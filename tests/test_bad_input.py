@@ -4,6 +4,7 @@ nothing written (no run folder, no temporary folder, no lock)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -99,9 +100,21 @@ def test_bad_pipeline_files(capsys, work, text, message):
     assert "bad.json" in err and message in err
 
 
-def test_a_pipeline_file_that_never_ends_is_refused(capsys, work):
-    err = _run(capsys, work, pipeline="/dev/zero")
-    assert "larger than 16 MiB; not a pipeline" in err
+def test_a_pipeline_that_is_no_regular_file_or_far_too_large_is_refused(capsys, work):
+    os.mkfifo(work / "fifo.json")  # reading it would block for ever
+    for name in ("/dev/zero", "fifo.json"):
+        assert "not a regular file" in _run(capsys, work, pipeline=name)
+    (work / "big.json").write_bytes(b" " * (17 * 2**20))
+    assert "larger than 16 MiB; not a pipeline" in _run(capsys, work, pipeline="big.json")
+
+
+def test_a_bad_argument_is_one_line_too(capsys, work):
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "--pipeline", "p.json", "--policy", "linear", "--models", "s",
+              "--out", "o", "--batch", "nan"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1
+    assert err.startswith("error: ") and "invalid int value: 'nan'" in err
 
 
 def test_force_replaces_only_a_run_folder_and_never_the_working_directory(capsys, work,

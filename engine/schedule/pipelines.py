@@ -15,6 +15,7 @@ import math
 import os
 import re
 from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 
 import numpy as np
 
@@ -81,6 +82,8 @@ def load_pipeline(path: str | os.PathLike) -> Pipeline:
     """A pipeline file, checked: one-line errors name the file and what is wrong."""
     path = os.fspath(path)
     try:
+        if not Path(path).is_file():  # a folder, a FIFO that would block, a device...
+            raise ValueError("not a regular file")
         with open(path, "rb") as f:
             text = f.read(MAX_FILE_BYTES + 1)
         if len(text) > MAX_FILE_BYTES:
