@@ -420,6 +420,15 @@ def _network_boundaries(ax: Axes, df: pd.DataFrame) -> None:
                 fontsize="x-small", va="bottom", rotation=0, clip_on=False)
 
 
+def _run_hwm_line(ax: Axes, rec: pd.DataFrame) -> Line2D:
+    """The run's max RSS as a dashed line, or a legend entry saying it was not measured."""
+    label = "max RSS, whole run (GNU time + VmHWM windows)"
+    if _measured(rec, "hwm_rss_bytes"):
+        return ax.axhline(rec["hwm_rss_bytes"].iloc[0] / MIB, color="black", linestyle="--",
+                          linewidth=1, label=label)
+    return Line2D([], [], color="0.75", linestyle="--", label=f"{label}: not measured")
+
+
 def reconciliation(tables: Tables, style: dict, context: dict) -> Figure:
     """Per-layer memory of the reconciliation run: every instrument per LOAD/EXEC window
     in execution order, GNU time's high-water mark, and the named residuals."""
@@ -435,13 +444,7 @@ def reconciliation(tables: Tables, style: dict, context: dict) -> Figure:
     handles = _instrument_lines(top, rec, LEVELS, colors)
     # GNU time's max RSS is the kernel's hiwater_rss, which the per-window VmHWM resets
     # lower; hwm_rss_bytes is its maximum with the windows' peaks (runner.folder).
-    gt_label = "max RSS, whole run (GNU time + VmHWM windows)"
-    if _measured(rec, "hwm_rss_bytes"):
-        handles.append(top.axhline(rec["hwm_rss_bytes"].iloc[0] / MIB, color="black",
-                                   linestyle="--", linewidth=1, label=gt_label))
-    else:
-        handles.append(Line2D([], [], color="0.75", linestyle="--",
-                              label=f"{gt_label}: not measured"))
+    handles.append(_run_hwm_line(top, rec))
     top.set_ylabel("memory (MiB)")
     top.legend(handles=handles, fontsize="x-small", loc="upper left", bbox_to_anchor=(1, 1))
     is_load = (rec["task_type"] == "LOAD").to_numpy()
@@ -524,13 +527,7 @@ def attribution(tables: Tables, style: dict, context: dict) -> Figure:
     handles.append(line)
     handles += _instrument_lines(ax, rec, [("cg_peak_bytes", "cgroup memory.peak (window)")],
                                  {"cg_peak_bytes": "firebrick"})
-    gt_label = "max RSS, whole run (GNU time + VmHWM windows)"
-    if _measured(rec, "hwm_rss_bytes"):
-        handles.append(ax.axhline(rec["hwm_rss_bytes"].iloc[0] / MIB, color="black",
-                                  linestyle="--", linewidth=1, label=gt_label))
-    else:
-        handles.append(Line2D([], [], color="0.75", linestyle="--",
-                              label=f"{gt_label}: not measured"))
+    handles.append(_run_hwm_line(ax, rec))
     if "plausible" in rec and (~rec["plausible"].astype(bool)).any():
         bad = np.flatnonzero(~rec["plausible"].astype(bool).to_numpy())
         ax.plot(bad, np.full(len(bad), 0), "v", color="red", markersize=4, clip_on=False)

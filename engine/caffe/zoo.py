@@ -133,8 +133,8 @@ def gendernet() -> schema.NetParameter:
     return _levi_hassner("CaffeNet", 10, 2)
 
 
-def facenet() -> schema.NetParameter:
-    b = _NetBuilder("face_full_conv")
+def _caffenet_trunk(b: _NetBuilder) -> str:
+    """CaffeNet's conv1 .. pool5 (pool before norm) on a legacy 1x3x227x227 input."""
     b.legacy_input("data", (1, 3, 227, 227))
     x = b.relu("relu1", b.conv("conv1", "data", 96, 11, s=4))
     x = b.lrn("norm1", b.pool("pool1", x, 3, 2))
@@ -143,7 +143,12 @@ def facenet() -> schema.NetParameter:
     x = b.relu("relu3", b.conv("conv3", x, 384, 3, p=1))
     x = b.relu("relu4", b.conv("conv4", x, 384, 3, p=1, g=2))
     x = b.relu("relu5", b.conv("conv5", x, 256, 3, p=1, g=2))
-    x = b.pool("pool5", x, 3, 2)
+    return b.pool("pool5", x, 3, 2)
+
+
+def facenet() -> schema.NetParameter:
+    b = _NetBuilder("face_full_conv")
+    x = _caffenet_trunk(b)
     x = b.dropout("drop6", b.relu("relu6", b.conv("fc6-conv", x, 4096, 6)), 0.5)
     x = b.dropout("drop7", b.relu("relu7", b.conv("fc7-conv", x, 4096, 1)), 0.5)
     b.softmax("prob", b.conv("fc8-conv", x, 2, 1))
@@ -154,15 +159,7 @@ def sos_alexnet() -> schema.NetParameter:
     """EdgeCaffe's SoS (``alexnet_sos_deploy.prototxt``): V1, CaffeNet order (pool before
     norm), no dropout in the deploy, a 5-output ``fc8_sbt``, N=1."""
     b = _NetBuilder("AlexNet_SoS", v1=True)
-    b.legacy_input("data", (1, 3, 227, 227))
-    x = b.relu("relu1", b.conv("conv1", "data", 96, 11, s=4))
-    x = b.lrn("norm1", b.pool("pool1", x, 3, 2))
-    x = b.relu("relu2", b.conv("conv2", x, 256, 5, p=2, g=2))
-    x = b.lrn("norm2", b.pool("pool2", x, 3, 2))
-    x = b.relu("relu3", b.conv("conv3", x, 384, 3, p=1))
-    x = b.relu("relu4", b.conv("conv4", x, 384, 3, p=1, g=2))
-    x = b.relu("relu5", b.conv("conv5", x, 256, 3, p=1, g=2))
-    x = b.pool("pool5", x, 3, 2)
+    x = _caffenet_trunk(b)
     x = b.relu("relu6", b.fc("fc6", x, 4096))
     x = b.relu("relu7", b.fc("fc7", x, 4096))
     b.softmax("prob", b.fc("fc8_sbt", x, 5))
