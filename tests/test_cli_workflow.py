@@ -39,7 +39,7 @@ def test_cli_bad_input_is_one_clear_line(tmp_path):
     r = _engine("models", "--out", str(tmp_path), "ResNet")
     assert r.returncode == 2
     assert r.stderr.strip() == ("error: unknown zoo network 'ResNet' (known: AgeNet, GenderNet, "
-                                "FaceNet, AlexNet, GoogLeNet)")
+                                "FaceNet, AlexNet, GoogLeNet, SoS-AlexNet, SoS-GoogleNet)")
     (tmp_path / "x.caffemodel").write_bytes(b"\x0a\x05ab")  # truncated
     (tmp_path / "x.prototxt").write_text(
         'layer { name: "d" type: "Input" top: "d" input_param { shape { dim: 1 } } }')
