@@ -92,7 +92,9 @@ def test_limited_runs_go_to_the_vm_with_its_smaller_pipelines(tmp_path):
     runs = [line.removeprefix("Shell command: ") for line in r.stdout.splitlines()
             if " -m engine run " in line]
     in_vm = [line for line in runs if "/pipelines/v0" in line]
-    assert len(in_vm) == policies * len(vm["limits"])
+    # every vm pipeline x policy x vm limit, and the heap-profiled reconciliation run
+    assert len(in_vm) == policies * len(vm["limits"]) + 1
+    assert sum("--heap-profile" in line for line in in_vm) == 1
     assert all("--backend vm" in line and line.startswith("EDGEPROF_VM_CACHE=")
                for line in in_vm)
     # the unconstrained baseline stays native
@@ -110,6 +112,8 @@ def test_with_the_vm_disabled_every_limit_runs_natively_with_run_backend(tmp_pat
     cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     cfg["results"] = str(tmp_path / "r")
     cfg["vm"]["enabled"] = False
+    cfg["run"]["reconcile"] = {"pipeline": "p000", "policy": "linear", "limit": "none",
+                               "vm": False}
     path = tmp_path / "native.yaml"
     path.write_text(yaml.safe_dump(cfg))
     r = _snakemake("--configfile", str(path), "--dry-run", "--printshellcmds")
