@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything edgeprof needs on a Debian/Ubuntu machine into ./.venv:
 # Debian packages (GNU time, tcmalloc/gperftools, qemu + busybox for the vm backend), the
-# Python package with its deps and the workflow and test extras (Snakemake, pytest), and
-# the vm backend's guest (kernel + initramfs, cached).
+# Python package with its deps and the workflow, test and slurm extras (Snakemake, pytest,
+# the SLURM executor plugin), and the vm backend's guest (kernel + initramfs, cached).
+# tests/test_slurm.py apt-gets SLURM itself (slurm-wlm, munge, mariadb-server, slurmdbd).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -33,7 +34,7 @@ if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e '.[workflow,test]'
+.venv/bin/python -m pip install -q -e '.[workflow,test,slurm]'
 # The guest for the vm backend: a Debian backports kernel package fetched with apt-get
 # download (never installed on this host) and a busybox initramfs; cached, built once.
 .venv/bin/python -m engine.vm build

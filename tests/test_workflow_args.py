@@ -124,7 +124,58 @@ def test_run_mem_mb(cfg):
     assert wf.run_mem_mb(cfg, "1G") == 1024 + 768 + 512
     native = with_(cfg, vm__enabled=False)
     assert wf.run_mem_mb(native, "512M") == 512 + 1024  # auto: room for the supervisor
-    assert wf.run_mem_mb(with_(native, run__backend="inherit"), "512M") == 512  # exactly
+    assert wf.run_step_mem_mb(native, "512M") is None  # auto sets its own cgroup: no step
+    # inherit: the run's own job step gets exactly the limit, the job that plus the
+    # workflow's own processes (two Snakemake interpreters, srun: measured on SLURM)
+    inherit = with_(native, run__backend="inherit")
+    assert wf.run_step_mem_mb(inherit, "512M") == 512
+    assert wf.run_mem_mb(inherit, "512M") == 512 + wf.SLURM_JOB_OVERHEAD_MB
+    assert wf.run_step_mem_mb(inherit, "1.5G") == 1536
+    assert wf.run_step_mem_mb(inherit, "none") == wf.UNLIMITED_MEM_MB
+    assert wf.run_mem_mb(inherit, "none") == wf.UNLIMITED_MEM_MB + wf.SLURM_JOB_OVERHEAD_MB
+    assert wf.slurm_step_prefix(None) == ""
+
+
+def _step(tmp_path: Path, prefix: str, *, slurm: bool, srun_rc: int = 0,
+          write_meta: bool = False) -> tuple[int, str]:
+    """Runs `<prefix> true --out D` in bash as a rule's shell does, with a fake srun on
+    PATH that records its arguments; returns the exit code and what srun got."""
+    import shutil
+    import subprocess
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    calls = tmp_path / "srun.args"
+    calls.unlink(missing_ok=True)
+    out = tmp_path / "run"
+    shutil.rmtree(out, ignore_errors=True)
+    meta = 'mkdir -p "$3" && echo {} > "$3/meta.json"; ' if write_meta else ""
+    srun = bin_dir / "srun"
+    srun.write_text("#!/bin/bash\n"
+                    f"echo \"$@\" > {calls}\n"
+                    'while [ "${1#--}" != "$1" ]; do shift; done\n'  # drop srun's options
+                    f'"$@"; {meta}exit {srun_rc}\n')
+    srun.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    if slurm:
+        env["SLURM_JOB_ID"] = "42"
+    r = subprocess.run(["bash", "-c", f"set -euo pipefail; {prefix}true --out {out}"],
+                       env=env, capture_output=True, text=True)
+    return r.returncode, calls.read_text().strip() if calls.exists() else ""
+
+
+def test_the_slurm_step_prefix_runs_the_engine_in_a_step_of_its_limit(tmp_path):
+    prefix = wf.slurm_step_prefix(512)
+    # outside a SLURM job (a local run, same config) the command runs as it is
+    assert _step(tmp_path, prefix, slurm=False) == (0, "")
+    # inside one: its own step of exactly the limit, beside step 0 (which waits for it)
+    rc, args = _step(tmp_path, prefix, slurm=True)
+    assert rc == 0 and args.startswith("--quiet --ntasks=1 --nodes=1 --cpus-per-task=1 "
+                                       "--overlap --mem=512M true --out ")
+    # srun failing (e.g. reporting the step's OOM kill) with the run folder written: the
+    # run's result stands; without it, the job fails with srun's code
+    assert _step(tmp_path, prefix, slurm=True, srun_rc=1, write_meta=True)[0] == 0
+    assert _step(tmp_path, prefix, slurm=True, srun_rc=3)[0] == 3
 
 
 def test_paper_config_runs_nothing_in_the_vm():
@@ -133,7 +184,8 @@ def test_paper_config_runs_nothing_in_the_vm():
     [(pipelines, limits)] = wf.run_sets(paper)
     assert len(pipelines) == 100 and limits == ["none", "1G", "512M", "256M"]
     assert wf.limit_args(paper, "256M") == "--limit 256M --swap max --backend inherit"
-    assert wf.run_mem_mb(paper, "256M") == 256
+    assert wf.run_step_mem_mb(paper, "256M") == 256  # the engine's step: exactly the limit
+    assert wf.run_mem_mb(paper, "256M") == 256 + wf.SLURM_JOB_OVERHEAD_MB
 
 
 # --- the jobs' environment -------------------------------------------------------------------
@@ -340,3 +392,59 @@ def test_the_default_reconciliation_runs_in_the_guest_and_the_paper_one_natively
     assert wf.reconcile_limit_args(paper) == "--backend inherit"
     with pytest.raises(ValueError, match="run.reconcile.vm is true .* vm.enabled is false"):
         wf.check_config(with_(cfg, vm__enabled=False))
+
+
+# --- profiles ----------------------------------------------------------------------------------
+
+
+def _profile(name: str) -> dict:
+    return yaml.safe_load((REPO / "profiles" / name / "config.yaml").read_text())
+
+
+def test_the_default_profile_overrides_nothing_the_slurm_profile_sets():
+    """Snakemake 9 loads profiles/default as the workflow profile under `--profile
+    profiles/slurm` too, and its keys win: it must not undo any (keep-going was)."""
+    default, slurm = _profile("default"), _profile("slurm")
+    assert "keep-going" not in default and slurm["keep-going"] is True
+    assert all(slurm[key] == value for key, value in default.items() if key in slurm)
+
+
+def test_the_slurm_profile_groups_nothing_and_notices_cancelled_jobs():
+    slurm = _profile("slurm")
+    # a group asks SLURM for the sum of its members (50 tidy jobs: 50 CPUs)
+    assert not {"groups", "group-components"} & set(slurm)
+    # sacct reports "CANCELLED by <uid>", which the plugin never takes for an end
+    assert slurm["slurm-status-command"] == "squeue"
+    assert slurm["executor"] == "slurm" and slurm["jobs"] >= 1
+
+
+def test_the_slurm_profile_plans_one_core_and_sized_memory_per_job(tmp_path):
+    """A dry run through profiles/slurm (needs the executor plugin, not SLURM): every job
+    asks for one core, run jobs for their limit plus the workflow's own processes, and no
+    job is a group."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("snakemake_executor_plugin_slurm")
+    cfg = load_config("paper.yaml")
+    cfg = with_(cfg, results=str(tmp_path / "r"), pipelines__count=1, run__repetitions=2,
+                run__policies=["bulk"])
+    path = tmp_path / "paper-small.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    r = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm",
+                        "--configfile", str(path), "--dry-run"], cwd=REPO,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    text = r.stdout + r.stderr
+    assert "group" not in text.lower().replace("groups", "")
+    jobs = re.findall(r"^rule (\w+):\n((?:    .*\n)+)", text, re.M)
+    assert jobs
+    for rule, body in jobs:
+        assert "threads:" not in body, rule  # printed only when more than one
+        resources = dict(re.findall(r"(\w+)=([^,\n]+)", body.split("resources: ")[1]))
+        if rule == "run":
+            limit = re.search(r"limit=(\w+)", body).group(1)
+            step = wf.run_step_mem_mb(cfg, limit)
+            assert int(resources["mem_mb"]) == step + wf.SLURM_JOB_OVERHEAD_MB
+        if rule == "tidy_run":  # every repetition of a pipeline x policy x limit
+            assert body.count("/rep") >= 2 * 2

@@ -2,8 +2,9 @@
 
 ``open_session(backend, request, run_id)`` returns a session for ``cgroup2``, ``cgroup1``,
 ``systemd``, ``inherit``, ``none``, ``vm`` or ``auto`` (the first that works here). A limit
-that cannot be enforced is an error unless ``allow_unenforced`` (``none``/``auto``), and
-then the session says ``enforced = False``. A ``vm`` session ``runs_elsewhere``: the
+that cannot be enforced is an error unless ``allow_unenforced`` (``none``/``auto``/
+``inherit``: runner.supervise.RECORDS_UNENFORCED), and then the session says
+``enforced = False``. A ``vm`` session ``runs_elsewhere``: the
 caller hands the run to ``engine.vm.run_in_vm``, where it uses cgroup2.
 """
 

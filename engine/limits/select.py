@@ -18,7 +18,7 @@ from engine.limits import cgroupfs as fs
 from engine.limits.base import LimitRequest, Session
 from engine.limits.cgroup1 import Cgroup1Session
 from engine.limits.cgroup2 import Cgroup2Session
-from engine.limits.inherit import InheritSession
+from engine.limits.inherit import InheritSession, open_inherit
 from engine.limits.none import NoneSession
 from engine.limits.systemd import SystemdSession, user_manager_status
 from engine.limits.vm import QEMU, VmSession, qemu_installed
@@ -32,7 +32,9 @@ def open_backend(backend: str, request: LimitRequest, run_id: str,
                  proc_cgroup: Path = fs.PROC_CGROUP) -> Session:
     """A session for ``backend`` (any of BACKENDS but "none"). Raises EdgeprofError naming
     the problem and the fix when the backend is unusable here, or when a RAM limit was
-    requested, cannot be enforced, and ``allow_unenforced`` is False."""
+    requested, cannot be enforced, and ``allow_unenforced`` is False. ``inherit`` never
+    raises for that: it applies no limit, it only finds one or not, so a limit it cannot
+    find is recorded (``enforced`` False and the reason), as under ``auto``."""
     env = os.environ if env is None else env
     if backend == "auto":
         session = _auto(request, run_id, allow_unenforced, env, mountinfo, proc_cgroup)
@@ -47,7 +49,7 @@ def open_backend(backend: str, request: LimitRequest, run_id: str,
                                 f"inherit, vm or none")
         session = SystemdSession(request, run_id, allow_unenforced)
     elif backend == "inherit":
-        session = InheritSession(request, mountinfo, proc_cgroup)
+        return open_inherit(request, mountinfo, proc_cgroup)
     else:
         raise EdgeprofError(f"unknown limit backend '{backend}'")
     if request.ram_bytes is not None and not session.enforced and not allow_unenforced:

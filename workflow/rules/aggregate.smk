@@ -2,24 +2,28 @@
 # tables (CSV + Parquet).
 
 
+# One job tidies every repetition of a pipeline x policy x limit (a second or two each):
+# a tenth of the jobs of one per run, which is what planning the paper sweep (and the
+# scheduler) pays for, with no job groups (a group asks SLURM for the sum of its jobs).
 rule tidy_run:
     input:
-        run=f"{RESULTS}/runs/{{run}}",
+        runs=[f"{RESULTS}/runs/{pattern}" for pattern in REP_PATTERNS],
     output:
-        tidy=directory(f"{RESULTS}/tidy/{{run}}"),
+        tidy=[directory(f"{RESULTS}/tidy/{pattern}") for pattern in REP_PATTERNS],
     params:
         code=CODE_ANALYSIS,
     resources:
         mem_mb=2048,
         runtime=10,
-    group:
-        "tidy"
     log:
-        f"{RESULTS}/logs/tidy/{{run}}.log",
+        f"{RESULTS}/logs/tidy/{{pipeline}}/{{policy}}/{{limit}}.log",
     conda:
         "../../envs/analysis.yaml"
-    script:
-        "../scripts/tidy_run.py"
+    shell:
+        "python -c 'import sys; from engine.analysis.tables import tidy_run, write_tidy;"
+        " paths = sys.argv[1:]; n = len(paths) // 2;"
+        " [write_tidy(tidy_run(run), tidy) for run, tidy in zip(paths[:n], paths[n:])]'"
+        " {input.runs:q} {output.tidy:q} 2> {log}"
 
 
 rule aggregate:

@@ -3,11 +3,13 @@
 # which jobs a code change reruns. Argument strings, job lists and resources come from
 # engine.workflow (pure functions of the config, unit-tested in tests/test_workflow_args.py);
 # nothing here probes the host, so building the DAG on a submit host is cheap.
+import inspect
 import os
 import re
 import sys
 from pathlib import Path
 
+from snakemake.common import overwrite_function_params
 from snakemake.utils import validate
 
 from engine.caffe.zoo import ZOO
@@ -27,7 +29,9 @@ from engine.workflow import (
     run_options,
     run_runtime_min,
     run_sets,
+    run_step_mem_mb,
     runs_in_vm,
+    slurm_step_prefix,
     vm_pipeline_names,
     vm_pipelines_args,
 )
@@ -91,8 +95,10 @@ RUN_IDS = [
         RUN_PATTERN, pipeline=pipelines, policy=POLICIES, limit=limits, rep=REPS
     )
 ]
-# every run, as the tidy folders the aggregate reads (each needs its run folder)
+# every run, as the tidy folders the aggregate reads (each needs its run folder); one
+# tidy_run job writes those of every repetition of a pipeline x policy x limit
 TIDY_DIRS = [f"{RESULTS}/tidy/{run_id}" for run_id in RUN_IDS]
+REP_PATTERNS = [RUN_PATTERN.replace("{rep}", str(rep)) for rep in REPS]
 REC_ID = REC["policy"].replace(":", "_")
 REC_DIR = f"{RESULTS}/reconcile/{REC['pipeline']}/{REC_ID}/{REC['limit']}"
 
@@ -130,6 +136,17 @@ BATCH_ARGS = batch_args(RUN)
 RUN_OPTIONS = run_options(RUN)
 REC_LIMIT_ARGS = reconcile_limit_args(config)
 RUN_RUNTIME = run_runtime_min(RUN)
+# What depends only on a run's limit, computed once per workflow rather than once per job
+# (planning the paper sweep repeats every per-job call 40,000 times): its flags, the memory
+# its job asks for and what goes before its `python -m engine run` (under inherit, a
+# SLURM job step of its own: engine.workflow.slurm_step_prefix).
+_LIMITS = sorted({limit for _, limits in run_sets(config) for limit in limits}
+                 | {str(REC["limit"])})
+LIMIT_ARGS = {limit: limit_args(config, limit) for limit in _LIMITS}
+RUN_MEM_MB = {limit: run_mem_mb(config, limit) for limit in _LIMITS}
+STEP_PREFIX = {limit: slurm_step_prefix(run_step_mem_mb(config, limit)) for limit in _LIMITS}
+# Run jobs take the built guest as input only where some run goes to the VM.
+ANY_RUN_IN_VM = any(runs_in_vm(config, limit) for limit in _LIMITS)
 
 
 # Code fingerprints (params, so a change reruns exactly the jobs that run that code): each
@@ -177,20 +194,32 @@ def run_vm_guest(wildcards):
     return VM_GUEST if runs_in_vm(config, wildcards.limit) else []
 
 
+# no input function at all (one call per job) when no run goes to the VM
+RUN_VM_GUEST = run_vm_guest if ANY_RUN_IN_VM else []
+
+
 def reconcile_vm_guest(wildcards):
     in_vm = reconcile_in_vm(config) or runs_in_vm(config, REC["limit"])
     return VM_GUEST if in_vm else []
 
 
 def vm_env(wildcards, input):
-    """Points a run that goes to the VM at the guest this workflow built."""
-    if not input.vm_guest:
-        return ""
-    return f"EDGEPROF_VM_CACHE={os.path.dirname(input.vm_guest)} "
+    """What goes before `python -m engine run`: for a run that goes to the VM, the guest
+    this workflow built; under `inherit`, a SLURM job step of its own of exactly the run's
+    limit (engine.workflow.slurm_step_prefix; outside a SLURM job the run starts as it
+    is). It reads `input`, so Snakemake counts it as derived from the input files and
+    never compares it to decide a rerun: it holds no setting the results depend on."""
+    if input.vm_guest:
+        return f"EDGEPROF_VM_CACHE={os.path.dirname(input.vm_guest)} "
+    return STEP_PREFIX[getattr(wildcards, "limit", str(REC["limit"]))]
+
+
+def run_policy(wildcards):
+    return POLICIES[wildcards.policy]
 
 
 def run_limit_args(wildcards):
-    return limit_args(config, wildcards.limit)
+    return LIMIT_ARGS[wildcards.limit]
 
 
 def run_seed(wildcards):
@@ -202,7 +231,7 @@ def run_code(wildcards):
 
 
 def run_mem(wildcards):
-    return run_mem_mb(config, wildcards.limit)
+    return RUN_MEM_MB[wildcards.limit]
 
 
 def vm_recipe(wildcards):
@@ -211,3 +240,11 @@ def vm_recipe(wildcards):
     from engine.vm.guest import recipe_hash
 
     return recipe_hash()
+
+
+# Snakemake inspects the signature of an input, params or resources function every time
+# it calls one (inspect.signature, ~70 us; 12 per run job): tell it once per workflow.
+for _function in (output_dir, split_dir, model_files, run_vm_guest, reconcile_vm_guest,
+                  vm_env, run_policy, run_limit_args, run_seed, run_code, run_mem,
+                  vm_recipe):
+    overwrite_function_params(_function, inspect.signature(_function).parameters)

@@ -6,14 +6,16 @@
 
 rule run:
     input:
+        # the description files are the pipelines' input already (rule pipelines), so a
+        # changed split reruns the runs through their pipeline; listing them here too
+        # cost planning the paper sweep 200,000 more file lookups
         pipeline=f"{PIPELINES_DIR}/{{pipeline}}.json",
-        descriptions=DESCRIPTIONS,
-        vm_guest=run_vm_guest,
+        vm_guest=RUN_VM_GUEST,
     output:
         directory(f"{RESULTS}/runs/{RUN_PATTERN}"),
     params:
-        policy=lambda wc: POLICIES[wc.policy],
-        models=split_dir,
+        policy=run_policy,
+        models=SPLIT_DIR,
         limit=run_limit_args,
         batch=BATCH_ARGS,
         seed=run_seed,
