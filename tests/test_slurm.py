@@ -33,6 +33,7 @@ import yaml
 
 from engine.workflow import SLURM_JOB_OVERHEAD_MB, UNLIMITED_MEM_MB
 from tests.slurm_cluster import ClusterUnavailable, SlurmCluster, _alive
+from tests.test_workflow import tiny_config as workflow_config
 
 REPO = Path(__file__).resolve().parents[1]
 FIGURES = ["speedup", "memory", "partial_workers", "layer_times", "reconciliation",
@@ -48,19 +49,11 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 
 def tiny_config(results: Path) -> dict:
-    return {
-        "seed": 0, "results": str(results),
-        "models": {"zoo": ["AgeNet", "GenderNet"], "user": [], "user_dir": "resources/models"},
-        "pipelines": {"count": 1, "length": [2, 2], "arrival": {"mode": "batch"},
-                      "bins_mib": [150, 400]},
-        "run": {"policies": ["bulk", "linear"], "limits": ["none", "512M"], "swap": "max",
-                "backend": "inherit", "repetitions": 1, "batch": 1, "blas_threads": 1,
-                "timeout_s": 300, "sample_hz": 50,
-                "reconcile": {"pipeline": "p000", "policy": "linear", "limit": "none",
-                              "vm": False}},
-        "vm": {"enabled": False},
-        "plots": {"dpi": 60, "font_size": 9, "palette": "tab10"},
-    }
+    """test_workflow's tiny config, its limited run under `inherit` at 512M."""
+    cfg = workflow_config(results)
+    cfg["run"].update(limits=["none", "512M"], backend="inherit")
+    cfg["plots"]["dpi"] = 60
+    return cfg
 
 
 @pytest.fixture(scope="module")
