@@ -262,3 +262,19 @@ def test_cpu_profile_unwritable_path_is_an_error(tmp_path):
     with pytest.raises(EdgeprofError, match="could not start"):
         with CpuProfile(tmp_path / "missing" / "cpu.prof"):
             pass
+
+
+def test_the_statistics_of_a_sampler_whose_process_ends_at_once_are_read_whole(tmp_path):
+    """A short-lived target makes the sampler print its statistics right after "ready";
+    reading "ready" must not swallow the start of them."""
+    import subprocess
+    import sys
+
+    from engine.probes.sampler import start_sampler
+
+    for i in range(15):
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.01)"])
+        sampler = start_sampler(proc.pid, str(tmp_path / f"s{i}.csv"), hz=200)
+        proc.wait()
+        stats = sampler.stop()
+        assert "error" not in stats and stats["samples"] >= 1, stats

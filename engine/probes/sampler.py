@@ -59,13 +59,29 @@ class Sampler:
         if self._stats is None:
             try:
                 out, _ = self._proc.communicate(timeout=timeout)
-                self._stats = json.loads(out) if out.strip() else {
-                    "error": f"sampler exited with code {self._proc.returncode}"}
+                self._stats = _statistics(out, self._proc.returncode)
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait()
                 self._stats = {"error": f"sampler did not stop within {timeout} s; killed"}
         return self._stats
+
+
+def _statistics(out: bytes, code: int | None) -> dict:
+    """The sampler's statistics: the last line it printed (one JSON object). Whatever else
+    it printed, or a line cut short, is recorded as an error, never raised: the run's own
+    result must not depend on its sampler's."""
+    lines = out.strip().splitlines()
+    if not lines:
+        return {"error": f"sampler exited with code {code}"}
+    try:
+        stats = json.loads(lines[-1])
+    except ValueError:
+        stats = None
+    if not isinstance(stats, dict):
+        return {"error": f"sampler printed no statistics (exit code {code}): "
+                         f"{out[-200:].decode(errors='replace')!r}"}
+    return stats
 
 
 def start_sampler(pid: int, csv_path: str, hz: float = 100.0, cgroup_dir: str | None = None,
@@ -78,7 +94,10 @@ def start_sampler(pid: int, csv_path: str, hz: float = 100.0, cgroup_dir: str | 
         _open_cgroup(cgroup_dir).close()  # fail here, not silently in the sampler
     if uss:
         argv.append("--uss")
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    # unbuffered: the "ready" line is read byte by byte, so no part of the statistics a
+    # short-lived sampler prints right after it is swallowed by a reader's buffer, out of
+    # the reach of communicate() (which reads the pipe's fd directly)
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0,
                             preexec_fn=preexec())
     # Wait for its first row: sampling is under way when this returns. Whatever ends the
     # wait (a signal included), the sampler does not outlive it unowned.
