@@ -277,4 +277,5 @@ def test_the_statistics_of_a_sampler_whose_process_ends_at_once_are_read_whole(t
         sampler = start_sampler(proc.pid, str(tmp_path / f"s{i}.csv"), hz=200)
         proc.wait()
         stats = sampler.stop()
-        assert "error" not in stats and stats["samples"] >= 1, stats
+        # a target gone before the first tick leaves no sample, but whole statistics
+        assert "error" not in stats and stats["samples"] >= 0 and "achieved_hz" in stats, stats
