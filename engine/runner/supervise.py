@@ -20,6 +20,7 @@ import uuid
 from dataclasses import asdict
 from pathlib import Path
 
+from engine.caffe.splitter import Description
 from engine.limits import LimitRequest, Session, open_session
 from engine.probes.vmstat import in_guest
 from engine.procs import SUPERVISOR_ENV, preexec
@@ -61,14 +62,21 @@ def request_meta(request: RunRequest, pipeline: Pipeline, policy: Policy) -> Run
         host=host_facts(), versions=versions())
 
 
+def check_inputs(request: RunRequest) -> tuple[Policy, Pipeline, dict[str, Path],
+                                               dict[str, Description]]:
+    """The request's policy, pipeline, model index and descriptions, each checked (model
+    files against their split too): bad input fails here, before anything is written."""
+    policy = parse_policy(request.policy)
+    pipeline = load_pipeline(request.pipeline)
+    models = model_index(request.models)
+    return policy, pipeline, models, resolve_descriptions(pipeline, models)
+
+
 def run_supervised(request: RunRequest, session: Session | None = None) -> RunMeta:
     """Run one pipeline in a measured child process; returns the written meta.json.
     ``session``: one already opened for this request (closed here in every case)."""
     try:
-        policy = parse_policy(request.policy)
-        pipeline = load_pipeline(request.pipeline)
-        models = model_index(request.models)
-        descs = resolve_descriptions(pipeline, models)
+        policy, pipeline, models, descs = check_inputs(request)
         claim = OutClaim(request.out, request.force)
     except BaseException:
         if session is not None:

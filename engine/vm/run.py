@@ -212,25 +212,15 @@ def vm_facts(res: vmboot.BootResult, p: Plan, guest: Guest, facts: dict | None) 
             "error": res.error}
 
 
-def _check_inputs(request: RunRequest) -> tuple[Pipeline, Policy]:
-    """Bad input fails here in a second, not after a guest boot."""
-    from engine.runner.execute import model_index, resolve_descriptions
-    from engine.schedule.pipelines import load_pipeline
-    from engine.schedule.policies import parse_policy
-
-    policy = parse_policy(request.policy)
-    pipeline = load_pipeline(request.pipeline)
-    resolve_descriptions(pipeline, model_index(request.models))
-    return pipeline, policy
-
-
 def run_in_vm(request: RunRequest, cfg: VmConfig | None = None,
               auto: dict | None = None) -> RunMeta:
     """``engine run`` with ``--backend vm``; returns the written meta.json. The guest gets
     ``request`` as JSON (its out in the share, backend cgroup2). ``auto``: auto's notes
     when it chose the VM. Raises Interrupted on SIGINT/SIGTERM/SIGHUP, after killing qemu
     and removing every file the run made."""
-    pipeline, policy = _check_inputs(request)
+    from engine.runner.supervise import check_inputs
+
+    policy, pipeline, _, _ = check_inputs(request)  # in a second, not after a guest boot
     cfg = cfg or VmConfig.from_env()  # a bad setting fails before anything is written
     limit, swap = request.limits.ram_bytes, request.limits.swap_bytes
     share = None
