@@ -101,7 +101,8 @@ def _cmd_pipelines(args: argparse.Namespace) -> None:
         arrival.update(mean=args.mean, sd=args.sd)
     _positive(args.count, "--count", allow_zero=True)
     made = pipelines.generate_pipelines(args.seed, args.count, sizes, tuple(args.length),
-                                        arrival, args.bins, prefix=args.prefix)
+                                        arrival, args.bins_mb or args.bins, prefix=args.prefix,
+                                        bin_unit="MB" if args.bins_mb else "MiB")
     out = Path(args.out)
     for p in made:
         pipelines.save_pipeline(p, out / f"{p.name}.json")
@@ -304,8 +305,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rate", type=float, default=1.0, help="poisson: networks per second")
     p.add_argument("--mean", type=float, default=1.0, help="normal: mean gap in seconds")
     p.add_argument("--sd", type=float, default=0.5, help="normal: gap sd in seconds")
-    p.add_argument("--bins", type=float, nargs="*", default=[100, 300],
-                   help="upper edges (MiB) of the pipeline-size bins (default 100 300)")
+    bins = p.add_mutually_exclusive_group()
+    bins.add_argument("--bins", type=float, nargs="*", default=[100, 300],
+                      help="upper edges (MiB) of the pipeline-size bins (default 100 300)")
+    bins.add_argument("--bins-mb", type=float, nargs="+",
+                      help="the same in decimal MB (10**6 bytes), e.g. 400 800 1200")
     p.add_argument("--networks", nargs="*", help="draw from these (default: all split models)")
     p.add_argument("--prefix", default="p", help="pipeline names: <prefix>NNN (default p)")
     p.set_defaults(func=_cmd_pipelines)

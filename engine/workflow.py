@@ -15,8 +15,11 @@ import math
 import os
 import shlex
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from engine.schedule.policies import parse_policy
 from engine.units import parse_size
@@ -152,14 +155,20 @@ def check_config(config: Config) -> None:
     blocks = [("pipelines", config["pipelines"])]
     if vm_enabled(config):
         blocks.append(("vm.pipelines", config["vm"]["pipelines"]))
+        unknown = sorted(set(config["vm"]["pipelines"]["networks"])
+                         - set(models["zoo"]) - set(models["user"]))
+        if unknown:
+            raise ValueError(f"config: vm.pipelines.networks {', '.join(unknown)} not in "
+                             f"models.zoo or models.user; add them there so they are "
+                             f"generated and split")
     for key, block in blocks:
         lo, hi = block["length"]
         if lo > hi:
             raise ValueError(f"config: {key}.length [{lo}, {hi}] must be [fewest, most] "
                              f"networks per pipeline, fewest <= most")
-    bins = config["pipelines"]["bins_mib"]
+    bins = config["pipelines"]["bins"]
     if not all(math.isfinite(b) for b in bins) or list(bins) != sorted(set(bins)):
-        raise ValueError(f"config: pipelines.bins_mib {list(bins)} must be strictly "
+        raise ValueError(f"config: pipelines.bins {list(bins)} must be strictly "
                          f"ascending upper edges")
     lists = [("run.limits", config["run"]["limits"])]
     if vm_enabled(config):
@@ -177,6 +186,7 @@ def check_config(config: Config) -> None:
                 raise ValueError(f"config: {key} {seen[size]!r} and {limit!r} are the same "
                                  f"size; list each limit once")
             seen[size] = limit
+    _check_run_extras(config)
     reconcile = config["run"]["reconcile"]
     if reconcile_in_vm(config) and not vm_enabled(config):
         raise ValueError("config: run.reconcile.vm is true (config/config.yaml's default, "
@@ -188,6 +198,23 @@ def check_config(config: Config) -> None:
         raise ValueError(f"config: run.reconcile.pipeline {reconcile['pipeline']!r} is not one "
                          f"of the {'vm ' if reconcile_in_vm(config) else ''}pipelines "
                          f"({', '.join(names[:3])}, ...)")
+
+
+def _check_run_extras(config: Config) -> None:
+    run = config["run"]
+    total = run.get("swap_total")
+    if total is not None:
+        limits = {str(limit) for rs in run_sets(config) for limit in rs.limits} - {UNLIMITED}
+        over = sorted(lim for lim in limits if parse_size(lim) > parse_size(str(total)))
+        if over:
+            raise ValueError(f"config: run.swap_total {total} is below the limit(s) "
+                             f"{', '.join(over)}: it caps memory + swap together, so it "
+                             f"must be at least every limit")
+    policy = run.get("probe_overhead_policy")
+    if policy is not None and parse_policy(policy).name not in {
+            parse_policy(p).name for p in run["policies"]}:
+        raise ValueError(f"config: run.probe_overhead_policy {policy!r} is not one of "
+                         f"run.policies: its unprobed runs pair with that policy's runs")
 
 
 # --- which runs exist, and where they run --------------------------------------------------
@@ -215,31 +242,110 @@ def vm_pipeline_names(config: Config) -> list[str]:
     return pipeline_names(config["vm"]["pipelines"]["count"], "v") if vm_enabled(config) else []
 
 
-def run_sets(config: Config) -> list[tuple[list[str], list[str]]]:
-    """(pipelines, limits) pairs whose product is every run (times policies and reps).
+@dataclass(frozen=True)
+class RunSet:
+    """Runs whose product is every run of a config (times the repetitions): these
+    pipelines under these policies and limits, all in the guest (``in_vm``) or none."""
 
-    With ``vm.enabled`` the main pipelines run only unconstrained (natively) and the limited
-    runs are the vm pipelines under the vm limits (emulated runs are 15-60x slower);
-    otherwise the main pipelines run under every limit of ``run.limits``."""
+    pipelines: list[str]
+    policies: list[str]  # canonical names
+    limits: list[str]
+    in_vm: bool
+
+
+def vm_policies(config: Config) -> list[str]:
+    """The policies of the runs in the guest: ``vm.policies``, else ``run.policies``."""
+    return list((config.get("vm") or {}).get("policies") or config["run"]["policies"])
+
+
+def run_sets(config: Config) -> list[RunSet]:
+    """Every run, as run sets.
+
+    With ``vm.enabled`` the main pipelines run only unconstrained (natively) and the vm
+    pipelines run in the guest under ``vm.limits`` and, as their like-for-like baseline,
+    unconstrained in the same guest (emulated runs are 15-60x slower: their slowdowns are
+    taken over emulated baselines, never native ones). Otherwise the main pipelines run
+    under every limit of ``run.limits`` with ``run.backend``."""
     main = pipeline_names(config["pipelines"]["count"])
+    policies = [parse_policy(p).name for p in config["run"]["policies"]]
     if vm_enabled(config):
-        return [(main, [UNLIMITED]), (vm_pipeline_names(config), list(config["vm"]["limits"]))]
-    return [(main, [str(limit) for limit in config["run"]["limits"]])]
+        vm_limits = [UNLIMITED, *(str(lim) for lim in config["vm"]["limits"]
+                                  if str(lim) != UNLIMITED)]
+        return [RunSet(main, policies, [UNLIMITED], False),
+                RunSet(vm_pipeline_names(config),
+                       [parse_policy(p).name for p in vm_policies(config)], vm_limits, True)]
+    limits = [str(limit) for limit in config["run"]["limits"]]
+    return [RunSet(main, policies, limits, False)]
 
 
-def run_backend(config: Config, limit: str) -> str:
-    """The ``--backend`` of a run under ``limit``: unconstrained runs stay native (``none``
-    where ``run.backend`` is ``vm``), limited runs go to ``vm`` when ``vm.enabled``, else
-    they use ``run.backend``."""
+def run_backend(config: Config, limit: str, in_vm: bool) -> str:
+    """The ``--backend`` of a run under ``limit``: ``vm`` for every run of a vm pipeline
+    (``in_vm``: its baseline too); for the main pipelines, ``run.backend``, with ``none``
+    for the unconstrained runs where that is ``vm``."""
+    if in_vm:
+        return "vm"
     backend = config["run"]["backend"]
-    if limit == UNLIMITED:
-        return "none" if backend == "vm" else backend
-    return "vm" if vm_enabled(config) else backend
+    if limit == UNLIMITED and backend == "vm":
+        return "none"
+    return backend
 
 
-def runs_in_vm(config: Config, limit: str) -> bool:
+def runs_in_vm(config: Config, limit: str, in_vm: bool) -> bool:
     """Whether a run under ``limit`` runs in the guest (so needs the built guest)."""
-    return run_backend(config, limit) == "vm"
+    return run_backend(config, limit, in_vm) == "vm"
+
+
+# Runs that measure the probes' own cost: the same pipeline and repetition as a probed
+# run of ``run.probe_overhead_policy``, unconstrained and natively, with --no-probes.
+UNPROBED = "unprobed"
+RUN_KINDS = ("runs", UNPROBED)
+
+
+def unprobed_runs(config: Config) -> list[tuple[str, str]]:
+    """(pipeline, policy) of the unprobed twins: every main pipeline under
+    ``run.probe_overhead_policy`` (none when it is null or the main pipelines do not run
+    unconstrained natively)."""
+    policy = config["run"].get("probe_overhead_policy")
+    if policy is None:
+        return []
+    main = run_sets(config)[0]
+    if UNLIMITED not in main.limits or main.in_vm:
+        return []
+    return [(pipeline, parse_policy(policy).name) for pipeline in main.pipelines]
+
+
+def run_order(config: Config) -> list[tuple[str, str, str, str, int]]:
+    """The order the runs should start in, as (kind, pipeline, policy, limit, rep).
+
+    Repetition by repetition; within one, the blocks (one pipeline under one limit) in a
+    seeded random order, and within a block every policy (and the unprobed twin) in a
+    seeded random order of its own: the runs a comparison pairs are close in time, so a
+    drift or a neighbour's load hits every policy alike, and no policy always goes first.
+    """
+    twins = set(unprobed_runs(config))
+    order = []
+    for rep in range(config["run"]["repetitions"]):
+        blocks = [(rs, pipeline, limit) for rs in run_sets(config)
+                  for pipeline in rs.pipelines for limit in rs.limits]
+        rng = np.random.default_rng([config["seed"], rep])
+        for b in rng.permutation(len(blocks)):
+            rs, pipeline, limit = blocks[b]
+            members = [("runs", policy) for policy in rs.policies]
+            if limit == UNLIMITED and not rs.in_vm:
+                members += [(UNPROBED, pol) for pipe, pol in twins if pipe == pipeline]
+            for m in np.random.default_rng([config["seed"], rep, int(b)]).permutation(
+                    len(members)):
+                kind, policy = members[m]
+                order.append((kind, pipeline, policy, limit, rep))
+    return order
+
+
+def run_priorities(config: Config) -> dict[str, int]:
+    """``kind/pipeline/policy_id/limit/repN`` -> Snakemake priority (higher starts
+    first) that makes the scheduler start the runs in ``run_order``."""
+    order = run_order(config)
+    return {f"{kind}/{pipeline}/{policy.replace(':', '_')}/{limit}/rep{rep}": len(order) - i
+            for i, (kind, pipeline, policy, limit, rep) in enumerate(order)}
 
 
 # --- command-line arguments ------------------------------------------------------------------
@@ -253,20 +359,26 @@ def reconcile_in_vm(config: Config) -> bool:
 def reconcile_limit_args(config: Config) -> str:
     """The reconciliation run's limit flags: as any run's, or the guest's (``--backend vm``,
     with or without a limit: the guest's cgroup is measured either way)."""
-    limit = config["run"]["reconcile"]["limit"]
-    if not reconcile_in_vm(config):
-        return limit_args(config, limit)
-    if limit == UNLIMITED:
-        return _join(["--backend", "vm"])
-    return _join(["--limit", limit, "--swap", config["run"]["swap"], "--backend", "vm"])
+    return limit_args(config, config["run"]["reconcile"]["limit"], reconcile_in_vm(config))
 
 
-def limit_args(config: Config, limit: str) -> str:
-    """``python -m engine run``'s limit, swap and backend flags for a run under ``limit``."""
-    backend = run_backend(config, limit)
+def swap_arg(config: Config, limit: str) -> str:
+    """The run's ``--swap``: ``run.swap``, or with ``run.swap_total`` (memory + swap
+    capped together, as EdgeCaffe's memsw.limit_in_bytes) what the total leaves above
+    the limit."""
+    total = config["run"].get("swap_total")
+    if total is None:
+        return str(config["run"]["swap"])
+    return str(parse_size(str(total)) - parse_size(limit))
+
+
+def limit_args(config: Config, limit: str, in_vm: bool) -> str:
+    """``python -m engine run``'s limit, swap and backend flags for a run under ``limit``
+    (``in_vm``: a run of a vm pipeline)."""
+    backend = run_backend(config, limit, in_vm)
     if limit == UNLIMITED:
         return _join(["--backend", backend])
-    return _join(["--limit", limit, "--swap", config["run"]["swap"], "--backend", backend])
+    return _join(["--limit", limit, "--swap", swap_arg(config, limit), "--backend", backend])
 
 
 def batch_args(run: Config) -> str:
@@ -277,8 +389,9 @@ def batch_args(run: Config) -> str:
 def run_options(run: Config) -> str:
     """The settings every run shares (only these, so editing e.g. the limit list reruns
     only the new runs)."""
+    pin = ["--pin-cpu"] if run.get("pin_cpu") else []
     return _join(["--blas-threads", run["blas_threads"], "--timeout", run["timeout_s"],
-                  "--sample-hz", run["sample_hz"]])
+                  "--sample-hz", run["sample_hz"], *pin])
 
 
 def arrival_args(arrival: Config) -> str:
@@ -289,6 +402,12 @@ def arrival_args(arrival: Config) -> str:
     return _join(args)
 
 
+def bins_args(config: Config) -> list[object]:
+    """``--bins`` (MiB) or ``--bins-mb`` (decimal MB) with the size bins' edges."""
+    cfg = config["pipelines"]
+    return ["--bins-mb" if cfg.get("bin_unit") == "MB" else "--bins", *cfg["bins"]]
+
+
 def pipelines_args(config: Config, networks: Iterable[str]) -> str:
     """``python -m engine pipelines``'s arguments for the main pipelines (``pNNN``), drawn
     from ``networks`` (display names)."""
@@ -296,7 +415,7 @@ def pipelines_args(config: Config, networks: Iterable[str]) -> str:
     return " ".join(filter(None, [
         _join(["--count", cfg["count"], "--seed", config["seed"], "--length", *cfg["length"]]),
         arrival_args(cfg["arrival"]),
-        _join(["--bins", *cfg["bins_mib"], "--networks", *networks]),
+        _join([*bins_args(config), "--networks", *networks]),
     ]))
 
 
@@ -307,7 +426,7 @@ def vm_pipelines_args(config: Config) -> str:
         return ""
     cfg = config["vm"]["pipelines"]
     return _join(["--count", cfg["count"], "--seed", config["seed"], "--prefix", "v",
-                  "--length", *cfg["length"], "--bins", *config["pipelines"]["bins_mib"],
+                  "--length", *cfg["length"], *bins_args(config),
                   "--networks", *cfg["networks"]])
 
 
@@ -322,32 +441,30 @@ UNLIMITED_MEM_MB = 8192  # what an unconstrained run may use (its step's --mem u
 SLURM_JOB_OVERHEAD_MB = 512
 
 
-def run_step_mem_mb(config: Config, limit: str) -> int | None:
+def run_step_mem_mb(config: Config, limit: str, in_vm: bool) -> int | None:
     """MiB of the run's own SLURM job step (``srun --mem``) under ``inherit``: exactly its
     limit (``UNLIMITED_MEM_MB`` for an unconstrained run), so the step's cgroup, where a
     SLURM with task/cgroup enforces memory, holds the engine's processes alone under
     exactly that limit, and the workflow's own processes stay outside it. None for the
     other backends, which set (or emulate) the limit themselves."""
-    if run_backend(config, limit) != "inherit":
+    if run_backend(config, limit, in_vm) != "inherit":
         return None
     return UNLIMITED_MEM_MB if limit == UNLIMITED else parse_size(limit) // 2**20
 
 
-def run_mem_mb(config: Config, limit: str) -> int:
+def run_mem_mb(config: Config, limit: str, in_vm: bool) -> int:
     """Memory (MiB) a run job asks for. Under ``inherit`` the run gets a job step of exactly
     its limit (``run_step_mem_mb``) and the job asks for that plus the workflow's own
     processes (``SLURM_JOB_OVERHEAD_MB``); a backend that sets its own cgroup needs room
     above the limit for the supervisor and sampler; a VM needs its guest RAM (limit + 768
     MiB, at least 1 GiB) and qemu's own ~300 MiB."""
-    step = run_step_mem_mb(config, limit)
+    step = run_step_mem_mb(config, limit, in_vm)
     if step is not None:
         return step + SLURM_JOB_OVERHEAD_MB
-    if limit == UNLIMITED:
-        return UNLIMITED_MEM_MB
-    mib = parse_size(limit) // 2**20
-    if run_backend(config, limit) == "vm":
-        return max(1024, mib + 768) + 512
-    return mib + 1024
+    mib = None if limit == UNLIMITED else parse_size(limit) // 2**20
+    if run_backend(config, limit, in_vm) == "vm":
+        return max(1024, (mib or 1024) + 768) + 512  # engine.vm.run.plan's guest RAM
+    return UNLIMITED_MEM_MB if mib is None else mib + 1024
 
 
 def slurm_step_prefix(mem_mb: int | None) -> str:

@@ -29,7 +29,7 @@ def tiny_config(results: Path) -> dict:
         "seed": 0, "results": str(results),
         "models": {"zoo": ["AgeNet", "GenderNet"], "user": [], "user_dir": "resources/models"},
         "pipelines": {"count": 1, "length": [2, 2], "arrival": {"mode": "batch"},
-                      "bins_mib": [150, 400]},
+                      "bins": [150, 400]},
         "run": {"policies": ["bulk", "linear"], "limits": ["none", "256M"], "swap": "max",
                 "backend": "none", "repetitions": 1, "batch": 1, "blas_threads": 1,
                 "timeout_s": 300, "sample_hz": 50,

@@ -310,14 +310,14 @@ def test_the_shipped_configs_pass_the_checks_the_schema_cannot_make():
     ({"models__zoo": [], "models__user": []}, "models.zoo and models.user are both empty"),
     ({"pipelines__length": [4, 2]}, "pipelines.length [4, 2] must be [fewest, most]"),
     ({"vm__pipelines__length": [3, 2]}, "vm.pipelines.length [3, 2]"),
-    ({"pipelines__bins_mib": [400, 150]}, "strictly ascending"),
+    ({"pipelines__bins": [400, 150]}, "strictly ascending"),
     ({"run__limits": ["none", "0"]}, "memory limit '0': memory size '0' must be at least"),
     ({"vm__limits": ["0M"]}, "memory limit '0M'"),
     ({"run__reconcile__pipeline": "p099"}, "run.reconcile.pipeline 'p099' is not one"),
     ({"results": ""}, "results is empty"),
     ({"run__timeout_s": float("nan")}, "run.timeout_s nan must be a finite number"),
     ({"run__sample_hz": float("inf")}, "run.sample_hz inf must be a finite number"),
-    ({"pipelines__bins_mib": [float("nan")]}, "strictly ascending"),
+    ({"pipelines__bins": [float("nan")]}, "strictly ascending"),
     ({"run__limits": ["512M", "524288K"]}, "run.limits '512M' and '524288K' are the same size"),
 ])
 def test_a_merged_config_the_schema_passes_can_still_be_refused(cfg, changes, message):

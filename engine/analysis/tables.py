@@ -218,6 +218,11 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def tidy_run_table(tidy_dir: str | os.PathLike) -> pd.DataFrame:
+    """The runs table of one tidy folder."""
+    return pd.read_parquet(Path(tidy_dir) / "runs.parquet")
+
+
 def _read_tidy(tidy_dirs: Iterable[str | os.PathLike]) -> dict[str, pd.DataFrame]:
     parts: dict[str, list[pd.DataFrame]] = {name: [] for name in TIDY_TABLES}
     for d in tidy_dirs:
@@ -226,8 +231,11 @@ def _read_tidy(tidy_dirs: Iterable[str | os.PathLike]) -> dict[str, pd.DataFrame
     return {name: _concat(frames) for name, frames in parts.items()}
 
 
-# Runs compared for the speed-up: same pipeline, repetition and (enforced) limit.
+# Runs compared for the speed-up: same pipeline, repetition and (enforced) limit, in the
+# same execution mode (native and emulated never share an aggregate).
 SPEEDUP_KEY = ["pipeline", "limit", "limit_enforced", "emulated", "rep"]
+# ... and for the slowdown under a limit: the same policy unconstrained, same mode.
+SLOWDOWN_KEY = ["pipeline", "policy", "emulated", "rep"]
 
 
 def _speedup_reason(row: pd.Series) -> str:
@@ -241,20 +249,145 @@ def _speedup_reason(row: pd.Series) -> str:
 
 
 def speedup_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per pipeline x limit x repetition x policy: makespan and speed-up over Bulk
-    (bulk makespan / policy makespan). NaN, with the reason, when either did not finish."""
+    """Per pipeline x limit x repetition x policy (one pair per repetition): makespan,
+    speed-up over Bulk (bulk makespan / policy makespan, the two runs of one interleaved
+    block) and slowdown under the limit (makespan / the same policy's unconstrained
+    makespan in the same repetition and execution mode). NaN, with the reason, when a run
+    of the pair did not finish."""
     cols = SPEEDUP_KEY + ["size_bin", "n_networks", "param_bytes", "limit_bytes", "policy",
                           "policy_family", "workers", "termination", "makespan_s"]
+    extra = ["bulk_makespan_s", "bulk_termination", "speedup", "reason",
+             "unconstrained_makespan_s", "slowdown"]
     if runs.empty:
-        return pd.DataFrame(columns=cols + ["bulk_makespan_s", "bulk_termination", "speedup",
-                                            "reason"])
+        return pd.DataFrame(columns=cols + extra)
     bulk = runs.loc[runs["policy"] == "bulk", SPEEDUP_KEY + ["makespan_s", "termination"]]
     bulk = bulk.rename(columns={"makespan_s": "bulk_makespan_s",
                                 "termination": "bulk_termination"})
     out = runs[cols].merge(bulk, on=SPEEDUP_KEY, how="left")
     out["speedup"] = out["bulk_makespan_s"] / out["makespan_s"]
     out["reason"] = out.apply(_speedup_reason, axis=1)
+    base = runs.loc[runs["limit"] == "none", SLOWDOWN_KEY + ["makespan_s"]].rename(
+        columns={"makespan_s": "unconstrained_makespan_s"})
+    out = out.merge(base, on=SLOWDOWN_KEY, how="left")
+    out["slowdown"] = out["makespan_s"] / out["unconstrained_makespan_s"]
     return out.sort_values(SPEEDUP_KEY + ["policy"], ignore_index=True)
+
+
+# What the summaries aggregate over repetitions: label -> runs column.
+SUMMARY_METRICS = {
+    "makespan_s": "makespan_s", "wall_s": "wall_s", "cpu_s": "cpu_s",
+    "peak_rss_bytes": "peak_rss_bytes", "mean_rss_bytes": "mean_rss_bytes",
+    "peak_swap_bytes": "peak_swap_bytes", "mean_swap_bytes": "mean_swap_bytes",
+    "hwm_rss_bytes": "hwm_rss_bytes", "cg_window_peak_bytes": "cg_window_peak_bytes",
+    "cg_window_swap_peak_bytes": "cg_window_swap_peak_bytes",
+}
+# A cell: one policy on one pipeline (or size bin) under one limit, in one execution mode.
+CELL = ["emulated", "limit", "limit_enforced", "size_bin", "policy"]
+
+
+def _levels(df: pd.DataFrame, value: str, prefix: str) -> pd.DataFrame:
+    """``stats.summarize`` per pipeline (over its repetitions) and per size bin (over its
+    pipelines and their repetitions), stacked with a ``level`` column."""
+    from engine.analysis.stats import summarize
+
+    per_pipeline = summarize(df, CELL + ["pipeline"], value, prefix=prefix)
+    per_bin = summarize(df, CELL, value, cluster="pipeline", prefix=prefix)
+    per_bin["pipeline"] = ""
+    return pd.concat([per_pipeline.assign(level="pipeline"), per_bin.assign(level="size_bin")],
+                     ignore_index=True)
+
+
+def _merge_levels(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    key = ["level", *CELL, "pipeline"]
+    out = parts[0]
+    for part in parts[1:]:
+        out = out.merge(part, on=key, how="outer")
+    return out.sort_values(key, ignore_index=True)[key + [c for c in out if c not in key]]
+
+
+def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Every time and memory metric of the finished runs: median and 95 % CI per policy,
+    pipeline and limit (over repetitions) and per size bin (over pipelines and
+    repetitions), with how many runs did not finish."""
+    if runs.empty:
+        return pd.DataFrame()
+    runs = runs.assign(pipeline=runs["pipeline"].astype(str))
+    ok = runs[runs["termination"] == "ok"]
+    parts = [_levels(ok, col, label) for label, col in SUMMARY_METRICS.items() if col in ok]
+    counts = [runs.assign(not_ok=runs["termination"] != "ok")
+              .groupby(CELL + (["pipeline"] if level == "pipeline" else []), dropna=False)
+              .agg(runs=("run_id", "size"), runs_not_ok=("not_ok", "sum")).reset_index()
+              .assign(level=level, **({} if level == "pipeline" else {"pipeline": ""}))
+              for level in ("pipeline", "size_bin")]
+    return _merge_levels([*parts, pd.concat(counts, ignore_index=True)])
+
+
+def speedup_summary(pairs: pd.DataFrame) -> pd.DataFrame:
+    """The paired ratios of ``speedup_table`` per cell: the median speed-up over Bulk and
+    slowdown under the limit with their 95 % CIs, and whether each CI excludes 1
+    (``*_significance``: higher, lower, no difference, too few runs)."""
+    from engine.analysis.stats import significance
+
+    if pairs.empty:
+        return pd.DataFrame()
+    pairs = pairs.assign(pipeline=pairs["pipeline"].astype(str))
+    parts = [_levels(pairs, "speedup", "speedup"), _levels(pairs, "slowdown", "slowdown")]
+    out = _merge_levels(parts)
+    for name in ("speedup", "slowdown"):
+        out[f"{name}_significance"] = [significance(lo, hi) for lo, hi in
+                                       zip(out[f"{name}_ci_low"], out[f"{name}_ci_high"])]
+    out.loc[out["policy"] == "bulk", "speedup_significance"] = ""  # bulk over itself
+    out.loc[out["limit"] == "none", "slowdown_significance"] = ""
+    return out
+
+
+def noise_floor_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """The spread of identical repeated runs per execution mode (stats.noise_floor)."""
+    from engine.analysis.stats import noise_floor
+
+    if runs.empty:
+        return pd.DataFrame()
+    ok = runs[runs["termination"] == "ok"]
+    return noise_floor(ok, ["pipeline", "policy", "limit", "limit_enforced"],
+                       {"makespan": "makespan_s", "cpu time": "cpu_s",
+                        "run max RSS": "hwm_rss_bytes", "sampled peak RSS": "peak_rss_bytes"})
+
+
+PAIR_KEY = ["pipeline", "policy", "limit", "emulated", "rep"]
+
+
+def probe_overhead_table(runs: pd.DataFrame, unprobed: pd.DataFrame) -> pd.DataFrame:
+    """Probed runs paired with their unprobed twins (same pipeline, policy, repetition,
+    started next to each other): per pair the overhead (probed / unprobed makespan - 1)
+    and its cost per task boundary; per pipeline and over all pipelines the median with
+    its 95 % CI and whether the CI excludes no overhead."""
+    from engine.analysis.stats import bootstrap_ci, cluster_bootstrap_ci, significance
+
+    cols = ["pipeline", "pairs", "overhead_pct_median", "overhead_pct_ci_low",
+            "overhead_pct_ci_high", "per_boundary_ms_median", "per_boundary_ms_ci_low",
+            "per_boundary_ms_ci_high", "significance"]
+    if runs.empty or unprobed.empty:
+        return pd.DataFrame(columns=cols)
+    twin = unprobed[PAIR_KEY + ["makespan_s"]].rename(
+        columns={"makespan_s": "unprobed_makespan_s"})
+    pairs = runs[PAIR_KEY + ["makespan_s", "tasks_finished"]].merge(twin, on=PAIR_KEY)
+    pairs = pairs.dropna(subset=["makespan_s", "unprobed_makespan_s"])
+    pairs["ratio"] = pairs["makespan_s"] / pairs["unprobed_makespan_s"]
+    # each task is one window: probes read at its start and its end
+    pairs["per_boundary_ms"] = ((pairs["makespan_s"] - pairs["unprobed_makespan_s"]) * 1e3
+                                / pairs["tasks_finished"])
+    rows = []
+    groups = [(str(p), g) for p, g in pairs.groupby("pipeline")] + [("all", pairs)]
+    for name, g in groups:
+        if name == "all":
+            ratio = cluster_bootstrap_ci(g["ratio"], g["pipeline"])
+            per = cluster_bootstrap_ci(g["per_boundary_ms"], g["pipeline"])
+        else:
+            ratio, per = bootstrap_ci(g["ratio"]), bootstrap_ci(g["per_boundary_ms"])
+        sig = significance(ratio[1], ratio[2])
+        rows.append([name, len(g), *[(r - 1) * 100 for r in ratio], *per,
+                     {"higher": "overhead", "lower": "faster with probes"}.get(sig, sig)])
+    return pd.DataFrame(rows, columns=cols)
 
 
 def _reconcile(reconcile_dir: str | os.PathLike | None) -> pd.DataFrame:
@@ -266,11 +399,22 @@ def _reconcile(reconcile_dir: str | os.PathLike | None) -> pd.DataFrame:
 
 
 def aggregate(tidy_dirs: Iterable[str | os.PathLike],
-              reconcile_dir: str | os.PathLike | None) -> dict[str, pd.DataFrame]:
+              reconcile_dir: str | os.PathLike | None,
+              unprobed_dirs: Iterable[str | os.PathLike] = ()) -> dict[str, pd.DataFrame]:
     """The campaign's tables: runs, tasks, networks, samples (at most
-    MAX_SAMPLES_PER_RUN per run), reconcile and speedup."""
+    MAX_SAMPLES_PER_RUN per run), reconcile, speedup (per pair), and the statistics over
+    repetitions: summary, speedup_summary, noise_floor, probe_overhead (the probed runs
+    against the unprobed twins in ``unprobed_dirs``)."""
     tables = _read_tidy(tidy_dirs)
     tables["samples"] = downsample(tables["samples"])
     tables["reconcile"] = _reconcile(reconcile_dir)
-    tables["speedup"] = speedup_table(tables["runs"])
+    runs = tables["runs"]
+    if not runs.empty:
+        runs["run_order"] = runs["started_at"].rank(method="first").astype("Int64")
+    tables["speedup"] = speedup_table(runs)
+    tables["summary"] = summary_table(runs)
+    tables["speedup_summary"] = speedup_summary(tables["speedup"])
+    tables["noise_floor"] = noise_floor_table(runs)
+    unprobed = [tidy_run_table(d) for d in unprobed_dirs]
+    tables["probe_overhead"] = probe_overhead_table(runs, _concat(unprobed))
     return tables

@@ -110,20 +110,25 @@ def save_pipeline(pipeline: Pipeline, path: str | os.PathLike) -> None:
     write_text_atomic(path, pipeline.to_json())
 
 
-def size_bin(param_bytes: int, edges_mib: list[float]) -> str:
-    """Label of the bin holding ``param_bytes``: bins end at ``edges_mib`` (ascending)."""
-    mib = param_bytes / 2**20
+BIN_UNITS = {"MiB": 2**20, "MB": 10**6}
+
+
+def size_bin(param_bytes: int, edges: list[float], unit: str = "MiB") -> str:
+    """Label of the bin holding ``param_bytes``: bins end at ``edges`` (ascending, in
+    ``unit``: MiB, or decimal MB as the paper's 400 MB bins)."""
+    size = param_bytes / BIN_UNITS[unit]
     lo = 0.0
-    for hi in edges_mib:
-        if mib < hi:
-            return f"{lo:g}-{hi:g} MiB"
+    for hi in edges:
+        if size < hi:
+            return f"{lo:g}-{hi:g} {unit}"
         lo = hi
-    return f">={lo:g} MiB"
+    return f">={lo:g} {unit}"
 
 
 def generate_pipelines(seed: int, count: int, network_bytes: dict[str, int],
                        length: tuple[int, int], arrival: dict,
-                       bins_mib: list[float] | None = None, prefix: str = "p") -> list[Pipeline]:
+                       bins_mib: list[float] | None = None, prefix: str = "p",
+                       bin_unit: str = "MiB") -> list[Pipeline]:
     """``count`` pipelines of ``length[0]..length[1]`` networks drawn with replacement
     from ``network_bytes`` (name -> parameter bytes, used for the size bins)."""
     mode = arrival.get("mode", "batch")
@@ -137,7 +142,7 @@ def generate_pipelines(seed: int, count: int, network_bytes: dict[str, int],
         raise PipelineError(f"pipeline name prefix {prefix!r}: letters, digits, _ and - only")
     if bins_mib is not None and (not all(math.isfinite(b) and b > 0 for b in bins_mib)
                                  or list(bins_mib) != sorted(set(bins_mib))):
-        raise PipelineError(f"size bins {list(bins_mib)}: upper edges in MiB, > 0 and "
+        raise PipelineError(f"size bins {list(bins_mib)}: upper edges in {bin_unit}, > 0 and "
                             f"strictly ascending")
     if not 0 <= seed:
         raise PipelineError(f"seed {seed}: must be >= 0")
@@ -165,7 +170,7 @@ def generate_pipelines(seed: int, count: int, network_bytes: dict[str, int],
         total = sum(network_bytes[net] for net in nets)
         pipelines.append(Pipeline(
             name=f"{prefix}{i:03d}", arrivals=arrivals, seed=seed, arrival_mode=mode,
-            param_bytes=total, size_bin=size_bin(total, bins_mib or []),
+            param_bytes=total, size_bin=size_bin(total, bins_mib or [], bin_unit),
             generator={"index": i, "length": [lo, hi], "arrival": dict(arrival)},
         ))
     return pipelines

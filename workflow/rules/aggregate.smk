@@ -7,16 +7,16 @@
 # scheduler) pays for, with no job groups (a group asks SLURM for the sum of its jobs).
 rule tidy_run:
     input:
-        runs=[f"{RESULTS}/runs/{pattern}" for pattern in REP_PATTERNS],
+        runs=[f"{RESULTS}/{{kind}}/{pattern}" for pattern in REP_PATTERNS],
     output:
-        tidy=[directory(f"{RESULTS}/tidy/{pattern}") for pattern in REP_PATTERNS],
+        tidy=[directory(f"{RESULTS}/tidy/{{kind}}/{pattern}") for pattern in REP_PATTERNS],
     params:
         code=CODE_ANALYSIS,
     resources:
         mem_mb=2048,
         runtime=10,
     log:
-        f"{RESULTS}/logs/tidy/{{pipeline}}/{{policy}}/{{limit}}.log",
+        f"{RESULTS}/logs/tidy/{{kind}}/{{pipeline}}/{{policy}}/{{limit}}.log",
     conda:
         "../../envs/analysis.yaml"
     shell:
@@ -29,6 +29,7 @@ rule tidy_run:
 rule aggregate:
     input:
         tidy=TIDY_DIRS,
+        unprobed=UNPROBED_TIDY_DIRS,
         reconcile=REC_DIR,
     output:
         expand(f"{RESULTS}/tables/{{table}}.{{ext}}", table=TABLES, ext=["csv", "parquet"]),

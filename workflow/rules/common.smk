@@ -27,11 +27,13 @@ from engine.workflow import (
     policy_ids,
     run_mem_mb,
     run_options,
+    run_priorities,
     run_runtime_min,
     run_sets,
     run_step_mem_mb,
     runs_in_vm,
     slurm_step_prefix,
+    unprobed_runs,
     vm_pipeline_names,
     vm_pipelines_args,
 )
@@ -83,21 +85,36 @@ DESCRIPTIONS = expand(f"{SPLIT_DIR}/{{stem}}.description.json", stem=NETWORKS)
 
 PIPELINES = pipeline_names(config["pipelines"]["count"])
 # With vm.enabled the limited runs go to the VM on the vm block's smaller pipelines (vNNN)
-# and limits; unconstrained runs always stay native (engine.workflow.run_sets).
+# and limits, beside their unconstrained baseline in the same guest; the main pipelines
+# run unconstrained, natively (engine.workflow.run_sets).
 VM_PIPELINES = vm_pipeline_names(config)
-POLICIES = policy_ids(RUN["policies"])  # path-safe id ("partial_2") -> name ("partial:2")
+RUN_SETS = run_sets(config)
+# path-safe id ("partial_2") -> name ("partial:2"), of every run set's policies
+POLICIES = policy_ids([p for rs in RUN_SETS for p in rs.policies])
 REPS = list(range(RUN["repetitions"]))
+# kind: "runs", or "unprobed" for the probe-overhead twins (--no-probes)
 RUN_PATTERN = "{pipeline}/{policy}/{limit}/rep{rep}"
+KIND_PATTERN = "{kind}/" + RUN_PATTERN
 RUN_IDS = [
     run_id
-    for pipelines, limits in run_sets(config)
+    for rs in RUN_SETS
     for run_id in expand(
-        RUN_PATTERN, pipeline=pipelines, policy=POLICIES, limit=limits, rep=REPS
+        RUN_PATTERN, pipeline=rs.pipelines, policy=policy_ids(rs.policies),
+        limit=rs.limits, rep=REPS,
     )
+]
+UNPROBED_IDS = [
+    f"{pipeline}/{policy.replace(':', '_')}/none/rep{rep}"
+    for pipeline, policy in unprobed_runs(config)
+    for rep in REPS
 ]
 # every run, as the tidy folders the aggregate reads (each needs its run folder); one
 # tidy_run job writes those of every repetition of a pipeline x policy x limit
-TIDY_DIRS = [f"{RESULTS}/tidy/{run_id}" for run_id in RUN_IDS]
+TIDY_DIRS = [f"{RESULTS}/tidy/runs/{run_id}" for run_id in RUN_IDS]
+UNPROBED_TIDY_DIRS = [f"{RESULTS}/tidy/unprobed/{run_id}" for run_id in UNPROBED_IDS]
+# Snakemake priorities that start the runs interleaved across policies, block by block
+# (engine.workflow.run_order); the order they really ran in is in the runs table.
+RUN_PRIORITY = run_priorities(config)
 REP_PATTERNS = [RUN_PATTERN.replace("{rep}", str(rep)) for rep in REPS]
 REC_ID = REC["policy"].replace(":", "_")
 REC_DIR = f"{RESULTS}/reconcile/{REC['pipeline']}/{REC_ID}/{REC['limit']}"
@@ -112,7 +129,8 @@ FIGURES = [
     "memory_over_time",
     "attribution",
 ]
-TABLES = ["runs", "tasks", "networks", "samples", "reconcile", "speedup"]
+TABLES = ["runs", "tasks", "networks", "samples", "reconcile", "speedup", "summary",
+          "speedup_summary", "noise_floor", "probe_overhead"]
 TARGETS = expand(
     f"{RESULTS}/plots/{{fig}}.{{ext}}", fig=FIGURES, ext=["png", "pdf"]
 ) + expand(f"{RESULTS}/tables/{{table}}.{{ext}}", table=TABLES, ext=["csv", "parquet"])
@@ -121,6 +139,7 @@ TARGETS = expand(
 wildcard_constraints:
     stem="|".join(map(re.escape, NETWORKS)) or "(?!)",
     pipeline=r"[pv]\d\d\d+",
+    kind="runs|unprobed",
     policy="|".join(POLICIES),
     limit=r"none|\d+(\.\d+)?[KMGT]?",
     rep=r"\d+",
@@ -140,13 +159,15 @@ RUN_RUNTIME = run_runtime_min(RUN)
 # (planning the paper sweep repeats every per-job call 40,000 times): its flags, the memory
 # its job asks for and what goes before its `python -m engine run` (under inherit, a
 # SLURM job step of its own: engine.workflow.slurm_step_prefix).
-_LIMITS = sorted({limit for _, limits in run_sets(config) for limit in limits}
-                 | {str(REC["limit"])})
-LIMIT_ARGS = {limit: limit_args(config, limit) for limit in _LIMITS}
-RUN_MEM_MB = {limit: run_mem_mb(config, limit) for limit in _LIMITS}
-STEP_PREFIX = {limit: slurm_step_prefix(run_step_mem_mb(config, limit)) for limit in _LIMITS}
+_LIMITS = sorted({(rs.in_vm, limit) for rs in RUN_SETS for limit in rs.limits}
+                 | {(reconcile_in_vm(config), str(REC["limit"]))})
+LIMIT_ARGS = {key: limit_args(config, key[1], key[0]) for key in _LIMITS}
+RUN_MEM_MB = {key: run_mem_mb(config, key[1], key[0]) for key in _LIMITS}
+STEP_PREFIX = {key: slurm_step_prefix(run_step_mem_mb(config, key[1], key[0]))
+               for key in _LIMITS}
 # Run jobs take the built guest as input only where some run goes to the VM.
-ANY_RUN_IN_VM = any(runs_in_vm(config, limit) for limit in _LIMITS)
+ANY_RUN_IN_VM = any(runs_in_vm(config, limit, in_vm) for in_vm, limit in _LIMITS)
+VM_SET = set(VM_PIPELINES)
 
 
 # Code fingerprints (params, so a change reruns exactly the jobs that run that code): each
@@ -189,9 +210,17 @@ def model_files(wildcards):
     }
 
 
+def _limit_key(wildcards):
+    """(in_vm, limit) of a run job, or of the reconciliation run (no limit wildcard)."""
+    if not hasattr(wildcards, "limit"):
+        return (reconcile_in_vm(config), str(REC["limit"]))
+    return (wildcards.pipeline in VM_SET, wildcards.limit)
+
+
 def run_vm_guest(wildcards):
     """The built guest, for a run that goes to the VM."""
-    return VM_GUEST if runs_in_vm(config, wildcards.limit) else []
+    in_vm, limit = _limit_key(wildcards)
+    return VM_GUEST if runs_in_vm(config, limit, in_vm) else []
 
 
 # no input function at all (one call per job) when no run goes to the VM
@@ -199,8 +228,8 @@ RUN_VM_GUEST = run_vm_guest if ANY_RUN_IN_VM else []
 
 
 def reconcile_vm_guest(wildcards):
-    in_vm = reconcile_in_vm(config) or runs_in_vm(config, REC["limit"])
-    return VM_GUEST if in_vm else []
+    in_vm, limit = _limit_key(wildcards)
+    return VM_GUEST if runs_in_vm(config, limit, in_vm) else []
 
 
 def vm_env(wildcards, input):
@@ -211,7 +240,7 @@ def vm_env(wildcards, input):
     never compares it to decide a rerun: it holds no setting the results depend on."""
     if input.vm_guest:
         return f"EDGEPROF_VM_CACHE={os.path.dirname(input.vm_guest)} "
-    return STEP_PREFIX[getattr(wildcards, "limit", str(REC["limit"]))]
+    return STEP_PREFIX[_limit_key(wildcards)]
 
 
 def run_policy(wildcards):
@@ -219,7 +248,8 @@ def run_policy(wildcards):
 
 
 def run_limit_args(wildcards):
-    return LIMIT_ARGS[wildcards.limit]
+    args = LIMIT_ARGS[_limit_key(wildcards)]
+    return args + " --no-probes" if wildcards.kind == "unprobed" else args
 
 
 def run_seed(wildcards):
@@ -231,7 +261,14 @@ def run_code(wildcards):
 
 
 def run_mem(wildcards):
-    return RUN_MEM_MB[wildcards.limit]
+    return RUN_MEM_MB[_limit_key(wildcards)]
+
+
+def run_priority(wildcards):
+    return RUN_PRIORITY[
+        f"{wildcards.kind}/{wildcards.pipeline}/{wildcards.policy}/{wildcards.limit}"
+        f"/rep{wildcards.rep}"
+    ]
 
 
 def vm_recipe(wildcards):
@@ -246,5 +283,5 @@ def vm_recipe(wildcards):
 # it calls one (inspect.signature, ~70 us; 12 per run job): tell it once per workflow.
 for _function in (output_dir, split_dir, model_files, run_vm_guest, reconcile_vm_guest,
                   vm_env, run_policy, run_limit_args, run_seed, run_code, run_mem,
-                  vm_recipe):
+                  run_priority, vm_recipe):
     overwrite_function_params(_function, inspect.signature(_function).parameters)

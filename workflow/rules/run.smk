@@ -1,7 +1,9 @@
 # Stage 4: one job per pipeline x policy x memory limit x repetition, each writing a run
-# folder (in a qemu guest for the runs that go to the vm backend: engine.workflow). An
-# OOM-killed or timed-out run is a result (exit 0, termination recorded); a crash fails
-# the job with the engine's message, and a rerun continues from there.
+# folder (in a qemu guest for the runs that go to the vm backend: engine.workflow), plus
+# the probe-overhead twins (kind "unprobed": the same run with --no-probes). Priorities
+# start them interleaved across policies (engine.workflow.run_order). An OOM-killed or
+# timed-out run is a result (exit 0, termination recorded); a crash fails the job with
+# the engine's message, and a rerun continues from there.
 
 
 rule run:
@@ -12,7 +14,7 @@ rule run:
         pipeline=f"{PIPELINES_DIR}/{{pipeline}}.json",
         vm_guest=RUN_VM_GUEST,
     output:
-        directory(f"{RESULTS}/runs/{RUN_PATTERN}"),
+        directory(f"{RESULTS}/{KIND_PATTERN}"),
     params:
         policy=run_policy,
         models=SPLIT_DIR,
@@ -22,13 +24,14 @@ rule run:
         options=RUN_OPTIONS,
         code=run_code,
         vm_env=vm_env,
+    priority: run_priority
     resources:
         mem_mb=run_mem,
         runtime=RUN_RUNTIME,
     log:
-        f"{RESULTS}/logs/runs/{RUN_PATTERN}.log",
+        f"{RESULTS}/logs/{KIND_PATTERN}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/runs/{RUN_PATTERN}.tsv"
+        f"{RESULTS}/benchmarks/{KIND_PATTERN}.tsv"
     conda:
         "../../envs/run.yaml"
     shell:
@@ -56,7 +59,7 @@ rule reconcile_run:
         code=REC_CODE,
         vm_env=vm_env,
     resources:
-        mem_mb=run_mem_mb(config, REC["limit"]),
+        mem_mb=RUN_MEM_MB[(reconcile_in_vm(config), str(REC["limit"]))],
         runtime=RUN_RUNTIME,
     log:
         f"{RESULTS}/logs/reconcile.log",

@@ -8,7 +8,7 @@ from pathlib import Path
 from engine.analysis.tables import aggregate, write_tables
 
 sys.stderr = open(snakemake.log[0], "w")  # pandas/pyarrow warnings go to the rule's log
-tables = aggregate(snakemake.input.tidy, snakemake.input.reconcile)
+tables = aggregate(snakemake.input.tidy, snakemake.input.reconcile, snakemake.input.unprobed)
 write_tables(tables, Path(snakemake.output[0]).parent)
 for name, df in tables.items():
     print(f"{name}: {len(df)} rows, {df.shape[1]} columns", file=sys.stderr)

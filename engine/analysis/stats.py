@@ -1,0 +1,136 @@
+"""Statistics of repeated runs, in one place: bootstrap confidence intervals over
+repetitions and over pipelines within a size bin, paired ratios (speed-up over Bulk,
+probe overhead) with their significance, and the noise floor of identical runs.
+
+Every estimate is a median with a 95 % percentile-bootstrap interval. A CI needs at least
+two values; with fewer it is NaN and nothing is called significant. With n values the
+interval can never be narrower than what n allows (n = 3: the smallest and largest
+value), which is what the captions say.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+CI_LEVEL = 0.95
+N_BOOT = 2000
+CI_METHOD = f"median, {CI_LEVEL:.0%} percentile bootstrap ({N_BOOT} resamples)"
+# Significance labels of a paired ratio's CI against 1.
+FASTER, SLOWER, NO_DIFFERENCE, TOO_FEW = "higher", "lower", "no difference", "too few runs"
+
+
+def _percentiles(boot: np.ndarray, level: float) -> tuple[float, float]:
+    tail = (1 - level) / 2 * 100
+    lo, hi = np.percentile(boot, [tail, 100 - tail])
+    return float(lo), float(hi)
+
+
+def bootstrap_ci(values: Sequence[float] | np.ndarray, level: float = CI_LEVEL,
+                 n_boot: int = N_BOOT, seed: int = 0) -> tuple[float, float, float]:
+    """(median, ci_low, ci_high) of ``values`` (NaN dropped), resampling the values.
+    Fewer than two values: the CI is NaN (no value: the median too)."""
+    x = np.asarray(values, dtype=float)
+    x = x[np.isfinite(x)]
+    if len(x) == 0:
+        return np.nan, np.nan, np.nan
+    if len(x) == 1:
+        return float(x[0]), np.nan, np.nan
+    rng = np.random.default_rng(seed)
+    boot = np.median(x[rng.integers(0, len(x), size=(n_boot, len(x)))], axis=1)
+    return (float(np.median(x)), *_percentiles(boot, level))
+
+
+def cluster_bootstrap_ci(values: Sequence[float] | np.ndarray,
+                         clusters: Sequence[object] | np.ndarray, level: float = CI_LEVEL,
+                         n_boot: int = N_BOOT, seed: int = 0) -> tuple[float, float, float]:
+    """(median, ci_low, ci_high) over values grouped in clusters (the repetitions of each
+    pipeline in a size bin), resampled in two stages: clusters with replacement, then
+    the values within each drawn cluster. Pipelines differ more than repetitions of one
+    pipeline do, so the interval reflects both. One cluster: as ``bootstrap_ci``."""
+    x = np.asarray(values, dtype=float)
+    c = np.asarray(clusters, dtype=object)
+    keep = np.isfinite(x)
+    x, c = x[keep], c[keep]
+    labels = list(dict.fromkeys(c.tolist()))
+    if len(labels) <= 1:
+        return bootstrap_ci(x, level, n_boot, seed)
+    groups = [x[c == label] for label in labels]
+    sizes = np.array([len(g) for g in groups])
+    width = int(sizes.max())
+    padded = np.full((len(groups), width), np.nan)
+    for i, g in enumerate(groups):
+        padded[i, :len(g)] = g
+    rng = np.random.default_rng(seed)
+    picked = rng.integers(0, len(groups), size=(n_boot, len(groups)))  # stage 1
+    # stage 2: within each picked cluster, indices below that cluster's own size
+    within = (rng.random((n_boot, len(groups), width)) * sizes[picked][..., None]).astype(int)
+    draws = padded[picked[..., None], within]
+    # a cluster smaller than the widest fills only its first `size` slots
+    draws[np.arange(width)[None, None, :] >= sizes[picked][..., None]] = np.nan
+    boot = np.nanmedian(draws.reshape(n_boot, -1), axis=1)
+    return (float(np.median(x)), *_percentiles(boot, level))
+
+
+def significance(ci_low: float, ci_high: float) -> str:
+    """A ratio's CI against 1: ``higher`` / ``lower`` when it excludes 1, ``no
+    difference`` when it contains 1, ``too few runs`` when there is no CI."""
+    if not (np.isfinite(ci_low) and np.isfinite(ci_high)):
+        return TOO_FEW
+    if ci_low > 1:
+        return FASTER
+    if ci_high < 1:
+        return SLOWER
+    return NO_DIFFERENCE
+
+
+def summarize(df: pd.DataFrame, by: list[str], value: str, cluster: str | None = None,
+              prefix: str | None = None) -> pd.DataFrame:
+    """Per group of ``by``: n, the median of ``value`` and its CI (clustered by
+    ``cluster`` when given: e.g. pipelines within a size bin). Columns
+    ``<prefix>_median``, ``<prefix>_ci_low``, ``<prefix>_ci_high``, ``<prefix>_n``."""
+    name = prefix or value
+    cols = [f"{name}_median", f"{name}_ci_low", f"{name}_ci_high", f"{name}_n"]
+    if df.empty:
+        return pd.DataFrame(columns=[*by, *cols])
+    rows = []
+    for key, group in df.groupby(by, sort=True, dropna=False):
+        vals = group[value].to_numpy(dtype=float)
+        if cluster is None:
+            est = bootstrap_ci(vals)
+        else:
+            est = cluster_bootstrap_ci(vals, group[cluster].to_numpy())
+        key = key if isinstance(key, tuple) else (key,)
+        rows.append([*key, *est, int(np.isfinite(vals).sum())])
+    return pd.DataFrame(rows, columns=[*by, *cols])
+
+
+def noise_floor(runs: pd.DataFrame, cell: list[str], metrics: dict[str, str],
+                mode: str = "emulated") -> pd.DataFrame:
+    """The spread of identical repeated runs: per cell (same pipeline, policy, limit) of
+    finished runs with at least two repetitions, the coefficient of variation of each
+    metric (sd / mean); per execution mode and metric, the median CV over the cells with
+    its bootstrap CI, the largest CV, and the median relative range ((max - min) /
+    median)."""
+    cols = ["mode", "metric", "cells", "runs", "cv_median", "cv_ci_low", "cv_ci_high",
+            "cv_max", "rel_range_median"]
+    rows = []
+    for label, col in metrics.items():
+        if col not in runs:
+            continue
+        ok = runs[runs[col].notna()]
+        for emulated, part in ok.groupby(mode, sort=True):
+            stats = part.groupby(cell)[col].agg(["mean", "std", "min", "max", "median",
+                                                 "count"])
+            stats = stats[stats["count"] >= 2]
+            if stats.empty:
+                continue
+            cv = (stats["std"] / stats["mean"]).to_numpy()
+            rel = ((stats["max"] - stats["min"]) / stats["median"]).to_numpy()
+            med, lo, hi = bootstrap_ci(cv)
+            rows.append(["emulated" if emulated else "native", label, len(stats),
+                         int(stats["count"].sum()), med, lo, hi, float(np.nanmax(cv)),
+                         float(np.nanmedian(rel))])
+    return pd.DataFrame(rows, columns=cols)
