@@ -159,7 +159,7 @@ def run_request(args: argparse.Namespace) -> RunRequest:
         estimates = _estimates(args.estimates)
     options = RunOptions(blas_threads=args.blas_threads, seed=args.seed, batch=args.batch,
                          budget=parse_size(args.budget) if args.budget else limit,
-                         timeout_s=args.timeout, estimates=estimates)
+                         timeout_s=args.timeout, estimates=estimates, pin_cpu=args.pin_cpu)
     on = not args.no_probes
     probes = ProbeOptions(process=on, cgroup=on, gnu_time=on, heap_profile=args.heap_profile,
                           cpu_profile=args.cpu_profile, sample_hz=args.sample_hz if on else 0,
@@ -345,6 +345,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sampler rate (default 100; 0 disables)")
     p.add_argument("--sample-uss", action="store_true",
                    help="sampler also reads USS (smaps_rollup: costly, disturbs the run)")
+    p.add_argument("--pin-cpu", action="store_true",
+                   help="run the measured child alone on one CPU and the supervisor and "
+                        "sampler on the others (recorded as cpu_affinity)")
     p.add_argument("--no-probes", action="store_true",
                    help="no per-window probes, GNU time or sampler (overhead baseline)")
     p.add_argument("--force", action="store_true", help="replace an existing run folder")

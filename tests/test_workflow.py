@@ -10,6 +10,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -19,7 +20,8 @@ from tests.snakemake_output import job_counts
 REPO = Path(__file__).resolve().parents[1]
 FIGURES = ["speedup", "memory", "partial_workers", "layer_times", "reconciliation",
            "memory_over_time", "attribution"]
-TABLES = ["runs", "tasks", "networks", "samples", "reconcile", "speedup"]
+TABLES = ["runs", "tasks", "networks", "samples", "reconcile", "speedup", "summary",
+          "speedup_summary", "noise_floor", "probe_overhead"]
 
 pytestmark = pytest.mark.slow
 
@@ -31,8 +33,9 @@ def tiny_config(results: Path) -> dict:
         "pipelines": {"count": 1, "length": [2, 2], "arrival": {"mode": "batch"},
                       "bins": [150, 400]},
         "run": {"policies": ["bulk", "linear"], "limits": ["none", "256M"], "swap": "max",
-                "backend": "none", "repetitions": 1, "batch": 1, "blas_threads": 1,
-                "timeout_s": 300, "sample_hz": 50,
+                "backend": "none", "repetitions": 3, "batch": 1, "blas_threads": 1,
+                "timeout_s": 300, "sample_hz": 50, "pin_cpu": True,
+                "probe_overhead_policy": "linear",
                 "reconcile": {"pipeline": "p000", "policy": "linear", "limit": "none",
                               "vm": False}},
         # merged into config/config.yaml, whose vm block is enabled: run the limits natively
@@ -87,8 +90,10 @@ def test_every_table_and_figure_is_written_and_plausible(workflow):
         parquet = pd.read_parquet(tables / f"{name}.parquet")
         assert len(csv) == len(parquet) > 0, name
     runs = pd.read_parquet(tables / "runs.parquet")
-    assert len(runs) == 4
+    assert len(runs) == 12
     assert set(runs.policy) == {"bulk", "linear"} and set(runs["limit"]) == {"none", "256M"}
+    assert set(runs.rep) == {0, 1, 2} and runs.cpu_pinned.all()
+    assert (runs.cpu_s > 0).all() and (runs.host_busy_cpus > 0).all()
     assert (runs.termination == "ok").all()
     # backend none cannot enforce 256M: it must say so, never pass as limited
     assert not runs.limit_enforced.any()
@@ -98,13 +103,32 @@ def test_every_table_and_figure_is_written_and_plausible(workflow):
     tasks = pd.read_parquet(tables / "tasks.parquet")
     loads = tasks[(tasks.task_type == "LOAD") & (tasks.policy == "linear")]
     # linear loads every weight of the pipeline exactly once, at every limit
-    pipeline_bytes = runs.loc[runs.policy == "linear"].set_index("limit").param_bytes
-    loaded = loads.groupby("limit").bytes_loaded.sum()
-    assert (loaded == pipeline_bytes[loaded.index]).all() and len(loaded) == 2
+    pipeline_bytes = runs.loc[runs.policy == "linear"].set_index(["limit", "rep"]).param_bytes
+    loaded = loads.groupby(["limit", "rep"]).bytes_loaded.sum()
+    assert (loaded == pipeline_bytes[loaded.index]).all() and len(loaded) == 6
     assert set(pipeline_bytes) <= {4 * n for n in (2 * 11_415_048, 2 * 11_411_970,
                                                    11_415_048 + 11_411_970)}
     speed = pd.read_parquet(tables / "speedup.parquet")
     assert (speed[speed.policy == "bulk"].speedup == 1.0).all()
+    # one speed-up per repetition, summarized with a CI and a significance flag per cell
+    summary = pd.read_parquet(tables / "speedup_summary.parquet")
+    cell = summary[(summary.level == "pipeline") & (summary.policy == "linear")]
+    assert len(cell) == 2 and (cell.speedup_n == 3).all()
+    assert (cell.speedup_ci_low <= cell.speedup_median).all()
+    assert (cell.speedup_median <= cell.speedup_ci_high).all()
+    assert set(cell.speedup_significance) <= {"higher", "lower", "no difference"}
+    limited = summary[(summary.level == "pipeline") & (summary["limit"] == "256M")]
+    assert limited.slowdown_n.eq(3).all() and limited.slowdown_median.notna().all()
+    times = pd.read_parquet(tables / "summary.parquet")
+    assert {"makespan_s_median", "makespan_s_ci_low", "makespan_s_ci_high",
+            "peak_rss_bytes_median", "hwm_rss_bytes_ci_high"} <= set(times.columns)
+    assert set(times.level) == {"pipeline", "size_bin"} and (times.runs == 3).all()
+    floor = pd.read_parquet(tables / "noise_floor.parquet").set_index(["mode", "metric"])
+    assert floor.loc[("native", "makespan"), "cells"] == 4
+    assert 0 < floor.loc[("native", "makespan"), "cv_median"] < 1
+    overhead = pd.read_parquet(tables / "probe_overhead.parquet").set_index("pipeline")
+    assert overhead.loc["p000", "pairs"] == 3 and overhead.loc["all", "pairs"] == 3
+    assert np.isfinite(overhead.loc["p000", "overhead_pct_median"])
     samples = pd.read_parquet(tables / "samples.parquet")
     assert samples.rss_bytes.max() > 50 * 2**20
     rec = pd.read_parquet(tables / "reconcile.parquet")
@@ -113,6 +137,31 @@ def test_every_table_and_figure_is_written_and_plausible(workflow):
     for fig in FIGURES:
         for ext in ("png", "pdf"):
             assert (workflow.results / "plots" / f"{fig}.{ext}").stat().st_size > 5000, fig
+
+
+def test_the_runs_started_interleaved_in_the_planned_order(workflow):
+    """With one core every run is ready at once, and the priorities make the scheduler
+    start them exactly in engine.workflow.run_order: repetition by repetition, each
+    block (pipeline x limit) with its policies and unprobed twin in a seeded order."""
+    from snakemake.utils import update_config
+
+    from engine.workflow import run_order
+
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    update_config(cfg, tiny_config(workflow.results))
+    planned = [(kind, pipeline, policy, limit, rep)
+               for kind, pipeline, policy, limit, rep in run_order(cfg)]
+    started = []
+    for kind in ("runs", "unprobed"):
+        for meta in (workflow.results / kind).glob("*/*/*/rep*/meta.json"):
+            record = yaml.safe_load(meta.read_text())  # JSON is YAML
+            pipeline, policy, limit, rep = meta.parent.relative_to(
+                workflow.results / kind).parts
+            started.append((record["started_at"], (kind, pipeline, record["policy"], limit,
+                                                   int(rep.removeprefix("rep")))))
+    assert [run for _, run in sorted(started)] == planned
+    # every block holds both policies (and linear's twin where unconstrained)
+    assert len(planned) == 15 and planned[0][4] == 0 and planned[-1][4] == 2
 
 
 def test_a_finished_workflow_has_nothing_to_do(workflow):
@@ -135,7 +184,7 @@ def test_a_new_limit_reruns_only_its_runs_and_what_aggregates_them(workflow):
     workflow.write_config(cfg)
     try:
         assert workflow.planned_jobs() == Counter(
-            {"run": 2, "tidy_run": 2, "aggregate": 1, "plot": len(FIGURES), "all": 1})
+            {"run": 6, "tidy_run": 2, "aggregate": 1, "plot": len(FIGURES), "all": 1})
     finally:
         workflow.write_config(tiny_config(workflow.results))
 
@@ -147,9 +196,10 @@ def test_editing_one_policy_reruns_only_that_policys_runs(workflow):
     assert edited != source
     policies.write_text(edited)
     try:
-        # linear's runs at both limits, and the reconciliation run (it uses linear)
+        # linear's runs at both limits and their unprobed twins, and the reconciliation
+        # run (it uses linear)
         assert workflow.planned_jobs() == Counter(
-            {"run": 2, "reconcile_run": 1, "tidy_run": 2, "aggregate": 1,
+            {"run": 9, "reconcile_run": 1, "tidy_run": 3, "aggregate": 1,
              "plot": len(FIGURES), "all": 1})
     finally:
         policies.write_text(source)
@@ -164,8 +214,9 @@ def test_editing_shared_code_reruns_every_run(workflow):
         planned = workflow.planned_jobs()
     finally:
         units.write_text(source)
-    # 1 pipeline x 2 policies x 2 limits, and the reconciliation run
-    assert planned["run"] == 4 and planned["reconcile_run"] == 1
+    # 1 pipeline x 2 policies x 2 limits x 3 repetitions, the 3 unprobed twins, and the
+    # reconciliation run
+    assert planned["run"] == 15 and planned["reconcile_run"] == 1
     assert planned["split"] == planned["zoo_model"] == 2 and planned["pipelines"] == 1
 
 

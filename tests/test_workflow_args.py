@@ -60,7 +60,10 @@ def test_arrival_args():
 def test_batch_and_run_options(cfg):
     assert wf.batch_args(cfg["run"]) == "--batch 1"
     assert wf.batch_args(with_(cfg, run__batch=None)["run"]) == ""
-    assert wf.run_options(cfg["run"]) == "--blas-threads 1 --timeout 600 --sample-hz 100"
+    assert wf.run_options(cfg["run"]) == (
+        "--blas-threads 1 --timeout 600 --sample-hz 100 --pin-cpu")
+    assert wf.run_options(with_(cfg, run__pin_cpu=False)["run"]) == (
+        "--blas-threads 1 --timeout 600 --sample-hz 100")
     assert wf.run_runtime_min(cfg["run"]) == 15
     assert wf.run_runtime_min({"timeout_s": 1800}) == 35
 
@@ -71,8 +74,7 @@ def test_pipelines_args_are_todays_command_lines(cfg):
         "--count 3 --seed 0 --length 2 4 --arrival batch --bins 150 400"
         " --networks AgeNet GenderNet FaceNet AlexNet GoogLeNet")
     assert wf.vm_pipelines_args(cfg) == (
-        "--count 1 --seed 0 --prefix v --length 2 2 --bins 150 400"
-        " --networks AgeNet GenderNet")
+        "--count 1 --seed 0 --prefix v --length 1 1 --bins 150 400 --networks AgeNet")
     assert wf.vm_pipelines_args(with_(cfg, vm__enabled=False)) == ""
 
 
@@ -87,52 +89,70 @@ def test_policy_ids_are_path_safe():
 
 def test_vm_enabled_runs_limited_runs_in_the_vm_on_its_pipelines(cfg):
     assert wf.vm_enabled(cfg)
-    assert wf.run_sets(cfg) == [(["p000", "p001", "p002"], ["none"]),
-                                (["v000"], ["256M", "128M"])]
-    # unconstrained runs stay native; limited runs go to the vm whatever run.backend says
-    assert wf.limit_args(cfg, "none") == "--backend auto"
-    assert wf.limit_args(cfg, "256M") == "--limit 256M --swap max --backend vm"
-    assert wf.runs_in_vm(cfg, "128M") and not wf.runs_in_vm(cfg, "none")
+    main, vm = wf.run_sets(cfg)
+    assert (main.pipelines, main.limits, main.in_vm) == (["p000", "p001", "p002"], ["none"],
+                                                         False)
+    assert len(main.policies) == 10
+    # the vm pipelines run under the vm limits and, as their baseline, in the guest unlimited
+    assert (vm.pipelines, vm.policies, vm.limits, vm.in_vm) == (
+        ["v000"], ["bulk", "linear"], ["none", "48M"], True)
+    # the main pipelines' unconstrained runs stay native; every vm pipeline run goes to the
+    # vm whatever run.backend says, its baseline too
+    assert wf.limit_args(cfg, "none", False) == "--backend auto"
+    assert wf.limit_args(cfg, "none", True) == "--backend vm"
+    assert wf.limit_args(cfg, "48M", True) == "--limit 48M --swap max --backend vm"
+    assert wf.runs_in_vm(cfg, "48M", True) and wf.runs_in_vm(cfg, "none", True)
+    assert not wf.runs_in_vm(cfg, "none", False)
     explicit = with_(cfg, run__backend="vm")
-    assert wf.limit_args(explicit, "none") == "--backend none"
-    assert wf.limit_args(explicit, "128M") == "--limit 128M --swap max --backend vm"
+    assert wf.limit_args(explicit, "none", False) == "--backend none"
+    # without vm.policies the guest runs every policy
+    assert wf.run_sets(with_(cfg, vm__policies=None))[1].policies == main.policies
 
 
 def test_vm_disabled_runs_every_limit_with_run_backend(cfg):
     cfg = with_(cfg, vm__enabled=False)
     assert not wf.vm_enabled(cfg) and wf.vm_pipeline_names(cfg) == []
-    assert wf.run_sets(cfg) == [(["p000", "p001", "p002"], ["none", "1G", "512M", "256M"])]
-    assert wf.limit_args(cfg, "1G") == "--limit 1G --swap max --backend auto"
-    assert not wf.runs_in_vm(cfg, "1G")
+    [main] = wf.run_sets(cfg)
+    assert (main.pipelines, main.limits, main.in_vm) == (
+        ["p000", "p001", "p002"], ["none", "1G", "512M", "256M"], False)
+    assert wf.limit_args(cfg, "1G", False) == "--limit 1G --swap max --backend auto"
+    assert not wf.runs_in_vm(cfg, "1G", False)
     inherit = with_(cfg, run__backend="inherit", run__swap=0)
-    assert wf.limit_args(inherit, "512M") == "--limit 512M --swap 0 --backend inherit"
-    assert wf.limit_args(inherit, "none") == "--backend inherit"
+    assert wf.limit_args(inherit, "512M", False) == "--limit 512M --swap 0 --backend inherit"
+    assert wf.limit_args(inherit, "none", False) == "--backend inherit"
     # backend vm without the vm block: the main pipelines' limited runs go to the guest
     in_vm = with_(cfg, run__backend="vm")
-    assert wf.runs_in_vm(in_vm, "1G") and not wf.runs_in_vm(in_vm, "none")
+    assert wf.runs_in_vm(in_vm, "1G", False) and not wf.runs_in_vm(in_vm, "none", False)
+    # memory + swap capped together: the swap is what the total leaves above the limit
+    capped = with_(cfg, run__swap_total="8G")
+    assert wf.limit_args(capped, "1G", False) == (
+        f"--limit 1G --swap {7 * 2**30} --backend auto")
+    assert wf.limit_args(capped, "none", False) == "--backend auto"
 
 
 def test_a_config_without_a_vm_block_runs_nothing_in_the_vm(cfg):
     del cfg["vm"]
     assert not wf.vm_enabled(cfg)
-    assert wf.run_sets(cfg)[0][1] == ["none", "1G", "512M", "256M"]
+    assert wf.run_sets(cfg)[0].limits == ["none", "1G", "512M", "256M"]
 
 
 def test_run_mem_mb(cfg):
-    assert wf.run_mem_mb(cfg, "none") == 8192
-    assert wf.run_mem_mb(cfg, "256M") == 1024 + 512  # guest RAM >= 1 GiB, plus qemu
-    assert wf.run_mem_mb(cfg, "1G") == 1024 + 768 + 512
+    assert wf.run_mem_mb(cfg, "none", False) == 8192
+    assert wf.run_mem_mb(cfg, "256M", True) == 1024 + 512  # guest RAM >= 1 GiB, plus qemu
+    assert wf.run_mem_mb(cfg, "1G", True) == 1024 + 768 + 512
+    assert wf.run_mem_mb(cfg, "none", True) == 1024 + 768 + 512  # engine.vm.run.plan's
     native = with_(cfg, vm__enabled=False)
-    assert wf.run_mem_mb(native, "512M") == 512 + 1024  # auto: room for the supervisor
-    assert wf.run_step_mem_mb(native, "512M") is None  # auto sets its own cgroup: no step
+    assert wf.run_mem_mb(native, "512M", False) == 512 + 1024  # auto: room for the supervisor
+    assert wf.run_step_mem_mb(native, "512M", False) is None  # auto sets its own cgroup
     # inherit: the run's own job step gets exactly the limit, the job that plus the
     # workflow's own processes (two Snakemake interpreters, srun: measured on SLURM)
     inherit = with_(native, run__backend="inherit")
-    assert wf.run_step_mem_mb(inherit, "512M") == 512
-    assert wf.run_mem_mb(inherit, "512M") == 512 + wf.SLURM_JOB_OVERHEAD_MB
-    assert wf.run_step_mem_mb(inherit, "1.5G") == 1536
-    assert wf.run_step_mem_mb(inherit, "none") == wf.UNLIMITED_MEM_MB
-    assert wf.run_mem_mb(inherit, "none") == wf.UNLIMITED_MEM_MB + wf.SLURM_JOB_OVERHEAD_MB
+    assert wf.run_step_mem_mb(inherit, "512M", False) == 512
+    assert wf.run_mem_mb(inherit, "512M", False) == 512 + wf.SLURM_JOB_OVERHEAD_MB
+    assert wf.run_step_mem_mb(inherit, "1.5G", False) == 1536
+    assert wf.run_step_mem_mb(inherit, "none", False) == wf.UNLIMITED_MEM_MB
+    assert wf.run_mem_mb(inherit, "none", False) == (wf.UNLIMITED_MEM_MB
+                                                     + wf.SLURM_JOB_OVERHEAD_MB)
     assert wf.slurm_step_prefix(None) == ""
 
 
@@ -181,11 +201,15 @@ def test_the_slurm_step_prefix_runs_the_engine_in_a_step_of_its_limit(tmp_path):
 def test_paper_config_runs_nothing_in_the_vm():
     paper = load_config("paper.yaml")
     assert not wf.vm_enabled(paper) and paper["run"]["backend"] == "inherit"
-    [(pipelines, limits)] = wf.run_sets(paper)
-    assert len(pipelines) == 100 and limits == ["none", "1G", "512M", "256M"]
-    assert wf.limit_args(paper, "256M") == "--limit 256M --swap max --backend inherit"
-    assert wf.run_step_mem_mb(paper, "256M") == 256  # the engine's step: exactly the limit
-    assert wf.run_mem_mb(paper, "256M") == 256 + wf.SLURM_JOB_OVERHEAD_MB
+    [main] = wf.run_sets(paper)
+    assert len(main.pipelines) == 100 and main.limits == ["none", "1G", "512M", "256M"]
+    # seed 004's setup: memory + swap capped at 8 GB, deploy batches, one pinned CPU
+    assert wf.limit_args(paper, "256M", False) == (
+        f"--limit 256M --swap {8 * 2**30 - 256 * 2**20} --backend inherit")
+    assert wf.batch_args(paper["run"]) == "" and "--pin-cpu" in wf.run_options(paper["run"])
+    assert wf.bins_args(paper) == ["--bins-mb", 400, 800, 1200, 1600]
+    assert wf.run_step_mem_mb(paper, "256M", False) == 256  # the step: exactly the limit
+    assert wf.run_mem_mb(paper, "256M", False) == 256 + wf.SLURM_JOB_OVERHEAD_MB
 
 
 # --- the jobs' environment -------------------------------------------------------------------
@@ -302,7 +326,7 @@ def test_every_rule_uses_one_of_the_envs():
 
 
 def test_the_shipped_configs_pass_the_checks_the_schema_cannot_make():
-    for name in ("config.yaml", "paper.yaml"):
+    for name in ("config.yaml", "paper.yaml", "emulated.yaml"):
         wf.check_config(load_config(name))
 
 
@@ -319,6 +343,10 @@ def test_the_shipped_configs_pass_the_checks_the_schema_cannot_make():
     ({"run__sample_hz": float("inf")}, "run.sample_hz inf must be a finite number"),
     ({"pipelines__bins": [float("nan")]}, "strictly ascending"),
     ({"run__limits": ["512M", "524288K"]}, "run.limits '512M' and '524288K' are the same size"),
+    ({"vm__enabled": False, "run__swap_total": "512M", "run__reconcile__vm": False,
+      "run__reconcile__pipeline": "p000"}, "run.swap_total 512M is below the limit(s) 1G"),
+    ({"run__probe_overhead_policy": "masa:3"}, "run.probe_overhead_policy 'masa:3' is not"),
+    ({"vm__pipelines__networks": ["SoS-AlexNet"]}, "vm.pipelines.networks SoS-AlexNet not in"),
 ])
 def test_a_merged_config_the_schema_passes_can_still_be_refused(cfg, changes, message):
     with pytest.raises(ValueError, match=re.escape(message)):
@@ -428,7 +456,7 @@ def test_the_slurm_profile_plans_one_core_and_sized_memory_per_job(tmp_path):
     pytest.importorskip("snakemake_executor_plugin_slurm")
     cfg = load_config("paper.yaml")
     cfg = with_(cfg, results=str(tmp_path / "r"), pipelines__count=1, run__repetitions=2,
-                run__policies=["bulk"])
+                run__policies=["bulk"], run__probe_overhead_policy=None)
     path = tmp_path / "paper-small.yaml"
     path.write_text(yaml.safe_dump(cfg))
     r = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm",
@@ -444,7 +472,7 @@ def test_the_slurm_profile_plans_one_core_and_sized_memory_per_job(tmp_path):
         resources = dict(re.findall(r"(\w+)=([^,\n]+)", body.split("resources: ")[1]))
         if rule == "run":
             limit = re.search(r"limit=(\w+)", body).group(1)
-            step = wf.run_step_mem_mb(cfg, limit)
+            step = wf.run_step_mem_mb(cfg, limit, False)
             assert int(resources["mem_mb"]) == step + wf.SLURM_JOB_OVERHEAD_MB
         if rule == "tidy_run":  # every repetition of a pipeline x policy x limit
             assert body.count("/rep") >= 2 * 2

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import matplotlib
 import numpy as np
@@ -146,79 +147,136 @@ def _bin_order(runs: pd.DataFrame) -> list[str]:
     return list(runs.groupby("size_bin")["param_bytes"].median().sort_values().index)
 
 
+@dataclass
+class Cell:
+    """One bar: a median with its 95 % CI, how many runs did not finish (and how), and
+    whether a ratio's CI excludes 1 (None: not a ratio)."""
+
+    median: float = np.nan
+    lo: float = np.nan
+    hi: float = np.nan
+    n_failed: int = 0
+    failed: str = ""
+    significant: bool | None = None
+
+
+NOT_SIGNIFICANT_ALPHA = 0.35
+
+
 def _grouped_bars(ax: Axes, groups: list[str], policies: list[str], colors: dict,
-                  value: Callable[[str, str], tuple[float, int, str]]) -> None:
-    """Bars of ``policies`` side by side in each group. ``value(group, policy)`` gives
-    (mean of finished runs, how many runs did not finish, their short label)."""
+                  value: Callable[[str, str], Cell | None], width_scale: float = 1.0,
+                  alpha: float = 1.0) -> None:
+    """Bars of ``policies`` side by side in each group at the median, with the 95 % CI as
+    an error bar. A ratio whose CI contains 1 is drawn pale and marked "n.s."; a cell
+    whose runs all failed is a hatched slot named after their end."""
     width = 0.8 / max(len(policies), 1)
     for i, policy in enumerate(policies):
         for g, group in enumerate(groups):
-            mean, n_failed, label = value(group, policy)
+            cell = value(group, policy)
+            if cell is None:
+                continue
             x = g - 0.4 + width * (i + 0.5)
-            if np.isnan(mean) and n_failed:
-                _mark_failed(ax, x, width, label, colors[policy])
-            elif not np.isnan(mean):
-                ax.bar(x, mean, width, color=colors[policy])
-                if n_failed:  # some repetitions/pipelines finished, others did not
-                    ax.annotate(f"{n_failed}× {label}", (x, mean), rotation=90, ha="center",
-                                va="bottom", fontsize="x-small", xytext=(0, 2),
-                                textcoords="offset points")
+            if np.isnan(cell.median):
+                if cell.n_failed:
+                    _mark_failed(ax, x, width, cell.failed, colors[policy])
+                continue
+            faded = cell.significant is False
+            ax.bar(x, cell.median, width * width_scale, color=colors[policy],
+                   alpha=alpha * (NOT_SIGNIFICANT_ALPHA if faded else 1.0),
+                   edgecolor=colors[policy] if faded else "none")
+            if np.isfinite(cell.lo) and np.isfinite(cell.hi):
+                ax.errorbar(x, cell.median, yerr=[[cell.median - cell.lo],
+                                                  [cell.hi - cell.median]],
+                            color="0.15", linewidth=0.7, capsize=1.5)
+            notes = (["n.s."] if faded else []) + (
+                [f"{cell.n_failed}× {cell.failed}"] if cell.n_failed else [])
+            if notes:
+                top = cell.hi if np.isfinite(cell.hi) else cell.median
+                ax.annotate(" ".join(notes), (x, top), rotation=90, ha="center",
+                            va="bottom", fontsize="x-small", xytext=(0, 2),
+                            textcoords="offset points")
     ax.set_xticks(range(len(groups)), groups)
     ax.set_xlim(-0.5, len(groups) - 0.5)
 
 
-def _group_value(df: pd.DataFrame, col: str, fail_col: str = "termination"):
-    """A ``value`` function for _grouped_bars over (size_bin, policy) groups of ``df``."""
-    groups = dict(tuple(df.groupby(["size_bin", "policy"])))
+def _summary_cells(df: pd.DataFrame, metric: str, scale: float = 1.0,
+                   significance: str | None = None) -> Callable[[str, str], Cell | None]:
+    """A ``value`` function over the size-bin rows of a summary table: ``metric``'s
+    median and CI (divided by ``scale``), the runs that did not finish, and the cell's
+    significance column if given."""
+    rows = {(r["size_bin"], r["policy"]): r for r in df.to_dict("records")}
 
-    def value(group: str, policy: str) -> tuple[float, int, str]:
-        sub = groups.get((group, policy))
-        if sub is None:
-            return np.nan, 0, ""
-        failed = sub[sub[col].isna()]
-        return sub[col].mean(), len(failed), _end_label(failed[fail_col])
+    def value(group: str, policy: str) -> Cell | None:
+        r = rows.get((group, policy))
+        if r is None:
+            return None
+        sig = r.get(significance) if significance else None
+        return Cell(r[f"{metric}_median"] / scale, r[f"{metric}_ci_low"] / scale,
+                    r[f"{metric}_ci_high"] / scale, int(r.get("runs_not_ok") or 0),
+                    "not ok" if r.get("runs_not_ok") else "",
+                    None if not sig else sig in ("higher", "lower"))
 
     return value
+
+
+def _bin_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """The size-bin level of a summary table, with its panel."""
+    if df.empty or "level" not in df:
+        return df
+    return _with_panel(df[df["level"] == "size_bin"])
+
+
+def _summary_bin_order(df: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
+    order = _bin_order(runs) if not runs.empty else []
+    return [b for b in order if b in set(df["size_bin"])] or sorted(set(df["size_bin"]))
 
 
 # ---- figures ----
 
 def speedup(tables: Tables, style: dict, context: dict) -> Figure:
-    """Per-policy mean inference time and speed-up over Bulk per pipeline-size bin, one
-    column of panels per memory limit."""
-    df = tables.get("speedup", pd.DataFrame())
-    if df.empty:
+    """(a) Median inference time and the paired speed-up over Bulk per pipeline-size bin
+    with 95 % CIs, one column of panels per memory limit and execution mode."""
+    summary = _bin_rows(tables.get("summary", pd.DataFrame()))
+    ratios = _bin_rows(tables.get("speedup_summary", pd.DataFrame()))
+    runs = tables.get("runs", pd.DataFrame())
+    if summary.empty:
         return _no_data("Inference time and speed-up", "no runs")
-    df = _with_panel(df)
-    # Why a speed-up is missing: the policy's own end, else Bulk's ("bulk OOM").
-    bulk_end = df["bulk_termination"].map(lambda t: "no bulk" if pd.isna(t)
-                                          else f"bulk {_short(t)}")
-    df["why"] = df["termination"].where(df["termination"] != "ok", bulk_end)
     # Without Bulk runs there is nothing to take a speed-up over: times only.
-    with_speedup = bool((df["policy"] == "bulk").any())
+    with_speedup = bool((summary["policy"] == "bulk").any()) and not ratios.empty
     policies = _policies(tables, context)
     colors = _colors(policies, style)
-    bins = _bin_order(df)
-    panels = _panel_names(df)
+    bins = _summary_bin_order(summary, runs)
+    panels = _panel_names(summary)
     fig, axes = _grid(2 if with_speedup else 1, len(panels))
     for c, panel in enumerate(panels):
-        sub = df[df["panel"] == panel]
         # Every panel keeps a slot per policy, so a policy sits at the same place in each.
-        _grouped_bars(axes[0, c], bins, policies, colors, _group_value(sub, "makespan_s"))
+        _grouped_bars(axes[0, c], bins, policies, colors,
+                      _summary_cells(summary[summary["panel"] == panel], "makespan_s"))
         axes[0, c].set_title(panel)
         axes[-1, c].set_xlabel("pipeline size (total weights)")
         if with_speedup:
+            # Bulk over itself is 1 by definition: its slot stays empty
+            cells = _summary_cells(ratios[ratios["panel"] == panel], "speedup",
+                                   significance="speedup_significance")
             _grouped_bars(axes[1, c], bins, policies, colors,
-                          _group_value(sub, "speedup", "why"))
+                          lambda group, policy, cells=cells: None if policy == "bulk"
+                          else cells(group, policy))
             axes[1, c].axhline(1.0, color="0.3", linewidth=0.8, linestyle="--")
-    axes[0, 0].set_ylabel("mean inference time (s)")
+    axes[0, 0].set_ylabel("median inference time (s)")
     if with_speedup:
         axes[1, 0].set_ylabel("speed-up over Bulk (×)")
     else:
         fig.suptitle("no speed-up panel: the config runs no Bulk policy to compare with",
                      fontsize="small", color="0.35")
-    _legend(fig, _policy_handles(policies, colors) + [_failed_legend()])
+    _legend(fig, _policy_handles(policies, colors) + _ci_handles() + [_failed_legend()])
     return fig
+
+
+def _ci_handles() -> list:
+    return [Line2D([], [], color="0.15", marker="_", markersize=6, linewidth=0.7,
+                   label="95 % CI"),
+            Patch(facecolor="0.5", alpha=NOT_SIGNIFICANT_ALPHA, edgecolor="0.5",
+                  label="n.s.: CI contains 1 (no difference)")]
 
 
 def _instrument_note(ax: Axes, text: str) -> None:
@@ -227,30 +285,41 @@ def _instrument_note(ax: Axes, text: str) -> None:
 
 
 def memory(tables: Tables, style: dict, context: dict) -> Figure:
-    """Average and peak RAM (process RSS) and swap per policy, one column per limit."""
+    """(b) Mean and peak RAM (process RSS) and swap per size bin and policy, medians over
+    pipelines and repetitions with 95 % CIs, one column per limit and execution mode."""
+    summary = _bin_rows(tables.get("summary", pd.DataFrame()))
     runs = tables.get("runs", pd.DataFrame())
-    if runs.empty:
+    if summary.empty:
         return _no_data("RAM and swap per policy", "no runs")
-    runs = _with_panel(runs)
     policies = _policies(tables, context)
     colors = _colors(policies, style)
-    panels = _panel_names(runs)
+    bins = _summary_bin_order(summary, runs)
+    panels = _panel_names(summary)
     fig, axes = _grid(2, len(panels))
-    rows = [("rss", "RAM: process RSS (MiB)", ["hwm_rss_bytes", "peak_cg_current_bytes"]),
-            ("swap", "swap: process VmSwap (MiB)", ["peak_cg_swap_current_bytes"])]
+    rows = [("rss", "RAM: process RSS (MiB)"), ("swap", "swap: process VmSwap (MiB)")]
     for c, panel in enumerate(panels):
-        sub = runs[runs["panel"] == panel]
-        for r, (quantity, ylabel, markers) in enumerate(rows):
-            _memory_bars(axes[r, c], sub, policies, colors, quantity, markers)
+        sub = summary[summary["panel"] == panel]
+        for r, (quantity, ylabel) in enumerate(rows):
+            ax = axes[r, c]
+            _grouped_bars(ax, bins, policies, colors,
+                          _summary_cells(sub, f"peak_{quantity}_bytes", MIB), alpha=0.4)
+            _grouped_bars(ax, bins, policies, colors,
+                          _summary_cells(sub, f"mean_{quantity}_bytes", MIB),
+                          width_scale=0.5)
             axes[r, 0].set_ylabel(ylabel)
-        limit = sub["limit_bytes"].dropna()
-        if len(limit):
-            axes[0, c].axhline(limit.iloc[0] / MIB, color="firebrick", linewidth=0.9,
-                               linestyle="--")
+            ax.set_ylim(bottom=0)
+            if sub[[f"peak_{quantity}_bytes_median"]].isna().all().all():
+                _instrument_note(ax, "sampler not run: no RSS/swap series")
+        limit = runs.loc[(runs["limit"] == sub["limit"].iloc[0])
+                         & (runs["emulated"] == sub["emulated"].iloc[0]), "limit_bytes"]
+        if limit.notna().any():
+            axes[0, c].axhline(limit.dropna().iloc[0] / MIB, color="firebrick",
+                               linewidth=0.9, linestyle="--")
         axes[0, c].set_title(panel)
-    handles = [Patch(color="0.35", label="mean over the run"),
-               Patch(color="0.35", alpha=0.4, label="peak"),
-               *[Line2D([], [], **MARKERS[m]) for m in MARKERS],
+        axes[-1, c].set_xlabel("pipeline size (total weights)")
+    handles = [Patch(color="0.35", label="mean over the run (narrow)"),
+               Patch(color="0.35", alpha=0.4, label="peak (wide)"),
+               _ci_handles()[0],
                Line2D([], [], color="firebrick", linestyle="--", label="memory limit"),
                _failed_legend()]
     _legend(fig, _policy_handles(policies, colors) + handles, ncols=6)
@@ -293,92 +362,127 @@ def _memory_bars(ax: Axes, runs: pd.DataFrame, policies: list[str], colors: dict
 
 
 def partial_workers(tables: Tables, style: dict, context: dict) -> Figure:
-    """Partial with 1/2/3 (k) workers: inference time and peak RAM against k, one line per
-    memory-limit setting."""
+    """(c) Linear against Partial with k workers: median inference time and peak RAM with
+    95 % CIs (over pipelines and repetitions), one line per limit and execution mode."""
+    from engine.analysis.stats import cluster_bootstrap_ci
+
     runs = tables.get("runs", pd.DataFrame())
-    runs = runs[runs["policy_family"] == "partial"] if "policy_family" in runs else runs
-    if runs.empty:
-        return _no_data("Partial with k workers",
+    if "policy_family" in runs:
+        runs = runs[runs["policy_family"].isin(["linear", "partial"])]
+    if runs.empty or not (runs["policy_family"] == "partial").any():
+        return _no_data("Linear and Partial with k workers",
                         "no partial:k policy in run.policies (add partial:1, partial:2, ...)")
     runs = _with_panel(runs)
     panels = _panel_names(runs)
     colors = _colors(panels, style)
     fig, axes = _grid(1, 2, sharey=False)
-    quantities = [("makespan_s", 1.0, "mean inference time (s)"),
+    order = sorted(runs["policy"].unique(), key=_policy_key)
+    quantities = [("makespan_s", 1.0, "median inference time (s)"),
                   ("peak_rss_bytes", MIB, "peak RAM, process RSS (MiB)")]
-    workers = sorted(runs["workers"].unique())
     for ax, (col, scale, ylabel) in zip(axes[0], quantities):
-        for panel in panels:
+        for j, panel in enumerate(panels):
             sub = runs[runs["panel"] == panel]
-            stats = sub.groupby("workers")[col].mean() / scale
-            ax.plot(stats.index, stats.values, marker="o", color=colors[panel], label=panel)
-            _mark_failed_points(ax, sub, col, colors[panel])
-        ax.set_xticks(workers)
+            ok = sub[sub["termination"] == "ok"]
+            xs, est = [], []
+            for x, policy in enumerate(order):
+                part = ok[ok["policy"] == policy]
+                if part[col].notna().any():
+                    xs.append(x + (j - (len(panels) - 1) / 2) * 0.06)  # side by side
+                    est.append(cluster_bootstrap_ci(part[col] / scale, part["pipeline"]))
+            if est:
+                med, lo, hi = (np.array(v) for v in zip(*est))
+                ax.errorbar(xs, med, yerr=[med - np.nan_to_num(lo, nan=med),
+                                           np.nan_to_num(hi, nan=med) - med],
+                            marker="o", color=colors[panel], label=panel, capsize=2,
+                            linewidth=1)
+            _mark_failed_points(ax, sub, order, colors[panel])
+        ax.set_xticks(range(len(order)), order)
         ax.set_ylim(bottom=0)
-        ax.set_xlabel("workers k (partial:k)")
+        ax.set_xlabel("policy (partial:k = k workers)")
         ax.set_ylabel(ylabel)
         if runs[col].isna().all() and (runs["termination"] == "ok").any():
             _instrument_note(ax, "not measured (sampler not run)")
     handles = [Line2D([], [], color=colors[p], marker="o", label=p) for p in panels]
-    handles.append(Line2D([], [], color="0.3", marker="x", linestyle="none",
-                          label="a run did not finish (OOM / timeout / error)"))
+    handles += [_ci_handles()[0], Line2D([], [], color="0.3", marker="x", linestyle="none",
+                                         label="a run did not finish (OOM / timeout / error)")]
     _legend(fig, handles, ncols=3)
     return fig
 
 
-def _mark_failed_points(ax: Axes, runs: pd.DataFrame, col: str, color) -> None:
-    """An x on the axis at k for every k where some run did not finish, named by its end."""
+def _mark_failed_points(ax: Axes, runs: pd.DataFrame, order: list[str], color) -> None:
+    """An x on the axis at a policy where some run did not finish, named by its end."""
     failed = runs[runs["termination"] != "ok"]
-    for k, group in failed.groupby("workers"):
-        ax.plot(k, 0.02, marker="x", color=color, transform=ax.get_xaxis_transform(),
+    for policy, group in failed.groupby("policy"):
+        x = order.index(policy)
+        ax.plot(x, 0.02, marker="x", color=color, transform=ax.get_xaxis_transform(),
                 clip_on=False)
-        ax.annotate(f"{len(group)}× {_end_label(group['termination'])}", (k, 0.02),
+        ax.annotate(f"{len(group)}× {_end_label(group['termination'])}", (x, 0.02),
                     xycoords=ax.get_xaxis_transform(), xytext=(4, 0),
                     textcoords="offset points", fontsize="x-small", color=color)
 
 
+LAYER_KEY = ["network", "layer", "task_type", "panel", "emulated"]
+
+
+def _layer_medians(tasks: pd.DataFrame) -> pd.DataFrame:
+    """Per layer, task type and limit: the median duration over every run (pipelines,
+    policies, repetitions) that executed it, with its 95 % CI."""
+    from engine.analysis.stats import bootstrap_ci
+
+    rows = []
+    for key, group in tasks.groupby(LAYER_KEY, sort=False):
+        ms = group["duration_ns"].to_numpy(dtype=float) / 1e6
+        rows.append([*key, group["param_bytes"].iloc[0], *bootstrap_ci(ms), len(ms),
+                     bool((group["termination"] != "ok").any())])
+    return pd.DataFrame(rows, columns=[*LAYER_KEY, "param_bytes", "ms", "lo", "hi", "n",
+                                       "some_failed"])
+
+
 def layer_times(tables: Tables, style: dict, context: dict) -> Figure:
-    """Per-layer LOAD and EXEC time against the layer's parameter bytes, coloured by limit
-    (layers without weights and Bulk's whole-network tasks are left out)."""
+    """(d) Per-layer LOAD and EXEC time against the layer's parameter bytes: the median
+    over every run of the layer with its 95 % CI, coloured by limit (layers without
+    weights and Bulk's whole-network tasks are left out)."""
     tasks = tables.get("tasks", pd.DataFrame())
     if not tasks.empty:
         tasks = tasks[(tasks["layer"] >= 0) & (tasks["param_bytes"] > 0)
                       & tasks["task_type"].isin(["LOAD", "EXEC"])]
     if tasks.empty:
         return _no_data("Layer times", "no per-layer LOAD/EXEC task with weights")
-    tasks = _with_panel(tasks)
+    layers = _layer_medians(_with_panel(tasks))
     # Emulated times are another clock: they get their own row, never the same axes.
-    clocks = [False, True] if tasks["emulated"].any() and (~tasks["emulated"]).any() \
-        else [bool(tasks["emulated"].iloc[0])]
-    limits = _panel_names(tasks)
+    clocks = sorted(layers["emulated"].unique())
+    limits = _panel_names(_with_panel(tasks))
     colors = _colors(limits, style)
     fig, axes = _grid(len(clocks), 2, sharey=False)
     for r, emulated in enumerate(clocks):
         for c, kind in enumerate(["LOAD", "EXEC"]):
             ax = axes[r, c]
-            sub = tasks[(tasks["task_type"] == kind) & (tasks["emulated"] == emulated)]
+            sub = layers[(layers["task_type"] == kind) & (layers["emulated"] == emulated)]
             for panel in limits:
-                _scatter_times(ax, sub[sub["panel"] == panel], colors[panel])
+                _layer_points(ax, sub[sub["panel"] == panel], colors[panel])
             ax.set(xscale="log", yscale="log", xlabel="layer weights (MiB)",
                    ylabel=f"{kind} time (ms)",
                    title=f"{kind}" + (" (emulated: VM clock)" if emulated else ""))
     handles = [Line2D([], [], color=colors[p], marker="o", linestyle="none", label=p)
                for p in limits]
-    handles.append(Line2D([], [], color="0.3", marker="x", linestyle="none",
-                          label="task of a run that did not finish"))
+    handles += [_ci_handles()[0], Line2D([], [], color="0.3", marker="x", linestyle="none",
+                                         label="some run of the layer did not finish")]
     _legend(fig, handles, ncols=3)
     return fig
 
 
-def _scatter_times(ax: Axes, tasks: pd.DataFrame, color) -> None:
-    ok = tasks["termination"] == "ok"
-    for mask, marker in ((ok, "o"), (~ok, "x")):
-        part = tasks[mask]
-        ax.scatter(part["param_bytes"] / MIB, part["duration_ns"] / 1e6, s=9, marker=marker,
-                   color=color, alpha=0.6, linewidths=0.8, rasterized=True)
+def _layer_points(ax: Axes, layers: pd.DataFrame, color) -> None:
+    for failed, marker in ((False, "o"), (True, "x")):
+        part = layers[layers["some_failed"] == failed]
+        if part.empty:
+            continue
+        x = part["param_bytes"] / MIB
+        lo = (part["ms"] - part["lo"]).fillna(0).clip(lower=0)
+        hi = (part["hi"] - part["ms"]).fillna(0).clip(lower=0)
+        ax.errorbar(x, part["ms"], yerr=[lo, hi], fmt=marker, markersize=3, color=color,
+                    alpha=0.7, elinewidth=0.6, linewidth=0, rasterized=True)
 
 
-# Reconciliation instruments, outermost first: (column, label).
 LEVELS = [("cg_peak_bytes", "cgroup memory.peak (window)"),
           ("proc_hwm_bytes", "process VmHWM (window)"),
           ("proc_rss_bytes", "process VmRSS (window end)"),

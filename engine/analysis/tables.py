@@ -129,6 +129,7 @@ def _run_row(meta: RunMeta, folder: Path, tasks: pd.DataFrame, networks: pd.Data
     finished = meta.termination == "ok" and bool(networks["complete"].all())
     makespan = (networks["end_ns"].max() - networks["arrival_ns"].min()) / NS
     gnu = meta.gnu_time or {}
+    load = meta.host_load or {}
     return {
         **_identity(meta, folder),
         "size_bin": pipe.size_bin, "n_networks": len(pipe.networks),
@@ -143,6 +144,13 @@ def _run_row(meta: RunMeta, folder: Path, tasks: pd.DataFrame, networks: pd.Data
         "makespan_s": makespan if finished else np.nan,
         "mean_response_s": networks["response_ns"].mean() / NS if finished else np.nan,
         "wall_s": _known(meta.wall_s),
+        # CPU time of the measured child (GNU time: user + sys, its threads included)
+        "cpu_s": gnu.get("gt_user_s", np.nan) + gnu.get("gt_sys_s", np.nan),
+        "started_at": _known(meta.started_at),
+        "host_load1_start": _known(load.get("load1_start")),
+        "host_load1_end": _known(load.get("load1_end")),
+        "host_busy_cpus": _known(load.get("busy_cpus")),
+        "cpu_pinned": bool((meta.cpu_affinity or {}).get("pinned", False)),
         "gt_max_rss_bytes": _known(gnu.get("gt_max_rss_bytes")),
         "hwm_rss_bytes": _known(meta.hwm_rss_bytes),
         "gt_user_s": gnu.get("gt_user_s", np.nan), "gt_sys_s": gnu.get("gt_sys_s", np.nan),
@@ -409,7 +417,7 @@ def aggregate(tidy_dirs: Iterable[str | os.PathLike],
     tables["samples"] = downsample(tables["samples"])
     tables["reconcile"] = _reconcile(reconcile_dir)
     runs = tables["runs"]
-    if not runs.empty:
+    if not runs.empty:  # the order the runs really started in (runs.started_at)
         runs["run_order"] = runs["started_at"].rank(method="first").astype("Int64")
     tables["speedup"] = speedup_table(runs)
     tables["summary"] = summary_table(runs)

@@ -20,7 +20,7 @@ from pathlib import Path
 from engine.errors import EdgeprofError
 from engine.files import atomic_path, parse_json
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: started_at, host_load, cpu_affinity
 FILE = "meta.json"
 
 
@@ -66,6 +66,12 @@ class RunMeta:
     oom_kills: int | None = _f("processes the kernel OOM-killed in the run's cgroup "
                                "(None: no cgroup to count them)")
     wall_s: float | None = _f("wall time of the measured process, seconds")
+    started_at: float | None = _f("when the measured process started, seconds since the "
+                                  "epoch (the order runs ran in)")
+    host_load: dict | None = _f("the host's 1-minute load average at the start and end "
+                                "and its mean busy CPUs over the run (this run's included)")
+    cpu_affinity: dict | None = _f("CPUs the measured child and the probes (supervisor, "
+                                   "sampler) could run on; pinned: child alone on one")
     probes: dict = _f("which probes were on", {})
     sampler: dict | None = _f("the sampler's own statistics (rate achieved, cost)")
     host: dict = _f("kernel, machine, CPUs and Python of the host", {})

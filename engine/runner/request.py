@@ -26,6 +26,7 @@ class RunOptions:
     budget: int | None = None  # memory budget for masa admission (bytes)
     timeout_s: float | None = None
     estimates: dict[str, int] | None = None  # network -> peak bytes from a profiling run
+    pin_cpu: bool = False  # the child alone on one CPU, supervisor and sampler on the rest
 
 
 @dataclass

@@ -22,6 +22,8 @@ from pathlib import Path
 
 from engine.caffe.splitter import Description
 from engine.limits import LimitRequest, Session, open_session
+from engine.probes import hostload
+from engine.probes.hostload import pin_cpus
 from engine.probes.vmstat import in_guest
 from engine.procs import SUPERVISOR_ENV, preexec
 from engine.runner.execute import model_index, resolve_descriptions
@@ -112,16 +114,28 @@ def run_supervised(request: RunRequest, session: Session | None = None) -> RunMe
                 from engine.probes.tcmalloc import preload_env
 
                 env = preload_env(env)
+            child_cpus, probe_cpus = pin_cpus() if options.pin_cpu else (None, None)
+            pin = (lambda: os.sched_setaffinity(0, child_cpus)) if child_cpus else None
+            load_start = hostload.snapshot()
+            started_at = time.time()
             t_start = time.monotonic()
-            proc = subprocess.Popen(argv, env=env, preexec_fn=preexec(session.preexec()),
+            proc = subprocess.Popen(argv, env=env, preexec_fn=preexec(session.preexec(), pin),
                                     start_new_session=True)
             session.attach_pid(proc.pid)
+            own_cpus = os.sched_getaffinity(0)
+            affinity = {"pinned": bool(options.pin_cpu), "child": sorted(child_cpus or own_cpus),
+                        "probes": sorted(probe_cpus or own_cpus)}
             if probes.sample_hz > 0:
                 from engine.probes.sampler import start_sampler
 
-                sampler = start_sampler(proc.pid, str(tmp / "samples.csv"),
-                                        hz=probes.sample_hz, cgroup_dir=session.cgroup_dir,
-                                        uss=probes.sample_uss)
+                if probe_cpus:  # the sampler inherits it
+                    os.sched_setaffinity(0, probe_cpus)
+                try:
+                    sampler = start_sampler(proc.pid, str(tmp / "samples.csv"),
+                                            hz=probes.sample_hz, cgroup_dir=session.cgroup_dir,
+                                            uss=probes.sample_uss)
+                finally:
+                    os.sched_setaffinity(0, own_cpus)
             timed_out = False
             try:
                 code = proc.wait(timeout=options.timeout_s)
@@ -130,6 +144,7 @@ def run_supervised(request: RunRequest, session: Session | None = None) -> RunMe
                 _kill_tree(proc, session)
                 code = proc.wait()
             wall_s = time.monotonic() - t_start
+            load = hostload.host_load(load_start, hostload.snapshot())
             sampler_stats = sampler.stop() if sampler is not None else None
             sampler = None
             oom_kills = session.oom_kills()
@@ -144,6 +159,7 @@ def run_supervised(request: RunRequest, session: Session | None = None) -> RunMe
             meta.limits = limit_meta
             meta.termination, meta.termination_detail = termination, reason
             meta.exit_code, meta.oom_kills, meta.wall_s = code, oom_kills, wall_s
+            meta.started_at, meta.host_load, meta.cpu_affinity = started_at, load, affinity
             meta.sampler = sampler_stats
             meta.description_files = spec["models"]
             assemble(tmp, meta)

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from engine.errors import EdgeprofError
+from engine.probes import hostload
 from engine.probes.vmstat import GUEST_ENV
 from engine.runner.interrupt import Interrupted, Signalled, ignore_signals, signals_unwind
 from engine.runner.meta import RunMeta, host_facts
@@ -234,15 +235,17 @@ def run_in_vm(request: RunRequest, cfg: VmConfig | None = None,
             (share / GUEST_REQUEST).write_text(inner.to_json())
             timeout = request.options.timeout_s
             host_timeout = None if timeout is None else timeout * 1.5 + 300
+            load_start = hostload.snapshot()
             res, p, guest, facts = boot_job(["engine", f"/run/vmout/{GUEST_REQUEST}"], share,
                                             limit, swap, cfg, host_timeout)
+            load = hostload.host_load(load_start, hostload.snapshot())
             run = share / "run"
             if (run / "meta.json").is_file():
                 meta = RunMeta.read(run)
             else:  # the guest never finished: keep what it wrote, and the console
                 run = _salvage(share)
                 meta = _error_meta(request, pipeline, policy, res, run)
-            _add_vm_facts(meta, vm_facts(res, p, guest, facts))
+            _add_vm_facts(meta, vm_facts(res, p, guest, facts), load)
             if auto is not None:
                 meta.limits["auto"] = auto | {"chosen": "vm"}
             (run / "console.log").write_text(res.console)
@@ -261,10 +264,12 @@ def run_in_vm(request: RunRequest, cfg: VmConfig | None = None,
                 shutil.rmtree(share, ignore_errors=True)
 
 
-def _add_vm_facts(meta: RunMeta, vm: dict) -> None:
+def _add_vm_facts(meta: RunMeta, vm: dict, host_load: dict) -> None:
     """The guest's meta.json describes the guest as its host; the real host goes to
-    "host", the guest and the VM to "vm"."""
+    "host" (its load over the whole VM run to "host_load"), the guest and the VM to
+    "vm"."""
     vm["guest"] = meta.host or None
+    vm["guest_host_load"], meta.host_load = meta.host_load, host_load
     meta.vm = vm
     meta.host = host_facts()
     meta.limits["guest_backend"] = meta.limits.get("backend")

@@ -271,6 +271,14 @@ def run_priority(wildcards):
     ]
 
 
+def caption_facts(wildcards, input):
+    """What a figure's caption says that only the results know (n, significant cells):
+    read from the plot's input tables, so Snakemake never compares it for a rerun."""
+    from engine.analysis.captions import caption_facts as facts
+
+    return facts(os.path.dirname(input[0]))
+
+
 def vm_recipe(wildcards):
     """The guest's recipe hash (reads two files; probes nothing): imported only when a
     vm_guest job is planned."""
@@ -283,5 +291,5 @@ def vm_recipe(wildcards):
 # it calls one (inspect.signature, ~70 us; 12 per run job): tell it once per workflow.
 for _function in (output_dir, split_dir, model_files, run_vm_guest, reconcile_vm_guest,
                   vm_env, run_policy, run_limit_args, run_seed, run_code, run_mem,
-                  run_priority, vm_recipe):
+                  run_priority, vm_recipe, caption_facts):
     overwrite_function_params(_function, inspect.signature(_function).parameters)

@@ -22,6 +22,7 @@ rule plot:
         style=config["plots"],
         run=RUN,
         code=CODE_PLOTS,
+        facts=caption_facts,
     log:
         f"{RESULTS}/logs/plots/{{fig}}.log",
     conda:
