@@ -340,11 +340,11 @@ def run_order(config: Config) -> list[tuple[str, str, str, str, int]]:
     return order
 
 
-def run_priorities(config: Config) -> dict[str, int]:
-    """``kind/pipeline/policy_id/limit/repN`` -> Snakemake priority (higher starts
+def run_priorities(config: Config) -> dict[tuple[str, str, str, str, int], int]:
+    """(kind, pipeline, policy id, limit, rep) -> Snakemake priority (higher starts
     first) that makes the scheduler start the runs in ``run_order``."""
     order = run_order(config)
-    return {f"{kind}/{pipeline}/{policy.replace(':', '_')}/{limit}/rep{rep}": len(order) - i
+    return {(kind, pipeline, policy.replace(":", "_"), limit, rep): len(order) - i
             for i, (kind, pipeline, policy, limit, rep) in enumerate(order)}
 
 

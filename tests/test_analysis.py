@@ -287,5 +287,5 @@ def test_every_figure_is_drawn_without_bulk_runs(agg, name, tmp_path):
     if name == "speedup":
         assert "no speed-up panel" in _texts(fig)
         labels = [ax.get_ylabel() for ax in fig.axes]
-        assert "mean inference time (s)" in labels
+        assert "median inference time (s)" in labels
         assert not any("speed-up" in label for label in labels)

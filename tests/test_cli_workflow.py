@@ -86,14 +86,20 @@ def test_limited_runs_go_to_the_vm_with_its_smaller_pipelines(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     jobs = job_counts(r.stdout)
     policies, vm = len(cfg["run"]["policies"]), cfg["vm"]
+    reps = cfg["run"]["repetitions"]
     assert jobs["vm_guest"] == jobs["vm_pipelines"] == 1
-    assert jobs["run"] == policies * (cfg["pipelines"]["count"]
-                                      + vm["pipelines"]["count"] * len(vm["limits"]))
+    # native: every main pipeline x policy x repetition unconstrained, and the unprobed
+    # twins; in the guest: every vm pipeline x vm policy under each vm limit and, as the
+    # baseline, unconstrained
+    in_guest = vm["pipelines"]["count"] * len(vm["policies"]) * (len(vm["limits"]) + 1)
+    assert jobs["run"] == reps * (policies * cfg["pipelines"]["count"]
+                                  + cfg["pipelines"]["count"] + in_guest)
     runs = [line.removeprefix("Shell command: ") for line in r.stdout.splitlines()
             if " -m engine run " in line]
     in_vm = [line for line in runs if "/pipelines/v0" in line]
-    # every vm pipeline x policy x vm limit, and the heap-profiled reconciliation run
-    assert len(in_vm) == policies * len(vm["limits"]) + 1
+    # and the heap-profiled reconciliation run
+    assert len(in_vm) == reps * in_guest + 1
+    assert sum("--no-probes" in line for line in runs) == reps * cfg["pipelines"]["count"]
     assert sum("--heap-profile" in line for line in in_vm) == 1
     assert all("--backend vm" in line and line.startswith("EDGEPROF_VM_CACHE=")
                for line in in_vm)
@@ -122,12 +128,13 @@ def test_with_the_vm_disabled_every_limit_runs_natively_with_run_backend(tmp_pat
     assert "vm_guest" not in jobs and "vm_pipelines" not in jobs
     run = cfg["run"]
     assert jobs["run"] == (len(run["policies"]) * cfg["pipelines"]["count"]
-                           * len(run["limits"]) * run["repetitions"])
+                           * len(run["limits"]) + cfg["pipelines"]["count"]
+                           ) * run["repetitions"]  # and linear's unprobed twins
     runs = [c for c in _shell_commands(r.stdout) if " -m engine run " in c]
     assert runs and all(c.startswith("python -m engine run ") for c in runs)
     assert all("--backend auto" in c and "/pipelines/p0" in c for c in runs)
     assert sum("--limit 256M --swap max --backend auto" in c for c in runs) == len(
-        run["policies"]) * cfg["pipelines"]["count"]
+        run["policies"]) * cfg["pipelines"]["count"] * run["repetitions"]
 
 
 def test_building_the_dag_probes_nothing_on_the_host(tmp_path):

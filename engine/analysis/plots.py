@@ -211,12 +211,27 @@ def _summary_cells(df: pd.DataFrame, metric: str, scale: float = 1.0,
         if r is None:
             return None
         sig = r.get(significance) if significance else None
+        if "pairs_missing" in r:  # a paired ratio: missing when either run did not finish
+            n_failed, why = int(r.get("pairs_missing") or 0), _why_short(r.get("missing_why"))
+        else:
+            n_failed, why = int(r.get("runs_not_ok") or 0), _short(r.get("ended") or "")
         return Cell(r[f"{metric}_median"] / scale, r[f"{metric}_ci_low"] / scale,
-                    r[f"{metric}_ci_high"] / scale, int(r.get("runs_not_ok") or 0),
-                    "not ok" if r.get("runs_not_ok") else "",
+                    r[f"{metric}_ci_high"] / scale, n_failed, why,
                     None if not sig else sig in ("higher", "lower"))
 
     return value
+
+
+def _why_short(reason: str | None) -> str:
+    """speedup_table's reason ("bulk ended 'memory'", "linear ended 'timeout'") as a
+    label: "bulk OOM", "timeout"."""
+    if not reason or not isinstance(reason, str):
+        return ""
+    if reason == "no bulk run":
+        return "no bulk"
+    who, _, end = reason.partition(" ended ")
+    end = _short(end.strip("'"))
+    return f"bulk {end}" if who == "bulk" else end
 
 
 def _bin_rows(df: pd.DataFrame) -> pd.DataFrame:

@@ -313,6 +313,12 @@ def _merge_levels(parts: list[pd.DataFrame]) -> pd.DataFrame:
     return out.sort_values(key, ignore_index=True)[key + [c for c in out if c not in key]]
 
 
+def _most_frequent(values: pd.Series) -> str:
+    """The most frequent non-null value of a group ("" when none): why its runs ended."""
+    values = values.dropna()
+    return str(values.mode().iloc[0]) if len(values) else ""
+
+
 def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Every time and memory metric of the finished runs: median and 95 % CI per policy,
     pipeline and limit (over repetitions) and per size bin (over pipelines and
@@ -322,9 +328,11 @@ def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
     runs = runs.assign(pipeline=runs["pipeline"].astype(str))
     ok = runs[runs["termination"] == "ok"]
     parts = [_levels(ok, col, label) for label, col in SUMMARY_METRICS.items() if col in ok]
-    counts = [runs.assign(not_ok=runs["termination"] != "ok")
-              .groupby(CELL + (["pipeline"] if level == "pipeline" else []), dropna=False)
-              .agg(runs=("run_id", "size"), runs_not_ok=("not_ok", "sum")).reset_index()
+    runs = runs.assign(not_ok=runs["termination"] != "ok",
+                       ended=runs["termination"].where(runs["termination"] != "ok"))
+    counts = [runs.groupby(CELL + (["pipeline"] if level == "pipeline" else []), dropna=False)
+              .agg(runs=("run_id", "size"), runs_not_ok=("not_ok", "sum"),
+                   ended=("ended", _most_frequent)).reset_index()
               .assign(level=level, **({} if level == "pipeline" else {"pipeline": ""}))
               for level in ("pipeline", "size_bin")]
     return _merge_levels([*parts, pd.concat(counts, ignore_index=True)])
@@ -338,9 +346,17 @@ def speedup_summary(pairs: pd.DataFrame) -> pd.DataFrame:
 
     if pairs.empty:
         return pd.DataFrame()
-    pairs = pairs.assign(pipeline=pairs["pipeline"].astype(str))
+    pairs = pairs.assign(pipeline=pairs["pipeline"].astype(str),
+                         missing=pairs["speedup"].isna(),
+                         why=pairs["reason"].where(pairs["reason"] != ""))
     parts = [_levels(pairs, "speedup", "speedup"), _levels(pairs, "slowdown", "slowdown")]
-    out = _merge_levels(parts)
+    # why speed-ups are missing: the policy's own end, or Bulk's ("bulk ended 'memory'")
+    parts += [pairs.groupby(CELL + (["pipeline"] if level == "pipeline" else []), dropna=False)
+              .agg(pairs_missing=("missing", "sum"), missing_why=("why", _most_frequent))
+              .reset_index()
+              .assign(level=level, **({} if level == "pipeline" else {"pipeline": ""}))
+              for level in ("pipeline", "size_bin")]
+    out = _merge_levels([parts[0], parts[1], pd.concat(parts[2:], ignore_index=True)])
     for name in ("speedup", "slowdown"):
         out[f"{name}_significance"] = [significance(lo, hi) for lo, hi in
                                        zip(out[f"{name}_ci_low"], out[f"{name}_ci_high"])]

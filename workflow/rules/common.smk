@@ -94,7 +94,7 @@ POLICIES = policy_ids([p for rs in RUN_SETS for p in rs.policies])
 REPS = list(range(RUN["repetitions"]))
 # kind: "runs", or "unprobed" for the probe-overhead twins (--no-probes)
 RUN_PATTERN = "{pipeline}/{policy}/{limit}/rep{rep}"
-KIND_PATTERN = "{kind}/" + RUN_PATTERN
+KIND_PATTERN = f"{{kind}}/{RUN_PATTERN}"
 RUN_IDS = [
     run_id
     for rs in RUN_SETS
@@ -249,7 +249,7 @@ def run_policy(wildcards):
 
 def run_limit_args(wildcards):
     args = LIMIT_ARGS[_limit_key(wildcards)]
-    return args + " --no-probes" if wildcards.kind == "unprobed" else args
+    return f"{args} --no-probes" if wildcards.kind == "unprobed" else args
 
 
 def run_seed(wildcards):
@@ -266,8 +266,8 @@ def run_mem(wildcards):
 
 def run_priority(wildcards):
     return RUN_PRIORITY[
-        f"{wildcards.kind}/{wildcards.pipeline}/{wildcards.policy}/{wildcards.limit}"
-        f"/rep{wildcards.rep}"
+        (wildcards.kind, wildcards.pipeline, wildcards.policy, wildcards.limit,
+         int(wildcards.rep))
     ]
 
 
