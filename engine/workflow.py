@@ -215,6 +215,10 @@ def _check_run_extras(config: Config) -> None:
             parse_policy(p).name for p in run["policies"]}:
         raise ValueError(f"config: run.probe_overhead_policy {policy!r} is not one of "
                          f"run.policies: its unprobed runs pair with that policy's runs")
+    if policy is not None and not unprobed_runs(config):
+        raise ValueError("config: run.probe_overhead_policy needs native unconstrained runs "
+                         "of the main pipelines (none in run.limits, run.backend not vm); "
+                         "set it to null")
 
 
 # --- which runs exist, and where they run --------------------------------------------------
@@ -251,6 +255,7 @@ class RunSet:
     policies: list[str]  # canonical names
     limits: list[str]
     in_vm: bool
+    repetitions: int
 
 
 def vm_policies(config: Config) -> list[str]:
@@ -268,14 +273,17 @@ def run_sets(config: Config) -> list[RunSet]:
     under every limit of ``run.limits`` with ``run.backend``."""
     main = pipeline_names(config["pipelines"]["count"])
     policies = [parse_policy(p).name for p in config["run"]["policies"]]
+    reps = config["run"]["repetitions"]
     if vm_enabled(config):
         vm_limits = [UNLIMITED, *(str(lim) for lim in config["vm"]["limits"]
                                   if str(lim) != UNLIMITED)]
-        return [RunSet(main, policies, [UNLIMITED], False),
+        return [RunSet(main, policies, [UNLIMITED], False, reps),
                 RunSet(vm_pipeline_names(config),
-                       [parse_policy(p).name for p in vm_policies(config)], vm_limits, True)]
+                       [parse_policy(p).name for p in vm_policies(config)], vm_limits, True,
+                       config["vm"].get("repetitions") or reps)]
     limits = [str(limit) for limit in config["run"]["limits"]]
-    return [RunSet(main, policies, limits, False)]
+    # run.backend vm: every run in the guest, the unconstrained baseline too
+    return [RunSet(main, policies, limits, config["run"]["backend"] == "vm", reps)]
 
 
 def run_backend(config: Config, limit: str, in_vm: bool) -> str:
@@ -323,9 +331,10 @@ def run_order(config: Config) -> list[tuple[str, str, str, str, int]]:
     drift or a neighbour's load hits every policy alike, and no policy always goes first.
     """
     twins = set(unprobed_runs(config))
+    sets = run_sets(config)
     order = []
-    for rep in range(config["run"]["repetitions"]):
-        blocks = [(rs, pipeline, limit) for rs in run_sets(config)
+    for rep in range(max(rs.repetitions for rs in sets)):
+        blocks = [(rs, pipeline, limit) for rs in sets if rep < rs.repetitions
                   for pipeline in rs.pipelines for limit in rs.limits]
         rng = np.random.default_rng([config["seed"], rep])
         for b in rng.permutation(len(blocks)):

@@ -86,19 +86,19 @@ def test_limited_runs_go_to_the_vm_with_its_smaller_pipelines(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     jobs = job_counts(r.stdout)
     policies, vm = len(cfg["run"]["policies"]), cfg["vm"]
-    reps = cfg["run"]["repetitions"]
+    reps, vm_reps = cfg["run"]["repetitions"], vm["repetitions"]
     assert jobs["vm_guest"] == jobs["vm_pipelines"] == 1
     # native: every main pipeline x policy x repetition unconstrained, and the unprobed
     # twins; in the guest: every vm pipeline x vm policy under each vm limit and, as the
-    # baseline, unconstrained
+    # baseline, unconstrained, with the vm block's repetitions
     in_guest = vm["pipelines"]["count"] * len(vm["policies"]) * (len(vm["limits"]) + 1)
-    assert jobs["run"] == reps * (policies * cfg["pipelines"]["count"]
-                                  + cfg["pipelines"]["count"] + in_guest)
+    assert jobs["run"] == (reps * (policies + 1) * cfg["pipelines"]["count"]
+                           + vm_reps * in_guest)
     runs = [line.removeprefix("Shell command: ") for line in r.stdout.splitlines()
             if " -m engine run " in line]
     in_vm = [line for line in runs if "/pipelines/v0" in line]
     # and the heap-profiled reconciliation run
-    assert len(in_vm) == reps * in_guest + 1
+    assert len(in_vm) == vm_reps * in_guest + 1
     assert sum("--no-probes" in line for line in runs) == reps * cfg["pipelines"]["count"]
     assert sum("--heap-profile" in line for line in in_vm) == 1
     assert all("--backend vm" in line and line.startswith("EDGEPROF_VM_CACHE=")

@@ -116,7 +116,9 @@ def test_every_table_and_figure_is_written_and_plausible(workflow):
     assert len(cell) == 2 and (cell.speedup_n == 3).all()
     assert (cell.speedup_ci_low <= cell.speedup_median).all()
     assert (cell.speedup_median <= cell.speedup_ci_high).all()
-    assert set(cell.speedup_significance) <= {"higher", "lower", "no difference"}
+    # three pairs never carry a claim (stats.MIN_N_SIGNIFICANT): flagged as such
+    assert set(cell.speedup_significance) == {"too few runs"}
+    assert {"speedup_ci_scope", "pairs_missing", "missing_why"} <= set(summary.columns)
     limited = summary[(summary.level == "pipeline") & (summary["limit"] == "256M")]
     assert limited.slowdown_n.eq(3).all() and limited.slowdown_median.notna().all()
     times = pd.read_parquet(tables / "summary.parquet")

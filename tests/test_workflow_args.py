@@ -120,9 +120,14 @@ def test_vm_disabled_runs_every_limit_with_run_backend(cfg):
     inherit = with_(cfg, run__backend="inherit", run__swap=0)
     assert wf.limit_args(inherit, "512M", False) == "--limit 512M --swap 0 --backend inherit"
     assert wf.limit_args(inherit, "none", False) == "--backend inherit"
-    # backend vm without the vm block: the main pipelines' limited runs go to the guest
+    # backend vm without the vm block: every main run goes to the guest, the
+    # unconstrained baseline too (an emulated limit never compares with a native run)
     in_vm = with_(cfg, run__backend="vm")
-    assert wf.runs_in_vm(in_vm, "1G", False) and not wf.runs_in_vm(in_vm, "none", False)
+    [main] = wf.run_sets(in_vm)
+    assert main.in_vm and wf.limit_args(in_vm, "none", main.in_vm) == "--backend vm"
+    with pytest.raises(ValueError, match="probe_overhead_policy needs native"):
+        wf.check_config(with_(in_vm, run__reconcile__vm=False,
+                              run__reconcile__pipeline="p000"))
     # memory + swap capped together: the swap is what the total leaves above the limit
     capped = with_(cfg, run__swap_total="8G")
     assert wf.limit_args(capped, "1G", False) == (

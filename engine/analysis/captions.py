@@ -32,7 +32,9 @@ def _cells(summary: pd.DataFrame, name: str) -> str:
                    & summary[col].isin(["higher", "lower"])]
     if rows.empty:
         return "none"
-    text = [f"{r.policy} {r[col]} ({r['size_bin']}, {r['limit']}"
+    words = ({"higher": "slower", "lower": "faster"} if name == "slowdown"
+             else {"higher": "faster", "lower": "slower"})
+    text = [f"{r.policy} {words[r[col]]} ({r['size_bin']}, {r['limit']}"
             f"{', emulated' if r['emulated'] else ''}: {r[f'{name}_median']:.2f}x "
             f"[{r[f'{name}_ci_low']:.2f}, {r[f'{name}_ci_high']:.2f}])"
             for _, r in rows.head(MAX_LISTED).iterrows()]

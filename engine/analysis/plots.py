@@ -150,7 +150,8 @@ def _bin_order(runs: pd.DataFrame) -> list[str]:
 @dataclass
 class Cell:
     """One bar: a median with its 95 % CI, how many runs did not finish (and how), and
-    whether a ratio's CI excludes 1 (None: not a ratio)."""
+    whether a ratio's CI excludes 1 (None: not a ratio; ``few``: too few values for a
+    claim either way)."""
 
     median: float = np.nan
     lo: float = np.nan
@@ -158,6 +159,7 @@ class Cell:
     n_failed: int = 0
     failed: str = ""
     significant: bool | None = None
+    few: bool = False
 
 
 NOT_SIGNIFICANT_ALPHA = 0.35
@@ -188,7 +190,7 @@ def _grouped_bars(ax: Axes, groups: list[str], policies: list[str], colors: dict
                 ax.errorbar(x, cell.median, yerr=[[cell.median - cell.lo],
                                                   [cell.hi - cell.median]],
                             color="0.15", linewidth=0.7, capsize=1.5)
-            notes = (["n.s."] if faded else []) + (
+            notes = (["n.s."] if faded else []) + (["n<6"] if cell.few else []) + (
                 [f"{cell.n_failed}× {cell.failed}"] if cell.n_failed else [])
             if notes:
                 top = cell.hi if np.isfinite(cell.hi) else cell.median
@@ -211,13 +213,18 @@ def _summary_cells(df: pd.DataFrame, metric: str, scale: float = 1.0,
         if r is None:
             return None
         sig = r.get(significance) if significance else None
-        if "pairs_missing" in r:  # a paired ratio: missing when either run did not finish
-            n_failed, why = int(r.get("pairs_missing") or 0), _why_short(r.get("missing_why"))
+        if metric in ("speedup", "slowdown"):  # missing when either run did not finish
+            prefix = "" if metric == "speedup" else "slowdown_"
+            n_failed = int(r.get(f"{prefix}pairs_missing") or 0)
+            why = _why_short(r.get(f"{prefix}missing_why"))
+            if why == "no bulk" and np.isnan(r[f"{metric}_median"]):
+                return None  # a run set without Bulk (vm.policies): nothing to compare
         else:
             n_failed, why = int(r.get("runs_not_ok") or 0), _short(r.get("ended") or "")
         return Cell(r[f"{metric}_median"] / scale, r[f"{metric}_ci_low"] / scale,
                     r[f"{metric}_ci_high"] / scale, n_failed, why,
-                    None if not sig else sig in ("higher", "lower"))
+                    {"higher": True, "lower": True, "no difference": False}.get(sig),
+                    sig == "too few runs")
 
     return value
 
@@ -229,6 +236,8 @@ def _why_short(reason: str | None) -> str:
         return ""
     if reason == "no bulk run":
         return "no bulk"
+    if reason.startswith("no ") or " ended " not in reason:
+        return reason
     who, _, end = reason.partition(" ended ")
     end = _short(end.strip("'"))
     return f"bulk {end}" if who == "bulk" else end
@@ -262,7 +271,10 @@ def speedup(tables: Tables, style: dict, context: dict) -> Figure:
     colors = _colors(policies, style)
     bins = _summary_bin_order(summary, runs)
     panels = _panel_names(summary)
-    fig, axes = _grid(2 if with_speedup else 1, len(panels))
+    # a third row where some panel is limited: the slowdown against the same policy
+    # unconstrained, in the same repetition and execution mode
+    with_slowdown = with_speedup and bool((ratios["limit"] != "none").any())
+    fig, axes = _grid(1 + with_speedup + with_slowdown, len(panels))
     for c, panel in enumerate(panels):
         # Every panel keeps a slot per policy, so a policy sits at the same place in each.
         _grouped_bars(axes[0, c], bins, policies, colors,
@@ -277,9 +289,20 @@ def speedup(tables: Tables, style: dict, context: dict) -> Figure:
                           lambda group, policy, cells=cells: None if policy == "bulk"
                           else cells(group, policy))
             axes[1, c].axhline(1.0, color="0.3", linewidth=0.8, linestyle="--")
+        if with_slowdown:
+            limited = ratios[(ratios["panel"] == panel) & (ratios["limit"] != "none")]
+            if limited.empty:
+                _instrument_note(axes[2, c], "the unconstrained baseline")
+            else:
+                _grouped_bars(axes[2, c], bins, policies, colors,
+                              _summary_cells(limited, "slowdown",
+                                             significance="slowdown_significance"))
+            axes[2, c].axhline(1.0, color="0.3", linewidth=0.8, linestyle="--")
     axes[0, 0].set_ylabel("median inference time (s)")
     if with_speedup:
         axes[1, 0].set_ylabel("speed-up over Bulk (×)")
+    if with_slowdown:
+        axes[2, 0].set_ylabel("slowdown vs unconstrained (×)")
     else:
         fig.suptitle("no speed-up panel: the config runs no Bulk policy to compare with",
                      fontsize="small", color="0.35")
@@ -291,7 +314,8 @@ def _ci_handles() -> list:
     return [Line2D([], [], color="0.15", marker="_", markersize=6, linewidth=0.7,
                    label="95 % CI"),
             Patch(facecolor="0.5", alpha=NOT_SIGNIFICANT_ALPHA, edgecolor="0.5",
-                  label="n.s.: CI contains 1 (no difference)")]
+                  label="n.s.: CI contains 1 (no difference)"),
+            Line2D([], [], linestyle="none", label="n<6: too few pairs for a claim")]
 
 
 def _instrument_note(ax: Axes, text: str) -> None:
@@ -441,13 +465,15 @@ LAYER_KEY = ["network", "layer", "task_type", "panel", "emulated"]
 
 def _layer_medians(tasks: pd.DataFrame) -> pd.DataFrame:
     """Per layer, task type and limit: the median duration over every run (pipelines,
-    policies, repetitions) that executed it, with its 95 % CI."""
-    from engine.analysis.stats import bootstrap_ci
+    policies, repetitions) that executed it, with its 95 % CI (clustered by run: a
+    network twice in one pipeline is not two independent runs)."""
+    from engine.analysis.stats import cell_seed, cluster_bootstrap_ci
 
     rows = []
     for key, group in tasks.groupby(LAYER_KEY, sort=False):
         ms = group["duration_ns"].to_numpy(dtype=float) / 1e6
-        rows.append([*key, group["param_bytes"].iloc[0], *bootstrap_ci(ms), len(ms),
+        est = cluster_bootstrap_ci(ms, group["run_id"].to_numpy(), seed=cell_seed(key))
+        rows.append([*key, group["param_bytes"].iloc[0], *est, len(ms),
                      bool((group["termination"] != "ok").any())])
     return pd.DataFrame(rows, columns=[*LAYER_KEY, "param_bytes", "ms", "lo", "hi", "n",
                                        "some_failed"])

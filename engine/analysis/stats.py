@@ -3,13 +3,15 @@ repetitions and over pipelines within a size bin, paired ratios (speed-up over B
 probe overhead) with their significance, and the noise floor of identical runs.
 
 Every estimate is a median with a 95 % percentile-bootstrap interval. A CI needs at least
-two values; with fewer it is NaN and nothing is called significant. With n values the
-interval can never be narrower than what n allows (n = 3: the smallest and largest
-value), which is what the captions say.
+two values. A percentile-bootstrap CI of the median of n <= 5 values is their range, and
+all of n values on one side of 1 happens by chance with probability 2 / 2**n: a
+significance claim needs at least MIN_N_SIGNIFICANT values (2 / 2**6 = 3 %), below that
+the label is "too few runs" whatever the CI says.
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 
 import numpy as np
@@ -18,6 +20,11 @@ import pandas as pd
 CI_LEVEL = 0.95
 N_BOOT = 2000
 CI_METHOD = f"median, {CI_LEVEL:.0%} percentile bootstrap ({N_BOOT} resamples)"
+MIN_N_SIGNIFICANT = 6
+# Pipelines in a size bin from which its CI generalises to pipelines of that size
+# (resampling pipelines); with fewer it is conditional on the bin's own pipelines
+# (resampling each pipeline's repetitions).
+MIN_CLUSTERS = 6
 # Significance labels of a paired ratio's CI against 1.
 FASTER, SLOWER, NO_DIFFERENCE, TOO_FEW = "higher", "lower", "no difference", "too few runs"
 
@@ -46,10 +53,12 @@ def bootstrap_ci(values: Sequence[float] | np.ndarray, level: float = CI_LEVEL,
 def cluster_bootstrap_ci(values: Sequence[float] | np.ndarray,
                          clusters: Sequence[object] | np.ndarray, level: float = CI_LEVEL,
                          n_boot: int = N_BOOT, seed: int = 0) -> tuple[float, float, float]:
-    """(median, ci_low, ci_high) over values grouped in clusters (the repetitions of each
-    pipeline in a size bin), resampled in two stages: clusters with replacement, then
-    the values within each drawn cluster. Pipelines differ more than repetitions of one
-    pipeline do, so the interval reflects both. One cluster: as ``bootstrap_ci``."""
+    """(median, ci_low, ci_high) of values grouped in clusters (the repetitions of each
+    pipeline in a size bin; the tasks of each run). With at least MIN_CLUSTERS clusters
+    the clusters are resampled whole, so the CI covers the spread between clusters (a
+    statement about pipelines of that size); with fewer, each cluster's values are
+    resampled within it, so the CI is conditional on these clusters (stratified
+    bootstrap). One cluster: as ``bootstrap_ci``."""
     x = np.asarray(values, dtype=float)
     c = np.asarray(clusters, dtype=object)
     keep = np.isfinite(x)
@@ -64,26 +73,37 @@ def cluster_bootstrap_ci(values: Sequence[float] | np.ndarray,
     for i, g in enumerate(groups):
         padded[i, :len(g)] = g
     rng = np.random.default_rng(seed)
-    picked = rng.integers(0, len(groups), size=(n_boot, len(groups)))  # stage 1
-    # stage 2: within each picked cluster, indices below that cluster's own size
-    within = (rng.random((n_boot, len(groups), width)) * sizes[picked][..., None]).astype(int)
-    draws = padded[picked[..., None], within]
-    # a cluster smaller than the widest fills only its first `size` slots
-    draws[np.arange(width)[None, None, :] >= sizes[picked][..., None]] = np.nan
+    if len(groups) >= MIN_CLUSTERS:  # whole clusters, with replacement
+        draws = padded[rng.integers(0, len(groups), size=(n_boot, len(groups)))]
+    else:  # within each cluster, indices below its own size
+        within = (rng.random((n_boot, len(groups), width)) * sizes[:, None]).astype(int)
+        draws = padded[np.arange(len(groups))[None, :, None], within]
+        draws[:, np.arange(width)[None, :] >= sizes[:, None]] = np.nan
     boot = np.nanmedian(draws.reshape(n_boot, -1), axis=1)
     return (float(np.median(x)), *_percentiles(boot, level))
 
 
-def significance(ci_low: float, ci_high: float) -> str:
+def ci_scope(n_clusters: int) -> str:
+    """What a cluster bootstrap's CI is about (``cluster_bootstrap_ci``)."""
+    return "pipelines of the bin" if n_clusters >= MIN_CLUSTERS else "these pipelines"
+
+
+def significance(ci_low: float, ci_high: float, n: int) -> str:
     """A ratio's CI against 1: ``higher`` / ``lower`` when it excludes 1, ``no
-    difference`` when it contains 1, ``too few runs`` when there is no CI."""
-    if not (np.isfinite(ci_low) and np.isfinite(ci_high)):
+    difference`` when it contains 1, ``too few runs`` when there is no CI or fewer than
+    MIN_N_SIGNIFICANT values."""
+    if n < MIN_N_SIGNIFICANT or not (np.isfinite(ci_low) and np.isfinite(ci_high)):
         return TOO_FEW
     if ci_low > 1:
         return FASTER
     if ci_high < 1:
         return SLOWER
     return NO_DIFFERENCE
+
+
+def cell_seed(key: object) -> int:
+    """A seed of its own per cell, so that cells of equal size do not share resamples."""
+    return zlib.crc32(repr(key).encode())
 
 
 def summarize(df: pd.DataFrame, by: list[str], value: str, cluster: str | None = None,
@@ -97,12 +117,12 @@ def summarize(df: pd.DataFrame, by: list[str], value: str, cluster: str | None =
         return pd.DataFrame(columns=[*by, *cols])
     rows = []
     for key, group in df.groupby(by, sort=True, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
         vals = group[value].to_numpy(dtype=float)
         if cluster is None:
-            est = bootstrap_ci(vals)
+            est = bootstrap_ci(vals, seed=cell_seed(key))
         else:
-            est = cluster_bootstrap_ci(vals, group[cluster].to_numpy())
-        key = key if isinstance(key, tuple) else (key,)
+            est = cluster_bootstrap_ci(vals, group[cluster].to_numpy(), seed=cell_seed(key))
         rows.append([*key, *est, int(np.isfinite(vals).sum())])
     return pd.DataFrame(rows, columns=[*by, *cols])
 

@@ -240,7 +240,7 @@ def _read_tidy(tidy_dirs: Iterable[str | os.PathLike]) -> dict[str, pd.DataFrame
 
 
 # Runs compared for the speed-up: same pipeline, repetition and (enforced) limit, in the
-# same execution mode (native and emulated never share an aggregate).
+# same execution mode (a native run is never paired with an emulated one).
 SPEEDUP_KEY = ["pipeline", "limit", "limit_enforced", "emulated", "rep"]
 # ... and for the slowdown under a limit: the same policy unconstrained, same mode.
 SLOWDOWN_KEY = ["pipeline", "policy", "emulated", "rep"]
@@ -250,9 +250,21 @@ def _speedup_reason(row: pd.Series) -> str:
     if row["termination"] != "ok":
         return f"{row['policy']} ended '{row['termination']}'"
     if pd.isna(row["bulk_termination"]):
-        return "no bulk run"
+        return "bulk limit enforced differently" if row["bulk_elsewhere"] else "no bulk run"
     if row["bulk_termination"] != "ok":
         return f"bulk ended '{row['bulk_termination']}'"
+    return ""
+
+
+def _slowdown_reason(row: pd.Series) -> str:
+    if row["limit"] == "none":
+        return ""
+    if row["termination"] != "ok":
+        return f"{row['policy']} ended '{row['termination']}'"
+    if pd.isna(row["unconstrained_termination"]):
+        return "no unconstrained run"
+    if row["unconstrained_termination"] != "ok":
+        return f"unconstrained ended '{row['unconstrained_termination']}'"
     return ""
 
 
@@ -265,7 +277,8 @@ def speedup_table(runs: pd.DataFrame) -> pd.DataFrame:
     cols = SPEEDUP_KEY + ["size_bin", "n_networks", "param_bytes", "limit_bytes", "policy",
                           "policy_family", "workers", "termination", "makespan_s"]
     extra = ["bulk_makespan_s", "bulk_termination", "speedup", "reason",
-             "unconstrained_makespan_s", "slowdown"]
+             "unconstrained_makespan_s", "unconstrained_termination", "slowdown",
+             "slowdown_reason"]
     if runs.empty:
         return pd.DataFrame(columns=cols + extra)
     bulk = runs.loc[runs["policy"] == "bulk", SPEEDUP_KEY + ["makespan_s", "termination"]]
@@ -273,22 +286,30 @@ def speedup_table(runs: pd.DataFrame) -> pd.DataFrame:
                                 "termination": "bulk_termination"})
     out = runs[cols].merge(bulk, on=SPEEDUP_KEY, how="left")
     out["speedup"] = out["bulk_makespan_s"] / out["makespan_s"]
+    # a bulk run of the same block whose limit was enforced differently (under inherit)
+    loose = [k for k in SPEEDUP_KEY if k != "limit_enforced"]
+    any_bulk = runs.loc[runs["policy"] == "bulk", loose].drop_duplicates().assign(
+        bulk_elsewhere=True)
+    out = out.merge(any_bulk, on=loose, how="left")
+    out["bulk_elsewhere"] = out["bulk_elsewhere"].eq(True)
     out["reason"] = out.apply(_speedup_reason, axis=1)
-    base = runs.loc[runs["limit"] == "none", SLOWDOWN_KEY + ["makespan_s"]].rename(
-        columns={"makespan_s": "unconstrained_makespan_s"})
+    base = runs.loc[runs["limit"] == "none", SLOWDOWN_KEY + ["makespan_s", "termination"]]
+    base = base.rename(columns={"makespan_s": "unconstrained_makespan_s",
+                                "termination": "unconstrained_termination"})
     out = out.merge(base, on=SLOWDOWN_KEY, how="left")
     out["slowdown"] = out["makespan_s"] / out["unconstrained_makespan_s"]
+    out["slowdown_reason"] = out.apply(_slowdown_reason, axis=1)
+    out = out.drop(columns="bulk_elsewhere")
     return out.sort_values(SPEEDUP_KEY + ["policy"], ignore_index=True)
 
 
-# What the summaries aggregate over repetitions: label -> runs column.
-SUMMARY_METRICS = {
-    "makespan_s": "makespan_s", "wall_s": "wall_s", "cpu_s": "cpu_s",
-    "peak_rss_bytes": "peak_rss_bytes", "mean_rss_bytes": "mean_rss_bytes",
-    "peak_swap_bytes": "peak_swap_bytes", "mean_swap_bytes": "mean_swap_bytes",
-    "hwm_rss_bytes": "hwm_rss_bytes", "cg_window_peak_bytes": "cg_window_peak_bytes",
-    "cg_window_swap_peak_bytes": "cg_window_swap_peak_bytes",
-}
+# What the summaries aggregate over repetitions: times over the finished runs only (a
+# killed run's time is censored: counted in runs_not_ok and named on the figures),
+# memory over every run that measured it (an OOM-killed run's peak is real data, at
+# the limit; leaving it out would bias the peaks down).
+TIME_METRICS = ["makespan_s", "wall_s", "cpu_s"]
+MEMORY_METRICS = ["peak_rss_bytes", "mean_rss_bytes", "peak_swap_bytes", "mean_swap_bytes",
+                  "hwm_rss_bytes", "cg_window_peak_bytes", "cg_window_swap_peak_bytes"]
 # A cell: one policy on one pipeline (or size bin) under one limit, in one execution mode.
 CELL = ["emulated", "limit", "limit_enforced", "size_bin", "policy"]
 
@@ -296,11 +317,17 @@ CELL = ["emulated", "limit", "limit_enforced", "size_bin", "policy"]
 def _levels(df: pd.DataFrame, value: str, prefix: str) -> pd.DataFrame:
     """``stats.summarize`` per pipeline (over its repetitions) and per size bin (over its
     pipelines and their repetitions), stacked with a ``level`` column."""
-    from engine.analysis.stats import summarize
+    from engine.analysis.stats import ci_scope, summarize
 
     per_pipeline = summarize(df, CELL + ["pipeline"], value, prefix=prefix)
     per_bin = summarize(df, CELL, value, cluster="pipeline", prefix=prefix)
     per_bin["pipeline"] = ""
+    # what a size bin's CI is about: pipelines of that size, or only the bin's own
+    k = (df.dropna(subset=[value]).groupby(CELL, dropna=False)["pipeline"].nunique()
+         .rename("k").reset_index())
+    per_bin = per_bin.merge(k, on=CELL, how="left")
+    per_bin[f"{prefix}_ci_scope"] = per_bin["k"].fillna(0).astype(int).map(ci_scope)
+    per_bin = per_bin.drop(columns="k")
     return pd.concat([per_pipeline.assign(level="pipeline"), per_bin.assign(level="size_bin")],
                      ignore_index=True)
 
@@ -327,7 +354,8 @@ def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     runs = runs.assign(pipeline=runs["pipeline"].astype(str))
     ok = runs[runs["termination"] == "ok"]
-    parts = [_levels(ok, col, label) for label, col in SUMMARY_METRICS.items() if col in ok]
+    parts = [_levels(ok, col, col) for col in TIME_METRICS if col in ok]
+    parts += [_levels(runs, col, col) for col in MEMORY_METRICS if col in runs]
     runs = runs.assign(not_ok=runs["termination"] != "ok",
                        ended=runs["termination"].where(runs["termination"] != "ok"))
     counts = [runs.groupby(CELL + (["pipeline"] if level == "pipeline" else []), dropna=False)
@@ -348,18 +376,24 @@ def speedup_summary(pairs: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     pairs = pairs.assign(pipeline=pairs["pipeline"].astype(str),
                          missing=pairs["speedup"].isna(),
-                         why=pairs["reason"].where(pairs["reason"] != ""))
+                         why=pairs["reason"].where(pairs["reason"] != ""),
+                         slow_missing=pairs["slowdown"].isna() & (pairs["limit"] != "none"),
+                         slow_why=pairs["slowdown_reason"].where(
+                             pairs["slowdown_reason"] != ""))
     parts = [_levels(pairs, "speedup", "speedup"), _levels(pairs, "slowdown", "slowdown")]
     # why speed-ups are missing: the policy's own end, or Bulk's ("bulk ended 'memory'")
     parts += [pairs.groupby(CELL + (["pipeline"] if level == "pipeline" else []), dropna=False)
-              .agg(pairs_missing=("missing", "sum"), missing_why=("why", _most_frequent))
+              .agg(pairs_missing=("missing", "sum"), missing_why=("why", _most_frequent),
+                   slowdown_pairs_missing=("slow_missing", "sum"),
+                   slowdown_missing_why=("slow_why", _most_frequent))
               .reset_index()
               .assign(level=level, **({} if level == "pipeline" else {"pipeline": ""}))
               for level in ("pipeline", "size_bin")]
     out = _merge_levels([parts[0], parts[1], pd.concat(parts[2:], ignore_index=True)])
     for name in ("speedup", "slowdown"):
-        out[f"{name}_significance"] = [significance(lo, hi) for lo, hi in
-                                       zip(out[f"{name}_ci_low"], out[f"{name}_ci_high"])]
+        out[f"{name}_significance"] = [
+            significance(lo, hi, n) for lo, hi, n in
+            zip(out[f"{name}_ci_low"], out[f"{name}_ci_high"], out[f"{name}_n"].fillna(0))]
     out.loc[out["policy"] == "bulk", "speedup_significance"] = ""  # bulk over itself
     out.loc[out["limit"] == "none", "slowdown_significance"] = ""
     return out
@@ -387,29 +421,34 @@ def probe_overhead_table(runs: pd.DataFrame, unprobed: pd.DataFrame) -> pd.DataF
     its 95 % CI and whether the CI excludes no overhead."""
     from engine.analysis.stats import bootstrap_ci, cluster_bootstrap_ci, significance
 
-    cols = ["pipeline", "pairs", "overhead_pct_median", "overhead_pct_ci_low",
-            "overhead_pct_ci_high", "per_boundary_ms_median", "per_boundary_ms_ci_low",
-            "per_boundary_ms_ci_high", "significance"]
+    cols = ["pipeline", "pairs", "pairs_missing", "overhead_pct_median",
+            "overhead_pct_ci_low", "overhead_pct_ci_high", "per_task_ms_median",
+            "per_task_ms_ci_low", "per_task_ms_ci_high", "significance"]
     if runs.empty or unprobed.empty:
         return pd.DataFrame(columns=cols)
     twin = unprobed[PAIR_KEY + ["makespan_s"]].rename(
         columns={"makespan_s": "unprobed_makespan_s"})
     pairs = runs[PAIR_KEY + ["makespan_s", "tasks_finished"]].merge(twin, on=PAIR_KEY)
-    pairs = pairs.dropna(subset=["makespan_s", "unprobed_makespan_s"])
+    missing = pairs[["makespan_s", "unprobed_makespan_s"]].isna().any(axis=1)
+    missing_by = missing.groupby(pairs["pipeline"].astype(str)).sum()
+    pairs = pairs[~missing].copy()
     pairs["ratio"] = pairs["makespan_s"] / pairs["unprobed_makespan_s"]
-    # each task is one window: probes read at its start and its end
-    pairs["per_boundary_ms"] = ((pairs["makespan_s"] - pairs["unprobed_makespan_s"]) * 1e3
-                                / pairs["tasks_finished"])
+    # per task: its window opens and closes the per-window probes (two boundaries), and
+    # the difference includes the 100 Hz sampler and GNU time, which --no-probes drops too
+    pairs["per_task_ms"] = ((pairs["makespan_s"] - pairs["unprobed_makespan_s"]) * 1e3
+                            / pairs["tasks_finished"])
     rows = []
     groups = [(str(p), g) for p, g in pairs.groupby("pipeline")] + [("all", pairs)]
     for name, g in groups:
         if name == "all":
             ratio = cluster_bootstrap_ci(g["ratio"], g["pipeline"])
-            per = cluster_bootstrap_ci(g["per_boundary_ms"], g["pipeline"])
+            per = cluster_bootstrap_ci(g["per_task_ms"], g["pipeline"])
+            n_missing = int(missing.sum())
         else:
-            ratio, per = bootstrap_ci(g["ratio"]), bootstrap_ci(g["per_boundary_ms"])
-        sig = significance(ratio[1], ratio[2])
-        rows.append([name, len(g), *[(r - 1) * 100 for r in ratio], *per,
+            ratio, per = bootstrap_ci(g["ratio"]), bootstrap_ci(g["per_task_ms"])
+            n_missing = int(missing_by.get(name, 0))
+        sig = significance(ratio[1], ratio[2], len(g))
+        rows.append([name, len(g), n_missing, *[(r - 1) * 100 for r in ratio], *per,
                      {"higher": "overhead", "lower": "faster with probes"}.get(sig, sig)])
     return pd.DataFrame(rows, columns=cols)
 

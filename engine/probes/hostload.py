@@ -4,7 +4,9 @@ small files: nothing during the run)."""
 
 from __future__ import annotations
 
+import fcntl
 import os
+import tempfile
 import time
 from dataclasses import dataclass
 
@@ -51,10 +53,54 @@ def host_load(start: CpuSnapshot, end: CpuSnapshot) -> dict:
             "cpus": os.cpu_count()}
 
 
-def pin_cpus() -> tuple[set[int], set[int]]:
-    """(the measured child's CPU, the others) out of this process's allowed CPUs: the
-    child gets the last one to itself; the supervisor and the sampler share the rest
-    (all of them on a single-CPU machine)."""
-    allowed = os.sched_getaffinity(0)
-    child = {max(allowed)}
-    return child, (allowed - child) or allowed
+@dataclass
+class CpuClaim:
+    """CPUs for a pinned run: ``child`` alone for the measured child, ``probes`` for the
+    supervisor and sampler; both None (and ``reason``) when it could not pin. The child's
+    CPU stays claimed (an flock, released by the kernel even on SIGKILL) until
+    ``close``, so concurrent runs on one machine never share it."""
+
+    child: set[int] | None
+    probes: set[int] | None
+    reason: str
+    _fd: int | None = None
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _lock(cpu: int) -> int | None:
+    fd = os.open(os.path.join(tempfile.gettempdir(), f"edgeprof-cpu{cpu}.lock"),
+                 os.O_CREAT | os.O_RDWR, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def claim_cpus() -> CpuClaim:
+    """The last allowed CPU no other run has claimed, for the measured child, if at least
+    one other allowed CPU is free of claims for its probes."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        return CpuClaim(None, None, "one CPU allowed: the child shares it with its probes")
+    for cpu in reversed(allowed):
+        fd = _lock(cpu)
+        if fd is None:
+            continue
+        free = []
+        for other in allowed:
+            if other != cpu:
+                probe = _lock(other)  # free now: no other run's child there
+                if probe is not None:
+                    os.close(probe)
+                    free.append(other)
+        if free:
+            return CpuClaim({cpu}, set(free), "", fd)
+        os.close(fd)
+        break
+    return CpuClaim(None, None, "other runs' pinned children hold the CPUs")

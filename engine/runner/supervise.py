@@ -23,7 +23,6 @@ from pathlib import Path
 from engine.caffe.splitter import Description
 from engine.limits import LimitRequest, Session, open_session
 from engine.probes import hostload
-from engine.probes.hostload import pin_cpus
 from engine.probes.vmstat import in_guest
 from engine.procs import SUPERVISOR_ENV, preexec
 from engine.runner.execute import model_index, resolve_descriptions
@@ -85,7 +84,7 @@ def run_supervised(request: RunRequest, session: Session | None = None) -> RunMe
             session.close()
         raise
     options, probes, limits = request.options, request.probes, request.limits
-    tmp = proc = sampler = None
+    tmp = proc = sampler = claim_cpu = None
     with claim, signals_unwind():
         try:
             tmp = claim.tempdir()
@@ -114,7 +113,9 @@ def run_supervised(request: RunRequest, session: Session | None = None) -> RunMe
                 from engine.probes.tcmalloc import preload_env
 
                 env = preload_env(env)
-            child_cpus, probe_cpus = pin_cpus() if options.pin_cpu else (None, None)
+            claim_cpu = hostload.claim_cpus() if options.pin_cpu else None
+            child_cpus = claim_cpu.child if claim_cpu else None
+            probe_cpus = claim_cpu.probes if claim_cpu else None
             pin = (lambda: os.sched_setaffinity(0, child_cpus)) if child_cpus else None
             load_start = hostload.snapshot()
             started_at = time.time()
@@ -123,8 +124,9 @@ def run_supervised(request: RunRequest, session: Session | None = None) -> RunMe
                                     start_new_session=True)
             session.attach_pid(proc.pid)
             own_cpus = os.sched_getaffinity(0)
-            affinity = {"pinned": bool(options.pin_cpu), "child": sorted(child_cpus or own_cpus),
-                        "probes": sorted(probe_cpus or own_cpus)}
+            affinity = {"pinned": bool(child_cpus), "child": sorted(child_cpus or own_cpus),
+                        "probes": sorted(probe_cpus or own_cpus),
+                        "why_not": claim_cpu.reason if claim_cpu else "not asked (--pin-cpu)"}
             if probes.sample_hz > 0:
                 from engine.probes.sampler import start_sampler
 
@@ -145,6 +147,8 @@ def run_supervised(request: RunRequest, session: Session | None = None) -> RunMe
                 code = proc.wait()
             wall_s = time.monotonic() - t_start
             load = hostload.host_load(load_start, hostload.snapshot())
+            if claim_cpu:
+                claim_cpu.close()
             sampler_stats = sampler.stop() if sampler is not None else None
             sampler = None
             oom_kills = session.oom_kills()
@@ -178,6 +182,8 @@ def run_supervised(request: RunRequest, session: Session | None = None) -> RunMe
                 proc.wait()
             if sampler is not None:
                 sampler.stop()
+            if claim_cpu is not None:
+                claim_cpu.close()
             if session is not None:
                 session.close()
             if tmp is not None:

@@ -16,6 +16,7 @@ import shlex
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -235,7 +236,7 @@ def run_in_vm(request: RunRequest, cfg: VmConfig | None = None,
             (share / GUEST_REQUEST).write_text(inner.to_json())
             timeout = request.options.timeout_s
             host_timeout = None if timeout is None else timeout * 1.5 + 300
-            load_start = hostload.snapshot()
+            load_start, started_at = hostload.snapshot(), time.time()
             res, p, guest, facts = boot_job(["engine", f"/run/vmout/{GUEST_REQUEST}"], share,
                                             limit, swap, cfg, host_timeout)
             load = hostload.host_load(load_start, hostload.snapshot())
@@ -245,7 +246,7 @@ def run_in_vm(request: RunRequest, cfg: VmConfig | None = None,
             else:  # the guest never finished: keep what it wrote, and the console
                 run = _salvage(share)
                 meta = _error_meta(request, pipeline, policy, res, run)
-            _add_vm_facts(meta, vm_facts(res, p, guest, facts), load)
+            _add_vm_facts(meta, vm_facts(res, p, guest, facts), load, started_at)
             if auto is not None:
                 meta.limits["auto"] = auto | {"chosen": "vm"}
             (run / "console.log").write_text(res.console)
@@ -264,12 +265,13 @@ def run_in_vm(request: RunRequest, cfg: VmConfig | None = None,
                 shutil.rmtree(share, ignore_errors=True)
 
 
-def _add_vm_facts(meta: RunMeta, vm: dict, host_load: dict) -> None:
+def _add_vm_facts(meta: RunMeta, vm: dict, host_load: dict, started_at: float) -> None:
     """The guest's meta.json describes the guest as its host; the real host goes to
-    "host" (its load over the whole VM run to "host_load"), the guest and the VM to
-    "vm"."""
+    "host" (its load over the whole VM run to "host_load", the boot's start on its clock
+    to "started_at"), the guest and the VM to "vm"."""
     vm["guest"] = meta.host or None
     vm["guest_host_load"], meta.host_load = meta.host_load, host_load
+    vm["guest_started_at"], meta.started_at = meta.started_at, started_at
     meta.vm = vm
     meta.host = host_facts()
     meta.limits["guest_backend"] = meta.limits.get("backend")

@@ -2,28 +2,29 @@
 # tables (CSV + Parquet).
 
 
-# One job tidies every repetition of a pipeline x policy x limit (a second or two each):
-# a tenth of the jobs of one per run, which is what planning the paper sweep (and the
-# scheduler) pays for, with no job groups (a group asks SLURM for the sum of its jobs).
+# One job tidies every repetition of a pipeline x policy x limit (a second or two each)
+# into a folder with a rep<N> folder per run: a tenth of the jobs of one per run, which is
+# what planning the paper sweep (and the scheduler) pays for, with no job groups (a group
+# asks SLURM for the sum of its jobs).
 rule tidy_run:
     input:
-        runs=[f"{RESULTS}/{{kind}}/{pattern}" for pattern in REP_PATTERNS],
+        runs=set_runs,
     output:
-        tidy=[directory(f"{RESULTS}/tidy/{{kind}}/{pattern}") for pattern in REP_PATTERNS],
+        tidy=directory(f"{RESULTS}/tidy/{{kind}}/{SET_PATTERN}"),
     params:
         code=CODE_ANALYSIS,
     resources:
         mem_mb=2048,
         runtime=10,
     log:
-        f"{RESULTS}/logs/tidy/{{kind}}/{{pipeline}}/{{policy}}/{{limit}}.log",
+        f"{RESULTS}/logs/tidy/{{kind}}/{SET_PATTERN}.log",
     conda:
         "../../envs/analysis.yaml"
     shell:
-        "python -c 'import sys; from engine.analysis.tables import tidy_run, write_tidy;"
-        " paths = sys.argv[1:]; n = len(paths) // 2;"
-        " [write_tidy(tidy_run(run), tidy) for run, tidy in zip(paths[:n], paths[n:])]'"
-        " {input.runs:q} {output.tidy:q} 2> {log}"
+        "python -c 'import os, sys; from engine.analysis.tables import tidy_run, write_tidy;"
+        " out, runs = sys.argv[1], sys.argv[2:];"
+        " [write_tidy(tidy_run(run), os.path.join(out, os.path.basename(run)))"
+        " for run in runs]' {output.tidy:q} {input.runs:q} 2> {log}"
 
 
 rule aggregate:

@@ -91,31 +91,31 @@ VM_PIPELINES = vm_pipeline_names(config)
 RUN_SETS = run_sets(config)
 # path-safe id ("partial_2") -> name ("partial:2"), of every run set's policies
 POLICIES = policy_ids([p for rs in RUN_SETS for p in rs.policies])
-REPS = list(range(RUN["repetitions"]))
 # kind: "runs", or "unprobed" for the probe-overhead twins (--no-probes)
 RUN_PATTERN = "{pipeline}/{policy}/{limit}/rep{rep}"
 KIND_PATTERN = f"{{kind}}/{RUN_PATTERN}"
-RUN_IDS = [
-    run_id
+SET_PATTERN = "{pipeline}/{policy}/{limit}"
+# (kind, pipeline, policy id, limit) -> its repetitions: one tidy job per such run set
+RUN_SET_REPS = {
+    ("runs", pipeline, pid, limit): rs.repetitions
     for rs in RUN_SETS
-    for run_id in expand(
-        RUN_PATTERN, pipeline=rs.pipelines, policy=policy_ids(rs.policies),
-        limit=rs.limits, rep=REPS,
-    )
-]
-UNPROBED_IDS = [
-    f"{pipeline}/{policy.replace(':', '_')}/none/rep{rep}"
+    for pipeline in rs.pipelines
+    for pid in policy_ids(rs.policies)
+    for limit in rs.limits
+}
+RUN_SET_REPS.update({
+    ("unprobed", pipeline, policy.replace(":", "_"), "none"): RUN_SETS[0].repetitions
     for pipeline, policy in unprobed_runs(config)
-    for rep in REPS
-]
-# every run, as the tidy folders the aggregate reads (each needs its run folder); one
-# tidy_run job writes those of every repetition of a pipeline x policy x limit
-TIDY_DIRS = [f"{RESULTS}/tidy/runs/{run_id}" for run_id in RUN_IDS]
-UNPROBED_TIDY_DIRS = [f"{RESULTS}/tidy/unprobed/{run_id}" for run_id in UNPROBED_IDS]
+})
+# the tidy folders the aggregate reads, one per run set (a rep<N> folder per run)
+TIDY_DIRS = [f"{RESULTS}/tidy/{kind}/{pipeline}/{policy}/{limit}"
+             for (kind, pipeline, policy, limit) in RUN_SET_REPS if kind == "runs"]
+UNPROBED_TIDY_DIRS = [f"{RESULTS}/tidy/{kind}/{pipeline}/{policy}/{limit}"
+                      for (kind, pipeline, policy, limit) in RUN_SET_REPS
+                      if kind == "unprobed"]
 # Snakemake priorities that start the runs interleaved across policies, block by block
 # (engine.workflow.run_order); the order they really ran in is in the runs table.
 RUN_PRIORITY = run_priorities(config)
-REP_PATTERNS = [RUN_PATTERN.replace("{rep}", str(rep)) for rep in REPS]
 REC_ID = REC["policy"].replace(":", "_")
 REC_DIR = f"{RESULTS}/reconcile/{REC['pipeline']}/{REC_ID}/{REC['limit']}"
 
@@ -264,6 +264,14 @@ def run_mem(wildcards):
     return RUN_MEM_MB[_limit_key(wildcards)]
 
 
+def set_runs(wildcards):
+    """The run folders of every repetition of one run set (tidy_run's input)."""
+    reps = RUN_SET_REPS[(wildcards.kind, wildcards.pipeline, wildcards.policy,
+                         wildcards.limit)]
+    base = f"{RESULTS}/{wildcards.kind}/{wildcards.pipeline}/{wildcards.policy}"
+    return [f"{base}/{wildcards.limit}/rep{rep}" for rep in range(reps)]
+
+
 def run_priority(wildcards):
     return RUN_PRIORITY[
         (wildcards.kind, wildcards.pipeline, wildcards.policy, wildcards.limit,
@@ -291,5 +299,5 @@ def vm_recipe(wildcards):
 # it calls one (inspect.signature, ~70 us; 12 per run job): tell it once per workflow.
 for _function in (output_dir, split_dir, model_files, run_vm_guest, reconcile_vm_guest,
                   vm_env, run_policy, run_limit_args, run_seed, run_code, run_mem,
-                  run_priority, vm_recipe, caption_facts):
+                  run_priority, vm_recipe, caption_facts, set_runs):
     overwrite_function_params(_function, inspect.signature(_function).parameters)

@@ -1,0 +1,64 @@
+"""Host load and CPU pinning of a run (engine.probes.hostload)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from engine.probes import hostload
+
+
+@pytest.fixture
+def cpus(monkeypatch, tmp_path):
+    """Pretend the allowed CPUs are ``set``; claims go to a private lock folder."""
+    monkeypatch.setattr(hostload.tempfile, "gettempdir", lambda: str(tmp_path))
+
+    def allow(cpu_set: set[int]) -> None:
+        monkeypatch.setattr(hostload.os, "sched_getaffinity", lambda pid: set(cpu_set))
+    return allow
+
+
+def test_the_child_gets_a_cpu_of_its_own_and_the_probes_the_others(cpus):
+    cpus({0, 1, 2, 3})
+    first = hostload.claim_cpus()
+    assert (first.child, first.probes, first.reason) == ({3}, {0, 1, 2}, "")
+    # a concurrent run never gets a claimed CPU, and keeps its probes off it
+    second = hostload.claim_cpus()
+    assert second.child == {2} and second.probes == {0, 1}
+    first.close()
+    second.close()
+    assert hostload.claim_cpus().child == {3}  # released
+
+
+def test_two_cpus_pin_one_run_and_the_next_runs_unpinned_with_the_reason(cpus):
+    cpus({0, 1})
+    first = hostload.claim_cpus()
+    assert first.child == {1} and first.probes == {0}
+    second = hostload.claim_cpus()
+    assert second.child is None and "other runs' pinned children" in second.reason
+    first.close()
+
+
+def test_one_cpu_is_never_pinned(cpus):
+    cpus({5})
+    claim = hostload.claim_cpus()
+    assert claim.child is None and claim.reason.startswith("one CPU allowed")
+
+
+def test_busy_cpus_is_non_idle_cpu_time_over_wall_time():
+    start = hostload.CpuSnapshot(t=100.0, busy_s=50.0, load1=0.5)
+    end = hostload.CpuSnapshot(t=110.0, busy_s=65.0, load1=1.5)
+    load = hostload.host_load(start, end)
+    assert load["busy_cpus"] == 1.5 and load["load1_start"] == 0.5
+    assert load["load1_end"] == 1.5 and load["cpus"] == os.cpu_count()
+    assert hostload.host_load(start, hostload.CpuSnapshot(110.0, None, None))[
+        "busy_cpus"] is None
+
+
+def test_a_snapshot_of_this_machine_is_plausible():
+    a = hostload.snapshot()
+    sum(i * i for i in range(200_000))  # some CPU time
+    b = hostload.snapshot()
+    load = hostload.host_load(a, b)
+    assert 0 < load["busy_cpus"] <= os.cpu_count() + 0.5
