@@ -198,3 +198,11 @@ def test_probe_overhead_pairs_each_run_with_its_unprobed_twin():
     assert table.loc["p0", "significance"] == "overhead"
     # 0.03, 0.06 or 0.12 s more over 40 tasks: 0.75, 1.5 or 3 ms a task
     assert table.loc["p0", "per_task_ms_median"] == pytest.approx(1.5)
+
+
+def test_a_run_swapped_if_any_instrument_saw_swap_and_unknown_if_none_measured():
+    from engine.analysis.tables import _swapped
+
+    assert _swapped({"guest_pswpout": 0, "peak_swap_bytes": 0}) is False
+    assert _swapped({"guest_pswpout": np.nan, "cg_window_swap_peak_bytes": 4096}) is True
+    assert _swapped({"guest_pswpout": np.nan, "peak_swap_bytes": np.nan}) is None

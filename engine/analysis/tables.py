@@ -162,7 +162,19 @@ def _run_row(meta: RunMeta, folder: Path, tasks: pd.DataFrame, networks: pd.Data
         "cg_window_peak_bytes": _col_max(tasks, "cg_peak_bytes"),
         "cg_window_swap_peak_bytes": _col_max(tasks, "cg_swap_peak_bytes"),
         "proc_hwm_bytes": _col_max(tasks, "proc_hwm_bytes"),
+        "guest_pswpout": _known(((meta.vm or {}).get("vmstat_delta") or {}).get("pswpout")),
     }
+
+
+SWAP_EVIDENCE = ["guest_pswpout", "cg_window_swap_peak_bytes", "peak_swap_bytes",
+                 "peak_cg_swap_current_bytes"]
+
+
+def _swapped(row: dict) -> bool | None:
+    """Whether any instrument saw the run's pages in swap (pages swapped out in the guest,
+    a cgroup swap peak, the process's VmSwap); None when none of them was measured."""
+    seen = [row[k] for k in SWAP_EVIDENCE if not pd.isna(row.get(k, np.nan))]
+    return any(v > 0 for v in seen) if seen else None
 
 
 def tidy_run(folder: str | os.PathLike) -> dict[str, pd.DataFrame]:
@@ -175,7 +187,9 @@ def tidy_run(folder: str | os.PathLike) -> dict[str, pd.DataFrame]:
     samples = _samples(folder, meta)
     _check_rows(folder / "samples.csv", samples, (meta.sampler or {}).get("samples"),
                 "sampler.samples")
-    runs = pd.DataFrame([_run_row(meta, folder, tasks, networks, samples)])
+    row = _run_row(meta, folder, tasks, networks, samples)
+    row["swapped"] = _swapped(row)
+    runs = pd.DataFrame([row])
     # Nullable integers: a missing repetition or limit (None = unconstrained / swap max)
     # stays NA in every run's table, so the tables of many runs concatenate cleanly.
     runs = runs.astype({"rep": "Int64", "limit_bytes": "Int64", "swap_bytes": "Int64"})
@@ -357,10 +371,12 @@ def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
     parts = [_levels(ok, col, col) for col in TIME_METRICS if col in ok]
     parts += [_levels(runs, col, col) for col in MEMORY_METRICS if col in runs]
     runs = runs.assign(not_ok=runs["termination"] != "ok",
-                       ended=runs["termination"].where(runs["termination"] != "ok"))
+                       ended=runs["termination"].where(runs["termination"] != "ok"),
+                       swap_seen=runs["swapped"].eq(True) if "swapped" in runs else False)
     counts = [runs.groupby(CELL + (["pipeline"] if level == "pipeline" else []), dropna=False)
               .agg(runs=("run_id", "size"), runs_not_ok=("not_ok", "sum"),
-                   ended=("ended", _most_frequent)).reset_index()
+                   ended=("ended", _most_frequent), runs_swapped=("swap_seen", "sum"))
+              .reset_index()
               .assign(level=level, **({} if level == "pipeline" else {"pipeline": ""}))
               for level in ("pipeline", "size_bin")]
     return _merge_levels([*parts, pd.concat(counts, ignore_index=True)])
