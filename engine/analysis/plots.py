@@ -274,7 +274,8 @@ def speedup(tables: Tables, style: dict, context: dict) -> Figure:
     # a third row where some panel is limited: the slowdown against the same policy
     # unconstrained, in the same repetition and execution mode
     with_slowdown = with_speedup and bool((ratios["limit"] != "none").any())
-    fig, axes = _grid(1 + with_speedup + with_slowdown, len(panels))
+    # native and emulated times differ 15-60x: every panel gets its own y axis
+    fig, axes = _grid(1 + with_speedup + with_slowdown, len(panels), sharey=False)
     for c, panel in enumerate(panels):
         # Every panel keeps a slot per policy, so a policy sits at the same place in each.
         _grouped_bars(axes[0, c], bins, policies, colors,
