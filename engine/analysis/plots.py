@@ -277,8 +277,11 @@ def speedup(tables: Tables, style: dict, context: dict) -> Figure:
     # native and emulated times differ 15-60x: every panel gets its own y axis
     fig, axes = _grid(1 + with_speedup + with_slowdown, len(panels), sharey=False)
     for c, panel in enumerate(panels):
-        # Every panel keeps a slot per policy, so a policy sits at the same place in each.
-        _grouped_bars(axes[0, c], bins, policies, colors,
+        # Every panel keeps a slot per policy, so a policy sits at the same place in each;
+        # it shows the size bins its runs fall in.
+        panel_bins = [b for b in bins if b in set(summary.loc[summary["panel"] == panel,
+                                                              "size_bin"])]
+        _grouped_bars(axes[0, c], panel_bins, policies, colors,
                       _summary_cells(summary[summary["panel"] == panel], "makespan_s"))
         axes[0, c].set_title(panel)
         axes[-1, c].set_xlabel("pipeline size (total weights)")
@@ -286,7 +289,7 @@ def speedup(tables: Tables, style: dict, context: dict) -> Figure:
             # Bulk over itself is 1 by definition: its slot stays empty
             cells = _summary_cells(ratios[ratios["panel"] == panel], "speedup",
                                    significance="speedup_significance")
-            _grouped_bars(axes[1, c], bins, policies, colors,
+            _grouped_bars(axes[1, c], panel_bins, policies, colors,
                           lambda group, policy, cells=cells: None if policy == "bulk"
                           else cells(group, policy))
             axes[1, c].axhline(1.0, color="0.3", linewidth=0.8, linestyle="--")
@@ -295,7 +298,7 @@ def speedup(tables: Tables, style: dict, context: dict) -> Figure:
             if limited.empty:
                 _instrument_note(axes[2, c], "the unconstrained baseline")
             else:
-                _grouped_bars(axes[2, c], bins, policies, colors,
+                _grouped_bars(axes[2, c], panel_bins, policies, colors,
                               _summary_cells(limited, "slowdown",
                                              significance="slowdown_significance"))
             axes[2, c].axhline(1.0, color="0.3", linewidth=0.8, linestyle="--")
@@ -335,15 +338,16 @@ def memory(tables: Tables, style: dict, context: dict) -> Figure:
     colors = _colors(policies, style)
     bins = _summary_bin_order(summary, runs)
     panels = _panel_names(summary)
-    fig, axes = _grid(2, len(panels))
+    fig, axes = _grid(2, len(panels), sharey=False)
     rows = [("rss", "RAM: process RSS (MiB)"), ("swap", "swap: process VmSwap (MiB)")]
     for c, panel in enumerate(panels):
         sub = summary[summary["panel"] == panel]
+        panel_bins = [b for b in bins if b in set(sub["size_bin"])]
         for r, (quantity, ylabel) in enumerate(rows):
             ax = axes[r, c]
-            _grouped_bars(ax, bins, policies, colors,
+            _grouped_bars(ax, panel_bins, policies, colors,
                           _summary_cells(sub, f"peak_{quantity}_bytes", MIB), alpha=0.4)
-            _grouped_bars(ax, bins, policies, colors,
+            _grouped_bars(ax, panel_bins, policies, colors,
                           _summary_cells(sub, f"mean_{quantity}_bytes", MIB),
                           width_scale=0.5)
             axes[r, 0].set_ylabel(ylabel)
