@@ -306,7 +306,6 @@ def runs_in_vm(config: Config, limit: str, in_vm: bool) -> bool:
 # Runs that measure the probes' own cost: the same pipeline and repetition as a probed
 # run of ``run.probe_overhead_policy``, unconstrained and natively, with --no-probes.
 UNPROBED = "unprobed"
-RUN_KINDS = ("runs", UNPROBED)
 
 
 def unprobed_runs(config: Config) -> list[tuple[str, str]]:
