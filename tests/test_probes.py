@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 
 from engine.errors import EdgeprofError
-from engine.probes import gnutime
+from engine.probes import gnutime, process
 from engine.probes.cpuprofile import CpuProfile
 from engine.probes.gnutime import gnu_time_argv, parse_gnu_time
-from engine.probes.process import ProcessWindow
+from engine.probes.process import COLUMNS, ProcessWindow, hwm_rss, status_bytes, window_fields
 from engine.probes.sampler import start_sampler
 
 MiB = 2**20
@@ -141,6 +141,69 @@ def test_thread_cpu_is_the_calling_threads_and_faults_are_process_wide():
     closer.start()
     closer.join()
     assert result["proc_thread_cpu_ns"] is None
+
+
+def test_a_window_starts_at_its_threads_previous_end_only_while_the_rss_is_unchanged(
+        monkeypatch):
+    ProcessWindow().open(chain=False).close()  # a boundary to start from
+    boundary = process._boundary
+    monkeypatch.setattr(process, "_statm_rss", lambda: boundary[1])  # nothing changed
+    first = ProcessWindow().open().close()
+    assert first["proc_chained"] is True and first["proc_hwm_windowed"] is True
+    assert first["proc_rss_delta_bytes"] == first["proc_rss_bytes"] - boundary[1]
+    boundary = process._boundary
+    monkeypatch.setattr(process, "_statm_rss", lambda: boundary[1] + 4096)  # it did
+    assert ProcessWindow().open().close()["proc_chained"] is False
+    monkeypatch.setattr(process, "_statm_rss", lambda: process._boundary[1])
+    assert ProcessWindow().open(chain=False).close()["proc_chained"] is False
+    other = {}
+    opener = threading.Thread(target=lambda: other.update(ProcessWindow().open().close()))
+    opener.start()
+    opener.join()
+    assert other["proc_chained"] is False  # another thread's window: read again
+
+
+def test_memory_touched_between_windows_is_read_not_chained_over():
+    ProcessWindow().open().close()
+    a = _touch(48 * MiB)  # between two windows: the next one must not start at the last end
+    row = ProcessWindow().open().close()
+    assert row["proc_chained"] is False and abs(row["proc_rss_delta_bytes"]) < 8 * MiB
+    del a
+    row = ProcessWindow().open().close()  # freed in between: read again, peak reset
+    assert row["proc_chained"] is False and row["proc_hwm_delta_bytes"] < 8 * MiB
+
+
+def test_packed_columns_are_the_dict_columns():
+    w = ProcessWindow().open()
+    packed = w.close_packed()
+    assert len(packed) == len(COLUMNS) and set(ProcessWindow().open().close()) == set(COLUMNS)
+
+
+def test_status_fast_paths_agree_with_the_field_by_field_parse():
+    real = Path("/proc/self/status").read_bytes()
+    keys = (b"\nVmHWM:", b"\nVmRSS:", b"\nRssAnon:", b"\nRssFile:", b"\nRssShmem:",
+            b"\nVmSwap:")
+    for buf in (real[:cut] for cut in range(len(real) + 1)):  # cut anywhere, or whole
+        assert window_fields(buf) == tuple(status_bytes(buf, k) for k in keys)
+        assert hwm_rss(buf) == (status_bytes(buf, keys[0]), status_bytes(buf, keys[1]))
+
+
+def test_status_of_a_kernel_without_the_rss_split():
+    buf = (b"Name:\tpython\nVmHWM:\t  2048 kB\nVmRSS:\t  1024 kB\nVmData:\t 1 kB\n"
+           b"VmSwap:\t     4 kB\n")
+    assert window_fields(buf) == (2048 * 1024, 1024 * 1024, None, None, None, 4096)
+    assert hwm_rss(buf) == (2048 * 1024, 1024 * 1024)
+
+
+def test_progress_lines_with_packed_process_columns_are_read_back_named(tmp_path):
+    from engine.runner.folder import read_progress
+
+    values = list(range(len(COLUMNS)))
+    lines = [{"event": "end", "task_id": 1, "proc": values},
+             {"event": "end", "task_id": 2, "proc": values[:-1]}]  # not a record: ends it
+    (tmp_path / "progress.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    ends = read_progress(tmp_path)["end"]
+    assert ends == [{"task_id": 1, **dict(zip(COLUMNS, values))}]
 
 
 # --- sampler --------------------------------------------------------------------------

@@ -2,10 +2,22 @@
 
 Peak RSS per window comes from VmHWM after ``echo 5 > /proc/self/clear_refs`` (which
 sets it to the current RSS). That reset is process-global, so windows of concurrent
-worker threads cannot each have their own peak: the reset happens only when a window
-opens while no other is open, and every window that shared time with another is marked
+worker threads cannot each have their own peak: the reset happens only while no window
+is open (when the last open window closes, right after its read, or when a window opens
+while no other is open), and every window that shared time with another is marked
 ``proc_hwm_windowed = False``. Its VmHWM is then the process peak since the busy period
 began: an upper bound of the peak during the window, never an underestimate.
+
+Both ends of a window run at every task boundary, inside the measured run, so they do as
+little as they can. When a thread opens a window right after its own previous window
+closed (one worker: every task but the first) and /proc/self/statm shows the same RSS as
+that close read, the window starts from that boundary's reading instead of reading
+/proc/self/status again (``proc_chained``): its peak and RSS deltas then also cover the
+few microseconds between the two tasks, in which the RSS did not change. That halves the
+status reads (about 5 us each between real tasks); where the RSS did change, the window
+reads and resets as above. ``close_packed`` gives the columns as a tuple in ``COLUMNS``
+order, which the measured child writes to progress.jsonl as one list (engine.runner.folder
+names them again): encoding twenty names per task costs more than the values.
 
 Resetting VmHWM also erases the run's peak from what the kernel later hands GNU time
 (see ``engine.probes.gnutime``); ``proc_peak_so_far_bytes`` keeps it: the maximum of all
@@ -42,6 +54,10 @@ _lock = threading.Lock()
 _open_windows: set[ProcessWindow] = set()
 _peak_so_far = 0
 _fds: dict[str, int] = {}
+# (thread, RSS bytes) of the last close that left no window open and reset VmHWM after
+# its read: where that thread's next window may start
+_boundary: tuple[int, int] | None = None
+_PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def _fd(name: str, flags: int) -> int:
@@ -54,17 +70,50 @@ def _fd(name: str, flags: int) -> int:
 # /proc/self/status fields read at a window's end -> column
 STATUS_PARTS = {b"\nRssAnon:": "proc_rss_anon_bytes", b"\nRssFile:": "proc_rss_file_bytes",
                 b"\nRssShmem:": "proc_rss_shmem_bytes", b"\nVmSwap:": "proc_swap_bytes"}
+# the kB lines from VmHWM to VmSwap, as Linux >= 4.5 prints them
+_BLOCK = [b"VmHWM:", b"VmRSS:", b"RssAnon:", b"RssFile:", b"RssShmem:", b"VmData:", b"VmStk:",
+          b"VmExe:", b"VmLib:", b"VmPTE:", b"VmSwap:"]
+_WINDOW_KEYS = (b"\nVmHWM:", b"\nVmRSS:", *STATUS_PARTS)
 
 
 def _status_buf() -> bytes:
     return os.pread(_fd("status", os.O_RDONLY), 8192, 0)
 
 
-def _status() -> tuple[int, int, int | None]:
-    """(VmHWM, VmRSS, VmSwap) in bytes from one read of /proc/self/status."""
-    buf = _status_buf()
-    return (status_bytes(buf, b"\nVmHWM:"), status_bytes(buf, b"\nVmRSS:"),
-            status_bytes(buf, b"\nVmSwap:"))
+def _statm_rss() -> int:
+    """VmRSS in bytes from /proc/self/statm (the same counters as status, a quarter of
+    the cost to read)."""
+    return int(os.pread(_fd("statm", os.O_RDONLY), 256, 0).split(b" ", 2)[1]) * _PAGE
+
+
+def hwm_rss(buf: bytes) -> tuple[int | None, int | None]:
+    """(VmHWM, VmRSS) in bytes of a /proc/<pid>/status content."""
+    start = buf.find(b"\nVmHWM:")
+    if start >= 0:  # fast path: the two lines are adjacent
+        tok = buf[start:start + 80].split()
+        if len(tok) > 5 and tok[3] == b"VmRSS:" and tok[5] == b"kB":
+            try:
+                return int(tok[1]) * 1024, int(tok[4]) * 1024
+            except ValueError:
+                pass
+    return status_bytes(buf, b"\nVmHWM:"), status_bytes(buf, b"\nVmRSS:")
+
+
+def window_fields(buf: bytes) -> tuple[int | None, ...]:
+    """(VmHWM, VmRSS, RssAnon, RssFile, RssShmem, VmSwap) in bytes of a /proc/<pid>/status
+    content. Fast path (every window's end pays for this parse): the block from VmHWM to
+    VmSwap split once, when its lines are those of ``_BLOCK``; else each one looked up."""
+    start = buf.find(b"\nVmHWM:")
+    end = buf.find(b"kB", buf.find(b"\nVmSwap:", start)) if start >= 0 else -1
+    if end > start:
+        tok = buf[start:end].split()
+        if tok[0::3] == _BLOCK:
+            try:
+                return (int(tok[1]) * 1024, int(tok[4]) * 1024, int(tok[7]) * 1024,
+                        int(tok[10]) * 1024, int(tok[13]) * 1024, int(tok[31]) * 1024)
+            except ValueError:
+                pass
+    return tuple(status_bytes(buf, key) for key in _WINDOW_KEYS)
 
 
 def status_parts(buf: bytes) -> dict[str, int | None]:
@@ -145,57 +194,78 @@ def _ns(seconds: float) -> int:
     return round(seconds * 1e9)
 
 
+COLUMNS = ("proc_hwm_bytes", "proc_hwm_delta_bytes", "proc_hwm_windowed", "proc_chained",
+           "proc_rss_bytes", "proc_rss_delta_bytes", "proc_rss_anon_bytes",
+           "proc_rss_file_bytes", "proc_rss_shmem_bytes", "proc_swap_bytes", "proc_brk_bytes",
+           "proc_brk_resident_bytes", "proc_peak_so_far_bytes", "proc_minflt_delta",
+           "proc_majflt_delta", "proc_inblock_delta", "proc_oublock_delta", "proc_cpu_ns",
+           "proc_thread_cpu_ns", "proc_thread_sys_ns")
+PACKED_KEY = "proc"  # progress.jsonl: the COLUMNS values as one list
+
+
 class ProcessWindow:
     """One task window: ``open()`` at its start, ``close()`` -> ``proc_*`` columns."""
 
-    __slots__ = ("_overlapped", "_rss_open", "_self0", "_thread0", "_thread_id")
+    __slots__ = ("_chained", "_overlapped", "_rss_open", "_self0", "_thread0", "_thread_id")
 
-    def open(self) -> None:
-        global _peak_so_far
+    def open(self, chain: bool = True) -> ProcessWindow:
+        """Start the window (returns it). ``chain=False``: never start from the previous
+        window's end (heap-profiled runs dump the heap between tasks)."""
+        global _peak_so_far, _boundary
+        tid = threading.get_ident()
         with _lock:
-            self._overlapped = bool(_open_windows)
-            for other in _open_windows:
-                other._overlapped = True
+            last, _boundary = _boundary, None
+            if (chain and last is not None and last[0] == tid and not _open_windows
+                    and _statm_rss() == last[1]):
+                self._chained, self._overlapped, self._rss_open = True, False, last[1]
+            else:
+                self._chained = False
+                self._overlapped = overlapped = bool(_open_windows)
+                for other in _open_windows:
+                    other._overlapped = True
+                hwm, self._rss_open = hwm_rss(_status_buf())
+                if hwm > _peak_so_far:
+                    _peak_so_far = hwm
+                if not overlapped:
+                    os.write(_fd("clear_refs", os.O_WRONLY), b"5")
             _open_windows.add(self)
-            hwm, self._rss_open, _ = _status()
-            _peak_so_far = max(_peak_so_far, hwm)
-            if not self._overlapped:
-                os.write(_fd("clear_refs", os.O_WRONLY), b"5")
-        self._thread_id = threading.get_ident()
+        self._thread_id = tid
         self._self0 = resource.getrusage(resource.RUSAGE_SELF)
         self._thread0 = resource.getrusage(resource.RUSAGE_THREAD)
+        return self
 
-    def close(self) -> dict:
-        global _peak_so_far
+    def close_packed(self) -> tuple:
+        """End the window: its columns, in ``COLUMNS`` order."""
+        global _peak_so_far, _boundary
         thread1 = resource.getrusage(resource.RUSAGE_THREAD)
         self1 = resource.getrusage(resource.RUSAGE_SELF)
-        brk = _brk_reader()
+        brk = _brk[0] if _brk else _brk_reader()
+        tid = threading.get_ident()
         with _lock:
             buf = _status_buf()
             brk_now = brk.read() if brk is not None else None
-            hwm, rss = status_bytes(buf, b"\nVmHWM:"), status_bytes(buf, b"\nVmRSS:")
-            _peak_so_far = max(_peak_so_far, hwm)
+            hwm, rss, anon, file, shmem, swap = window_fields(buf)
+            if hwm > _peak_so_far:
+                _peak_so_far = hwm
             peak = _peak_so_far
             _open_windows.discard(self)
-        parts = status_parts(buf)
-        s0, t0 = self._self0, self._thread0
-        same_thread = threading.get_ident() == self._thread_id
-        return {
-            "proc_hwm_bytes": hwm,
-            "proc_hwm_delta_bytes": hwm - self._rss_open,
-            "proc_hwm_windowed": not self._overlapped,
-            "proc_rss_bytes": rss,
-            "proc_rss_delta_bytes": rss - self._rss_open,
-            **parts,
-            "proc_brk_bytes": None if brk_now is None else brk_now[0],
-            "proc_brk_resident_bytes": None if brk_now is None else brk_now[1],
-            "proc_peak_so_far_bytes": peak,
-            "proc_minflt_delta": self1.ru_minflt - s0.ru_minflt,
-            "proc_majflt_delta": self1.ru_majflt - s0.ru_majflt,
-            "proc_inblock_delta": self1.ru_inblock - s0.ru_inblock,
-            "proc_oublock_delta": self1.ru_oublock - s0.ru_oublock,
-            "proc_cpu_ns": _ns(self1.ru_utime + self1.ru_stime - s0.ru_utime - s0.ru_stime),
-            "proc_thread_cpu_ns": _ns(thread1.ru_utime + thread1.ru_stime - t0.ru_utime
-                                      - t0.ru_stime) if same_thread else None,
-            "proc_thread_sys_ns": _ns(thread1.ru_stime - t0.ru_stime) if same_thread else None,
-        }
+            if not _open_windows and rss is not None:
+                os.write(_fd("clear_refs", os.O_WRONLY), b"5")
+                _boundary = (tid, rss)
+        s0, t0, rss_open = self._self0, self._thread0, self._rss_open
+        same_thread = tid == self._thread_id
+        return (
+            hwm, hwm - rss_open, not self._overlapped, self._chained,
+            rss, rss - rss_open, anon, file, shmem, swap,
+            None if brk_now is None else brk_now[0], None if brk_now is None else brk_now[1],
+            peak, self1.ru_minflt - s0.ru_minflt, self1.ru_majflt - s0.ru_majflt,
+            self1.ru_inblock - s0.ru_inblock, self1.ru_oublock - s0.ru_oublock,
+            _ns(self1.ru_utime + self1.ru_stime - s0.ru_utime - s0.ru_stime),
+            _ns(thread1.ru_utime + thread1.ru_stime - t0.ru_utime - t0.ru_stime)
+            if same_thread else None,
+            _ns(thread1.ru_stime - t0.ru_stime) if same_thread else None,
+        )
+
+    def close(self) -> dict:
+        """End the window: its ``proc_*`` columns."""
+        return dict(zip(COLUMNS, self.close_packed()))

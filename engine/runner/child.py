@@ -36,9 +36,13 @@ def build_probes(spec: dict, out: Path) -> tuple[ProbeSet, dict]:
         vmstat = VmstatWindows()
         probes.windows.append(_Adapter(vmstat.open, vmstat.close))
     if spec.get("process_probe", True):
-        from engine.probes.process import ProcessWindow
+        from engine.probes.process import PACKED_KEY, ProcessWindow
 
-        probes.windows.append(_Adapter(lambda: _opened(ProcessWindow()), lambda w: w.close()))
+        # heap dumps run between tasks: a window must not start at the previous one's end
+        chain = not spec.get("heap_profile")
+        probes.windows.append(_Adapter(lambda: ProcessWindow().open(chain),
+                                       lambda w: {PACKED_KEY: w.close_packed()}))
+        meta["process_windows_chained"] = chain  # per row: proc_chained
     if spec.get("heap_profile"):
         from engine.probes.heap import HeapDumper
 
@@ -46,11 +50,6 @@ def build_probes(spec: dict, out: Path) -> tuple[ProbeSet, dict]:
         probes.heap = HeapDumper()
         probes.heap.start(out / "heap")
     return probes, meta
-
-
-def _opened(window):
-    window.open()
-    return window
 
 
 class _Adapter:
@@ -72,7 +71,7 @@ def child_main(spec_path: str) -> int:
         from engine.probes.cpuprofile import CpuProfile
 
         profile = CpuProfile(str(out / "cpu.prof"))
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     with profile:
         result = state.execute()
     if probes.heap is not None:
@@ -87,6 +86,8 @@ def child_main(spec_path: str) -> int:
                                                    f"{failed.label}",
         "t0_monotonic_ns": result.t0_ns,
         "wall_s": time.perf_counter() - t0,
+        "cpu_s": time.process_time() - cpu0,  # all threads, same span; other load on the
+        # host stretches it far less than wall_s
         "blas": state.blas,
         "probes": probe_meta,
         "tasks": len(state.graph.tasks),

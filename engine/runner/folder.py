@@ -3,7 +3,8 @@
 The child appends one JSON line per task start/end, heap dump and finished network to
 ``progress.jsonl``; everything here is derived from that file (plus GNU time's report and
 the heap dumps), so an OOM-killed or timed-out run still yields its tasks.csv, with the
-tasks that were running when it ended named in meta.json.
+tasks that were running when it ended named in meta.json. A task's end line carries the
+process probe's columns as one list (``proc``), named here.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from collections import Counter
 from pathlib import Path
 
 from engine.files import parse_json
+from engine.probes.process import COLUMNS as PROC_COLUMNS
+from engine.probes.process import PACKED_KEY
 from engine.runner.meta import RunMeta
 
 TASK_BASE = ["instance", "network", "layer", "layer_name", "layer_type", "layer_kind",
@@ -51,6 +54,8 @@ def read_progress(folder: Path) -> dict:
                 elif kind == "begin":
                     events["begin"] = rec
                 else:
+                    if PACKED_KEY in rec:  # the process probe's columns, packed by the child
+                        rec.update(zip(PROC_COLUMNS, rec.pop(PACKED_KEY), strict=True))
                     events[kind].append(rec)
             except (ValueError, AttributeError, KeyError, TypeError):
                 break
