@@ -346,6 +346,16 @@ def _levels(df: pd.DataFrame, value: str, prefix: str) -> pd.DataFrame:
                      ignore_index=True)
 
 
+def _count_levels(df: pd.DataFrame, **agg: tuple) -> pd.DataFrame:
+    """``df.groupby(...).agg(**agg)`` per pipeline and per size bin, stacked like
+    ``_levels`` (a size bin's pipeline is "")."""
+    parts = [df.groupby(CELL + (["pipeline"] if level == "pipeline" else []), dropna=False)
+             .agg(**agg).reset_index()
+             .assign(level=level, **({} if level == "pipeline" else {"pipeline": ""}))
+             for level in ("pipeline", "size_bin")]
+    return pd.concat(parts, ignore_index=True)
+
+
 def _merge_levels(parts: list[pd.DataFrame]) -> pd.DataFrame:
     key = ["level", *CELL, "pipeline"]
     out = parts[0]
@@ -373,13 +383,10 @@ def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
     runs = runs.assign(not_ok=runs["termination"] != "ok",
                        ended=runs["termination"].where(runs["termination"] != "ok"),
                        swap_seen=runs["swapped"].eq(True) if "swapped" in runs else False)
-    counts = [runs.groupby(CELL + (["pipeline"] if level == "pipeline" else []), dropna=False)
-              .agg(runs=("run_id", "size"), runs_not_ok=("not_ok", "sum"),
-                   ended=("ended", _most_frequent), runs_swapped=("swap_seen", "sum"))
-              .reset_index()
-              .assign(level=level, **({} if level == "pipeline" else {"pipeline": ""}))
-              for level in ("pipeline", "size_bin")]
-    return _merge_levels([*parts, pd.concat(counts, ignore_index=True)])
+    counts = _count_levels(runs, runs=("run_id", "size"), runs_not_ok=("not_ok", "sum"),
+                           ended=("ended", _most_frequent),
+                           runs_swapped=("swap_seen", "sum"))
+    return _merge_levels([*parts, counts])
 
 
 def speedup_summary(pairs: pd.DataFrame) -> pd.DataFrame:
@@ -398,14 +405,11 @@ def speedup_summary(pairs: pd.DataFrame) -> pd.DataFrame:
                              pairs["slowdown_reason"] != ""))
     parts = [_levels(pairs, "speedup", "speedup"), _levels(pairs, "slowdown", "slowdown")]
     # why speed-ups are missing: the policy's own end, or Bulk's ("bulk ended 'memory'")
-    parts += [pairs.groupby(CELL + (["pipeline"] if level == "pipeline" else []), dropna=False)
-              .agg(pairs_missing=("missing", "sum"), missing_why=("why", _most_frequent),
-                   slowdown_pairs_missing=("slow_missing", "sum"),
-                   slowdown_missing_why=("slow_why", _most_frequent))
-              .reset_index()
-              .assign(level=level, **({} if level == "pipeline" else {"pipeline": ""}))
-              for level in ("pipeline", "size_bin")]
-    out = _merge_levels([parts[0], parts[1], pd.concat(parts[2:], ignore_index=True)])
+    parts.append(_count_levels(pairs, pairs_missing=("missing", "sum"),
+                               missing_why=("why", _most_frequent),
+                               slowdown_pairs_missing=("slow_missing", "sum"),
+                               slowdown_missing_why=("slow_why", _most_frequent)))
+    out = _merge_levels(parts)
     for name in ("speedup", "slowdown"):
         out[f"{name}_significance"] = [
             significance(lo, hi, n) for lo, hi, n in
