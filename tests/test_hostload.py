@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -58,7 +59,10 @@ def test_busy_cpus_is_non_idle_cpu_time_over_wall_time():
 
 def test_a_snapshot_of_this_machine_is_plausible():
     a = hostload.snapshot()
-    sum(i * i for i in range(200_000))  # some CPU time
+    # /proc/stat counts in clock ticks (10 ms): burn enough CPU that several are counted
+    t0 = time.process_time()
+    while time.process_time() - t0 < 0.2:
+        sum(i * i for i in range(10_000))
     b = hostload.snapshot()
     load = hostload.host_load(a, b)
     assert 0 < load["busy_cpus"] <= os.cpu_count() + 0.5
