@@ -541,7 +541,7 @@ def main() -> int:
         print(json.dumps(funcs[args.child](**spec)))
         return 0
 
-    from engine.runner.execute import model_index
+    from engine.caffe.splitter import description_index
 
     t_start = time.perf_counter()
     header()
@@ -554,7 +554,7 @@ def main() -> int:
             # Part 3 runs first: it also makes the model files the other parts use.
             generated, rows = generate_and_split(tmp)
             split_dir = split_dir or generated
-        models = {k: v.resolve() for k, v in model_index(split_dir).items()}
+        models = {k: v.resolve() for k, v in description_index(split_dir).items()}
         missing = [n for n in FORWARD_NETS if n not in models]
         if missing:
             raise SystemExit(f"{split_dir} has no split model for {', '.join(missing)}")

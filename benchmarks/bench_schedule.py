@@ -20,8 +20,9 @@ from pathlib import Path
 from _common import zoo_split
 from threadpoolctl import threadpool_info, threadpool_limits
 
+from engine.caffe.splitter import description_index
 from engine.network import Network
-from engine.runner.execute import PipelineRun, model_index
+from engine.runner.execute import PipelineRun
 from engine.runner.request import RunOptions
 from engine.schedule.dispatch import Dispatcher
 from engine.schedule.pipelines import Arrival, Pipeline
@@ -91,10 +92,10 @@ def main() -> int:
 
     models_dir = Path(args.models)
     tmp = None
-    if not all(n in model_index(models_dir) for n in ZOO) if models_dir.exists() else True:
+    if not all(n in description_index(models_dir) for n in ZOO) if models_dir.exists() else True:
         tmp = tempfile.TemporaryDirectory()
         models_dir = zoo_split(ZOO, Path(tmp.name))
-    models = model_index(models_dir)
+    models = description_index(models_dir)
     print(f"\n2. linear pipeline of {', '.join(ZOO)} (batch {args.batch}) vs standalone layers")
     with threadpool_limits(1, "blas"):
         standalone_sum(models, args.batch)  # warm page cache and caches

@@ -83,11 +83,10 @@ def _cmd_forward(args: argparse.Namespace) -> None:
 
 
 def _cmd_pipelines(args: argparse.Namespace) -> None:
-    from engine.caffe.splitter import Description
-    from engine.runner.execute import model_index
+    from engine.caffe.splitter import Description, description_index
     from engine.schedule import pipelines
 
-    models = model_index(args.models)
+    models = description_index(args.models)
     names = args.networks or sorted(models)
     unknown = sorted(set(names) - set(models))
     if unknown:

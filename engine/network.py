@@ -70,10 +70,7 @@ class Network:
             )
         self.weights: dict[int, list[np.ndarray]] = {}
         self.blobs: dict[str, np.ndarray] = {}
-        self._last_reader = {}
-        for layer in self.graph.layers:
-            for b in layer.bottoms:
-                self._last_reader[b] = layer.index
+        self._last_reader = self.graph.last_readers()
         self.outputs = self.graph.outputs
 
     @property

@@ -342,3 +342,48 @@ def test_the_statistics_of_a_sampler_whose_process_ends_at_once_are_read_whole(t
         stats = sampler.stop()
         # a target gone before the first tick leaves no sample, but whole statistics
         assert "error" not in stats and stats["samples"] >= 0 and "achieved_hz" in stats, stats
+
+
+@pytest.fixture
+def lean_windows():
+    """Windows that end with statm and getrusage (process.configure(False))."""
+    assert process.configure(False) is False  # pytest's own maxrss follows VmHWM
+    yield
+    process.configure(True)
+
+
+def test_lean_windows_read_the_same_peak_as_status_windows(lean_windows):
+    ProcessWindow().open(chain=False).close()
+    w = ProcessWindow().open(chain=False)
+    a = _touch(48 * MiB)
+    del a
+    row = w.close()
+    assert row["proc_hwm_delta_bytes"] >= 47 * MiB  # freed before the end: only the peak
+    assert abs(row["proc_rss_delta_bytes"]) < 8 * MiB
+    status = Path("/proc/self/status").read_bytes()
+    rss = status_bytes(status, b"\nVmRSS:")
+    assert abs(row["proc_rss_bytes"] - rss) < 4 * MiB
+    # anon is exact, file + shmem together, VmSwap not read
+    assert row["proc_rss_anon_bytes"] + row["proc_rss_file_bytes"] == row["proc_rss_bytes"]
+    assert row["proc_rss_shmem_bytes"] is None and row["proc_swap_bytes"] is None
+    b = ProcessWindow().open(chain=False)
+    assert b.close()["proc_hwm_delta_bytes"] < 8 * MiB  # the reset took
+
+
+def test_lean_windows_are_refused_where_maxrss_does_not_follow_vmhwm(monkeypatch):
+    real = process.resource.getrusage
+
+    class Inherited:  # a maxrss left from a bigger image before exec
+        def __init__(self, who):
+            self._r = real(who)
+
+        def __getattr__(self, name):
+            return 64 * 2**20 if name == "ru_maxrss" else getattr(self._r, name)
+
+    monkeypatch.setattr(process.resource, "getrusage", Inherited)
+    try:
+        assert process.configure(False) is True
+        row = ProcessWindow().open(chain=False).close()
+        assert row["proc_swap_bytes"] is not None  # status read as before
+    finally:
+        process.configure(True)

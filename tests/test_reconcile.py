@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from engine.analysis import reconcile
 from engine.analysis.reconcile import reconcile_run
 from engine.runner.request import LimitOptions, ProbeOptions, RunOptions, RunRequest
 from engine.runner.supervise import run_supervised
@@ -39,8 +40,12 @@ def test_heap_growth_over_each_load_equals_the_layers_weight_bytes(table):
     loads = table[(table.task_type == "LOAD") & (table.param_bytes > 0)]
     assert len(loads) == 12  # AgeNet, GenderNet: conv1-3 and fc6-8 each
     error = (loads.heap_inuse_delta - loads.param_bytes).abs()
-    assert (error <= 0.01 * loads.param_bytes).all(), loads[["layer_name", "param_bytes",
-                                                              "heap_inuse_delta"]]
+    # the plausibility check's own tolerance: 1 %, or a few Python objects (a 16 KiB
+    # layer's LOAD also allocates ~2 KiB of them)
+    allowed = np.maximum(reconcile.LOAD_REL * loads.param_bytes, reconcile.LOAD_ABS)
+    assert (error <= allowed).all(), loads[["layer_name", "param_bytes", "heap_inuse_delta"]]
+    big = loads.param_bytes > 1 << 20
+    assert (error[big] <= 0.01 * loads.param_bytes[big]).all()
     assert (loads.res_load_vs_weights == loads.heap_inuse_delta - loads.param_bytes).all()
 
 

@@ -1,6 +1,7 @@
 """Statistics of repeated runs, in one place: bootstrap confidence intervals over
 repetitions and over pipelines within a size bin, paired ratios (speed-up over Bulk,
-probe overhead) with their significance, and the noise floor of identical runs.
+probe overhead) with their significance, the noise floor of identical runs, and Kendall's
+tau for the model's rankings.
 
 Every estimate is a median with a 95 % percentile-bootstrap interval. A CI needs at least
 two values. A percentile-bootstrap CI of the median of n <= 5 values is their range, and
@@ -125,6 +126,23 @@ def summarize(df: pd.DataFrame, by: list[str], value: str, cluster: str | None =
             est = cluster_bootstrap_ci(vals, group[cluster].to_numpy(), seed=cell_seed(key))
         rows.append([*key, *est, int(np.isfinite(vals).sum())])
     return pd.DataFrame(rows, columns=[*by, *cols])
+
+
+def kendall_tau(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -> float:
+    """Kendall's tau-b of two rankings (ties in either count as neither concordant nor
+    discordant and shrink the denominator); NaN with fewer than two pairs or when
+    either side is all ties."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    keep = np.isfinite(x) & np.isfinite(y)
+    x, y = x[keep], y[keep]
+    if len(x) < 2:
+        return np.nan
+    i, j = np.triu_indices(len(x), k=1)
+    dx, dy = np.sign(x[i] - x[j]), np.sign(y[i] - y[j])
+    pairs = len(i)
+    ties_x, ties_y = int((dx == 0).sum()), int((dy == 0).sum())
+    denom = np.sqrt(float(pairs - ties_x) * float(pairs - ties_y))
+    return float((dx * dy).sum() / denom) if denom > 0 else np.nan
 
 
 def noise_floor(runs: pd.DataFrame, cell: list[str], metrics: dict[str, str],

@@ -151,6 +151,9 @@ def _run_row(meta: RunMeta, folder: Path, tasks: pd.DataFrame, networks: pd.Data
         "host_load1_end": _known(load.get("load1_end")),
         "host_busy_cpus": _known(load.get("busy_cpus")),
         "cpu_pinned": bool((meta.cpu_affinity or {}).get("pinned", False)),
+        # the CPUs the measured child could run on (its workers share them)
+        "child_cpus": len((meta.cpu_affinity or {}).get("child") or []) or np.nan,
+        "batch": meta.batch,  # None: each network's deploy batch
         "gt_max_rss_bytes": _known(gnu.get("gt_max_rss_bytes")),
         "hwm_rss_bytes": _known(meta.hwm_rss_bytes),
         "gt_user_s": gnu.get("gt_user_s", np.nan), "gt_sys_s": gnu.get("gt_sys_s", np.nan),
@@ -192,7 +195,8 @@ def tidy_run(folder: str | os.PathLike) -> dict[str, pd.DataFrame]:
     runs = pd.DataFrame([row])
     # Nullable integers: a missing repetition or limit (None = unconstrained / swap max)
     # stays NA in every run's table, so the tables of many runs concatenate cleanly.
-    runs = runs.astype({"rep": "Int64", "limit_bytes": "Int64", "swap_bytes": "Int64"})
+    runs = runs.astype({"rep": "Int64", "limit_bytes": "Int64", "swap_bytes": "Int64",
+                        "batch": "Int64"})
     ident = _identity(meta, folder)
     return {"runs": runs, "tasks": _with_identity(tasks, ident),
             "networks": _with_identity(networks, ident),

@@ -64,6 +64,15 @@ class NetGraph:
     def param_count(self) -> int:
         return sum(layer.param_count for layer in self.layers)
 
+    def last_readers(self) -> dict[str, int]:
+        """Blob -> index of the last layer that reads it: after that layer runs, the blob
+        can be freed (unless it is an output or that layer's own top)."""
+        last: dict[str, int] = {}
+        for layer in self.layers:
+            for b in layer.bottoms:
+                last[b] = layer.index
+        return last
+
     def layer(self, name: str) -> Layer:
         for layer in self.layers:
             if layer.name == name:

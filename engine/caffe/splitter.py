@@ -122,6 +122,21 @@ class Description:
                                  f"{self.network} was split (truncated or replaced); {fix}")
 
 
+def description_index(folder: str | os.PathLike) -> dict[str, Path]:
+    """Network name -> description file, for every ``*.description.json`` in ``folder``."""
+    if not Path(folder).is_dir():
+        raise ModelError(f"--models {folder} is not a folder; point it at the split "
+                         f"stage's output (the folder of *.description.json files)")
+    found: dict[str, Path] = {}
+    for path in sorted(Path(folder).glob("*.description.json")):
+        network = Description.load(path).network
+        if network in found:
+            raise ModelError(f"{found[network]} and {path} both describe {network}; "
+                             f"remove one, or split one under another --network name")
+        found[network] = path
+    return found
+
+
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 

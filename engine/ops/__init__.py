@@ -6,8 +6,10 @@ from .dense import inner_product
 from .norm import lrn, softmax
 from .pooling import pooling
 from .shapes import conv_out_dim, pool_out_dim
+from .workspace import aliases_input, scratch_bytes
 
 __all__ = [
+    "aliases_input",
     "concat",
     "conv_out_dim",
     "convolution",
@@ -17,6 +19,7 @@ __all__ = [
     "pool_out_dim",
     "pooling",
     "relu",
+    "scratch_bytes",
     "softmax",
     "split",
 ]

@@ -8,16 +8,29 @@ from ._util import IntPair, as_f32, pair
 from .shapes import pool_out_dim
 
 
-def _padded(x: np.ndarray, ph: int, pw: int, rows: int, cols: int, fill: float) -> np.ndarray:
-    """Return x placed at (ph, pw) in a (rows, cols) spatial buffer filled with `fill`.
+def _padded_extent(h: int, w: int, kernel: IntPair, stride: IntPair, pad: IntPair,
+                   ceil_mode: bool) -> tuple[int, int]:
+    """(rows, cols) of the padded buffer the windows read; (h, w) when the input itself
+    will do (no border needed)."""
+    (kh, kw), (sh, sw), (ph, pw) = (pair(v, name, "pooling") for v, name in
+                                    ((kernel, "kernel"), (stride, "stride"), (pad, "pad")))
+    rows = (pool_out_dim(h, kh, sh, ph, ceil_mode) - 1) * sh + kh  # the last window's reach
+    cols = (pool_out_dim(w, kw, sw, pw, ceil_mode) - 1) * sw + kw
+    if ph == 0 and pw == 0 and rows <= h and cols <= w:
+        return h, w
+    return max(rows, ph + h), max(cols, pw + w)
 
-    Returns x itself when no border is needed, avoiding a copy. Windows can run past
+
+def _padded(x: np.ndarray, ph: int, pw: int, extent: tuple[int, int], fill: float) -> np.ndarray:
+    """Return x placed at (ph, pw) in a spatial buffer of ``extent`` filled with `fill`.
+
+    Returns x itself when the extent is x's own, avoiding a copy. Windows can run past
     H + pad in ceil mode, so the buffer may also be cropped or extended on the far side.
     """
     n, c, h, w = x.shape
-    if ph == 0 and pw == 0 and rows <= h and cols <= w:
+    if extent == (h, w):
         return x
-    buf = np.empty((n, c, max(rows, ph + h), max(cols, pw + w)), dtype=np.float32)
+    buf = np.empty((n, c, *extent), dtype=np.float32)
     # Fill only the border strips, then copy the interior once.
     buf[:, :, :ph] = fill
     buf[:, :, ph + h :] = fill
@@ -79,10 +92,9 @@ def pooling(
     if oh < 1 or ow < 1:
         raise ValueError(f"{op}: kernel {(kh, kw)} does not fit input {(h, w)} with pad {(ph, pw)}")
 
-    rows = (oh - 1) * sh + kh  # padded extent the last window reaches
-    cols = (ow - 1) * sw + kw
     # -inf padding means padding cells never win a max; zero padding adds nothing to a sum.
-    buf = _padded(x, ph, pw, rows, cols, -np.inf if method == "max" else 0.0)
+    extent = _padded_extent(h, w, (kh, kw), (sh, sw), (ph, pw), ceil_mode)
+    buf = _padded(x, ph, pw, extent, -np.inf if method == "max" else 0.0)
     hspan = (oh - 1) * sh + 1
     wspan = (ow - 1) * sw + 1
     out = np.empty((n, c, oh, ow), dtype=np.float32)

@@ -11,11 +11,12 @@ began: an upper bound of the peak during the window, never an underestimate.
 Both ends of a window run at every task boundary, inside the measured run, so they do as
 little as they can. When a thread opens a window right after its own previous window
 closed (one worker: every task but the first) and /proc/self/statm shows the same RSS as
-that close read, the window starts from that boundary's reading instead of reading
-/proc/self/status again (``proc_chained``): its peak and RSS deltas then also cover the
-few microseconds between the two tasks, in which the RSS did not change. That halves the
-status reads (about 5 us each between real tasks); where the RSS did change, the window
-reads and resets as above. ``close_packed`` gives the columns as a tuple in ``COLUMNS``
+that close read, the window starts from that boundary's readings instead of reading
+/proc/self/status and getrusage again (``proc_chained``): its peak, RSS and rusage deltas
+then also cover the few microseconds between the two tasks, in which the RSS did not
+change. That halves the status reads and the getrusage calls (each system call costs
+3-4 us between real tasks, against 0.4 us in a tight loop); where the RSS did change, the
+window reads and resets as above. ``close_packed`` gives the columns as a tuple in ``COLUMNS``
 order, which the measured child writes to progress.jsonl as one list (engine.runner.folder
 names them again): encoding twenty names per task costs more than the values.
 
@@ -26,7 +27,10 @@ VmHWM readings, taken before every reset.
 Kernel parts of RSS at the window's end, from the same read of /proc/self/status:
 ``proc_rss_anon_bytes`` (RssAnon: heap, pymalloc arenas, thread stacks, anonymous mmaps),
 ``proc_rss_file_bytes`` (RssFile: libraries and other mapped files) and
-``proc_rss_shmem_bytes`` (RssShmem); VmRSS is their sum. /proc/self/smaps_rollup would
+``proc_rss_shmem_bytes`` (RssShmem); VmRSS is their sum. Runs that need neither the
+split nor VmSwap per window (no limit, no heap profile) end their windows with statm
+and getrusage instead (``configure``): there ``proc_rss_file_bytes`` is file + shmem and
+``proc_rss_shmem_bytes`` and ``proc_swap_bytes`` are unknown. /proc/self/smaps_rollup would
 give the same split from a page-table walk but costs 230-310 us a read against 3.4 us for
 status (measured, 320 MiB process, kernel 6.18), so it is not read per boundary.
 
@@ -54,9 +58,9 @@ _lock = threading.Lock()
 _open_windows: set[ProcessWindow] = set()
 _peak_so_far = 0
 _fds: dict[str, int] = {}
-# (thread, RSS bytes) of the last close that left no window open and reset VmHWM after
-# its read: where that thread's next window may start
-_boundary: tuple[int, int] | None = None
+# (thread, RSS bytes, RUSAGE_SELF, RUSAGE_THREAD) of the last close that left no window
+# open and reset VmHWM after its read: where that thread's next window may start
+_boundary: tuple | None = None
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -80,10 +84,45 @@ def _status_buf() -> bytes:
     return os.pread(_fd("status", os.O_RDONLY), 8192, 0)
 
 
+def _statm() -> tuple[int, int]:
+    """(VmRSS, RssFile + RssShmem) in bytes from /proc/self/statm (the same counters as
+    status, a quarter of the cost to read)."""
+    fields = os.pread(_fd("statm", os.O_RDONLY), 256, 0).split(b" ", 3)
+    return int(fields[1]) * _PAGE, int(fields[2]) * _PAGE
+
+
 def _statm_rss() -> int:
-    """VmRSS in bytes from /proc/self/statm (the same counters as status, a quarter of
-    the cost to read)."""
-    return int(os.pread(_fd("statm", os.O_RDONLY), 256, 0).split(b" ", 2)[1]) * _PAGE
+    return _statm()[0]
+
+
+# getrusage reads the RSS counters (file, anon, shmem) without summing their per-CPU
+# parts, so its maxrss may lag VmHWM by each counter's batch on every CPU (seen: 88 KiB)
+_CPUS = os.cpu_count() or 1
+MAXRSS_SLACK = 3 * max(32, 2 * _CPUS) * _CPUS * _PAGE
+# Whether a window's end reads /proc/self/status (VmHWM, the RSS split into anon, file
+# and shmem, VmSwap) or only statm and getrusage (``configure``).
+_status = [True]
+
+
+def configure(status: bool) -> bool:
+    """``status=False``: windows end with /proc/self/statm and the getrusage call they
+    make anyway, whose ``ru_maxrss`` is VmHWM (the kernel's hiwater_rss, which the
+    clear_refs reset lowers too): one system call and its parse fewer per task, at the
+    price of the file/shmem split (file + shmem and anon stay) and VmSwap. That holds
+    only while the process's own maxrss from before its exec is below its RSS, so it is
+    checked here: after a reset both must agree within ``MAXRSS_SLACK`` (getrusage's
+    reading of the RSS counters is approximate by up to that much; so are the lean
+    windows' peaks), else status reads stay on. Returns whether they are on."""
+    if not status:
+        with _lock:
+            os.write(_fd("clear_refs", os.O_WRONLY), b"5")
+            before, _ = hwm_rss(_status_buf())
+            maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+            after, _ = hwm_rss(_status_buf())
+        status = (before is None
+                  or not before - MAXRSS_SLACK <= maxrss <= after + MAXRSS_SLACK)
+    _status[0] = status
+    return status
 
 
 def hwm_rss(buf: bytes) -> tuple[int | None, int | None]:
@@ -218,20 +257,29 @@ class ProcessWindow:
             if (chain and last is not None and last[0] == tid and not _open_windows
                     and _statm_rss() == last[1]):
                 self._chained, self._overlapped, self._rss_open = True, False, last[1]
+                # the previous close's rusage too: two system calls fewer per task
+                self._self0, self._thread0 = last[2], last[3]
             else:
                 self._chained = False
                 self._overlapped = overlapped = bool(_open_windows)
                 for other in _open_windows:
                     other._overlapped = True
-                hwm, self._rss_open = hwm_rss(_status_buf())
+                if _status[0]:
+                    self._self0 = None
+                    hwm, self._rss_open = hwm_rss(_status_buf())
+                else:
+                    self._self0 = resource.getrusage(resource.RUSAGE_SELF)
+                    hwm, self._rss_open = self._self0.ru_maxrss * 1024, _statm()[0]
                 if hwm > _peak_so_far:
                     _peak_so_far = hwm
                 if not overlapped:
                     os.write(_fd("clear_refs", os.O_WRONLY), b"5")
             _open_windows.add(self)
         self._thread_id = tid
-        self._self0 = resource.getrusage(resource.RUSAGE_SELF)
-        self._thread0 = resource.getrusage(resource.RUSAGE_THREAD)
+        if not self._chained:
+            if self._self0 is None:
+                self._self0 = resource.getrusage(resource.RUSAGE_SELF)
+            self._thread0 = resource.getrusage(resource.RUSAGE_THREAD)
         return self
 
     def close_packed(self) -> tuple:
@@ -242,16 +290,20 @@ class ProcessWindow:
         brk = _brk[0] if _brk else _brk_reader()
         tid = threading.get_ident()
         with _lock:
-            buf = _status_buf()
+            if _status[0]:
+                hwm, rss, anon, file, shmem, swap = window_fields(_status_buf())
+            else:
+                rss, shared = _statm()
+                hwm = max(self1.ru_maxrss * 1024, rss)  # RSS read a moment later
+                anon, file, shmem, swap = rss - shared, shared, None, None
             brk_now = brk.read() if brk is not None else None
-            hwm, rss, anon, file, shmem, swap = window_fields(buf)
             if hwm > _peak_so_far:
                 _peak_so_far = hwm
             peak = _peak_so_far
             _open_windows.discard(self)
             if not _open_windows and rss is not None:
                 os.write(_fd("clear_refs", os.O_WRONLY), b"5")
-                _boundary = (tid, rss)
+                _boundary = (tid, rss, self1, thread1)
         s0, t0, rss_open = self._self0, self._thread0, self._rss_open
         same_thread = tid == self._thread_id
         return (

@@ -36,7 +36,10 @@ def build_probes(spec: dict, out: Path) -> tuple[ProbeSet, dict]:
         vmstat = VmstatWindows()
         probes.windows.append(_Adapter(vmstat.open, vmstat.close))
     if spec.get("process_probe", True):
+        from engine.probes import process
         from engine.probes.process import PACKED_KEY, ProcessWindow
+
+        meta["process_status"] = process.configure(spec.get("process_status", True))
 
         # heap dumps run between tasks: a window must not start at the previous one's end
         chain = not spec.get("heap_profile")

@@ -13,56 +13,18 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
 
 from engine.caffe.splitter import Description
-from engine.errors import EdgeprofError
 from engine.network import Network
 from engine.runner.request import RunOptions
 from engine.schedule.dispatch import Dispatcher, DispatchResult
 from engine.schedule.pipelines import Pipeline
+from engine.schedule.plan import plan
 from engine.schedule.policies import Policy
-from engine.schedule.tasks import WHOLE_NET, Instance, Kind, Task
-
-
-def model_index(folder: str | os.PathLike) -> dict[str, Path]:
-    """Network name -> description file, for every ``*.description.json`` in ``folder``."""
-    if not Path(folder).is_dir():
-        raise EdgeprofError(f"--models {folder} is not a folder; point it at the split "
-                            f"stage's output (the folder of *.description.json files)")
-    found: dict[str, Path] = {}
-    for path in sorted(Path(folder).glob("*.description.json")):
-        network = Description.load(path).network
-        if network in found:
-            raise EdgeprofError(f"{found[network]} and {path} both describe {network}; "
-                                f"remove one, or split one under another --network name")
-        found[network] = path
-    return found
-
-
-def estimate_peak_bytes(desc: Description) -> int:
-    """Masa's admission estimate when no profile is given: every weight of the network
-    resident (loads may run ahead of execution) plus its two largest activations."""
-    outputs = sorted((4 * int(np.prod(s)) for layer in desc.layers for s in layer.output_shapes),
-                     reverse=True)
-    return desc.param_bytes + sum(outputs[:2])
-
-
-def resolve_descriptions(pipeline: Pipeline, models: dict[str, Path]) -> dict[str, Description]:
-    missing = sorted(set(pipeline.networks()) - set(models))
-    if missing:
-        raise EdgeprofError(
-            f"pipeline '{pipeline.name}' names networks with no split model: "
-            f"{', '.join(missing)} (available: {', '.join(sorted(models)) or 'none'}); "
-            "run the split stage for them or point --models at the right folder"
-        )
-    descs = {net: Description.load(models[net]) for net in set(pipeline.networks())}
-    for desc in descs.values():
-        desc.check_files()
-    return descs
+from engine.schedule.tasks import WHOLE_NET, Kind, Task
 
 
 @dataclass
@@ -83,18 +45,9 @@ class PipelineRun:
         self.pipeline, self.policy, self.options = pipeline, policy, options
         self.descs = descriptions
         self.probes = probes or ProbeSet()
-        self.instances = [
-            Instance(i, net, a_index, len(descriptions[net].layers),
-                     descriptions[net].num_conv_layers)
-            for i, net, a_index, _ in pipeline.instances()
-        ]
-        self.arrivals_ns = {i: int(round(t * 1e9)) for i, _, _, t in pipeline.instances()}
-        self.graph = policy.build(self.instances)
-        estimates = options.estimates or {}
-        for task in self.graph.tasks:
-            if task.kind == Kind.INIT:
-                net = self.instances[task.instance].network
-                task.required_memory = estimates.get(net) or estimate_peak_bytes(self.descs[net])
+        planned = plan(pipeline, policy, descriptions, options.estimates)
+        self.instances, self.arrivals_ns = planned.instances, planned.arrivals_ns
+        self.graph, self.network_time = planned.graph, planned.network_time
         self.nets: dict[int, Network] = {}
         self.outputs: dict[str, np.ndarray] = {}
         self.lock = threading.Lock()
@@ -181,10 +134,8 @@ class PipelineRun:
             self.outputs[f"{self.instance_key(instance)}/{blob}"] = value
 
     def execute(self) -> DispatchResult:
-        network_time = {i.id: float(sum(x.flops for x in self.descs[i.network].layers))
-                        for i in self.instances}
         dispatcher = Dispatcher(self.graph, self.policy, self.run_task, self.arrivals_ns,
-                                budget=self.options.budget, network_time=network_time,
+                                budget=self.options.budget, network_time=self.network_time,
                                 on_instance_done=self.instance_done,
                                 on_task_done=self._task_done)
         with threadpool_limits(self.options.blas_threads, "blas"):

@@ -82,7 +82,8 @@ class RunMeta:
     tasks_finished: int | None = _f("tasks that finished (the rows of tasks.csv)")
     t0_monotonic_ns: int | None = _f("the run's time origin on CLOCK_MONOTONIC")
     child: dict | None = _f("the measured child's summary (status, wall_s and cpu_s of the "
-                            "pipeline, BLAS, task count, probes: process_windows_chained)")
+                            "pipeline, BLAS, task count, probes: process_windows_chained, "
+                            "process_status)")
     gnu_time: dict | None = _f("GNU time's report as gt_* columns")
     hwm_rss_bytes: int | None = _f("the run's resident high-water mark: max of GNU time "
                                    "and every window's VmHWM")

@@ -20,18 +20,18 @@ import uuid
 from dataclasses import asdict
 from pathlib import Path
 
-from engine.caffe.splitter import Description
+from engine.caffe.splitter import Description, description_index
 from engine.limits import LimitRequest, Session, open_session
 from engine.probes import hostload
 from engine.probes.vmstat import in_guest
 from engine.procs import SUPERVISOR_ENV, preexec
-from engine.runner.execute import model_index, resolve_descriptions
 from engine.runner.folder import assemble, read_child
 from engine.runner.interrupt import Interrupted, Signalled, ignore_signals, signals_unwind
 from engine.runner.meta import PipelineInfo, RunMeta, host_facts, versions
 from engine.runner.outdir import OutClaim
 from engine.runner.request import RunRequest
 from engine.schedule.pipelines import Pipeline, load_pipeline
+from engine.schedule.plan import resolve_descriptions
 from engine.schedule.policies import Policy, parse_policy
 
 # Backends under which a limit that cannot be enforced is recorded, never an error.
@@ -69,7 +69,7 @@ def check_inputs(request: RunRequest) -> tuple[Policy, Pipeline, dict[str, Path]
     files against their split too): bad input fails here, before anything is written."""
     policy = parse_policy(request.policy)
     pipeline = load_pipeline(request.pipeline)
-    models = model_index(request.models)
+    models = description_index(request.models)
     return policy, pipeline, models, resolve_descriptions(pipeline, models)
 
 
@@ -99,6 +99,9 @@ def run_supervised(request: RunRequest, session: Session | None = None) -> RunMe
                 else None,
                 "cgroup_version": session.cgroup_version,
                 "process_probe": probes.process, "vmstat_probe": in_guest(),
+                # the RSS split and VmSwap per window: for the reconciliation and under
+                # a limit; elsewhere the leaner window end (engine.probes.process)
+                "process_status": probes.heap_profile or limits.ram_bytes is not None,
                 "heap_profile": probes.heap_profile, "cpu_profile": probes.cpu_profile,
             }
             (tmp / "spec.json").write_text(json.dumps(spec, indent=1))

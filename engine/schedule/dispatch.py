@@ -6,7 +6,8 @@ condition variable and wakes the workers at once. Arrivals gate INIT tasks; the 
 thread sleeps on the same condition until the next arrival is due. A task that raises
 stops the whole run: workers finish what they hold, nothing new starts, the error is
 kept for the caller. numpy releases the GIL in BLAS and file reads, so loads on one
-worker overlap with execution on another.
+worker overlap with execution on another. The rules (readiness, pool order, admission)
+live in ``Scheduler``, which the model's simulator replays in virtual time.
 """
 
 from __future__ import annotations
@@ -43,42 +44,32 @@ class DispatchResult:
     t0_ns: int = 0
 
 
-class Dispatcher:
-    """Runs ``graph`` under ``policy``; ``run_task(task)`` does the work and may return a
-    dict of extra columns; ``on_task_done(task, record)`` runs as each task ends;
-    ``on_instance_done(instance)`` runs after an instance's last task (before its reserved
-    memory is released)."""
+class Scheduler:
+    """The dispatcher's rules, without threads or clocks: which tasks are ready, in what
+    order each pool hands them out, memory-aware admission of INIT tasks, and what a
+    finished task releases. The threaded ``Dispatcher`` calls it under its lock; the
+    model's virtual-clock simulator (``engine.model.simulate``) calls it in virtual time,
+    so both follow the same rules."""
 
-    def __init__(self, graph: TaskGraph, policy: Policy, run_task: Callable[[Task], dict | None],
-                 arrivals_ns: dict[int, int], *, budget: int | None = None,
-                 network_time: dict[int, float] | None = None,
-                 on_instance_done: Callable[[int], None] | None = None,
-                 on_task_done: Callable[[Task, TaskRecord], None] | None = None) -> None:
+    def __init__(self, graph: TaskGraph, policy: Policy, *, budget: int | None = None,
+                 network_time: dict[int, float] | None = None) -> None:
         self.graph, self.policy = graph, policy
-        self.run_task, self.on_instance_done = run_task, on_instance_done
-        self.on_task_done = on_task_done
-        self.arrivals_ns = arrivals_ns
         self.budget = budget
         self.network_time = network_time or {}
-        self.cond = threading.Condition(threading.Lock())
         tasks = graph.tasks
         self.missing = [len(t.deps) + (t.kind == Kind.INIT) for t in tasks]  # +1: arrival
-        self.left = {}
+        self.left: dict[int, int] = {}
         for t in tasks:
             self.left[t.instance] = self.left.get(t.instance, 0) + 1
         self.ready: list[list[tuple]] = [[] for _ in range(max(graph.pools, 1))]
-        self.records = [TaskRecord() for _ in tasks]
-        self.released_ns: dict[int, int] = {}
-        self.finished_ns: dict[int, int] = {}
         self.reserved: dict[int, int] = {}
         self.active: set[int] = set()
+        self.inits = {t.instance: t for t in tasks if t.kind == Kind.INIT}
         self.done = 0
-        self.status = "ok"
-        self.error: BaseException | None = None
-        self.failed_task: Task | None = None
-        self.t0 = 0
 
-    # -- ordering and admission (called with the lock held) --
+    @property
+    def finished(self) -> bool:
+        return self.done == len(self.graph.tasks)
 
     def _key(self, task: Task) -> tuple:
         order = self.policy.order
@@ -98,7 +89,16 @@ class Dispatcher:
         free = self.budget - sum(self.reserved.values())
         return not self.active or need == 0 or need <= free
 
-    def _take(self, worker: int) -> Task | None:
+    def arrive(self, instance: int) -> None:
+        """The instance's arrival is due: its INIT may run once nothing else holds it."""
+        init = self.inits[instance]
+        self.missing[init.id] -= 1
+        if self.missing[init.id] == 0:
+            self._push(init)
+
+    def take(self, worker: int) -> Task | None:
+        """The next task for ``worker`` from the pools it serves, in their order; an INIT
+        it takes reserves the instance's memory (admission)."""
         for pool in self.policy.worker_pools[worker]:
             heap = self.ready[pool]
             skipped = []
@@ -119,7 +119,7 @@ class Dispatcher:
                 return chosen
         return None
 
-    def _complete(self, task: Task) -> bool:
+    def complete(self, task: Task) -> bool:
         """Release dependants; True if this was the instance's last task."""
         self.done += 1
         for dep_id in task.dependants:
@@ -128,6 +128,37 @@ class Dispatcher:
                 self._push(self.graph.tasks[dep_id])
         self.left[task.instance] -= 1
         return self.left[task.instance] == 0
+
+    def release(self, instance: int) -> None:
+        """The instance has ended: its reserved memory is free again."""
+        self.active.discard(instance)
+        self.reserved.pop(instance, None)
+
+
+class Dispatcher:
+    """Runs ``graph`` under ``policy``; ``run_task(task)`` does the work and may return a
+    dict of extra columns; ``on_task_done(task, record)`` runs as each task ends;
+    ``on_instance_done(instance)`` runs after an instance's last task (before its reserved
+    memory is released)."""
+
+    def __init__(self, graph: TaskGraph, policy: Policy, run_task: Callable[[Task], dict | None],
+                 arrivals_ns: dict[int, int], *, budget: int | None = None,
+                 network_time: dict[int, float] | None = None,
+                 on_instance_done: Callable[[int], None] | None = None,
+                 on_task_done: Callable[[Task, TaskRecord], None] | None = None) -> None:
+        self.graph, self.policy = graph, policy
+        self.run_task, self.on_instance_done = run_task, on_instance_done
+        self.on_task_done = on_task_done
+        self.arrivals_ns = arrivals_ns
+        self.sched = Scheduler(graph, policy, budget=budget, network_time=network_time)
+        self.cond = threading.Condition(threading.Lock())
+        self.records = [TaskRecord() for _ in graph.tasks]
+        self.released_ns: dict[int, int] = {}
+        self.finished_ns: dict[int, int] = {}
+        self.status = "ok"
+        self.error: BaseException | None = None
+        self.failed_task: Task | None = None
+        self.t0 = 0
 
     # -- threads --
 
@@ -138,9 +169,9 @@ class Dispatcher:
         while True:
             with self.cond:
                 while True:
-                    if self.status != "ok" or self.done == len(self.graph.tasks):
+                    if self.status != "ok" or self.sched.finished:
                         return
-                    task = self._take(index)
+                    task = self.sched.take(index)
                     if task is not None:
                         break
                     self.cond.wait()
@@ -155,14 +186,13 @@ class Dispatcher:
                 if self.on_task_done is not None:
                     self.on_task_done(task, rec)
                 with self.cond:
-                    last = self._complete(task)
+                    last = self.sched.complete(task)
                 if last:
                     if self.on_instance_done is not None:
                         self.on_instance_done(task.instance)
                     with self.cond:
                         self.finished_ns[task.instance] = rec.end_ns
-                        self.active.discard(task.instance)
-                        self.reserved.pop(task.instance, None)
+                        self.sched.release(task.instance)
             except BaseException as exc:  # noqa: BLE001 - any failure ends the run cleanly
                 rec.end_ns = self._now()
                 self.stop("error", exc, task)
@@ -185,7 +215,6 @@ class Dispatcher:
         monotonic time all records are relative to, before any task starts."""
         threads = [threading.Thread(target=self._worker, args=(i,), name=f"worker-{i}")
                    for i in range(self.policy.workers)]
-        inits = {t.instance: t for t in self.graph.tasks if t.kind == Kind.INIT}
         order = sorted(self.arrivals_ns.items(), key=lambda kv: (kv[1], kv[0]))
         self.t0 = time.perf_counter_ns()
         if on_start is not None:
@@ -204,12 +233,9 @@ class Dispatcher:
                     if self.status != "ok" or (deadline is not None and self._now() >= deadline):
                         break
                     self.released_ns[instance] = self._now()
-                    init = inits[instance]
-                    self.missing[init.id] -= 1
-                    if self.missing[init.id] == 0:
-                        self._push(init)
+                    self.sched.arrive(instance)
                     self.cond.notify_all()
-                while self.status == "ok" and self.done < len(self.graph.tasks):
+                while self.status == "ok" and not self.sched.finished:
                     if deadline is not None:
                         left = deadline - self._now()
                         if left <= 0:
@@ -217,7 +243,7 @@ class Dispatcher:
                         self.cond.wait(left / 1e9)
                     else:
                         self.cond.wait()
-            if self.status == "ok" and self.done < len(self.graph.tasks):
+            if self.status == "ok" and not self.sched.finished:
                 self.stop("timeout")
         except BaseException as exc:
             self.stop("interrupted", exc)

@@ -1,0 +1,219 @@
+"""Leave-pipelines-out cross-validation, per execution mode.
+
+For each pipeline of a mode, the model is trained on the mode's other pipelines and
+predicts every (policy, limit) cell of the held-out one, which is compared with the
+median over its repetitions (and that median's 95 % bootstrap CI). A mode with fewer than
+two pipelines cannot be cross-validated and says so. Scores:
+
+- makespan: mean absolute percentage error (MAPE), unconstrained and limited apart;
+- slowdown under a limit (makespan / the same policy unconstrained): MAPE;
+- peak memory: median absolute % error of the predicted peak RSS against the measured
+  one (unconstrained, per policy and over all), and against the cgroup's window peak
+  where a cgroup measured it;
+- ranking: Kendall's tau between predicted and measured makespans of the policies, per
+  (pipeline, limit), its median; how often the predicted best policy is the measured
+  best, and how often its measured median lies within the measured best's CI;
+- OOM: cells predicted to be killed against cells whose runs were.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from engine.analysis.stats import CI_METHOD, bootstrap_ci, cell_seed, kendall_tau
+from engine.caffe.splitter import Description
+from engine.model.fit import Model
+from engine.model.predict import Networks, predict
+from engine.model.train import measured_cells, pipelines_from_networks, train
+
+PREDICTION_COLUMNS = [
+    "mode", "pipeline", "policy", "limit", "runs", "runs_ok", "measured_makespan_s",
+    "measured_makespan_ci_low", "measured_makespan_ci_high", "predicted_makespan_s",
+    "makespan_error_pct", "measured_slowdown", "predicted_slowdown", "slowdown_error_pct",
+    "measured_peak_rss_bytes", "measured_cg_peak_bytes", "predicted_peak_ram_bytes",
+    "peak_error_pct", "peak_cg_error_pct", "predicted_peak_swap_bytes",
+    "predicted_swap_out_bytes", "measured_swap_out_bytes", "measured_oom", "predicted_oom",
+]
+SCORE_COLUMNS = ["mode", "metric", "scope", "value", "n", "note"]
+PAGE = 4096
+
+
+def _pct(pred: float, meas: float) -> float:
+    return (pred / meas - 1) * 100 if np.isfinite(meas) and meas > 0 else np.nan
+
+
+def _measured(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per cell: the median makespan with its CI, the slowdown over the same policy's
+    unconstrained runs (per repetition, then the median), peaks, swap, OOM."""
+    cells = measured_cells(runs)
+    rows = []
+    base = runs[(runs["limit"] == "none") & (runs["termination"] == "ok")]
+    base = base.set_index(["pipeline", "policy", "rep"])["makespan_s"]
+    for c in cells.itertuples():
+        part = runs[(runs["pipeline"] == c.pipeline) & (runs["policy"] == c.policy)
+                    & (runs["limit"] == c.limit)]
+        ok = part[part["termination"] == "ok"]
+        med, lo, hi = bootstrap_ci(ok["makespan_s"], seed=cell_seed((c.pipeline, c.policy,
+                                                                      c.limit)))
+        slow = np.nan
+        if c.limit != "none":
+            keys = list(zip(ok["pipeline"], ok["policy"], ok["rep"]))
+            ratios = [m / base[k] for m, k in zip(ok["makespan_s"], keys) if k in base.index]
+            slow = float(np.median(ratios)) if ratios else np.nan
+        swap = (part["guest_pswpout"] * PAGE if "guest_pswpout" in part
+                else pd.Series(np.nan, index=part.index))
+        rows.append({"pipeline": c.pipeline, "policy": c.policy, "limit": c.limit,
+                     "limit_bytes": c.limit_bytes, "runs": len(part), "runs_ok": len(ok),
+                     "measured_makespan_s": med, "measured_makespan_ci_low": lo,
+                     "measured_makespan_ci_high": hi, "measured_slowdown": slow,
+                     "measured_peak_rss_bytes": part["hwm_rss_bytes"].median(),
+                     "measured_cg_peak_bytes": part["cg_window_peak_bytes"].median()
+                     if "cg_window_peak_bytes" in part else np.nan,
+                     "measured_swap_out_bytes": swap.median(),
+                     "measured_oom": bool((part["termination"] == "memory").any())})
+    # cells every run of which was killed have no measured_cells row: add them
+    killed = runs.groupby(["pipeline", "policy", "limit"]).filter(
+        lambda g: (g["termination"] != "ok").all())
+    for (p, pol, lim), g in killed.groupby(["pipeline", "policy", "limit"]):
+        rows.append({"pipeline": p, "policy": pol, "limit": lim,
+                     "limit_bytes": g["limit_bytes"].iloc[0], "runs": len(g), "runs_ok": 0,
+                     "measured_oom": bool((g["termination"] == "memory").any())})
+    return pd.DataFrame(rows)
+
+
+def predict_cells(model: Model, mode: str, cells: pd.DataFrame, pipelines: dict,
+                  networks: Networks) -> pd.DataFrame:
+    """The model's predictions for each measured cell (adds the predicted_* columns)."""
+    m = model.mode(mode)
+    out = []
+    for c in cells.itertuples():
+        limit = None if c.limit == "none" else int(c.limit_bytes)
+        free, _ = predict(m, pipelines[c.pipeline], networks, c.policy)
+        pred, _ = predict(m, pipelines[c.pipeline], networks, c.policy, limit)
+        out.append({"predicted_makespan_s": pred.makespan_s,
+                    "predicted_slowdown": (pred.makespan_s / free.makespan_s
+                                           if c.limit != "none" else np.nan),
+                    "predicted_peak_ram_bytes": pred.peak_ram_bytes,
+                    "predicted_peak_swap_bytes": pred.peak_swap_bytes,
+                    "predicted_swap_out_bytes": pred.swap_out_bytes,
+                    "predicted_oom": pred.oom})
+    return pd.concat([cells.reset_index(drop=True), pd.DataFrame(out)], axis=1)
+
+
+def cross_validate(runs: pd.DataFrame, tasks: pd.DataFrame, networks: pd.DataFrame,
+                   descriptions: dict[str, Description]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(predictions, scores): every held-out cell, and the scores per mode."""
+    runs = runs[runs["limit_enforced"].astype(bool) | (runs["limit"] == "none")]
+    pipelines = pipelines_from_networks(networks[networks["run_id"].isin(runs["run_id"])])
+    preds, notes = [], []
+    for emulated, part in runs.groupby("emulated"):
+        mode = "emulated" if emulated else "native"
+        names = sorted(part.loc[(part["limit"] == "none") & (part["termination"] == "ok"),
+                                "pipeline"].astype(str).unique())
+        if len(names) < 2:
+            notes.append((mode, f"not cross-validated: {len(names)} pipeline(s) with "
+                                f"finished unconstrained runs, two are needed"))
+            continue
+        for held in names:
+            train_runs = part[part["pipeline"] != held]
+            model = train(train_runs, tasks[tasks["run_id"].isin(train_runs["run_id"])],
+                          networks, descriptions)
+            cells = _measured(part[part["pipeline"] == held])
+            nets = Networks(descriptions, model.mode(mode).batch)
+            preds.append(predict_cells(model, mode, cells, pipelines, nets).assign(mode=mode))
+    pred = pd.concat(preds, ignore_index=True) if preds else pd.DataFrame(
+        columns=PREDICTION_COLUMNS)
+    if not pred.empty:
+        pred["makespan_error_pct"] = [_pct(p, m) for p, m in
+                                      zip(pred["predicted_makespan_s"],
+                                          pred["measured_makespan_s"])]
+        pred["slowdown_error_pct"] = [_pct(p, m) for p, m in
+                                      zip(pred["predicted_slowdown"],
+                                          pred["measured_slowdown"])]
+        pred["peak_error_pct"] = [_pct(p, m) for p, m in
+                                  zip(pred["predicted_peak_ram_bytes"],
+                                      pred["measured_peak_rss_bytes"])]
+        pred["peak_cg_error_pct"] = [_pct(p, m) for p, m in
+                                     zip(pred["predicted_peak_ram_bytes"],
+                                         pred["measured_cg_peak_bytes"])]
+        pred = pred[PREDICTION_COLUMNS]
+    return pred, scores(pred, notes)
+
+
+def _row(mode: str, metric: str, scope: str, values: pd.Series | list, how: str,
+         note: str = "") -> dict:
+    v = pd.Series(values, dtype=float).dropna()
+    value = {"mape": v.abs().mean(), "median_abs": v.abs().median(), "median": v.median(),
+             "mean": v.mean()}[how] if len(v) else np.nan
+    return {"mode": mode, "metric": metric, "scope": scope, "value": value, "n": len(v),
+            "note": note}
+
+
+def _rankings(cells: pd.DataFrame) -> tuple[list[float], list[float], list[float]]:
+    """Per (pipeline, limit) with two or more finished policies: tau, best hit, within CI."""
+    taus, hits, within = [], [], []
+    done = cells.dropna(subset=["measured_makespan_s"])
+    for _, g in done.groupby(["pipeline", "limit"]):
+        if len(g) < 2:
+            continue
+        taus.append(kendall_tau(g["predicted_makespan_s"], g["measured_makespan_s"]))
+        best = g.loc[g["measured_makespan_s"].idxmin()]
+        chosen = g.loc[g["predicted_makespan_s"].idxmin()]
+        hits.append(float(chosen["policy"] == best["policy"]))
+        high = best["measured_makespan_ci_high"]
+        high = best["measured_makespan_s"] if not np.isfinite(high) else high
+        within.append(float(chosen["measured_makespan_s"] <= high))
+    return taus, hits, within
+
+
+def scores(pred: pd.DataFrame, notes: list[tuple[str, str]] = ()) -> pd.DataFrame:
+    rows = [{"mode": m, "metric": "cross-validation", "scope": "", "value": np.nan, "n": 0,
+             "note": note} for m, note in notes]
+    for mode, p in pred.groupby("mode"):
+        free, lim = p[p["limit"] == "none"], p[p["limit"] != "none"]
+        k = p["pipeline"].nunique()
+        note = f"{k} held-out pipelines"
+        rows.append(_row(mode, "makespan MAPE %", "unconstrained", free["makespan_error_pct"],
+                         "mape", note))
+        rows.append(_row(mode, "makespan MAPE %", "limited", lim["makespan_error_pct"],
+                         "mape", note))
+        rows.append(_row(mode, "slowdown MAPE %", "limited", lim["slowdown_error_pct"],
+                         "mape", note))
+        rows.append(_row(mode, "peak RSS median abs error %", "unconstrained",
+                         free["peak_error_pct"], "median_abs", note))
+        for policy, g in free.groupby("policy"):
+            rows.append(_row(mode, "peak RSS median abs error %", f"unconstrained, {policy}",
+                             g["peak_error_pct"], "median_abs", note))
+        rows.append(_row(mode, "peak median abs error % (cgroup peak)", "all",
+                         p["peak_cg_error_pct"], "median_abs", note))
+        rows.append(_row(mode, "peak RSS median abs error %", "limited",
+                         lim["peak_error_pct"], "median_abs",
+                         "RSS counts file pages the cgroup may not: compare the cgroup peak"))
+        taus, hits, within = _rankings(p)
+        rows.append(_row(mode, "Kendall tau (median)", "per pipeline and limit", taus,
+                         "median", note))
+        rows.append(_row(mode, "predicted best = measured best (share)",
+                         "per pipeline and limit", hits, "mean", note))
+        rows.append(_row(mode, "predicted best within measured best's CI (share)",
+                         "per pipeline and limit", within, "mean", f"{note}; {CI_METHOD}"))
+        oom = p.dropna(subset=["predicted_oom"])
+        agree = (oom["predicted_oom"].astype(bool) == oom["measured_oom"].astype(bool))
+        rows.append(_row(mode, "OOM predicted correctly (share)", "all cells",
+                         agree.astype(float), "mean", note))
+    return pd.DataFrame(rows, columns=SCORE_COLUMNS)
+
+
+def score_summary(scores_table: pd.DataFrame) -> dict[str, dict[str, float | str]]:
+    """The headline scores per mode, as advise states them."""
+    out: dict[str, dict[str, float | str]] = {}
+    for r in scores_table.itertuples():
+        entry = out.setdefault(r.mode, {})
+        if r.metric == "cross-validation":
+            entry["note"] = r.note
+            continue
+        if "," in str(r.scope):
+            continue
+        entry[f"{r.metric} ({r.scope})"] = None if pd.isna(r.value) else float(r.value)
+        entry.setdefault("note", r.note)
+    return out

@@ -1,0 +1,410 @@
+"""The model file and its fit from the tidy tables.
+
+Per execution mode (native, emulated: never mixed), from the runs that finished:
+
+- **time**, SyNERGY-style: per layer type, EXEC seconds = a + a non-negative linear
+  combination of the layer's features (``EXEC_FEATURES``): MACs, and for the layers
+  whose batch-1 cost is moving bytes rather than multiplying (a GEMV reads every weight
+  once; im2col copies its input into the scratch matrix) their weight and scratch bytes;
+  FLOPs for the element-wise layers; the elements copied for Concat. LOAD seconds = a +
+  b x weight bytes, for a layer's partial file and for a whole caffemodel (bulk) apart;
+  INIT seconds = a + b x input bytes; a whole forward pass (bulk EXEC) = a + b x the sum
+  of its layers' predictions. Least squares on the median duration of each (network,
+  layer, task) over the unconstrained runs, from tasks that ran alone (``overlap == 0``:
+  a task that shared the CPU with another took longer than its work); a feature whose
+  coefficient comes out negative is dropped and the rest refitted.
+- **dispatch gap**: the time between a task's end and the next one's start on a single
+  worker (recording the task, releasing its dependants), per task.
+- **start RSS**: the runtime's resident memory (interpreter, numpy, the engine, the
+  probes) at the first task's start, before any network exists; the baseline the
+  simulator uses is calibrated from it (``engine.model.train``).
+- **CPUs** the measured child had (pinned: one).
+- **swap cost** under a limit: the seconds a task takes beyond the same task in the
+  same pipeline's unconstrained run (same policy, repetition and mode), against the
+  pages it swapped in and out (the guest's pswpin/pswpout, or the cgroup's), least
+  squares through the origin; only from limited runs, so a mode without any has none.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from engine import ops
+from engine.caffe import graph
+from engine.caffe.splitter import Description
+from engine.errors import EdgeprofError
+from engine.files import parse_json, write_text_atomic
+from engine.model.memory import description_graph
+
+MODEL_VERSION = 1
+PAGE = 4096
+# Swap counters per task window, best first: (pages in, pages out).
+SWAP_COLUMNS = [("guest_pswpin_delta", "guest_pswpout_delta"),
+                ("cg_pswpin_delta", "cg_pswpout_delta")]
+
+
+class ModelFileError(EdgeprofError):
+    """A model file that cannot be used (missing, corrupt, another version)."""
+
+
+@dataclass
+class Linear:
+    """seconds = intercept + sum of coef[f] x feature f (never below 0); fitted on n
+    points with coefficient of determination r2."""
+
+    intercept: float
+    coef: dict[str, float] = field(default_factory=dict)
+    n: int = 0
+    r2: float | None = None
+
+    def __call__(self, features: dict[str, float]) -> float:
+        return max(self.intercept + sum(c * features.get(f, 0.0)
+                                        for f, c in self.coef.items()), 0.0)
+
+
+def fit_linear(x: pd.DataFrame, y: pd.Series | np.ndarray) -> Linear | None:
+    """Least squares of y on the columns of x with an intercept; a column whose
+    coefficient comes out negative (or that does not vary) is dropped and the rest
+    refitted; with none left, the median. None without points."""
+    y = np.asarray(y, dtype=float)
+    keep = np.isfinite(y) & np.isfinite(x.to_numpy(dtype=float)).all(axis=1)
+    x, y = x[keep], y[keep]
+    if len(y) == 0:
+        return None
+    cols = [c for c in x.columns if x[c].nunique() >= 2]
+    while cols:
+        a = np.column_stack([np.ones(len(y)), x[cols].to_numpy(dtype=float)])
+        scale = np.abs(a).max(axis=0)
+        scale[scale == 0] = 1.0
+        sol, *_ = np.linalg.lstsq(a / scale, y, rcond=None)
+        sol = sol / scale
+        negative = [c for c, v in zip(cols, sol[1:]) if v < 0]
+        if negative:
+            cols.remove(min(negative, key=lambda c: sol[1 + cols.index(c)]))
+            continue
+        resid = y - a @ sol
+        ss = float(((y - y.mean()) ** 2).sum())
+        r2 = 1 - float((resid ** 2).sum()) / ss if ss > 0 else None
+        return Linear(float(sol[0]), {c: float(v) for c, v in zip(cols, sol[1:])}, len(y), r2)
+    return Linear(float(np.median(y)), {}, len(y), None)
+
+
+@dataclass
+class SwapCost:
+    """Seconds per page (4 KiB) swapped in and out, from ``n`` task windows."""
+
+    per_page_in_s: float
+    per_page_out_s: float
+    n: int
+    source: str  # the counters it was fitted from
+
+
+@dataclass
+class ModeModel:
+    """Everything the simulator needs for one execution mode."""
+
+    mode: str  # native | emulated
+    start_rss_bytes: float  # resident at the first task's start (median over runs)
+    baseline_bytes: float  # the runtime's own resident bytes (engine.model.train)
+    cpus: float
+    sharing: float  # speed of tasks time-sliced on too few CPUs (engine.model.train)
+    gap_s: float
+    init: Linear
+    load_layer: Linear
+    load_whole: Linear | None
+    exec_types: dict[str, Linear]
+    exec_any: Linear  # a layer type the fit never saw
+    exec_whole: Linear | None
+    swap: SwapCost | None
+    runs: int
+    pipelines: list[str]
+    batch: int | None  # the runs' batch (None: each network's deploy batch)
+
+    def exec_model(self, layer_type: str) -> Linear:
+        return self.exec_types.get(layer_type, self.exec_any)
+
+
+@dataclass
+class Model:
+    modes: dict[str, ModeModel]
+    policies: list[str]  # the campaign's policies: what advise ranks by default
+    trained_on: dict = field(default_factory=dict)
+    version: int = MODEL_VERSION
+
+    def mode(self, name: str | None) -> ModeModel:
+        if name is None:
+            name = "native" if "native" in self.modes else next(iter(self.modes), "")
+        if name not in self.modes:
+            raise ModelFileError(f"the model has no '{name}' mode (it has: "
+                                 f"{', '.join(self.modes) or 'none'}): fit it on runs of "
+                                 f"that execution mode")
+        return self.modes[name]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+    def write(self, path: str | os.PathLike) -> None:
+        write_text_atomic(path, self.to_json() + "\n")
+
+    @classmethod
+    def read(cls, path: str | os.PathLike) -> Model:
+        path = Path(path)
+        try:
+            data = parse_json(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise ModelFileError(f"cannot read model file {path}: {exc}; fit one with "
+                                 f"`snakemake results/model/model.json`") from None
+        if not isinstance(data, dict) or data.get("version") != MODEL_VERSION:
+            version = data.get("version") if isinstance(data, dict) else None
+            raise ModelFileError(f"{path} is not a version {MODEL_VERSION} model file "
+                                 f"(version {version}); refit it with this edgeprof")
+        try:
+            modes = {}
+            for name, m in data["modes"].items():
+                m = dict(m)
+                for key in ("init", "load_layer", "exec_any"):
+                    m[key] = Linear(**m[key])
+                for key in ("load_whole", "exec_whole"):
+                    m[key] = Linear(**m[key]) if m[key] is not None else None
+                m["exec_types"] = {t: Linear(**v) for t, v in m["exec_types"].items()}
+                m["swap"] = SwapCost(**m["swap"]) if m["swap"] is not None else None
+                modes[name] = ModeModel(**m)
+            return cls(modes, list(data["policies"]), dict(data.get("trained_on", {})))
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ModelFileError(f"{path} is not a model file ({exc}); refit it") from None
+
+
+# ---- features of a network's layers ----
+
+# What an EXEC's time is regressed on, per layer type: MACs where the layer multiplies;
+# at batch 1 a convolution over a small output and an inner product are GEMVs that read
+# every weight once (weight bytes), and im2col copies the input into its scratch matrix
+# (scratch bytes); the element-wise layers' FLOPs; Concat's copied elements.
+EXEC_FEATURES = {
+    "Convolution": ("macs", "weight_bytes", "scratch_bytes"),
+    "InnerProduct": ("macs", "weight_bytes"),
+    "Concat": ("elements",),
+}
+DEFAULT_FEATURES = ("flops",)
+
+
+def layer_features(layer: graph.Layer, scratch: int) -> dict[str, float]:
+    return {"macs": float(layer.macs), "flops": float(layer.flops),
+            "weight_bytes": float(layer.param_bytes), "scratch_bytes": float(scratch),
+            "elements": float(sum(math.prod(s) for s in layer.top_shapes))}
+
+
+def exec_features(layer_type: str) -> tuple[str, ...]:
+    return EXEC_FEATURES.get(layer_type, DEFAULT_FEATURES)
+
+
+@dataclass(frozen=True)
+class NetworkFeatures:
+    types: tuple[str, ...]
+    layers: tuple[dict[str, float], ...]
+    weight_bytes: tuple[int, ...]
+    input_bytes: int
+
+    @property
+    def total_weight_bytes(self) -> int:
+        return sum(self.weight_bytes)
+
+
+def network_features(desc: Description, batch: int | None) -> NetworkFeatures:
+    g = description_graph(desc, batch)
+    shapes: dict[str, tuple[int, ...]] = {}
+    feats = []
+    for layer in g.layers:
+        scratch = ops.scratch_bytes(layer.type, layer.args, layer.param_shapes,
+                                    [shapes[b] for b in layer.bottoms])
+        shapes.update(zip(layer.tops, layer.top_shapes))
+        feats.append(layer_features(layer, scratch))
+    inputs = sum(4 * math.prod(s) for layer in g.layers if layer.type == "Input"
+                 for s in layer.top_shapes)
+    return NetworkFeatures(tuple(layer.type for layer in g.layers), tuple(feats),
+                           tuple(layer.param_bytes for layer in g.layers), inputs)
+
+
+def exec_layer_s(mode: ModeModel, feats: NetworkFeatures, layer: int) -> float:
+    return mode.exec_model(feats.types[layer])(feats.layers[layer])
+
+
+def exec_whole_s(mode: ModeModel, feats: NetworkFeatures) -> float:
+    total = sum(exec_layer_s(mode, feats, i) for i in range(len(feats.types)))
+    return mode.exec_whole({"layers_s": total}) if mode.exec_whole is not None else total
+
+
+def load_whole_s(mode: ModeModel, feats: NetworkFeatures) -> float:
+    return (mode.load_whole or mode.load_layer)({"bytes": feats.total_weight_bytes})
+
+
+# ---- the fit ----
+
+def _mode_name(emulated: bool) -> str:
+    return "emulated" if emulated else "native"
+
+
+def _batch_of(runs: pd.DataFrame) -> int | None:
+    if "batch" not in runs or runs["batch"].isna().all():
+        return None
+    values = runs["batch"].dropna().unique()
+    if len(values) > 1:
+        raise EdgeprofError(f"runs of one mode with batches {sorted(values)}: fit one "
+                            f"model per batch size")
+    return int(values[0])
+
+
+FEATURE_COLUMNS = ("macs", "flops", "weight_bytes", "scratch_bytes", "elements", "bytes",
+                   "input_bytes")
+
+
+def task_features(tasks: pd.DataFrame, descriptions: dict[str, Description],
+                  batch: int | None) -> pd.DataFrame:
+    """Each task row with its layer type (``ltype``) and features: an EXEC its layer's
+    (``layer_features``), a LOAD the weight ``bytes`` it reads (the whole network's for
+    bulk), an INIT its ``input_bytes``."""
+    feats = {net: network_features(descriptions[net], batch)
+             for net in tasks["network"].unique()}
+    cols = {c: np.zeros(len(tasks)) for c in FEATURE_COLUMNS}
+    types = np.empty(len(tasks), dtype=object)
+    rows = zip(tasks["network"].to_numpy(), tasks["layer"].astype(int).to_numpy(),
+               tasks["task_type"].to_numpy())
+    for i, (net, li, kind) in enumerate(rows):
+        f = feats[net]
+        types[i] = f.types[li] if li >= 0 else ""
+        if kind == "INIT":
+            cols["input_bytes"][i] = f.input_bytes
+        elif kind == "LOAD":
+            cols["bytes"][i] = f.weight_bytes[li] if li >= 0 else f.total_weight_bytes
+        elif li >= 0:
+            for c, v in f.layers[li].items():
+                cols[c][i] = v
+    return tasks.assign(ltype=types, **cols)
+
+
+def _solo_medians(tasks: pd.DataFrame) -> pd.DataFrame:
+    """Median duration (s) per (network, layer, task type) over the tasks that ran alone,
+    with the task's features."""
+    alone = tasks[tasks["overlap"].fillna(0) == 0]
+    agg = {"duration_s": ("duration_s", "median"), "n": ("duration_s", "size"),
+           **{c: (c, "first") for c in FEATURE_COLUMNS}}
+    return (alone.groupby(["network", "layer", "task_type", "ltype"], dropna=False)
+            .agg(**agg).reset_index())
+
+
+def _gap(runs: pd.DataFrame, tasks: pd.DataFrame) -> float:
+    """Per task, the time a single worker spends between tasks."""
+    single = runs.loc[runs["workers"] == 1, "run_id"]
+    t = tasks[tasks["run_id"].isin(single)]
+    if t.empty:
+        return 0.0
+    per_run = t.groupby("run_id").agg(busy=("duration_s", "sum"), n=("duration_s", "size"),
+                                      first=("start_ns", "min"), last=("end_ns", "max"))
+    gaps = ((per_run["last"] - per_run["first"]) / 1e9 - per_run["busy"]) / per_run["n"]
+    return float(max(np.median(gaps), 0.0))
+
+
+def _start_rss(tasks: pd.DataFrame) -> float:
+    """Median over runs of the RSS at the first task's start."""
+    if "proc_rss_bytes" not in tasks or tasks["proc_rss_bytes"].isna().all():
+        return 0.0
+    t = tasks.dropna(subset=["proc_rss_bytes", "proc_rss_delta_bytes"])
+    first = t.loc[t.groupby("run_id")["start_ns"].idxmin()]
+    return float(np.median(first["proc_rss_bytes"] - first["proc_rss_delta_bytes"]))
+
+
+def _swap_cost(runs: pd.DataFrame, tasks: pd.DataFrame, base_tasks: pd.DataFrame
+               ) -> SwapCost | None:
+    limited = runs[(runs["limit"] != "none") & (runs["termination"] == "ok")]
+    if limited.empty:
+        return None
+    cols = next((c for c in SWAP_COLUMNS if c[0] in tasks and tasks[c[0]].notna().any()),
+                None)
+    if cols is None:
+        return None
+    key = ["pipeline", "policy", "rep", "task_id"]
+    lim = tasks[tasks["run_id"].isin(limited["run_id"]) & (tasks["overlap"].fillna(0) == 0)]
+    base = base_tasks[base_tasks["overlap"].fillna(0) == 0][key + ["duration_s"]]
+    pairs = lim.merge(base.rename(columns={"duration_s": "base_s"}), on=key)
+    pairs = pairs.dropna(subset=[*cols, "base_s"])
+    if pairs.empty:
+        return None
+    excess = (pairs["duration_s"] - pairs["base_s"]).to_numpy()
+    pages = pairs[list(cols)].to_numpy(dtype=float)
+    coef = np.full(2, np.nan)
+    if (pages > 0).any(axis=0).all():
+        coef, *_ = np.linalg.lstsq(pages, excess, rcond=None)
+    if not np.all(np.isfinite(coef)) or (coef < 0).any():  # one cost for either way
+        total = pages.sum(axis=1)
+        per = float((total @ excess) / (total @ total)) if (total > 0).any() else 0.0
+        coef = np.array([max(per, 0.0)] * 2)
+    return SwapCost(float(coef[0]), float(coef[1]), len(pairs), "/".join(cols))
+
+
+def fit_mode(runs: pd.DataFrame, tasks: pd.DataFrame,
+             descriptions: dict[str, Description], mode: str) -> ModeModel:
+    """The model of one execution mode from its runs and their tasks."""
+    batch = _batch_of(runs)
+    ok = runs[runs["termination"] == "ok"]
+    free = ok[ok["limit"] == "none"]
+    if free.empty:
+        raise EdgeprofError(f"no finished unconstrained {mode} run to fit a model on")
+    tasks = tasks[tasks["run_id"].isin(ok["run_id"])]
+    tasks = task_features(tasks.assign(duration_s=tasks["duration_ns"] / 1e9),
+                          descriptions, batch)
+    base_tasks = tasks[tasks["run_id"].isin(free["run_id"])]
+    med = _solo_medians(base_tasks)
+
+    def linear(rows: pd.DataFrame, features: tuple[str, ...]) -> Linear | None:
+        return fit_linear(rows[list(features)], rows["duration_s"])
+
+    layer = med["layer"] >= 0
+    init = linear(med[med["task_type"] == "INIT"], ("input_bytes",))
+    load_layer = linear(med[(med["task_type"] == "LOAD") & layer], ("bytes",))
+    load_whole = linear(med[(med["task_type"] == "LOAD") & ~layer], ("bytes",))
+    execs = med[(med["task_type"] == "EXEC") & layer]
+    exec_types = {t: linear(rows, exec_features(t)) for t, rows in execs.groupby("ltype")}
+    if init is None or load_layer is None or not exec_types:
+        raise EdgeprofError(f"the {mode} runs have no layer-by-layer tasks that ran alone "
+                            f"(INIT, LOAD, EXEC): add a single-worker policy such as linear")
+    start_rss = _start_rss(base_tasks)
+    model = ModeModel(
+        mode=mode, start_rss_bytes=start_rss, baseline_bytes=start_rss,
+        cpus=float(ok["child_cpus"].median()) if "child_cpus" in ok else 1.0, sharing=1.0,
+        gap_s=_gap(free, base_tasks), init=init, load_layer=load_layer,
+        load_whole=load_whole, exec_types=exec_types,
+        exec_any=linear(execs, DEFAULT_FEATURES),
+        exec_whole=None, swap=None, runs=len(ok),
+        pipelines=sorted(ok["pipeline"].astype(str).unique()), batch=batch)
+    whole = med[(med["task_type"] == "EXEC") & ~layer]
+    if not whole.empty:
+        feats = {n: network_features(descriptions[n], batch) for n in whole["network"]}
+        summed = whole["network"].map(
+            lambda n: sum(exec_layer_s(model, feats[n], i) for i in range(len(feats[n].types))))
+        model.exec_whole = fit_linear(pd.DataFrame({"layers_s": summed}), whole["duration_s"])
+    model.swap = _swap_cost(runs, tasks, base_tasks)
+    return model
+
+
+def fit(runs: pd.DataFrame, tasks: pd.DataFrame, descriptions: dict[str, Description],
+        policies: list[str] | None = None) -> Model:
+    """One ``ModeModel`` per execution mode found in ``runs``; limits the backend could
+    not enforce are left out (they would count as unconstrained time under a label)."""
+    runs = runs[runs["limit_enforced"].astype(bool) | (runs["limit"] == "none")]
+    modes = {}
+    for emulated, part in runs.groupby("emulated"):
+        name = _mode_name(bool(emulated))
+        modes[name] = fit_mode(part, tasks[tasks["run_id"].isin(part["run_id"])],
+                               descriptions, name)
+    if not modes:
+        raise EdgeprofError("no runs to fit a model on")
+    return Model(modes, policies or sorted(runs["policy"].unique()),
+                 {"runs": int(len(runs)), "pipelines": sorted(runs["pipeline"].astype(str)
+                                                              .unique())})

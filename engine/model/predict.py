@@ -1,0 +1,116 @@
+"""One pipeline under one policy and memory limit, predicted: the policy's real task
+graph (``engine.schedule.plan``) replayed on a virtual clock with each task's predicted
+work (``engine.model.fit``) and the memory it holds (``engine.model.memory``); under a
+limit, the swap traffic a task causes costs it the fitted seconds per page."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.caffe.splitter import Description
+from engine.model.fit import (
+    PAGE,
+    ModeModel,
+    NetworkFeatures,
+    exec_layer_s,
+    exec_whole_s,
+    load_whole_s,
+    network_features,
+)
+from engine.model.memory import NetworkMemory, RunMemory, demand_peak, network_memory
+from engine.model.simulate import SimResult, simulate
+from engine.schedule.pipelines import Pipeline
+from engine.schedule.plan import plan
+from engine.schedule.policies import Policy, parse_policy
+from engine.schedule.tasks import WHOLE_NET, Kind, Task
+
+
+@dataclass
+class Prediction:
+    policy: str
+    limit_bytes: int | None
+    makespan_s: float
+    peak_ram_bytes: float  # resident: the runtime's baseline + the run's own peak
+    peak_swap_bytes: float
+    swap_in_bytes: float
+    swap_out_bytes: float
+    oom: bool  # predicted to be killed: needs more swap than allowed
+    why: str = ""
+
+
+class Networks:
+    """Each network's features and memory replay at one batch, computed once."""
+
+    def __init__(self, descriptions: dict[str, Description], batch: int | None) -> None:
+        self.descriptions, self.batch = descriptions, batch
+        self._features: dict[str, NetworkFeatures] = {}
+        self._memory: dict[str, NetworkMemory] = {}
+
+    def features(self, net: str) -> NetworkFeatures:
+        if net not in self._features:
+            self._features[net] = network_features(self.descriptions[net], self.batch)
+        return self._features[net]
+
+    def memory(self, net: str) -> NetworkMemory:
+        if net not in self._memory:
+            self._memory[net] = network_memory(self.descriptions[net], self.batch)
+        return self._memory[net]
+
+
+def task_work_s(mode: ModeModel, feats: NetworkFeatures, task: Task) -> float:
+    """A task's predicted seconds on one CPU, the dispatch gap after it included."""
+    if task.kind == Kind.INIT:
+        work = mode.init({"input_bytes": feats.input_bytes})
+    elif task.kind == Kind.LOAD:
+        work = (load_whole_s(mode, feats) if task.layer == WHOLE_NET
+                else mode.load_layer({"bytes": feats.weight_bytes[task.layer]}))
+    else:
+        work = (exec_whole_s(mode, feats) if task.layer == WHOLE_NET
+                else exec_layer_s(mode, feats, task.layer))
+    return work + mode.gap_s
+
+
+def predict(mode: ModeModel, pipeline: Pipeline, networks: Networks, policy: Policy | str,
+            limit_bytes: int | None = None, swap_bytes: int | None = None,
+            budget: int | None = None) -> tuple[Prediction, SimResult]:
+    """``pipeline`` under ``policy`` with ``limit_bytes`` of RAM (None: unconstrained) and
+    ``swap_bytes`` of swap on top (None: unlimited); masa's budget defaults to the limit,
+    as ``python -m engine run`` does."""
+    policy = parse_policy(policy) if isinstance(policy, str) else policy
+    planned = plan(pipeline, policy, networks.descriptions)
+    nets = {i.id: i.network for i in planned.instances}
+    feats = {i: networks.features(n) for i, n in nets.items()}
+    capacity = None if limit_bytes is None else int(limit_bytes - mode.baseline_bytes)
+    memory = RunMemory({i: networks.memory(n) for i, n in nets.items()},
+                       None if capacity is None else max(capacity, 0))
+    swap = mode.swap
+    per_in = swap.per_page_in_s / PAGE if swap else 0.0
+    per_out = swap.per_page_out_s / PAGE if swap else 0.0
+
+    def on_start(task: Task) -> float:
+        swap_in, swap_out = memory.start(task)
+        return swap_in * per_in + swap_out * per_out
+
+    result = simulate(planned.graph, policy,
+                      {i: t / 1e9 for i, t in planned.arrivals_ns.items()},
+                      lambda task: task_work_s(mode, feats[task.instance], task),
+                      budget=budget if budget is not None else limit_bytes,
+                      network_time=planned.network_time, cpus=mode.cpus, sharing=mode.sharing,
+                      on_start=on_start, on_end=memory.end)
+    mem = memory.mem
+    why = ""
+    if capacity is not None and capacity <= 0:
+        why = (f"the runtime alone holds {mode.baseline_bytes / 2**20:.0f} MiB, more than "
+               f"the limit")
+    elif swap_bytes is not None and mem.peak_swapped > swap_bytes:
+        why = (f"needs {mem.peak_swapped / 2**20:.0f} MiB of swap, "
+               f"{swap_bytes / 2**20:.0f} MiB allowed")
+    # what is resident at the peak: the bytes held, LOADs growing over their run; under
+    # a limit no more than it leaves
+    held = demand_peak(memory.effects, result.start_s, result.end_s)
+    if capacity is not None:
+        held = min(held, max(capacity, 0))
+    prediction = Prediction(policy.name, limit_bytes, result.makespan_s,
+                            mode.baseline_bytes + held, float(mem.peak_swapped),
+                            float(mem.swap_in), float(mem.swap_out), bool(why), why)
+    return prediction, result

@@ -1,0 +1,105 @@
+"""Training the model: the direct fits (``engine.model.fit``), then the two parameters
+only the simulator can see, per execution mode, against the measured medians of the
+training runs (unconstrained, finished):
+
+- ``sharing``: how fast tasks progress when more run than the child has CPUs (1: as fast
+  as time-slicing allows; less: what the context switches, evicted caches and the GIL
+  cost). Chosen by golden-section search to minimise the squared log error of the
+  makespan of the multi-worker policies' runs; without such runs it stays 1.
+- ``baseline_bytes``: the runtime's resident memory beyond what the memory replay
+  counts: the interpreter, numpy and the engine (``start_rss_bytes``, measured at the
+  first task) plus what the allocator keeps of freed blocks as the run goes. The median
+  over the training cells of measured peak RSS - the replay's peak.
+
+The pipelines come from the networks table (each instance's arrival), so training needs
+only the tables and the network descriptions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+
+from engine.caffe.splitter import Description
+from engine.model.fit import Model, ModeModel, fit
+from engine.model.predict import Networks, predict
+from engine.schedule.pipelines import Arrival, Pipeline
+from engine.schedule.policies import parse_policy
+
+GOLDEN = (math.sqrt(5) - 1) / 2
+
+
+def pipelines_from_networks(networks: pd.DataFrame) -> dict[str, Pipeline]:
+    """Each pipeline as its runs saw it: instances in order, grouped by arrival."""
+    out = {}
+    for name, rows in networks.groupby("pipeline"):
+        first = rows[rows["run_id"] == rows["run_id"].iloc[0]].sort_values("instance")
+        arrivals: dict[int, Arrival] = {}
+        for r in first.itertuples():
+            a = arrivals.setdefault(int(r.arrival), Arrival(float(r.arrival_ns) / 1e9, []))
+            a.networks.append(str(r.network))
+        out[str(name)] = Pipeline(str(name), [arrivals[k] for k in sorted(arrivals)])
+    return out
+
+
+def measured_cells(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per (pipeline, policy, limit) of the finished runs: median makespan and peak RSS."""
+    ok = runs[runs["termination"] == "ok"]
+    return (ok.groupby(["pipeline", "policy", "limit"])
+            .agg(makespan_s=("makespan_s", "median"), hwm_rss_bytes=("hwm_rss_bytes", "median"),
+                 workers=("workers", "first"), limit_bytes=("limit_bytes", "first"),
+                 runs=("run_id", "size"))
+            .reset_index())
+
+
+def golden_min(f: Callable[[float], float], lo: float, hi: float, steps: int = 18) -> float:
+    a, b = lo, hi
+    c, d = b - GOLDEN * (b - a), a + GOLDEN * (b - a)
+    fc, fd = f(c), f(d)
+    for _ in range(steps):
+        if fc <= fd:
+            b, d, fd = d, c, fc
+            c = b - GOLDEN * (b - a)
+            fc = f(c)
+        else:
+            a, c, fc = c, d, fd
+            d = a + GOLDEN * (b - a)
+            fd = f(d)
+    return (a + b) / 2
+
+
+def calibrate(mode: ModeModel, cells: pd.DataFrame, pipelines: dict[str, Pipeline],
+              networks: Networks) -> ModeModel:
+    """Sets ``mode.sharing`` and ``mode.baseline_bytes`` from the unconstrained cells."""
+    free = cells[cells["limit"] == "none"]
+    multi = free[free["workers"] > 1]
+    if not multi.empty:
+        def loss(sharing: float) -> float:
+            mode.sharing = sharing
+            err = [math.log(predict(mode, pipelines[r.pipeline], networks, r.policy)[0]
+                            .makespan_s / r.makespan_s) for r in multi.itertuples()]
+            return float(np.sum(np.square(err)))
+
+        mode.sharing = round(golden_min(loss, 0.2, 1.0), 4)
+    mode.baseline_bytes = 0.0
+    gaps = [r.hwm_rss_bytes - predict(mode, pipelines[r.pipeline], networks,
+                                      r.policy)[0].peak_ram_bytes
+            for r in free.itertuples() if np.isfinite(r.hwm_rss_bytes)]
+    mode.baseline_bytes = float(np.median(gaps)) if gaps else mode.start_rss_bytes
+    return mode
+
+
+def train(runs: pd.DataFrame, tasks: pd.DataFrame, networks: pd.DataFrame,
+          descriptions: dict[str, Description], policies: list[str] | None = None) -> Model:
+    """Fit every execution mode of ``runs`` and calibrate it through the simulator."""
+    model = fit(runs, tasks, descriptions, policies)
+    pipelines = pipelines_from_networks(networks[networks["run_id"].isin(runs["run_id"])])
+    for name, mode in model.modes.items():
+        part = runs[runs["emulated"] == (name == "emulated")]
+        calibrate(mode, measured_cells(part), pipelines, Networks(descriptions, mode.batch))
+    for policy in model.policies:
+        parse_policy(policy)  # a policy name this engine no longer knows fails here
+    return model

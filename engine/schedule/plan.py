@@ -1,0 +1,73 @@
+"""What the dispatcher needs to run a pipeline under a policy, built in one place for the
+measured run (``engine.runner.execute``) and for the model's simulator
+(``engine.model.simulate``): the network instances in arrival order, when each arrives,
+the policy's task graph with each INIT's memory reservation (masa's admission), and each
+instance's shortest-network-first key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from engine.caffe.splitter import Description
+from engine.errors import EdgeprofError
+from engine.schedule.pipelines import Pipeline
+from engine.schedule.policies import Policy
+from engine.schedule.tasks import Instance, Kind, TaskGraph
+
+
+def estimate_peak_bytes(desc: Description) -> int:
+    """Masa's admission estimate when no profile is given: every weight of the network
+    resident (loads may run ahead of execution) plus its two largest activations."""
+    outputs = sorted((4 * int(np.prod(s)) for layer in desc.layers for s in layer.output_shapes),
+                     reverse=True)
+    return desc.param_bytes + sum(outputs[:2])
+
+
+def resolve_descriptions(pipeline: Pipeline, models: dict[str, Path],
+                         check_files: bool = True) -> dict[str, Description]:
+    """The description of every network ``pipeline`` names (one line naming what is
+    missing and the fix otherwise); ``check_files``: also refuse model files that changed
+    since their split (a run reads them; the model needs only the descriptions)."""
+    missing = sorted(set(pipeline.networks()) - set(models))
+    if missing:
+        raise EdgeprofError(
+            f"pipeline '{pipeline.name}' names networks with no split model: "
+            f"{', '.join(missing)} (available: {', '.join(sorted(models)) or 'none'}); "
+            "run the split stage for them or point --models at the right folder"
+        )
+    descs = {net: Description.load(models[net]) for net in set(pipeline.networks())}
+    if check_files:
+        for desc in descs.values():
+            desc.check_files()
+    return descs
+
+
+@dataclass
+class Plan:
+    instances: list[Instance]
+    arrivals_ns: dict[int, int]  # instance -> when it arrives, ns after the run's start
+    graph: TaskGraph
+    network_time: dict[int, float]  # instance -> SNF key (the network's FLOPs)
+
+
+def plan(pipeline: Pipeline, policy: Policy, descriptions: dict[str, Description],
+         estimates: dict[str, int] | None = None) -> Plan:
+    """The instances, arrivals and task graph of ``pipeline`` under ``policy``; an INIT
+    reserves ``estimates[network]`` bytes, else ``estimate_peak_bytes``."""
+    instances = [Instance(i, net, a_index, len(descriptions[net].layers),
+                          descriptions[net].num_conv_layers)
+                 for i, net, a_index, _ in pipeline.instances()]
+    arrivals_ns = {i: int(round(t * 1e9)) for i, _, _, t in pipeline.instances()}
+    graph = policy.build(instances)
+    estimates = estimates or {}
+    for task in graph.tasks:
+        if task.kind == Kind.INIT:
+            net = instances[task.instance].network
+            task.required_memory = estimates.get(net) or estimate_peak_bytes(descriptions[net])
+    network_time = {i.id: float(sum(x.flops for x in descriptions[i.network].layers))
+                    for i in instances}
+    return Plan(instances, arrivals_ns, graph, network_time)
