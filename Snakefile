@@ -10,6 +10,7 @@ include: "workflow/rules/split.smk"
 include: "workflow/rules/pipelines.smk"
 include: "workflow/rules/run.smk"
 include: "workflow/rules/aggregate.smk"
+include: "workflow/rules/model.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -137,6 +137,15 @@ def _estimates(path: str) -> dict[str, int]:
     return estimates
 
 
+def _swap(text: str | None) -> int | None:
+    """--swap: a size, 0, or max / not given (None: unlimited)."""
+    from engine.units import parse_size
+
+    if text in (None, "max"):
+        return None
+    return 0 if text == "0" else parse_size(text)
+
+
 def run_request(args: argparse.Namespace) -> RunRequest:
     """The RunRequest of ``run``'s arguments, checked (sizes, ranges, the policy)."""
     from engine.runner.request import LimitOptions, ProbeOptions, RunOptions, RunRequest
@@ -145,7 +154,7 @@ def run_request(args: argparse.Namespace) -> RunRequest:
 
     policy = parse_policy(args.policy)  # fail fast, before any process starts
     limit = None if args.limit is None else parse_size(args.limit)
-    swap = None if args.swap in (None, "max") else parse_size(args.swap) if args.swap != "0" else 0
+    swap = _swap(args.swap)
     _positive(args.batch, "--batch", most=10_000)
     _positive(args.blas_threads, "--blas-threads", most=1024)
     _positive(args.timeout, "--timeout")
@@ -259,6 +268,41 @@ def _cmd_graph(args: argparse.Namespace) -> None:
     print(f"{len(graph.tasks)} tasks, {len(graph.edges())} edges -> {out}", file=sys.stderr)
 
 
+def _cmd_advise(args: argparse.Namespace) -> None:
+    from engine.model.advise import run_advise
+    from engine.units import parse_size
+
+    if args.find_limit and args.limit is not None:
+        raise EdgeprofError("--find-limit finds the limit itself; drop --limit")
+    if args.swap is not None and args.limit is None:
+        raise EdgeprofError("--swap is the swap allowed on top of --limit; give a --limit too")
+    limit = None if args.limit in (None, "none") else parse_size(args.limit)
+    print(run_advise(args.pipeline, args.model, args.models, limit, _swap(args.swap),
+                     args.policies, args.mode, args.find_limit, args.json))
+
+
+def _cmd_fit_model(args: argparse.Namespace) -> None:
+    from engine.model.train import fit_model_files
+
+    t0 = time.perf_counter()
+    model = fit_model_files(args.tables, args.models, args.out, args.policies)
+    for name, mode in model.modes.items():
+        print(f"{name}: {mode.runs} runs of {len(mode.pipelines)} pipelines; baseline "
+              f"{mode.baseline_bytes / 2**20:.1f} MiB, sharing {mode.sharing:.2f}, swap cost "
+              f"{'fitted' if mode.swap else 'none (no limited runs)'}", file=sys.stderr)
+    print(f"-> {args.out} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+
+
+def _cmd_evaluate_model(args: argparse.Namespace) -> None:
+    from engine.model.evaluate import evaluate_files
+
+    t0 = time.perf_counter()
+    summary = evaluate_files(args.tables, args.models, args.model, args.out)
+    for mode, scores in summary.items():
+        print(f"{mode}: {scores}", file=sys.stderr)
+    print(f"-> {args.out} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+
+
 class _Parser(argparse.ArgumentParser):
     """Bad arguments are one line, as every other bad input (``--help`` shows usage)."""
 
@@ -360,6 +404,45 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("child", help=argparse.SUPPRESS)
     p.add_argument("spec")
     p.set_defaults(func=_cmd_child)
+
+    p = sub.add_parser("advise", help="rank the policies for a pipeline under a limit "
+                       "(predicted time, peak RAM and swap), or find the smallest limit "
+                       "without swap")
+    p.add_argument("--pipeline", required=True, help="pipeline .json")
+    p.add_argument("--limit", help="RAM limit, e.g. 512M (default: unconstrained)")
+    p.add_argument("--swap", help="swap allowed on top of the limit: a size, 0, or max "
+                   "(default max)")
+    p.add_argument("--model", default="results/model/model.json",
+                   help="model file (default results/model/model.json)")
+    p.add_argument("--models", default="results/split",
+                   help="folder of the networks' *.description.json (default results/split)")
+    p.add_argument("--policies", nargs="+", help="policies to rank (default: the ones the "
+                   "model was fitted on)")
+    p.add_argument("--mode", choices=["native", "emulated"],
+                   help="execution mode whose fit to use (default native)")
+    p.add_argument("--find-limit", action="store_true",
+                   help="the smallest limit at which each policy runs without swapping")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=_cmd_advise)
+
+    p = sub.add_parser("fit-model", help="fit the slowdown model on the aggregate tables")
+    p.add_argument("--tables", default="results/tables",
+                   help="folder of runs/tasks/networks.parquet (default results/tables)")
+    p.add_argument("--models", default="results/split",
+                   help="folder of the networks' *.description.json (default results/split)")
+    p.add_argument("--out", default="results/model/model.json", help="model file to write")
+    p.add_argument("--policies", nargs="+", help="what advise ranks by default (default: "
+                   "the policies of the runs)")
+    p.set_defaults(func=_cmd_fit_model)
+
+    p = sub.add_parser("evaluate-model", help="cross-validate the model (leave pipelines "
+                       "out) and tabulate its per-layer residuals")
+    p.add_argument("--tables", default="results/tables")
+    p.add_argument("--models", default="results/split")
+    p.add_argument("--model", default="results/model/model.json")
+    p.add_argument("--out", default="results/model", help="folder for the cv_* tables, "
+                   "layer_residuals and cv.json")
+    p.set_defaults(func=_cmd_evaluate_model)
 
     p = sub.add_parser("graph", help="draw a policy's task graph (DOT, or SVG with Graphviz)")
     p.add_argument("--policy", required=True)

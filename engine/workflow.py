@@ -44,12 +44,14 @@ JOB_ENTRIES = {
     "models": ("engine.__main__", "engine.cli", "engine.caffe.generate"),
     "split": ("engine.__main__", "engine.cli", "engine.caffe.splitter"),
     "pipelines": ("engine.__main__", "engine.cli", "engine.schedule.pipelines",
-                  "engine.runner.execute"),
+                  "engine.caffe.splitter"),
     # the supervisor, the measured child, the sampler process, the vm path and its guest
     "run": ("engine.__main__", "engine.cli", "engine.runner.supervise",
             "engine.runner.child", "engine.probes.sampler", "engine.vm.run", "engine.vm.job"),
     "tables": ("engine.analysis.tables", "engine.analysis.reconcile"),
     "plots": ("engine.analysis.plots",),
+    "model": ("engine.__main__", "engine.cli", "engine.model.train", "engine.model.evaluate"),
+    "model_plots": ("engine.model.figures",),
 }
 POLICIES_MODULE = "engine.schedule.policies"
 

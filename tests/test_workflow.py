@@ -3,6 +3,7 @@ proving that a change reruns only the jobs it affects."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -22,6 +23,9 @@ FIGURES = ["speedup", "memory", "partial_workers", "layer_times", "reconciliatio
            "memory_over_time", "attribution"]
 TABLES = ["runs", "tasks", "networks", "samples", "reconcile", "speedup", "summary",
           "speedup_summary", "noise_floor", "probe_overhead"]
+MODEL_FIGURES = ["model_predictions", "model_residuals"]
+# what follows a change to the aggregate tables: the model refit, evaluated and drawn
+MODEL_JOBS = {"fit_model": 1, "evaluate_model": 1, "model_plot": len(MODEL_FIGURES)}
 
 pytestmark = pytest.mark.slow
 
@@ -136,9 +140,38 @@ def test_every_table_and_figure_is_written_and_plausible(workflow):
     rec = pd.read_parquet(tables / "reconcile.parquet")
     load = rec[(rec.task_type == "LOAD") & (rec.param_bytes > 0)]
     assert (load.heap_inuse_delta - load.param_bytes).abs().max() <= 0.01 * load.param_bytes.max()
-    for fig in FIGURES:
+    for fig in FIGURES + MODEL_FIGURES:
         for ext in ("png", "pdf"):
             assert (workflow.results / "plots" / f"{fig}.{ext}").stat().st_size > 5000, fig
+
+
+def test_the_model_is_fitted_on_the_runs_and_predicts_them(workflow):
+    """One pipeline: the native mode is fitted (on the unconstrained runs: 256M was not
+    enforced) but cannot be cross-validated, and says so; in-sample, its makespans are
+    those of the runs within the noise of three repetitions of sub-second runs."""
+    from engine.model.params import Model
+    from engine.model.predict import Networks, predict
+    from engine.model.train import pipelines_from_networks, read_tables
+
+    model_dir = workflow.results / "model"
+    model = Model.read(model_dir / "model.json")
+    native = model.mode("native")
+    assert native.runs == 6 and native.pipelines == ["p000"] and native.swap is None
+    assert 20 * 2**20 < native.baseline_bytes < 200 * 2**20 and native.cpus == 1
+    cv = json.loads((model_dir / "cv.json").read_text())
+    assert "not cross-validated" in cv["native"]["note"]
+    assert pd.read_parquet(model_dir / "cv_predictions.parquet").empty
+    resid = pd.read_parquet(model_dir / "layer_residuals.parquet")
+    assert set(resid.task_type) == {"INIT", "LOAD", "EXEC"} and (resid.measured_s > 0).all()
+    runs, _, networks, descs = read_tables(workflow.results / "tables",
+                                           workflow.results / "split")
+    pipe = pipelines_from_networks(networks)["p000"]
+    free = runs[runs["limit"] == "none"]
+    for policy in ("bulk", "linear"):
+        pred, _ = predict(native, pipe, Networks(descs, native.batch), policy)
+        measured = free[free.policy == policy]
+        assert pred.makespan_s == pytest.approx(measured.makespan_s.median(), rel=0.3)
+        assert pred.peak_ram_bytes == pytest.approx(measured.hwm_rss_bytes.median(), rel=0.1)
 
 
 def test_the_runs_started_interleaved_in_the_planned_order(workflow):
@@ -175,7 +208,8 @@ def test_plot_style_change_reruns_only_plots(workflow):
     cfg["plots"]["dpi"] = 90
     workflow.write_config(cfg)
     try:
-        assert workflow.planned_jobs() == Counter({"plot": len(FIGURES), "all": 1})
+        assert workflow.planned_jobs() == Counter({"plot": len(FIGURES),
+                                                   "model_plot": len(MODEL_FIGURES), "all": 1})
     finally:
         workflow.write_config(tiny_config(workflow.results))
 
@@ -186,7 +220,8 @@ def test_a_new_limit_reruns_only_its_runs_and_what_aggregates_them(workflow):
     workflow.write_config(cfg)
     try:
         assert workflow.planned_jobs() == Counter(
-            {"run": 6, "tidy_run": 2, "aggregate": 1, "plot": len(FIGURES), "all": 1})
+            {"run": 6, "tidy_run": 2, "aggregate": 1, "plot": len(FIGURES), "all": 1,
+             **MODEL_JOBS})
     finally:
         workflow.write_config(tiny_config(workflow.results))
 
@@ -202,7 +237,7 @@ def test_editing_one_policy_reruns_only_that_policys_runs(workflow):
         # run (it uses linear)
         assert workflow.planned_jobs() == Counter(
             {"run": 9, "reconcile_run": 1, "tidy_run": 3, "aggregate": 1,
-             "plot": len(FIGURES), "all": 1})
+             "plot": len(FIGURES), "all": 1, **MODEL_JOBS})
     finally:
         policies.write_text(source)
 
@@ -246,4 +281,4 @@ def test_the_report_bundles_every_figure(workflow, tmp_path):
     import zipfile
 
     names = zipfile.ZipFile(report).namelist()
-    assert sum(name.endswith(".png") for name in names) >= len(FIGURES)
+    assert sum(name.endswith(".png") for name in names) >= len(FIGURES) + len(MODEL_FIGURES)

@@ -44,7 +44,7 @@ Tables = dict[str, pd.DataFrame]
 
 # ---- shared helpers ----
 
-def _policy_key(name: str) -> tuple[int, int, str]:
+def policy_key(name: str) -> tuple[int, int, str]:
     try:
         policy = parse_policy(name)
     except PolicyError:  # a policy this engine version does not know: last
@@ -59,10 +59,10 @@ def _policies(tables: Tables, context: dict) -> list[str]:
     runs = tables.get("runs", pd.DataFrame())
     if "policy" in runs:
         names |= set(runs["policy"].dropna())
-    return sorted(names, key=_policy_key)
+    return sorted(names, key=policy_key)
 
 
-def _colors(keys: list, style: dict) -> dict:
+def colors_for(keys: list, style: dict) -> dict:
     cmap = matplotlib.colormaps[style.get("palette", "tab10")]
     if isinstance(cmap, ListedColormap) and cmap.N <= 20:  # qualitative: cycle its colours
         return {k: cmap(i % cmap.N) for i, k in enumerate(keys)}
@@ -91,7 +91,7 @@ def _panel_names(df: pd.DataFrame) -> list[str]:
     return [k.panel for k in order]
 
 
-def _grid(n_rows: int, n_cols: int, sharey: str | bool = "row",
+def grid(n_rows: int, n_cols: int, sharey: str | bool = "row",
           sharex: bool = False) -> tuple[Figure, np.ndarray]:
     fig = Figure(figsize=(min(PANEL_W * n_cols + 1.2, 16), PANEL_H * n_rows + 0.9),
                  layout="constrained")
@@ -99,7 +99,7 @@ def _grid(n_rows: int, n_cols: int, sharey: str | bool = "row",
     return fig, axes
 
 
-def _no_data(title: str, why: str) -> Figure:
+def no_data(title: str, why: str) -> Figure:
     fig = Figure(figsize=(6, 2.5), layout="constrained")
     ax = fig.add_subplot()
     ax.set_axis_off()
@@ -264,18 +264,18 @@ def speedup(tables: Tables, style: dict, context: dict) -> Figure:
     ratios = _bin_rows(tables.get("speedup_summary", pd.DataFrame()))
     runs = tables.get("runs", pd.DataFrame())
     if summary.empty:
-        return _no_data("Inference time and speed-up", "no runs")
+        return no_data("Inference time and speed-up", "no runs")
     # Without Bulk runs there is nothing to take a speed-up over: times only.
     with_speedup = bool((summary["policy"] == "bulk").any()) and not ratios.empty
     policies = _policies(tables, context)
-    colors = _colors(policies, style)
+    colors = colors_for(policies, style)
     bins = _summary_bin_order(summary, runs)
     panels = _panel_names(summary)
     # a third row where some panel is limited: the slowdown against the same policy
     # unconstrained, in the same repetition and execution mode
     with_slowdown = with_speedup and bool((ratios["limit"] != "none").any())
     # native and emulated times differ 15-60x: every panel gets its own y axis
-    fig, axes = _grid(1 + with_speedup + with_slowdown, len(panels), sharey=False)
+    fig, axes = grid(1 + with_speedup + with_slowdown, len(panels), sharey=False)
     for c, panel in enumerate(panels):
         # Every panel keeps a slot per policy, so a policy sits at the same place in each;
         # it shows the size bins its runs fall in.
@@ -333,12 +333,12 @@ def memory(tables: Tables, style: dict, context: dict) -> Figure:
     summary = _bin_rows(tables.get("summary", pd.DataFrame()))
     runs = tables.get("runs", pd.DataFrame())
     if summary.empty:
-        return _no_data("RAM and swap per policy", "no runs")
+        return no_data("RAM and swap per policy", "no runs")
     policies = _policies(tables, context)
-    colors = _colors(policies, style)
+    colors = colors_for(policies, style)
     bins = _summary_bin_order(summary, runs)
     panels = _panel_names(summary)
-    fig, axes = _grid(2, len(panels), sharey=False)
+    fig, axes = grid(2, len(panels), sharey=False)
     rows = [("rss", "RAM: process RSS (MiB)"), ("swap", "swap: process VmSwap (MiB)")]
     for c, panel in enumerate(panels):
         sub = summary[summary["panel"] == panel]
@@ -414,13 +414,13 @@ def partial_workers(tables: Tables, style: dict, context: dict) -> Figure:
     if "policy_family" in runs:
         runs = runs[runs["policy_family"].isin(["linear", "partial"])]
     if runs.empty or not (runs["policy_family"] == "partial").any():
-        return _no_data("Linear and Partial with k workers",
+        return no_data("Linear and Partial with k workers",
                         "no partial:k policy in run.policies (add partial:1, partial:2, ...)")
     runs = _with_panel(runs)
     panels = _panel_names(runs)
-    colors = _colors(panels, style)
-    fig, axes = _grid(1, 2, sharey=False)
-    order = sorted(runs["policy"].unique(), key=_policy_key)
+    colors = colors_for(panels, style)
+    fig, axes = grid(1, 2, sharey=False)
+    order = sorted(runs["policy"].unique(), key=policy_key)
     quantities = [("makespan_s", 1.0, "median inference time (s)"),
                   ("peak_rss_bytes", MIB, "peak RAM, process RSS (MiB)")]
     for ax, (col, scale, ylabel) in zip(axes[0], quantities):
@@ -493,13 +493,13 @@ def layer_times(tables: Tables, style: dict, context: dict) -> Figure:
         tasks = tasks[(tasks["layer"] >= 0) & (tasks["param_bytes"] > 0)
                       & tasks["task_type"].isin(["LOAD", "EXEC"])]
     if tasks.empty:
-        return _no_data("Layer times", "no per-layer LOAD/EXEC task with weights")
+        return no_data("Layer times", "no per-layer LOAD/EXEC task with weights")
     layers = _layer_medians(_with_panel(tasks))
     # Emulated times are another clock: they get their own row, never the same axes.
     clocks = sorted(layers["emulated"].unique())
     limits = _panel_names(_with_panel(tasks))
-    colors = _colors(limits, style)
-    fig, axes = _grid(len(clocks), 2, sharey=False)
+    colors = colors_for(limits, style)
+    fig, axes = grid(len(clocks), 2, sharey=False)
     for r, emulated in enumerate(clocks):
         for c, kind in enumerate(["LOAD", "EXEC"]):
             ax = axes[r, c]
@@ -586,9 +586,9 @@ def reconciliation(tables: Tables, style: dict, context: dict) -> Figure:
     if not rec.empty:
         rec = rec[rec["task_type"].isin(["LOAD", "EXEC"])].sort_values("start_ns")
     if rec.empty:
-        return _no_data("Memory reconciliation", "no reconciliation run")
+        return no_data("Memory reconciliation", "no reconciliation run")
     cols = [c for c, _ in LEVELS + RESIDUALS] + ["hwm_rss_bytes"]
-    colors = _colors(cols, style)
+    colors = colors_for(cols, style)
     fig = Figure(figsize=(11, 6.5), layout="constrained")
     top, bottom = fig.subplots(2, 1, sharex=True)
     handles = _instrument_lines(top, rec, LEVELS, colors)
@@ -644,7 +644,7 @@ def attribution(tables: Tables, style: dict, context: dict) -> Figure:
     if not rec.empty:
         rec = rec[rec["task_type"].isin(["LOAD", "EXEC"])].sort_values("start_ns")
     if rec.empty:
-        return _no_data("Memory attribution", "no reconciliation run")
+        return no_data("Memory attribution", "no reconciliation run")
     rec = rec.reset_index(drop=True)
     for col in ("att_outer_bytes", "att_unexplained_bytes"):
         if col not in rec:
@@ -729,19 +729,19 @@ def memory_over_time(tables: Tables, style: dict, context: dict) -> Figure:
     (EXEC ends) marked as ticks on the time axis."""
     samples = tables.get("samples", pd.DataFrame())
     if samples.empty:
-        return _no_data("Memory over time", "no samples (the sampler was off: sample_hz 0)")
+        return no_data("Memory over time", "no samples (the sampler was off: sample_hz 0)")
     pipeline, limit = _pick_series(samples, context)
     samples = _with_panel(samples[(samples["pipeline"] == pipeline)
                                   & (samples["limit"] == limit)])
     samples = samples[samples["rep"].fillna(0) == samples["rep"].fillna(0).min()]
     tasks = tables.get("tasks", pd.DataFrame())
     keys = samples[["run_id", "policy", "emulated", "termination", "panel"]].drop_duplicates()
-    keys = keys.assign(k=keys["policy"].map(_policy_key)).sort_values(["emulated", "k"])
+    keys = keys.assign(k=keys["policy"].map(policy_key)).sort_values(["emulated", "k"])
     n = len(keys)
     cols = min(n, 3)
     # Shared axes: the policies' durations and levels compare at a glance.
-    fig, axes = _grid((n + cols - 1) // cols, cols, sharey=True, sharex=True)
-    colors = _colors([c for c, _ in SERIES], style)
+    fig, axes = grid((n + cols - 1) // cols, cols, sharey=True, sharex=True)
+    colors = colors_for([c for c, _ in SERIES], style)
     for ax, key in zip(axes.flat, keys.itertuples()):
         run = samples[samples["run_id"] == key.run_id]
         for col, label in SERIES:

@@ -18,12 +18,17 @@ two pipelines cannot be cross-validated and says so. Scores:
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
 from engine.analysis.stats import CI_METHOD, bootstrap_ci, cell_seed, kendall_tau
 from engine.caffe.splitter import Description
-from engine.model.fit import Model
+from engine.files import write_text_atomic
+from engine.model.params import Model
 from engine.model.predict import Networks, predict
 from engine.model.train import measured_cells, pipelines_from_networks, train
 
@@ -36,6 +41,13 @@ PREDICTION_COLUMNS = [
     "predicted_swap_out_bytes", "measured_swap_out_bytes", "measured_oom", "predicted_oom",
 ]
 SCORE_COLUMNS = ["mode", "metric", "scope", "value", "n", "note"]
+# error column -> (predicted, measured): predicted / measured - 1, in %
+ERRORS = {
+    "makespan_error_pct": ("predicted_makespan_s", "measured_makespan_s"),
+    "slowdown_error_pct": ("predicted_slowdown", "measured_slowdown"),
+    "peak_error_pct": ("predicted_peak_ram_bytes", "measured_peak_rss_bytes"),
+    "peak_cg_error_pct": ("predicted_peak_ram_bytes", "measured_cg_peak_bytes"),
+}
 PAGE = 4096
 
 
@@ -119,24 +131,17 @@ def cross_validate(runs: pd.DataFrame, tasks: pd.DataFrame, networks: pd.DataFra
             train_runs = part[part["pipeline"] != held]
             model = train(train_runs, tasks[tasks["run_id"].isin(train_runs["run_id"])],
                           networks, descriptions)
+            if mode not in model.modes:
+                notes.append((mode, f"fold without {held}: {model.unfitted.get(mode)}"))
+                continue
             cells = _measured(part[part["pipeline"] == held])
             nets = Networks(descriptions, model.mode(mode).batch)
             preds.append(predict_cells(model, mode, cells, pipelines, nets).assign(mode=mode))
     pred = pd.concat(preds, ignore_index=True) if preds else pd.DataFrame(
         columns=PREDICTION_COLUMNS)
     if not pred.empty:
-        pred["makespan_error_pct"] = [_pct(p, m) for p, m in
-                                      zip(pred["predicted_makespan_s"],
-                                          pred["measured_makespan_s"])]
-        pred["slowdown_error_pct"] = [_pct(p, m) for p, m in
-                                      zip(pred["predicted_slowdown"],
-                                          pred["measured_slowdown"])]
-        pred["peak_error_pct"] = [_pct(p, m) for p, m in
-                                  zip(pred["predicted_peak_ram_bytes"],
-                                      pred["measured_peak_rss_bytes"])]
-        pred["peak_cg_error_pct"] = [_pct(p, m) for p, m in
-                                     zip(pred["predicted_peak_ram_bytes"],
-                                         pred["measured_cg_peak_bytes"])]
+        for error, (predicted, measured) in ERRORS.items():
+            pred[error] = [_pct(p, m) for p, m in zip(pred[predicted], pred[measured])]
         pred = pred[PREDICTION_COLUMNS]
     return pred, scores(pred, notes)
 
@@ -217,3 +222,54 @@ def score_summary(scores_table: pd.DataFrame) -> dict[str, dict[str, float | str
         entry[f"{r.metric} ({r.scope})"] = None if pd.isna(r.value) else float(r.value)
         entry.setdefault("note", r.note)
     return out
+
+
+def layer_residuals(model: Model, runs: pd.DataFrame, tasks: pd.DataFrame,
+                    descriptions: dict[str, Description]) -> pd.DataFrame:
+    """Per mode and (network, layer, task type): the median measured duration of the
+    tasks that ran alone in unconstrained runs, the model's prediction (the gap between
+    tasks left out: it is not in a task's duration), the residual (measured - predicted)
+    and the prediction's error (predicted / measured - 1, in %)."""
+    from engine.model.fit import solo_medians, task_features
+    from engine.model.predict import task_work_s
+
+    rows = []
+    for name, mode in model.modes.items():
+        part = runs[(runs["emulated"] == (name == "emulated")) & (runs["limit"] == "none")
+                    & (runs["termination"] == "ok")]
+        t = tasks[tasks["run_id"].isin(part["run_id"])]
+        if t.empty:
+            continue
+        med = solo_medians(task_features(t.assign(duration_s=t["duration_ns"] / 1e9),
+                                         descriptions, mode.batch))
+        nets = Networks(descriptions, mode.batch)
+        for r in med.itertuples():
+            feats = nets.features(r.network)
+            pred = task_work_s(mode, feats, r.task_type, int(r.layer)) - mode.gap_s
+            rows.append({"mode": name, "network": r.network, "layer": int(r.layer),
+                         "task_type": r.task_type,
+                         "layer_type": r.ltype or ("whole network" if r.task_type != "INIT"
+                                                   else "INIT"),
+                         "tasks": int(r.n), "measured_s": r.duration_s, "predicted_s": pred,
+                         "residual_s": r.duration_s - pred,
+                         "error_pct": _pct(pred, r.duration_s)})
+    return pd.DataFrame(rows)
+
+
+def evaluate_files(tables_dir: str | os.PathLike, models_dir: str | os.PathLike,
+                   model_path: str | os.PathLike, out_dir: str | os.PathLike) -> dict:
+    """``evaluate-model``: the cross-validation of the tables in ``tables_dir`` and the
+    per-layer residuals of the model in ``model_path``, written to ``out_dir``
+    (cv_predictions, cv_scores, layer_residuals as CSV + Parquet; cv.json, the scores
+    advise states); returns the score summary."""
+    from engine.analysis.tables import write_tables
+    from engine.model.train import read_tables
+
+    runs, tasks, networks, descriptions = read_tables(tables_dir, models_dir)
+    pred, table = cross_validate(runs, tasks, networks, descriptions)
+    resid = layer_residuals(Model.read(model_path), runs, tasks, descriptions)
+    out = Path(out_dir)
+    write_tables({"cv_predictions": pred, "cv_scores": table, "layer_residuals": resid}, out)
+    summary = score_summary(table)
+    write_text_atomic(out / "cv.json", json.dumps(summary, indent=1) + "\n")
+    return summary

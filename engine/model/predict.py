@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.caffe.splitter import Description
-from engine.model.fit import (
+from engine.model.memory import NetworkMemory, RunMemory, demand_peak, network_memory
+from engine.model.params import (
     PAGE,
     ModeModel,
     NetworkFeatures,
@@ -17,7 +18,6 @@ from engine.model.fit import (
     load_whole_s,
     network_features,
 )
-from engine.model.memory import NetworkMemory, RunMemory, demand_peak, network_memory
 from engine.model.simulate import SimResult, simulate
 from engine.schedule.pipelines import Pipeline
 from engine.schedule.plan import plan
@@ -45,11 +45,19 @@ class Networks:
         self.descriptions, self.batch = descriptions, batch
         self._features: dict[str, NetworkFeatures] = {}
         self._memory: dict[str, NetworkMemory] = {}
+        self._work: dict[tuple, float] = {}
 
     def features(self, net: str) -> NetworkFeatures:
         if net not in self._features:
             self._features[net] = network_features(self.descriptions[net], self.batch)
         return self._features[net]
+
+    def work_s(self, mode: ModeModel, net: str, kind: Kind, layer: int) -> float:
+        """``task_work_s``, computed once per (mode, network, task)."""
+        key = (id(mode), net, kind, layer)
+        if key not in self._work:
+            self._work[key] = task_work_s(mode, self.features(net), kind, layer)
+        return self._work[key]
 
     def memory(self, net: str) -> NetworkMemory:
         if net not in self._memory:
@@ -57,16 +65,18 @@ class Networks:
         return self._memory[net]
 
 
-def task_work_s(mode: ModeModel, feats: NetworkFeatures, task: Task) -> float:
-    """A task's predicted seconds on one CPU, the dispatch gap after it included."""
-    if task.kind == Kind.INIT:
+def task_work_s(mode: ModeModel, feats: NetworkFeatures, kind: Kind | str, layer: int) -> float:
+    """A task's predicted seconds on one CPU (``layer`` WHOLE_NET: bulk's whole network),
+    the dispatch gap after it included."""
+    kind = Kind[kind] if isinstance(kind, str) else kind
+    if kind == Kind.INIT:
         work = mode.init({"input_bytes": feats.input_bytes})
-    elif task.kind == Kind.LOAD:
-        work = (load_whole_s(mode, feats) if task.layer == WHOLE_NET
-                else mode.load_layer({"bytes": feats.weight_bytes[task.layer]}))
+    elif kind == Kind.LOAD:
+        work = (load_whole_s(mode, feats) if layer == WHOLE_NET
+                else mode.load_layer({"bytes": feats.weight_bytes[layer]}))
     else:
-        work = (exec_whole_s(mode, feats) if task.layer == WHOLE_NET
-                else exec_layer_s(mode, feats, task.layer))
+        work = (exec_whole_s(mode, feats) if layer == WHOLE_NET
+                else exec_layer_s(mode, feats, layer))
     return work + mode.gap_s
 
 
@@ -79,7 +89,6 @@ def predict(mode: ModeModel, pipeline: Pipeline, networks: Networks, policy: Pol
     policy = parse_policy(policy) if isinstance(policy, str) else policy
     planned = plan(pipeline, policy, networks.descriptions)
     nets = {i.id: i.network for i in planned.instances}
-    feats = {i: networks.features(n) for i, n in nets.items()}
     capacity = None if limit_bytes is None else int(limit_bytes - mode.baseline_bytes)
     memory = RunMemory({i: networks.memory(n) for i, n in nets.items()},
                        None if capacity is None else max(capacity, 0))
@@ -93,7 +102,8 @@ def predict(mode: ModeModel, pipeline: Pipeline, networks: Networks, policy: Pol
 
     result = simulate(planned.graph, policy,
                       {i: t / 1e9 for i, t in planned.arrivals_ns.items()},
-                      lambda task: task_work_s(mode, feats[task.instance], task),
+                      lambda task: networks.work_s(mode, nets[task.instance], task.kind,
+                                                   task.layer),
                       budget=budget if budget is not None else limit_bytes,
                       network_time=planned.network_time, cpus=mode.cpus, sharing=mode.sharing,
                       on_start=on_start, on_end=memory.end)

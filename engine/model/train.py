@@ -18,13 +18,17 @@ only the tables and the network descriptions.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from engine.caffe.splitter import Description
-from engine.model.fit import Model, ModeModel, fit
+from engine.caffe.splitter import Description, description_index
+from engine.errors import EdgeprofError
+from engine.model.fit import fit
+from engine.model.params import Model, ModeModel
 from engine.model.predict import Networks, predict
 from engine.schedule.pipelines import Arrival, Pipeline
 from engine.schedule.policies import parse_policy
@@ -102,4 +106,42 @@ def train(runs: pd.DataFrame, tasks: pd.DataFrame, networks: pd.DataFrame,
         calibrate(mode, measured_cells(part), pipelines, Networks(descriptions, mode.batch))
     for policy in model.policies:
         parse_policy(policy)  # a policy name this engine no longer knows fails here
+    return model
+
+
+def read_tables(tables_dir: str | os.PathLike, models_dir: str | os.PathLike
+                ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict[str, Description]]:
+    """The runs, tasks and networks tables of an aggregate (Parquet) and the descriptions
+    of the networks they ran; a missing table names the stage that writes it."""
+    folder = Path(tables_dir)
+    frames = []
+    for name in ("runs", "tasks", "networks"):
+        path = folder / f"{name}.parquet"
+        if not path.is_file():
+            raise EdgeprofError(f"{path} is missing: run the workflow's aggregate stage "
+                                f"first (snakemake {folder}/{name}.parquet)")
+        frames.append(pd.read_parquet(path))
+    runs, tasks, networks = frames
+    if runs.empty:
+        raise EdgeprofError(f"{folder}/runs.parquet holds no runs to fit a model on")
+    old = sorted({"batch", "child_cpus"} - set(runs.columns))
+    if old:
+        raise EdgeprofError(f"{folder}/runs.parquet has no {', '.join(old)} column: tables "
+                            f"of an older edgeprof; rerun the tidy and aggregate stages")
+    index = description_index(models_dir)
+    missing = sorted(set(runs["networks"].str.split().explode()) - set(index))
+    if missing:
+        raise EdgeprofError(f"no description for {', '.join(missing)} in {models_dir}: "
+                            f"point --models at the split stage's output")
+    descriptions = {n: Description.load(index[n]) for n in
+                    set(runs["networks"].str.split().explode())}
+    return runs, tasks, networks, descriptions
+
+
+def fit_model_files(tables_dir: str | os.PathLike, models_dir: str | os.PathLike,
+                    out: str | os.PathLike, policies: list[str] | None = None) -> Model:
+    """``fit-model``: train on the tables in ``tables_dir``, write the model file."""
+    runs, tasks, networks, descriptions = read_tables(tables_dir, models_dir)
+    model = train(runs, tasks, networks, descriptions, policies)
+    model.write(out)
     return model

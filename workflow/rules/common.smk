@@ -131,9 +131,19 @@ FIGURES = [
 ]
 TABLES = ["runs", "tasks", "networks", "samples", "reconcile", "speedup", "summary",
           "speedup_summary", "noise_floor", "probe_overhead"]
+# The slowdown model (workflow/rules/model.smk): its file, the cross-validation and
+# per-layer residual tables, the scores advise states, and two figures.
+MODEL_FILE = f"{RESULTS}/model/model.json"
+MODEL_TABLES = expand(f"{RESULTS}/tables/{{table}}.parquet",
+                      table=["runs", "tasks", "networks"])
+MODEL_OUTPUTS = expand(f"{RESULTS}/model/{{table}}.{{ext}}",
+                       table=["cv_predictions", "cv_scores", "layer_residuals"],
+                       ext=["csv", "parquet"]) + [f"{RESULTS}/model/cv.json"]
+MODEL_FIGURES = ["model_predictions", "model_residuals"]
 TARGETS = expand(
-    f"{RESULTS}/plots/{{fig}}.{{ext}}", fig=FIGURES, ext=["png", "pdf"]
-) + expand(f"{RESULTS}/tables/{{table}}.{{ext}}", table=TABLES, ext=["csv", "parquet"])
+    f"{RESULTS}/plots/{{fig}}.{{ext}}", fig=FIGURES + MODEL_FIGURES, ext=["png", "pdf"]
+) + expand(f"{RESULTS}/tables/{{table}}.{{ext}}", table=TABLES, ext=["csv", "parquet"]
+) + [MODEL_FILE] + MODEL_OUTPUTS
 
 
 wildcard_constraints:
@@ -145,6 +155,7 @@ wildcard_constraints:
     rep=r"\d+",
     run=r"[^/]+/[^/]+/[^/]+/rep\d+",
     fig="|".join(FIGURES),
+    model_fig="|".join(MODEL_FIGURES),
 
 
 # Argument strings the rules pass to `python -m engine` (engine.workflow builds them).
@@ -181,6 +192,8 @@ CODE_PIPELINES = code_fingerprint("pipelines", _ROOT)
 CODE_RUN_SHARED = code_fingerprint("run", _ROOT)
 CODE_ANALYSIS = code_fingerprint("tables", _ROOT)
 CODE_PLOTS = code_fingerprint("plots", _ROOT)
+CODE_MODEL = code_fingerprint("model", _ROOT)
+CODE_MODEL_PLOTS = code_fingerprint("model_plots", _ROOT)
 # policy id -> the code its runs depend on, computed once (not once per job)
 RUN_CODE = {
     pid: f"{CODE_RUN_SHARED}-{policy_fingerprint(parse_policy(name).family)}"
@@ -195,6 +208,11 @@ REC_CODE = (
 # files (not hardcoded), so they hold without a shared filesystem too.
 def output_dir(wildcards, output):
     return os.path.dirname(output[0])
+
+
+def tables_dir(wildcards, input):
+    """The folder of the aggregate tables a model job reads."""
+    return os.path.dirname(input.tables[0])
 
 
 def split_dir(wildcards, input):
@@ -287,6 +305,14 @@ def caption_facts(wildcards, input):
     return facts(os.path.dirname(input[0]))
 
 
+def model_caption_facts(wildcards, input):
+    """The model figures' caption facts (n, the cross-validated scores), from the tables
+    they are drawn from."""
+    from engine.model.figures import caption_facts as facts
+
+    return facts(os.path.dirname(input[0]))
+
+
 def vm_recipe(wildcards):
     """The guest's recipe hash (reads two files; probes nothing): imported only when a
     vm_guest job is planned."""
@@ -299,5 +325,6 @@ def vm_recipe(wildcards):
 # it calls one (inspect.signature, ~70 us; 12 per run job): tell it once per workflow.
 for _function in (output_dir, split_dir, model_files, run_vm_guest, reconcile_vm_guest,
                   vm_env, run_policy, run_limit_args, run_seed, run_code, run_mem,
-                  run_priority, vm_recipe, caption_facts, set_runs):
+                  run_priority, vm_recipe, caption_facts, set_runs, tables_dir,
+                  model_caption_facts):
     overwrite_function_params(_function, inspect.signature(_function).parameters)

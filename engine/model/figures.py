@@ -1,0 +1,188 @@
+"""The model's figures, from the tables ``evaluate-model`` writes (reporters apart from
+the model): predicted against measured, per execution mode and limit, on log-log axes;
+and the per-layer time model's errors per layer type.
+
+Same conventions as ``engine.analysis.plots``: one colour per policy in every figure,
+emulated runs in panels of their own, what could not be measured named instead of left
+out.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
+
+from engine.analysis.plots import colors_for, grid, no_data, policy_key
+
+MIB = 2**20
+BAND = 0.15  # the makespan target: predictions within +-15 %
+
+ROWS = [  # (measured, predicted, label, scale)
+    ("measured_makespan_s", "predicted_makespan_s", "makespan (s)", 1.0),
+    ("measured_peak_rss_bytes", "predicted_peak_ram_bytes", "peak RSS (MiB)", MIB),
+    ("measured_slowdown", "predicted_slowdown", "slowdown under the limit (x)", 1.0),
+]
+
+
+def _panel(row: pd.Series) -> str:
+    limit = "unconstrained" if row["limit"] == "none" else f"limit {row['limit']}"
+    return f"{row['mode']}, {limit}"
+
+
+def _diagonal(ax, lo: float, hi: float) -> None:
+    xs = np.array([lo, hi])
+    ax.plot(xs, xs, color="0.3", linewidth=0.8)
+    for f in (1 - BAND, 1 + BAND):
+        ax.plot(xs, xs * f, color="0.6", linewidth=0.6, linestyle="--")
+
+
+def _mape(measured: pd.Series, predicted: pd.Series) -> float:
+    ok = measured.notna() & predicted.notna() & (measured > 0)
+    return float((predicted[ok] / measured[ok] - 1).abs().mean() * 100) if ok.any() else np.nan
+
+
+def model_predictions(tables: dict[str, pd.DataFrame], style: dict,
+                      context: dict | None = None) -> Figure:
+    """Predicted against measured (held-out pipelines): makespan, peak RSS and, under a
+    limit, the slowdown; one column per execution mode and limit."""
+    pred = tables.get("cv_predictions", pd.DataFrame())
+    if pred.empty:
+        return no_data("Model: predicted against measured",
+                       "no execution mode had two pipelines to cross-validate on")
+    pred = pred.assign(panel=pred.apply(_panel, axis=1))
+    panels = sorted(pred["panel"].unique(), key=lambda p: ("emulated" in p,
+                                                          "unconstrained" not in p, p))
+    rows = [r for r in ROWS if pred[r[0]].notna().any()]
+    policies = sorted(pred["policy"].unique(), key=policy_key)
+    colors = colors_for(policies, style)
+    fig, axes = grid(len(rows), len(panels), sharey=False)
+    for j, panel in enumerate(panels):
+        part = pred[pred["panel"] == panel]
+        for i, (meas, predicted, label, scale) in enumerate(rows):
+            ax = axes[i, j]
+            ok = part.dropna(subset=[meas, predicted])
+            ok = ok[(ok[meas] > 0) & (ok[predicted] > 0)]
+            if ok.empty:
+                ax.set_axis_off()
+                ax.text(0.5, 0.5, "not measured here" if part[meas].isna().all()
+                        else "no prediction", ha="center", va="center",
+                        transform=ax.transAxes, fontsize="small")
+                continue
+            for policy, g in ok.groupby("policy"):
+                x, y = g[meas] / scale, g[predicted] / scale
+                xerr = None
+                if meas == "measured_makespan_s":
+                    lo = (g[meas] - g["measured_makespan_ci_low"]).clip(lower=0)
+                    hi = (g["measured_makespan_ci_high"] - g[meas]).clip(lower=0)
+                    xerr = np.vstack([lo.fillna(0), hi.fillna(0)])
+                ax.errorbar(x, y, xerr=xerr, fmt="o", markersize=3.5, color=colors[policy],
+                            elinewidth=0.6, capsize=0)
+            values = pd.concat([ok[meas], ok[predicted]]) / scale
+            lo, hi = values.min() / 1.3, values.max() * 1.3
+            _diagonal(ax, lo, hi)
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_xlim(lo, hi)
+            ax.set_ylim(lo, hi)
+            for axis in (ax.xaxis, ax.yaxis):  # plain numbers, a few per axis
+                axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+                axis.set_major_formatter(ScalarFormatter())
+                axis.set_minor_formatter(NullFormatter())
+            err = _mape(ok[meas], ok[predicted])
+            what = "MAPE" if meas != "measured_peak_rss_bytes" else "mean abs. error"
+            ax.set_title(f"{panel}\n{what} {err:.1f} %, n = {len(ok)}", fontsize="small")
+            ax.set_xlabel(f"measured {label}")
+            if j == 0:
+                ax.set_ylabel(f"predicted {label}")
+    handles = [Line2D([], [], marker="o", linestyle="", color=colors[p], label=p)
+               for p in policies]
+    handles += [Line2D([], [], color="0.3", linewidth=0.8, label="predicted = measured"),
+                Line2D([], [], color="0.6", linestyle="--", linewidth=0.6,
+                       label=f"±{BAND:.0%}")]
+    fig.legend(handles=handles, loc="outside right center", fontsize="small")
+    fig.set_figwidth(max(fig.get_figwidth(), 6.5))
+    fig.suptitle("Held-out pipelines: predicted against measured\n(medians over "
+                 "repetitions with their 95 % CI)", fontsize="medium")
+    return fig
+
+
+def model_residuals(tables: dict[str, pd.DataFrame], style: dict,
+                    context: dict | None = None) -> Figure:
+    """The per-layer time model's error (predicted / measured - 1) per layer type, one
+    point per (network, layer, task), the tasks that ran alone in unconstrained runs."""
+    resid = tables.get("layer_residuals", pd.DataFrame())
+    if resid.empty:
+        return no_data("Model: per-layer residuals", "no unconstrained runs to compare with")
+    modes = sorted(resid["mode"].unique())
+    fig, axes = grid(1, len(modes), sharey=False)
+    kinds = {"EXEC": "tab:blue", "LOAD": "tab:orange", "INIT": "tab:green"}
+    for j, mode in enumerate(modes):
+        ax = axes[0, j]
+        part = resid[(resid["mode"] == mode) & resid["error_pct"].notna()]
+        bulk = (part["layer"] < 0) & (part["task_type"] != "INIT")
+        part = part.assign(group=np.where(part["task_type"] == "EXEC", part["layer_type"],
+                                          part["task_type"] + np.where(bulk, " (bulk)", "")))
+        groups = sorted(part["group"].unique())
+        for x, name in enumerate(groups):
+            g = part[part["group"] == name]
+            jitter = (np.random.default_rng(x).random(len(g)) - 0.5) * 0.5
+            ax.scatter(x + jitter, g["error_pct"], s=8, alpha=0.6,
+                       color=kinds.get(g["task_type"].iloc[0], "0.4"))
+            ax.boxplot(g["error_pct"], positions=[x], widths=0.6, showfliers=False,
+                       medianprops={"color": "black"}, whiskerprops={"color": "0.5"},
+                       capprops={"color": "0.5"}, boxprops={"color": "0.5"})
+        ax.axhline(0, color="0.3", linewidth=0.8)
+        ax.set_yscale("symlog", linthresh=10)
+        counts = part["group"].value_counts()
+        ax.set_xticks(range(len(groups)), [f"{g} ({counts[g]})" for g in groups], rotation=60,
+                      ha="right", fontsize="small")
+        ax.set_ylabel("predicted / measured − 1 (%)")
+        weighted = (part["predicted_s"].sum() / part["measured_s"].sum() - 1) * 100
+        ax.set_title(f"{mode}: {len(part)} medians, their sum {weighted:+.1f} %",
+                     fontsize="small")
+    handles = [Line2D([], [], marker="o", linestyle="", color=c, label=k)
+               for k, c in kinds.items()]
+    fig.legend(handles=handles, loc="outside right center", fontsize="small")
+    fig.suptitle("Per-layer time model: error per layer type (in brackets: points; fitted "
+                 "on all runs, in-sample)", fontsize="medium")
+    return fig
+
+
+FIGURES = {"model_predictions": model_predictions, "model_residuals": model_residuals}
+
+
+def caption_facts(model_dir: str) -> dict[str, str]:
+    """What the model figures' captions state that only the results know: per mode, the
+    held-out pipelines and cells and the cross-validated scores; empty strings before
+    the tables exist (a DAG being built)."""
+    from pathlib import Path
+
+    from engine.analysis.stats import CI_METHOD
+
+    facts = {"n": "", "scores": "", "ci": CI_METHOD, "layers": ""}
+    folder = Path(model_dir)
+    pred_path, scores_path = folder / "cv_predictions.parquet", folder / "cv_scores.parquet"
+    if pred_path.is_file():
+        pred = pd.read_parquet(pred_path)
+        facts["n"] = "; ".join(
+            f"{mode}: {g['pipeline'].nunique()} held-out pipeline(s), {len(g)} cells "
+            f"(policy x limit), medians over {int(g['runs'].median())} repetition(s) each"
+            for mode, g in pred.groupby("mode")) or "no mode could be cross-validated"
+    if scores_path.is_file():
+        scores = pd.read_parquet(scores_path)
+        parts = []
+        for r in scores.itertuples():
+            if r.metric == "cross-validation":
+                parts.append(f"{r.mode}: {r.note}")
+            elif "," not in str(r.scope) and pd.notna(r.value):
+                parts.append(f"{r.mode} {r.metric} ({r.scope}) {r.value:.2f} (n = {r.n})")
+        facts["scores"] = "; ".join(parts)
+    resid_path = folder / "layer_residuals.parquet"
+    if resid_path.is_file():
+        resid = pd.read_parquet(resid_path)
+        facts["layers"] = "; ".join(f"{mode}: {len(g)} (network, layer, task) medians"
+                                    for mode, g in resid.groupby("mode"))
+    return facts

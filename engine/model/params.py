@@ -1,0 +1,196 @@
+"""The model's parameters and its file, and the features of a network's layers they are
+applied to: what predicting needs, without pandas (``python -m engine advise`` answers in
+well under a second). The fit that produces them is ``engine.model.fit``."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from engine import ops
+from engine.caffe import graph
+from engine.caffe.splitter import Description
+from engine.errors import EdgeprofError
+from engine.files import parse_json, write_text_atomic
+from engine.model.memory import description_graph
+
+MODEL_VERSION = 1
+PAGE = 4096
+
+
+class ModelFileError(EdgeprofError):
+    """A model file that cannot be used (missing, corrupt, another version)."""
+
+
+@dataclass
+class Linear:
+    """seconds = intercept + sum of coef[f] x feature f (never below 0); fitted on n
+    points with coefficient of determination r2."""
+
+    intercept: float
+    coef: dict[str, float] = field(default_factory=dict)
+    n: int = 0
+    r2: float | None = None
+
+    def __call__(self, features: dict[str, float]) -> float:
+        return max(self.intercept + sum(c * features.get(f, 0.0)
+                                        for f, c in self.coef.items()), 0.0)
+
+
+@dataclass
+class SwapCost:
+    """Seconds per page (4 KiB) swapped in and out, from ``n`` task windows."""
+
+    per_page_in_s: float
+    per_page_out_s: float
+    n: int
+    source: str  # the counters it was fitted from
+
+
+@dataclass
+class ModeModel:
+    """Everything the simulator needs for one execution mode."""
+
+    mode: str  # native | emulated
+    start_rss_bytes: float  # resident at the first task's start (median over runs)
+    baseline_bytes: float  # the runtime's own resident bytes (engine.model.train)
+    cpus: float
+    sharing: float  # speed of tasks time-sliced on too few CPUs (engine.model.train)
+    gap_s: float
+    init: Linear
+    load_layer: Linear
+    load_whole: Linear | None
+    exec_types: dict[str, Linear]
+    exec_any: Linear  # a layer type the fit never saw
+    exec_whole: Linear | None
+    swap: SwapCost | None
+    runs: int
+    pipelines: list[str]
+    batch: int | None  # the runs' batch (None: each network's deploy batch)
+
+    def exec_model(self, layer_type: str) -> Linear:
+        return self.exec_types.get(layer_type, self.exec_any)
+
+
+@dataclass
+class Model:
+    modes: dict[str, ModeModel]
+    policies: list[str]  # the campaign's policies: what advise ranks by default
+    trained_on: dict = field(default_factory=dict)
+    unfitted: dict[str, str] = field(default_factory=dict)  # mode -> why it has no fit
+    version: int = MODEL_VERSION
+
+    def mode(self, name: str | None) -> ModeModel:
+        if name is None:
+            name = "native" if "native" in self.modes else next(iter(self.modes), "")
+        if name not in self.modes:
+            why = self.unfitted.get(name) or ", ".join(f"{m}: {w}"
+                                                      for m, w in self.unfitted.items())
+            raise ModelFileError(f"the model has no fitted '{name or 'native'}' mode (it has: "
+                                 f"{', '.join(self.modes) or 'none'}"
+                                 f"{'; ' + why if why else ''})")
+        return self.modes[name]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+    def write(self, path: str | os.PathLike) -> None:
+        write_text_atomic(path, self.to_json() + "\n")
+
+    @classmethod
+    def read(cls, path: str | os.PathLike) -> Model:
+        path = Path(path)
+        try:
+            data = parse_json(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise ModelFileError(f"cannot read model file {path}: {exc}; fit one with "
+                                 f"`snakemake results/model/model.json`") from None
+        if not isinstance(data, dict) or data.get("version") != MODEL_VERSION:
+            version = data.get("version") if isinstance(data, dict) else None
+            raise ModelFileError(f"{path} is not a version {MODEL_VERSION} model file "
+                                 f"(version {version}); refit it with this edgeprof")
+        try:
+            modes = {}
+            for name, m in data["modes"].items():
+                m = dict(m)
+                for key in ("init", "load_layer", "exec_any"):
+                    m[key] = Linear(**m[key])
+                for key in ("load_whole", "exec_whole"):
+                    m[key] = Linear(**m[key]) if m[key] is not None else None
+                m["exec_types"] = {t: Linear(**v) for t, v in m["exec_types"].items()}
+                m["swap"] = SwapCost(**m["swap"]) if m["swap"] is not None else None
+                modes[name] = ModeModel(**m)
+            return cls(modes, list(data["policies"]), dict(data.get("trained_on", {})),
+                       dict(data.get("unfitted", {})))
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ModelFileError(f"{path} is not a model file ({exc}); refit it") from None
+
+
+# ---- features of a network's layers ----
+
+# What an EXEC's time is regressed on, per layer type: MACs where the layer multiplies;
+# at batch 1 a convolution over a small output and an inner product are GEMVs that read
+# every weight once (weight bytes), and im2col copies the input into its scratch matrix
+# (scratch bytes); the element-wise layers' FLOPs; Concat's copied elements.
+EXEC_FEATURES = {
+    "Convolution": ("macs", "weight_bytes", "scratch_bytes"),
+    "InnerProduct": ("macs", "weight_bytes"),
+    "Concat": ("elements",),
+}
+DEFAULT_FEATURES = ("flops",)
+
+
+def layer_features(layer: graph.Layer, scratch: int) -> dict[str, float]:
+    return {"macs": float(layer.macs), "flops": float(layer.flops),
+            "weight_bytes": float(layer.param_bytes), "scratch_bytes": float(scratch),
+            "elements": float(sum(math.prod(s) for s in layer.top_shapes))}
+
+
+def exec_features(layer_type: str) -> tuple[str, ...]:
+    return EXEC_FEATURES.get(layer_type, DEFAULT_FEATURES)
+
+
+@dataclass(frozen=True)
+class NetworkFeatures:
+    types: tuple[str, ...]
+    layers: tuple[dict[str, float], ...]
+    weight_bytes: tuple[int, ...]
+    input_bytes: int
+
+    @property
+    def total_weight_bytes(self) -> int:
+        return sum(self.weight_bytes)
+
+
+def network_features(desc: Description, batch: int | None) -> NetworkFeatures:
+    g = description_graph(desc, batch)
+    shapes: dict[str, tuple[int, ...]] = {}
+    feats = []
+    for layer in g.layers:
+        scratch = ops.scratch_bytes(layer.type, layer.args, layer.param_shapes,
+                                    [shapes[b] for b in layer.bottoms])
+        shapes.update(zip(layer.tops, layer.top_shapes))
+        feats.append(layer_features(layer, scratch))
+    inputs = sum(4 * math.prod(s) for layer in g.layers if layer.type == "Input"
+                 for s in layer.top_shapes)
+    return NetworkFeatures(tuple(layer.type for layer in g.layers), tuple(feats),
+                           tuple(layer.param_bytes for layer in g.layers), inputs)
+
+
+def exec_layer_s(mode: ModeModel, feats: NetworkFeatures, layer: int) -> float:
+    return mode.exec_model(feats.types[layer])(feats.layers[layer])
+
+
+def exec_whole_s(mode: ModeModel, feats: NetworkFeatures) -> float:
+    total = sum(exec_layer_s(mode, feats, i) for i in range(len(feats.types)))
+    return mode.exec_whole({"layers_s": total}) if mode.exec_whole is not None else total
+
+
+def load_whole_s(mode: ModeModel, feats: NetworkFeatures) -> float:
+    return (mode.load_whole or mode.load_layer)({"bytes": feats.total_weight_bytes})
+
+
+# ---- the fit ----

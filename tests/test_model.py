@@ -1,0 +1,373 @@
+"""The slowdown model (engine.model): the simulator against the real dispatcher, the
+memory model against peaks computed by hand, the fits on synthetic data with known
+coefficients, cross-validation scores, and advise on good and bad input."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from engine.analysis.stats import kendall_tau
+from engine.caffe import io, schema, splitter
+from engine.cli import main
+from engine.model import fit as fitting
+from engine.model.evaluate import scores
+from engine.model.memory import Memory, network_memory
+from engine.model.params import Linear, Model, ModelFileError, ModeModel, SwapCost
+from engine.model.predict import Networks, predict
+from engine.model.simulate import simulate
+from engine.schedule.dispatch import Dispatcher
+from engine.schedule.pipelines import Arrival, Pipeline, save_pipeline
+from engine.schedule.policies import parse_policy
+from engine.schedule.tasks import Instance, Kind
+
+POLICIES = ["linear", "bulk", "partial:1", "partial:2", "partial:3", "deepeye",
+            "deepeye-frugal", "execprio:2", "execprio-inter:2", "masa:1", "masa:2"]
+
+
+# ---- the simulator replays the dispatcher's rules ----
+
+@pytest.mark.parametrize("name", POLICIES)
+def test_the_simulator_starts_tasks_in_the_dispatchers_order_and_ends_with_its_makespan(
+        name):
+    """No-op tasks that sleep a known, distinct time (no CPU: ``cpus=None``), a second
+    arrival 100 ms in, masa's admission budget binding. Given the time each task really
+    took (a sleep overshoots, more on a busy machine), the virtual clock starts the tasks
+    in the real dispatcher's order and ends with its makespan, up to the dispatcher's own
+    latency between a task's end and the next start."""
+    durations = np.random.default_rng(1).uniform(0.03, 0.08, 200)
+    policy = parse_policy(name)
+    instances = [Instance(0, "A", 0, 4, 2), Instance(1, "B", 0, 3, 2), Instance(2, "C", 1, 5, 3)]
+    arrivals_ns = {0: 0, 1: 0, 2: 100_000_000}
+    network_time = {0: 3.0, 1: 1.0, 2: 2.0}
+
+    def graph():
+        g = policy.build(instances)
+        for t in g.tasks:
+            if t.kind == Kind.INIT:  # 100 bytes of budget: A and B never run together
+                t.required_memory = [60, 50, 40][t.instance]
+        return g
+
+    g = graph()
+    real = Dispatcher(g, policy, lambda t: time.sleep(durations[t.id]), arrivals_ns,
+                      budget=100, network_time=network_time).run()
+    took = [(r.end_ns - r.start_ns) / 1e9 for r in real.records]
+    sim = simulate(graph(), policy, {k: v / 1e9 for k, v in arrivals_ns.items()},
+                   lambda t: took[t.id], budget=100, network_time=network_time)
+    real_start = [r.start_ns / 1e9 for r in real.records]
+    real_makespan = max(r.end_ns for r in real.records) / 1e9
+    # at most 2 ms lost per task from its end to the next start, 10 ms to an arrival
+    latency = 0.01 + len(g.tasks) * 0.002
+    assert sim.makespan_s <= real_makespan + 0.001
+    assert real_makespan <= sim.makespan_s + latency
+    # the same order, wherever the simulator's starts are further apart than the
+    # latency accumulated up to them
+    order = sorted(range(len(g.tasks)), key=lambda i: real_start[i])
+    assert len(order) == len(sim.order) == len(g.tasks)
+    for k, a in enumerate(order):
+        for b in order[k + 1:]:
+            assert sim.start_s[a] <= sim.start_s[b] + 0.003 + 0.02 * sim.start_s[b], (a, b)
+
+
+def test_tasks_on_too_few_cpus_share_them():
+    """Two 1 s tasks on one CPU end together at 2 s (at 2.5 s with sharing 0.8); on two
+    CPUs at 1 s."""
+    policy = parse_policy("partial:2")
+    g = policy.build([Instance(0, "A", 0, 1, 1)])  # INIT, LOAD_0, EXEC_0
+    work = {Kind.INIT: 0.0, Kind.LOAD: 1.0, Kind.EXEC: 0.0}
+    run = lambda **kw: simulate(g, policy, {0: 0.0}, lambda t: work[t.kind], **kw)  # noqa: E731
+    assert run(cpus=1).makespan_s == pytest.approx(1.0)  # one task at a time: no sharing
+    g2 = policy.build([Instance(0, "A", 0, 1, 1), Instance(1, "B", 0, 1, 1)])
+    both = lambda **kw: simulate(g2, policy, {0: 0.0, 1: 0.0}, lambda t: work[t.kind],  # noqa: E731
+                                 **kw).makespan_s
+    assert both(cpus=1) == pytest.approx(2.0)
+    assert both(cpus=1, sharing=0.8) == pytest.approx(2.5)
+    assert both(cpus=2) == pytest.approx(1.0)
+
+
+# ---- the memory model against hand-computed peaks ----
+
+TINY = """name: "Tiny"
+input: "data"
+input_dim: 1 input_dim: 1 input_dim: 4 input_dim: 4
+layer { name: "ip1" type: "InnerProduct" bottom: "data" top: "ip1"
+        inner_product_param { num_output: 8 } }
+layer { name: "relu1" type: "ReLU" bottom: "ip1" top: "ip1" }
+layer { name: "ip2" type: "InnerProduct" bottom: "ip1" top: "ip2"
+        inner_product_param { num_output: 2 } }
+"""
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> splitter.Description:
+    """A four-layer network small enough to count its bytes by hand: input 1x1x4x4
+    (64 B), ip1 8x16 + 8 weights (544 B) -> 8 floats (32 B), relu1 in place, ip2 2x8 + 2
+    weights (72 B) -> 2 floats (8 B), the output."""
+    from google.protobuf import text_format
+
+    root = tmp_path_factory.mktemp("tiny")
+    (root / "tiny.prototxt").write_text(TINY)
+    net = text_format.Parse(TINY, schema.NetParameter())
+    rng = np.random.default_rng(0)
+    shapes = {"ip1": [(8, 16), (8,)], "ip2": [(2, 8), (2,)]}
+    io.write_caffemodel(root / "tiny.caffemodel", net,
+                        lambda i, layer: [rng.standard_normal(s, dtype=np.float32)
+                                          for s in shapes.get(layer.name, [])])
+    path = splitter.split_model(root / "tiny.caffemodel", root / "tiny.prototxt",
+                                root / "split")
+    return splitter.Description.load(path)
+
+
+def _mode(baseline: float = 1000.0, **kw) -> ModeModel:
+    """A model with every task 1 ms: only memory and the schedule matter."""
+    ms = Linear(0.001)
+    return ModeModel(mode="native", start_rss_bytes=baseline, baseline_bytes=baseline,
+                     cpus=1.0, sharing=1.0, gap_s=0.0, init=ms, load_layer=ms, load_whole=ms,
+                     exec_types={}, exec_any=ms, exec_whole=ms, swap=kw.get("swap"), runs=1,
+                     pipelines=["p"], batch=None)
+
+
+def test_the_replay_counts_weights_activations_and_in_place_layers(tiny):
+    mem = network_memory(tiny, None)
+    assert mem.input_bytes == 64 and mem.weight_bytes == 544 + 72
+    ip1, relu1, ip2 = mem.steps[1:]
+    assert [b for _, b in ip1.allocs] == [32] and ip1.weights == 544
+    assert relu1.allocs == () and relu1.frees == ()  # in place: nothing new, nothing freed
+    assert [b for _, b in ip2.allocs] == [8]
+    assert ip1.frees == mem.steps[0].frees + (0,)  # the input, after its last reader
+    assert ip2.frees == ip1.allocs[0][:1]  # ip1's output; ip2's own is the output: kept
+
+
+@pytest.mark.parametrize("policy, peak", [
+    # A: INIT 64; LOAD ip1 -> 608; EXEC ip1 adds its 32 B output: 640, then frees the
+    # weights and the input -> 32; LOAD ip2 -> 104; EXEC ip2 -> 112, frees -> 8 (output).
+    # B then peaks at 8 + 640.
+    ("linear", 8 + 640),
+    # A: INIT 64; LOAD every weight -> 680; the forward pass: ip1's output -> 712, frees
+    # -> 104, ip2 -> 112 -> 8. B: 8 + 712.
+    ("bulk", 8 + 712),
+])
+def test_the_memory_model_peaks_where_counted_by_hand(tiny, policy, peak):
+    pipe = Pipeline("two", [Arrival(0.0, ["Tiny", "Tiny"])])
+    pred, _ = predict(_mode(), pipe, Networks({"Tiny": tiny}, None), policy)
+    assert pred.peak_ram_bytes == 1000 + peak
+    assert pred.peak_swap_bytes == 0 and not pred.oom
+
+
+def test_a_limit_swaps_the_least_recently_used_bytes_and_brings_them_back():
+    mem = Memory(capacity=100)
+    assert mem.alloc("a", 60) == 0 and mem.alloc("b", 30) == 0
+    assert mem.alloc("c", 50) == 40  # a is the oldest: 40 of its bytes go out
+    assert (mem.resident, mem.swapped) == (100, 40)
+    assert mem.touch(["a"]) == (40, 40)  # a comes back, pushing b and 10 B of c out
+    assert mem.blocks["b"] == [0, 30] and mem.blocks["c"] == [40, 10]
+    mem.free("c")
+    assert (mem.resident, mem.swapped, mem.peak_swapped) == (60, 30, 40)
+
+
+def test_under_a_limit_swap_costs_its_pages_and_too_little_swap_is_an_oom(tiny):
+    pipe = Pipeline("two", [Arrival(0.0, ["Tiny", "Tiny"])])
+    nets = Networks({"Tiny": tiny}, None)
+    cost = SwapCost(per_page_in_s=4096e-6, per_page_out_s=4096e-6, n=1, source="test")
+    free, _ = predict(_mode(swap=cost), pipe, nets, "bulk")
+    limited, _ = predict(_mode(swap=cost), pipe, nets, "bulk", limit_bytes=1000 + 600)
+    assert limited.peak_swap_bytes > 0 and limited.peak_ram_bytes <= 1600
+    traffic = limited.swap_in_bytes + limited.swap_out_bytes
+    assert limited.makespan_s == pytest.approx(free.makespan_s + traffic * 1e-6)
+    killed, _ = predict(_mode(), pipe, nets, "bulk", limit_bytes=1600, swap_bytes=0)
+    assert killed.oom and "swap" in killed.why
+
+
+# ---- the fits on synthetic data ----
+
+def test_least_squares_recover_known_coefficients_and_drop_negative_ones():
+    rng = np.random.default_rng(0)
+    x = pd.DataFrame({"macs": rng.uniform(1e6, 1e9, 60), "weight_bytes": rng.uniform(0, 1e8, 60)})
+    y = 2e-4 + 3e-11 * x["macs"] + 7e-11 * x["weight_bytes"] + rng.normal(0, 1e-7, 60)
+    line = fitting.fit_linear(x, y)
+    assert line.intercept == pytest.approx(2e-4, abs=1e-6)
+    assert line.coef["macs"] == pytest.approx(3e-11, rel=1e-3)
+    assert line.coef["weight_bytes"] == pytest.approx(7e-11, rel=1e-3)
+    assert line.r2 > 0.999
+    # time cannot fall with more work: a feature that would need a negative slope is dropped
+    y2 = 1e-3 + 5e-11 * x["macs"] - 1e-12 * x["weight_bytes"]
+    line2 = fitting.fit_linear(x, y2)
+    assert set(line2.coef) == {"macs"} and line2({"macs": 0.0}) >= 0
+    assert fitting.fit_linear(x.iloc[:0], y.iloc[:0]) is None
+    const = fitting.fit_linear(pd.DataFrame({"bytes": [5.0] * 4}), [1.0, 2.0, 3.0, 4.0])
+    assert const.coef == {} and const.intercept == 2.5  # nothing varies: the median
+
+
+def _synthetic_runs(tiny) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Linear runs of the tiny network, unconstrained and limited, whose task durations
+    follow known coefficients; the limited runs' tasks take 2 ms more per page swapped
+    in and 0.5 ms per page swapped out."""
+    runs, tasks = [], []
+    feats = fitting.network_features(tiny, None)
+    rng = np.random.default_rng(3)
+    for limit in ("none", "1M"):
+        for rep in range(3):
+            run_id = f"p/linear/{limit}/rep{rep}"
+            runs.append({"run_id": run_id, "pipeline": "p", "policy": "linear",
+                         "limit": limit, "limit_bytes": None if limit == "none" else 2**20,
+                         "limit_enforced": limit != "none", "emulated": False, "rep": rep,
+                         "termination": "ok", "workers": 1, "child_cpus": 1, "batch": None,
+                         "makespan_s": 1.0, "hwm_rss_bytes": 5e7})
+            t, tid = 0, 0
+            for layer in range(-1, len(feats.types)):
+                for kind in (("INIT",) if layer < 0 else ("LOAD", "EXEC")):
+                    if kind == "INIT":
+                        base = 0.01
+                    elif kind == "LOAD":
+                        base = 1e-4 + 2e-9 * feats.weight_bytes[layer]
+                    else:
+                        base = 5e-5 + 1e-8 * feats.layers[layer]["macs"]
+                    pin, pout = (rng.integers(0, 50), rng.integers(0, 50)) if limit != "none" \
+                        else (0, 0)
+                    dur = base + 2e-3 * pin + 5e-4 * pout
+                    tasks.append({"run_id": run_id, "pipeline": "p", "policy": "linear",
+                                  "limit": limit, "emulated": False, "rep": rep,
+                                  "network": "Tiny", "layer": layer, "task_type": kind,
+                                  "task_id": tid, "overlap": 0, "start_ns": t,
+                                  "end_ns": t + int(dur * 1e9), "duration_ns": int(dur * 1e9),
+                                  "proc_rss_bytes": 4e7, "proc_rss_delta_bytes": 0,
+                                  "guest_pswpin_delta": pin, "guest_pswpout_delta": pout})
+                    t += int(dur * 1e9) + 20_000  # 20 us between tasks
+                    tid += 1
+    return pd.DataFrame(runs), pd.DataFrame(tasks)
+
+
+def test_the_fit_recovers_the_synthetic_runs_coefficients_gap_baseline_and_swap_cost(tiny):
+    runs, tasks = _synthetic_runs(tiny)
+    model = fitting.fit(runs, tasks, {"Tiny": tiny})
+    m = model.modes["native"]
+    assert m.load_layer.intercept == pytest.approx(1e-4, rel=1e-3)
+    assert m.load_layer.coef["bytes"] == pytest.approx(2e-9, rel=1e-3)
+    assert m.init({"input_bytes": 64}) == pytest.approx(0.01)
+    ip1 = fitting.network_features(tiny, None).layers[1]  # 128 MACs
+    assert m.exec_types["InnerProduct"](ip1) == pytest.approx(5e-5 + 1.28e-6)
+    assert m.gap_s == pytest.approx(20e-6, rel=0.01)
+    assert m.start_rss_bytes == 4e7
+    assert m.swap.per_page_in_s == pytest.approx(2e-3, rel=1e-6)
+    assert m.swap.per_page_out_s == pytest.approx(5e-4, rel=1e-6)
+
+
+def test_a_mode_without_layer_by_layer_runs_is_named_not_fitted(tiny):
+    runs, tasks = _synthetic_runs(tiny)
+    tasks = tasks[tasks.task_type == "INIT"]
+    model = fitting.fit(runs, tasks, {"Tiny": tiny})
+    assert model.modes == {} and "single-worker policy" in model.unfitted["native"]
+    with pytest.raises(ModelFileError, match="no fitted 'native' mode"):
+        model.mode(None)
+
+
+def test_the_model_file_round_trips_and_refuses_other_versions(tiny, tmp_path):
+    runs, tasks = _synthetic_runs(tiny)
+    model = fitting.fit(runs, tasks, {"Tiny": tiny})
+    model.write(tmp_path / "model.json")
+    back = Model.read(tmp_path / "model.json")
+    assert back == model
+    data = json.loads((tmp_path / "model.json").read_text())
+    data["version"] = 99
+    (tmp_path / "model.json").write_text(json.dumps(data))
+    with pytest.raises(ModelFileError, match="not a version 1 model file"):
+        Model.read(tmp_path / "model.json")
+
+
+# ---- scores ----
+
+def test_kendall_tau_b_has_known_values():
+    assert kendall_tau([1, 2, 3, 4], [10, 20, 30, 40]) == 1.0
+    assert kendall_tau([1, 2, 3, 4], [4, 3, 2, 1]) == -1.0
+    assert kendall_tau([1, 2, 3, 4, 5], [3, 1, 2, 5, 4]) == pytest.approx(0.4)  # 7 vs 3
+    assert kendall_tau([1, 1, 2, 3], [1, 2, 3, 4]) == pytest.approx(5 / np.sqrt(30))
+    assert np.isnan(kendall_tau([1], [1]))
+
+
+def test_scores_of_known_predictions():
+    rows = []
+    for p, meas in (("a", 1.0), ("b", 2.0), ("c", 4.0)):
+        rows.append({"mode": "native", "pipeline": "p0", "policy": p, "limit": "none",
+                     "measured_makespan_s": meas, "measured_makespan_ci_low": meas * 0.9,
+                     "measured_makespan_ci_high": meas * 1.1,
+                     "predicted_makespan_s": {"a": 1.1, "b": 1.0, "c": 4.0}[p],
+                     "makespan_error_pct": {"a": 10.0, "b": -50.0, "c": 0.0}[p],
+                     "slowdown_error_pct": np.nan, "peak_error_pct": {"a": 1, "b": -3,
+                                                                      "c": 5}[p],
+                     "peak_cg_error_pct": np.nan, "predicted_oom": False,
+                     "measured_oom": False})
+    table = scores(pd.DataFrame(rows)).set_index(["metric", "scope"])["value"]
+    assert table[("makespan MAPE %", "unconstrained")] == pytest.approx(20.0)
+    assert table[("peak RSS median abs error %", "unconstrained")] == 3.0
+    # predicted order b < a < c against measured a < b < c: one pair of three swapped
+    assert table[("Kendall tau (median)", "per pipeline and limit")] == pytest.approx(1 / 3)
+    # b is predicted fastest; a is: b's measured 2.0 lies above a's CI (0.9-1.1)
+    assert table[("predicted best = measured best (share)", "per pipeline and limit")] == 0
+    assert table[("predicted best within measured best's CI (share)",
+                  "per pipeline and limit")] == 0
+
+
+# ---- advise ----
+
+@pytest.fixture
+def advice_files(tiny, tmp_path):
+    runs, tasks = _synthetic_runs(tiny)
+    fitting.fit(runs, tasks, {"Tiny": tiny}).write(tmp_path / "model.json")
+    save_pipeline(Pipeline("two", [Arrival(0.0, ["Tiny", "Tiny"])]), tmp_path / "p.json")
+    return tmp_path, Path(tiny.path).parent
+
+
+def _advise(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(["advise", *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_advise_ranks_the_policies_and_says_what_it_cannot_know(advice_files, capsys):
+    root, models = advice_files
+    code, out, err = _advise(capsys, "--pipeline", str(root / "p.json"), "--limit", "512M",
+                             "--model", str(root / "model.json"), "--models", str(models),
+                             "--policies", "linear", "bulk", "partial:2")
+    assert code == 0, err
+    ranked = [line.split()[1] for line in out.splitlines() if line.strip()[:1].isdigit()]
+    assert sorted(ranked) == ["bulk", "linear", "partial:2"]
+    assert "not cross-validated" in out  # no cv.json beside the model
+    code, out, _ = _advise(capsys, "--pipeline", str(root / "p.json"), "--find-limit",
+                           "--model", str(root / "model.json"), "--models", str(models),
+                           "--policies", "linear", "bulk", "--json")
+    limits = {r["policy"]: r["limit_mib"] for r in json.loads(out)}
+    assert code == 0 and limits["linear"] <= limits["bulk"]
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"--policies": "nonsense"}, "unknown policy 'nonsense'"),
+    ({"--models": "EMPTY"}, "names networks with no split model: Tiny"),
+    ({"--model": "MISSING"}, "cannot read model file"),
+    ({"--limit": "12Q"}, "is not a memory size"),
+])
+def test_advise_refuses_bad_input_in_one_line(advice_files, capsys, change, message):
+    root, models = advice_files
+    (root / "empty").mkdir()
+    args = {"--pipeline": str(root / "p.json"), "--model": str(root / "model.json"),
+            "--models": str(models), "--limit": "512M"}
+    args.update({k: {"EMPTY": str(root / "empty"), "MISSING": str(root / "none.json")}.get(v, v)
+                 for k, v in change.items()})
+    code, out, err = _advise(capsys, *[x for kv in args.items() for x in kv])
+    assert code == 2 and out == "" and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_advise_answers_a_ten_network_pipeline_quickly(advice_files, tmp_path, capsys):
+    """The target is under 1 s for the whole command (benchmarks/bench_model.py times it
+    against the zoo); here only that it answers for ten networks and every policy."""
+    root, models = advice_files
+    save_pipeline(Pipeline("ten", [Arrival(0.0, ["Tiny"] * 10)]), tmp_path / "ten.json")
+    code, out, err = _advise(capsys, "--pipeline", str(tmp_path / "ten.json"), "--limit",
+                             "64M", "--model", str(root / "model.json"), "--models",
+                             str(models), "--policies", *POLICIES)
+    assert code == 0, err
+    assert sum(line.strip()[:1].isdigit() for line in out.splitlines()) == len(POLICIES)
