@@ -317,3 +317,50 @@ def test_a_heap_profiled_run_in_the_guest_is_attributed_to_the_cgroups_charge(vm
     assert (windows.att_unexplained_bytes.abs() <= bound).all()
     assert windows.plausible.all(), windows.loc[~windows.plausible, ["layer_name",
                                                                      "implausible"]]
+
+
+def _fake_boot(calls: list, *, start_a_task: bool):
+    """A boot_job that never boots: the guest 'stops' at once (qemu exit 0), after
+    streaming one task's start when ``start_a_task``."""
+    from engine.vm.run import GUEST_OUT
+
+    def boot(py_args, share, limit, swap, cfg=None, timeout_s=None, log=None):
+        calls.append(sorted(p.name for p in share.iterdir()))
+        if start_a_task:
+            partial = share / f".{Path(GUEST_OUT).name}.123.x"
+            partial.mkdir()
+            (partial / "progress.jsonl").write_text(json.dumps(
+                {"event": "start", "instance": 0, "network": "AgeNet", "layer": -1,
+                 "task_id": 0, "task_type": "INIT", "layer_name": "", "layer_type": "",
+                 "layer_kind": "", "param_bytes": 0, "start_ns": 1000}) + "\n")
+        (share / "job.sh").write_text("true\n")
+        res = vmboot.BootResult(rc=None, accel="tcg", boot_s=4.0, total_s=6.0,
+                                timed_out=None, qemu_exit=0, console="[0.1] boom\n")
+        return res, run_mod.plan(VmConfig(accel="tcg"), limit, swap, FAKE_GUEST), FAKE_GUEST, None
+
+    from engine.vm import run as run_mod
+    return boot
+
+
+FAKE_GUEST = guest.Guest(kernel=Path("/nonexistent/vmlinuz"), initrd=Path("/nonexistent"),
+                         kernel_version="6.12", package="linux-image-fake")
+
+
+@pytest.mark.parametrize("start_a_task, boots", [(False, 2), (True, 1)])
+def test_a_guest_that_stops_before_the_first_task_is_booted_once_more(
+        tiny, tmp_path, monkeypatch, start_a_task, boots):
+    """A guest that ends before the run's first task started is a flaky boot, not a
+    result: booted again once (from a clean share: only the request), and recorded; one
+    that stopped mid-run is a result (an error) and is not retried."""
+    from engine.vm import run as run_mod
+
+    calls: list = []
+    monkeypatch.setattr(run_mod, "boot_job", _fake_boot(calls, start_a_task=start_a_task))
+    meta = run_in_vm(_request(tiny, "linear", tmp_path / "run", "--limit", "256M"))
+    assert len(calls) == boots and meta.termination == "error"
+    assert all(c == [run_mod.GUEST_REQUEST] for c in calls)  # each boot from a clean share
+    retried = meta.vm["retried_boot"]
+    assert (retried is not None) == (boots == 2)
+    if retried:
+        assert retried["qemu_exit"] == 0 and retried["console_tail"] == ["[0.1] boom"]
+    assert (tmp_path / "run" / "console.log").read_text() == "[0.1] boom\n"
