@@ -137,23 +137,34 @@ def _estimates(path: str) -> dict[str, int]:
     return estimates
 
 
-def _swap(text: str | None) -> int | None:
-    """--swap: a size, 0, or max / not given (None: unlimited)."""
+def _size(text: str, flag: str) -> int:
+    """A size option, its errors naming the option."""
     from engine.units import parse_size
+
+    try:
+        return parse_size(text)
+    except EdgeprofError as exc:
+        raise EdgeprofError(f"{flag}: {exc}") from None
+
+
+def _swap(text: str | None) -> int | None:
+    """--swap: a size, 0 (in any unit), or max / not given (None: unlimited)."""
+    import re
 
     if text in (None, "max"):
         return None
-    return 0 if text == "0" else parse_size(text)
+    if re.fullmatch(r"\s*0+(\.0*)?\s*([KMGT]?(i?B)?)?\s*", text, re.IGNORECASE):
+        return 0
+    return _size(text, "--swap")
 
 
 def run_request(args: argparse.Namespace) -> RunRequest:
     """The RunRequest of ``run``'s arguments, checked (sizes, ranges, the policy)."""
     from engine.runner.request import LimitOptions, ProbeOptions, RunOptions, RunRequest
     from engine.schedule.policies import parse_policy
-    from engine.units import parse_size
 
     policy = parse_policy(args.policy)  # fail fast, before any process starts
-    limit = None if args.limit is None else parse_size(args.limit)
+    limit = None if args.limit is None else _size(args.limit, "--limit")
     swap = _swap(args.swap)
     _positive(args.batch, "--batch", most=10_000)
     _positive(args.blas_threads, "--blas-threads", most=1024)
@@ -166,7 +177,7 @@ def run_request(args: argparse.Namespace) -> RunRequest:
     if args.estimates:
         estimates = _estimates(args.estimates)
     options = RunOptions(blas_threads=args.blas_threads, seed=args.seed, batch=args.batch,
-                         budget=parse_size(args.budget) if args.budget else limit,
+                         budget=_size(args.budget, "--budget") if args.budget else limit,
                          timeout_s=args.timeout, estimates=estimates, pin_cpu=args.pin_cpu)
     on = not args.no_probes
     probes = ProbeOptions(process=on, cgroup=on, gnu_time=on, heap_profile=args.heap_profile,
@@ -270,19 +281,22 @@ def _cmd_graph(args: argparse.Namespace) -> None:
 
 def _cmd_advise(args: argparse.Namespace) -> None:
     from engine.model.advise import run_advise
-    from engine.units import parse_size
 
     if args.find_limit and args.limit is not None:
         raise EdgeprofError("--find-limit finds the limit itself; drop --limit")
-    if args.swap is not None and args.limit is None:
+    limit = None if args.limit in (None, "none") else _size(args.limit, "--limit")
+    if args.swap is not None and limit is None:
         raise EdgeprofError("--swap is the swap allowed on top of --limit; give a --limit too")
-    limit = None if args.limit in (None, "none") else parse_size(args.limit)
     print(run_advise(args.pipeline, args.model, args.models, limit, _swap(args.swap),
                      args.policies, args.mode, args.find_limit, args.json))
 
 
 def _cmd_fit_model(args: argparse.Namespace) -> None:
     from engine.model.train import fit_model_files
+    from engine.schedule.policies import parse_policy
+
+    for policy in args.policies or ():
+        parse_policy(policy)  # before the fit, not after it
 
     t0 = time.perf_counter()
     model = fit_model_files(args.tables, args.models, args.out, args.policies)

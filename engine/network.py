@@ -48,9 +48,15 @@ def input_blob(shape: tuple[int, ...], seed: int) -> np.ndarray:
 
 @functools.lru_cache(maxsize=64)
 def _graph_of(prototxt: str, mtime_ns: int, batch: int | None) -> graph.NetGraph:
-    """Parsed once per process: instances of one network share the immutable graph (the
-    mtime in the key notices an edited prototxt)."""
     return graph.build_graph(io.read_prototxt(prototxt), batch=batch, source=prototxt)
+
+
+def deploy_graph(prototxt: str | Path, batch: int | None) -> graph.NetGraph:
+    """The runtime graph of a deploy prototxt at ``batch`` (None: the deploy batch),
+    parsed once per process: instances of one network share the immutable graph (the
+    mtime in the key notices an edited prototxt)."""
+    path = Path(prototxt)
+    return _graph_of(str(path), path.stat().st_mtime_ns, batch)
 
 
 class Network:
@@ -62,7 +68,7 @@ class Network:
                      else Description.load(description))
         self.instance = instance or self.desc.network
         prototxt = self.desc.resolve(self.desc.prototxt)
-        self.graph = _graph_of(str(prototxt), prototxt.stat().st_mtime_ns, batch)
+        self.graph = deploy_graph(prototxt, batch)
         if len(self.graph.layers) != len(self.desc.layers):
             raise ModelError(
                 f"{self.desc.path}: describes {len(self.desc.layers)} layers but "

@@ -8,6 +8,8 @@ import re
 from engine.errors import EdgeprofError
 
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+MIB = 2**20
+PAGE = 4096  # bytes of a page, as the kernel's swap and fault counters count them
 
 
 def parse_size(text: str) -> int:

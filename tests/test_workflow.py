@@ -140,9 +140,10 @@ def test_every_table_and_figure_is_written_and_plausible(workflow):
     rec = pd.read_parquet(tables / "reconcile.parquet")
     load = rec[(rec.task_type == "LOAD") & (rec.param_bytes > 0)]
     assert (load.heap_inuse_delta - load.param_bytes).abs().max() <= 0.01 * load.param_bytes.max()
-    for fig in FIGURES + MODEL_FIGURES:
-        for ext in ("png", "pdf"):
-            assert (workflow.results / "plots" / f"{fig}.{ext}").stat().st_size > 5000, fig
+    for folder, figures in (("plots", FIGURES), ("model", MODEL_FIGURES)):
+        for fig in figures:
+            for ext in ("png", "pdf"):
+                assert (workflow.results / folder / f"{fig}.{ext}").stat().st_size > 5000, fig
 
 
 def test_the_model_is_fitted_on_the_runs_and_predicts_them(workflow):

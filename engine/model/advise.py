@@ -26,9 +26,8 @@ from engine.model.predict import Networks, Prediction, predict
 from engine.schedule.pipelines import Pipeline, load_pipeline
 from engine.schedule.plan import resolve_descriptions
 from engine.schedule.policies import parse_policy
-from engine.units import format_size
+from engine.units import MIB, format_size
 
-MIB = 2**20
 CV_FILE = "cv.json"  # beside the model file: evaluate_model's scores
 
 
@@ -46,14 +45,23 @@ class Advice:
 
 
 def read_cv(model_path: str | os.PathLike) -> dict:
-    """The cross-validated scores next to the model file ({} when it was never
-    cross-validated)."""
+    """The cross-validated scores next to the model file: {} when there are none, and
+    {"note": why} when they cannot be used (unreadable, or scores of another model)."""
+    from engine.model.evaluate import file_sha256
+
     path = Path(model_path).with_name(CV_FILE)
-    try:
-        data = parse_json(path.read_text())
-    except (OSError, ValueError):
+    if not path.is_file():
         return {}
-    return data if isinstance(data, dict) else {}
+    try:
+        data = parse_json(path.read_text(), finite=False)
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as exc:
+        return {"note": f"{path} cannot be read ({exc})"}
+    if data.get("model_sha256") != file_sha256(model_path):
+        return {"note": f"{path} scores another model file (refitted since): run "
+                        f"`snakemake {path}` again"}
+    return data
 
 
 def advise(mode: ModeModel, pipeline: Pipeline, networks: Networks, policies: list[str],
@@ -62,11 +70,10 @@ def advise(mode: ModeModel, pipeline: Pipeline, networks: Networks, policies: li
     predicted to be killed last and unranked."""
     out = []
     for name in policies:
-        pred, _ = predict(mode, pipeline, networks, name, limit_bytes, swap_bytes)
-        free = pred
-        if limit_bytes is not None and mode.swap is not None:
-            # without a swap cost the schedule, and so the time, is the unconstrained one
-            free, _ = predict(mode, pipeline, networks, name)
+        free, _ = predict(mode, pipeline, networks, name)
+        pred = free
+        if limit_bytes is not None:  # masa's budget is the limit: its schedule changes too
+            pred, _ = predict(mode, pipeline, networks, name, limit_bytes, swap_bytes)
         out.append(Advice(None, pred, free))
     alive = sorted((a for a in out if not a.prediction.oom),
                    key=lambda a: a.prediction.makespan_s)
@@ -78,7 +85,9 @@ def advise(mode: ModeModel, pipeline: Pipeline, networks: Networks, policies: li
 def find_limits(mode: ModeModel, pipeline: Pipeline, networks: Networks,
                 policies: list[str]) -> list[tuple[str, int, float]]:
     """(policy, the smallest limit in MiB at which it is predicted not to swap, its
-    predicted makespan): its unconstrained peak, rounded up to a MiB."""
+    predicted makespan): its unconstrained peak, rounded up to a MiB. The swap model
+    holds a LOAD's weights from its end, the peak from its start on (growing over it),
+    so under that limit the swap model never runs out of room."""
     out = []
     for name in policies:
         free, _ = predict(mode, pipeline, networks, name)
@@ -93,20 +102,25 @@ def _mib(value: float) -> str:
 def cv_sentence(cv: dict, mode: str) -> str:
     scores = cv.get(mode)
     if not scores:
-        return (f"The {mode} model was not cross-validated (no cv.json beside it: run "
-                f"`snakemake results/model/cv.json`); its error is unknown.")
+        why = cv.get("note") or (f"no {CV_FILE} beside the model file: run `snakemake "
+                                 f"results/model/{CV_FILE}`")
+        return f"The {mode} model's cross-validated error is unknown: {why}."
     if "makespan MAPE % (unconstrained)" not in scores:
-        return f"The {mode} model was not cross-validated: {scores.get('note', '')}."
+        return f"The {mode} model's cross-validated error is unknown: {scores.get('note')}."
 
     def pct(key: str) -> str:
         v = scores.get(key)
         return "n/a" if v is None else f"{v:.1f} %"
 
+    worst = scores.get("peak RSS median abs error % (unconstrained, worst policy)")
+    worst_text = "" if worst is None else (
+        f", {worst:.1f} % for the worst policy "
+        f"({scores.get('worst policy', '?')})")
     return (f"Cross-validated error of the {mode} model ({scores.get('note', '')}): "
             f"makespan MAPE {pct('makespan MAPE % (unconstrained)')} unconstrained, "
             f"{pct('makespan MAPE % (limited)')} under a limit; slowdown MAPE "
             f"{pct('slowdown MAPE % (limited)')}; peak RSS median absolute error "
-            f"{pct('peak RSS median abs error % (unconstrained)')}.")
+            f"{pct('peak RSS median abs error % (unconstrained)')}{worst_text}.")
 
 
 def format_advice(rows: list[Advice], pipeline: Pipeline, mode: ModeModel,
@@ -115,7 +129,7 @@ def format_advice(rows: list[Advice], pipeline: Pipeline, mode: ModeModel,
     swap = "unlimited swap" if swap_bytes is None else f"swap {format_size(swap_bytes)}"
     lines = [f"pipeline {pipeline.name}: {' '.join(pipeline.networks())}; {limit}, {swap}; "
              f"{mode.mode} model (batch {mode.batch or 'deploy'}, fitted on {mode.runs} "
-             f"runs of {len(mode.pipelines)} pipelines)",
+             f"run(s) of {len(mode.pipelines)} pipeline(s))",
              f"{'rank':>4}  {'policy':<18}{'makespan':>10}{'vs unconstr.':>14}"
              f"{'peak RAM':>11}{'peak swap':>11}"]
     for a in rows:
@@ -152,7 +166,7 @@ def run_advise(pipeline_path: str, model_path: str, models_dir: str, limit_bytes
     pipeline = load_pipeline(pipeline_path)
     descriptions = resolve_descriptions(pipeline, description_index(models_dir),
                                         check_files=False)
-    names = [parse_policy(p).name for p in (policies or model.policies)]
+    names = list(dict.fromkeys(parse_policy(p).name for p in (policies or model.policies)))
     if not names:
         raise EdgeprofError("no policies to rank: give --policies")
     networks = Networks(descriptions, mode.batch)

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from engine.analysis.stats import CI_METHOD, bootstrap_ci, cell_seed, kendall_tau
+from engine.analysis.stats import CI_METHOD, kendall_tau
 from engine.caffe.splitter import Description
 from engine.files import write_text_atomic
 from engine.model.params import Model
@@ -36,7 +36,7 @@ PREDICTION_COLUMNS = [
     "mode", "pipeline", "policy", "limit", "runs", "runs_ok", "measured_makespan_s",
     "measured_makespan_ci_low", "measured_makespan_ci_high", "predicted_makespan_s",
     "makespan_error_pct", "measured_slowdown", "predicted_slowdown", "slowdown_error_pct",
-    "measured_peak_rss_bytes", "measured_cg_peak_bytes", "predicted_peak_ram_bytes",
+    "measured_hwm_rss_bytes", "measured_cg_peak_bytes", "predicted_peak_ram_bytes",
     "peak_error_pct", "peak_cg_error_pct", "predicted_peak_swap_bytes",
     "predicted_swap_out_bytes", "measured_swap_out_bytes", "measured_oom", "predicted_oom",
 ]
@@ -45,67 +45,31 @@ SCORE_COLUMNS = ["mode", "metric", "scope", "value", "n", "note"]
 ERRORS = {
     "makespan_error_pct": ("predicted_makespan_s", "measured_makespan_s"),
     "slowdown_error_pct": ("predicted_slowdown", "measured_slowdown"),
-    "peak_error_pct": ("predicted_peak_ram_bytes", "measured_peak_rss_bytes"),
+    "peak_error_pct": ("predicted_peak_ram_bytes", "measured_hwm_rss_bytes"),
     "peak_cg_error_pct": ("predicted_peak_ram_bytes", "measured_cg_peak_bytes"),
 }
-PAGE = 4096
 
 
 def _pct(pred: float, meas: float) -> float:
     return (pred / meas - 1) * 100 if np.isfinite(meas) and meas > 0 else np.nan
 
 
-def _measured(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per cell: the median makespan with its CI, the slowdown over the same policy's
-    unconstrained runs (per repetition, then the median), peaks, swap, OOM."""
-    cells = measured_cells(runs)
-    rows = []
-    base = runs[(runs["limit"] == "none") & (runs["termination"] == "ok")]
-    base = base.set_index(["pipeline", "policy", "rep"])["makespan_s"]
-    for c in cells.itertuples():
-        part = runs[(runs["pipeline"] == c.pipeline) & (runs["policy"] == c.policy)
-                    & (runs["limit"] == c.limit)]
-        ok = part[part["termination"] == "ok"]
-        med, lo, hi = bootstrap_ci(ok["makespan_s"], seed=cell_seed((c.pipeline, c.policy,
-                                                                      c.limit)))
-        slow = np.nan
-        if c.limit != "none":
-            keys = list(zip(ok["pipeline"], ok["policy"], ok["rep"]))
-            ratios = [m / base[k] for m, k in zip(ok["makespan_s"], keys) if k in base.index]
-            slow = float(np.median(ratios)) if ratios else np.nan
-        swap = (part["guest_pswpout"] * PAGE if "guest_pswpout" in part
-                else pd.Series(np.nan, index=part.index))
-        rows.append({"pipeline": c.pipeline, "policy": c.policy, "limit": c.limit,
-                     "limit_bytes": c.limit_bytes, "runs": len(part), "runs_ok": len(ok),
-                     "measured_makespan_s": med, "measured_makespan_ci_low": lo,
-                     "measured_makespan_ci_high": hi, "measured_slowdown": slow,
-                     "measured_peak_rss_bytes": part["hwm_rss_bytes"].median(),
-                     "measured_cg_peak_bytes": part["cg_window_peak_bytes"].median()
-                     if "cg_window_peak_bytes" in part else np.nan,
-                     "measured_swap_out_bytes": swap.median(),
-                     "measured_oom": bool((part["termination"] == "memory").any())})
-    # cells every run of which was killed have no measured_cells row: add them
-    killed = runs.groupby(["pipeline", "policy", "limit"]).filter(
-        lambda g: (g["termination"] != "ok").all())
-    for (p, pol, lim), g in killed.groupby(["pipeline", "policy", "limit"]):
-        rows.append({"pipeline": p, "policy": pol, "limit": lim,
-                     "limit_bytes": g["limit_bytes"].iloc[0], "runs": len(g), "runs_ok": 0,
-                     "measured_oom": bool((g["termination"] == "memory").any())})
-    return pd.DataFrame(rows)
-
-
 def predict_cells(model: Model, mode: str, cells: pd.DataFrame, pipelines: dict,
                   networks: Networks) -> pd.DataFrame:
-    """The model's predictions for each measured cell (adds the predicted_* columns)."""
+    """The model's predictions for each measured cell (adds the predicted_* columns):
+    under the cell's limit and swap allowance, and unconstrained for its slowdown."""
     m = model.mode(mode)
     out = []
     for c in cells.itertuples():
         limit = None if c.limit == "none" else int(c.limit_bytes)
+        swap = None if pd.isna(c.swap_bytes) else int(c.swap_bytes)
         free, _ = predict(m, pipelines[c.pipeline], networks, c.policy)
-        pred, _ = predict(m, pipelines[c.pipeline], networks, c.policy, limit)
+        pred = free
+        if limit is not None:
+            pred, _ = predict(m, pipelines[c.pipeline], networks, c.policy, limit, swap)
         out.append({"predicted_makespan_s": pred.makespan_s,
                     "predicted_slowdown": (pred.makespan_s / free.makespan_s
-                                           if c.limit != "none" else np.nan),
+                                           if limit is not None else np.nan),
                     "predicted_peak_ram_bytes": pred.peak_ram_bytes,
                     "predicted_peak_swap_bytes": pred.peak_swap_bytes,
                     "predicted_swap_out_bytes": pred.swap_out_bytes,
@@ -134,7 +98,7 @@ def cross_validate(runs: pd.DataFrame, tasks: pd.DataFrame, networks: pd.DataFra
             if mode not in model.modes:
                 notes.append((mode, f"fold without {held}: {model.unfitted.get(mode)}"))
                 continue
-            cells = _measured(part[part["pipeline"] == held])
+            cells = measured_cells(part[part["pipeline"] == held])
             nets = Networks(descriptions, model.mode(mode).batch)
             preds.append(predict_cells(model, mode, cells, pipelines, nets).assign(mode=mode))
     pred = pd.concat(preds, ignore_index=True) if preds else pd.DataFrame(
@@ -156,19 +120,29 @@ def _row(mode: str, metric: str, scope: str, values: pd.Series | list, how: str,
 
 
 def _rankings(cells: pd.DataFrame) -> tuple[list[float], list[float], list[float]]:
-    """Per (pipeline, limit) with two or more finished policies: tau, best hit, within CI."""
+    """Per (pipeline, limit) with two or more policies that finished: Kendall's tau of
+    the predicted and measured makespans; whether the policy advise would pick (the
+    fastest predicted not to be killed) is the measured fastest, and whether its
+    measured median lies within the measured fastest's CI. Policies predicted equally
+    fast share the credit (1/k each); a pick that was killed, or no pick, is a miss."""
     taus, hits, within = [], [], []
-    done = cells.dropna(subset=["measured_makespan_s"])
-    for _, g in done.groupby(["pipeline", "limit"]):
-        if len(g) < 2:
+    for _, g in cells.groupby(["pipeline", "limit"]):
+        done = g.dropna(subset=["measured_makespan_s"])
+        if len(done) < 2:
             continue
-        taus.append(kendall_tau(g["predicted_makespan_s"], g["measured_makespan_s"]))
-        best = g.loc[g["measured_makespan_s"].idxmin()]
-        chosen = g.loc[g["predicted_makespan_s"].idxmin()]
-        hits.append(float(chosen["policy"] == best["policy"]))
+        taus.append(kendall_tau(done["predicted_makespan_s"], done["measured_makespan_s"]))
+        best = done.loc[done["measured_makespan_s"].idxmin()]
         high = best["measured_makespan_ci_high"]
         high = best["measured_makespan_s"] if not np.isfinite(high) else high
-        within.append(float(chosen["measured_makespan_s"] <= high))
+        alive = g[~g["predicted_oom"].astype(bool)]
+        if alive.empty:
+            hits.append(0.0)
+            within.append(0.0)
+            continue
+        fastest = alive["predicted_makespan_s"].min()
+        picks = alive[np.isclose(alive["predicted_makespan_s"], fastest, rtol=1e-9)]
+        hits.append(float((picks["policy"] == best["policy"]).mean()))
+        within.append(float((picks["measured_makespan_s"] <= high).mean()))  # NaN: killed
     return taus, hits, within
 
 
@@ -187,9 +161,15 @@ def scores(pred: pd.DataFrame, notes: list[tuple[str, str]] = ()) -> pd.DataFram
                          "mape", note))
         rows.append(_row(mode, "peak RSS median abs error %", "unconstrained",
                          free["peak_error_pct"], "median_abs", note))
-        for policy, g in free.groupby("policy"):
-            rows.append(_row(mode, "peak RSS median abs error %", f"unconstrained, {policy}",
-                             g["peak_error_pct"], "median_abs", note))
+        per_policy = [_row(mode, "peak RSS median abs error %", f"unconstrained, {policy}",
+                           g["peak_error_pct"], "median_abs", note)
+                      for policy, g in free.groupby("policy")]
+        rows += per_policy
+        worst = max((r for r in per_policy if pd.notna(r["value"])),
+                    key=lambda r: r["value"], default=None)
+        if worst is not None:
+            rows.append({**worst, "scope": "unconstrained, worst policy",
+                         "note": f"{worst['scope'].split(', ')[1]}; {note}"})
         rows.append(_row(mode, "peak median abs error % (cgroup peak)", "all",
                          p["peak_cg_error_pct"], "median_abs", note))
         rows.append(_row(mode, "peak RSS median abs error %", "limited",
@@ -202,10 +182,11 @@ def scores(pred: pd.DataFrame, notes: list[tuple[str, str]] = ()) -> pd.DataFram
                          "per pipeline and limit", hits, "mean", note))
         rows.append(_row(mode, "predicted best within measured best's CI (share)",
                          "per pipeline and limit", within, "mean", f"{note}; {CI_METHOD}"))
-        oom = p.dropna(subset=["predicted_oom"])
-        agree = (oom["predicted_oom"].astype(bool) == oom["measured_oom"].astype(bool))
-        rows.append(_row(mode, "OOM predicted correctly (share)", "all cells",
-                         agree.astype(float), "mean", note))
+        predicted, measured = lim["predicted_oom"].astype(bool), lim["measured_oom"].astype(bool)
+        rows.append(_row(mode, "OOM predicted correctly (share)", "limited cells",
+                         (predicted == measured).astype(float), "mean",
+                         f"{int(predicted.sum())} predicted, {int(measured.sum())} measured "
+                         f"OOM cells; {note}"))
     return pd.DataFrame(rows, columns=SCORE_COLUMNS)
 
 
@@ -217,9 +198,12 @@ def score_summary(scores_table: pd.DataFrame) -> dict[str, dict[str, float | str
         if r.metric == "cross-validation":
             entry["note"] = r.note
             continue
-        if "," in str(r.scope):
+        if "," in str(r.scope) and "worst policy" not in str(r.scope):
             continue
         entry[f"{r.metric} ({r.scope})"] = None if pd.isna(r.value) else float(r.value)
+        if "worst policy" in str(r.scope):
+            entry["worst policy"] = r.note.split(";")[0]
+            continue
         entry.setdefault("note", r.note)
     return out
 
@@ -271,5 +255,13 @@ def evaluate_files(tables_dir: str | os.PathLike, models_dir: str | os.PathLike,
     out = Path(out_dir)
     write_tables({"cv_predictions": pred, "cv_scores": table, "layer_residuals": resid}, out)
     summary = score_summary(table)
+    # which model file the scores go with: advise refuses to state them for another
+    summary["model_sha256"] = file_sha256(model_path)
     write_text_atomic(out / "cv.json", json.dumps(summary, indent=1) + "\n")
     return summary
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    import hashlib
+
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()

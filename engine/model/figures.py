@@ -16,14 +16,15 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 
 from engine.analysis.plots import colors_for, grid, no_data, policy_key
+from engine.units import MIB
 
-MIB = 2**20
-BAND = 0.15  # the makespan target: predictions within +-15 %
-
-ROWS = [  # (measured, predicted, label, scale)
-    ("measured_makespan_s", "predicted_makespan_s", "makespan (s)", 1.0),
-    ("measured_peak_rss_bytes", "predicted_peak_ram_bytes", "peak RSS (MiB)", MIB),
-    ("measured_slowdown", "predicted_slowdown", "slowdown under the limit (x)", 1.0),
+ROWS = [  # (measured, predicted, its error column, label, scale, band: the target)
+    ("measured_makespan_s", "predicted_makespan_s", "makespan_error_pct", "makespan (s)",
+     1.0, 0.15),
+    ("measured_hwm_rss_bytes", "predicted_peak_ram_bytes", "peak_error_pct",
+     "peak RSS (MiB)", MIB, 0.05),
+    ("measured_slowdown", "predicted_slowdown", "slowdown_error_pct",
+     "slowdown under the limit (x)", 1.0, 0.15),
 ]
 
 
@@ -32,16 +33,11 @@ def _panel(row: pd.Series) -> str:
     return f"{row['mode']}, {limit}"
 
 
-def _diagonal(ax, lo: float, hi: float) -> None:
+def _diagonal(ax, lo: float, hi: float, band: float) -> None:
     xs = np.array([lo, hi])
     ax.plot(xs, xs, color="0.3", linewidth=0.8)
-    for f in (1 - BAND, 1 + BAND):
+    for f in (1 - band, 1 + band):
         ax.plot(xs, xs * f, color="0.6", linewidth=0.6, linestyle="--")
-
-
-def _mape(measured: pd.Series, predicted: pd.Series) -> float:
-    ok = measured.notna() & predicted.notna() & (measured > 0)
-    return float((predicted[ok] / measured[ok] - 1).abs().mean() * 100) if ok.any() else np.nan
 
 
 def model_predictions(tables: dict[str, pd.DataFrame], style: dict,
@@ -61,7 +57,7 @@ def model_predictions(tables: dict[str, pd.DataFrame], style: dict,
     fig, axes = grid(len(rows), len(panels), sharey=False)
     for j, panel in enumerate(panels):
         part = pred[pred["panel"] == panel]
-        for i, (meas, predicted, label, scale) in enumerate(rows):
+        for i, (meas, predicted, error, label, scale, band) in enumerate(rows):
             ax = axes[i, j]
             ok = part.dropna(subset=[meas, predicted])
             ok = ok[(ok[meas] > 0) & (ok[predicted] > 0)]
@@ -82,7 +78,7 @@ def model_predictions(tables: dict[str, pd.DataFrame], style: dict,
                             elinewidth=0.6, capsize=0)
             values = pd.concat([ok[meas], ok[predicted]]) / scale
             lo, hi = values.min() / 1.3, values.max() * 1.3
-            _diagonal(ax, lo, hi)
+            _diagonal(ax, lo, hi, band)
             ax.set_xscale("log")
             ax.set_yscale("log")
             ax.set_xlim(lo, hi)
@@ -91,9 +87,12 @@ def model_predictions(tables: dict[str, pd.DataFrame], style: dict,
                 axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
                 axis.set_major_formatter(ScalarFormatter())
                 axis.set_minor_formatter(NullFormatter())
-            err = _mape(ok[meas], ok[predicted])
-            what = "MAPE" if meas != "measured_peak_rss_bytes" else "mean abs. error"
-            ax.set_title(f"{panel}\n{what} {err:.1f} %, n = {len(ok)}", fontsize="small")
+            if error == "peak_error_pct":  # the scores' statistic for each quantity
+                what, err = "median abs. error", ok[error].abs().median()
+            else:
+                what, err = "MAPE", ok[error].abs().mean()
+            ax.set_title(f"{panel}\n{what} {err:.1f} % (band ±{band:.0%}), n = {len(ok)}",
+                         fontsize="small")
             ax.set_xlabel(f"measured {label}")
             if j == 0:
                 ax.set_ylabel(f"predicted {label}")
@@ -101,7 +100,7 @@ def model_predictions(tables: dict[str, pd.DataFrame], style: dict,
                for p in policies]
     handles += [Line2D([], [], color="0.3", linewidth=0.8, label="predicted = measured"),
                 Line2D([], [], color="0.6", linestyle="--", linewidth=0.6,
-                       label=f"±{BAND:.0%}")]
+                       label="the target's band")]
     fig.legend(handles=handles, loc="outside right center", fontsize="small")
     fig.set_figwidth(max(fig.get_figwidth(), 6.5))
     fig.suptitle("Held-out pipelines: predicted against measured\n(medians over "

@@ -11,18 +11,20 @@ Per execution mode (native, emulated: never mixed), from the runs that finished:
   INIT seconds = a + b x input bytes; a whole forward pass (bulk EXEC) = a + b x the sum
   of its layers' predictions. Least squares on the median duration of each (network,
   layer, task) over the unconstrained runs, from tasks that ran alone (``overlap == 0``:
-  a task that shared the CPU with another took longer than its work); a feature whose
-  coefficient comes out negative is dropped and the rest refitted.
-- **dispatch gap**: the time between a task's end and the next one's start on a single
-  worker (recording the task, releasing its dependants), per task.
+  a task that shared the CPU with another took longer than its work); coefficients kept
+  non-negative by backward elimination (``fit_linear``).
+- **dispatch gap**: the median time between a task's end and the next one's start on
+  a single worker (recording the task, releasing its dependants).
 - **start RSS**: the runtime's resident memory (interpreter, numpy, the engine, the
-  probes) at the first task's start, before any network exists; the baseline the
-  simulator uses is calibrated from it (``engine.model.train``).
+  probes) at the first task's start, before any network exists: reported beside the
+  baseline the simulator uses, which ``engine.model.train`` measures from the runs'
+  peaks (it is also what the allocator keeps of freed blocks).
 - **CPUs** the measured child had (pinned: one).
 - **swap cost** under a limit: the seconds a task takes beyond the same task in the
   same pipeline's unconstrained run (same policy, repetition and mode), against the
-  pages it swapped in and out (the guest's pswpin/pswpout, or the cgroup's), least
-  squares through the origin; only from limited runs, so a mode without any has none.
+  pages it swapped in and out (the guest's pswpin/pswpout, or the cgroup's) and its
+  other major faults (file pages read again), least squares through the origin; only
+  from limited runs, so a mode without any has none.
 """
 
 from __future__ import annotations
@@ -43,36 +45,54 @@ from engine.model.params import (
     network_features,
 )
 
-# Swap counters per task window, best first: (pages in, pages out).
+# Swap counters per task window, best first: (pages in, pages out); major faults.
 SWAP_COLUMNS = [("guest_pswpin_delta", "guest_pswpout_delta"),
                 ("cg_pswpin_delta", "cg_pswpout_delta")]
+MAJOR_FAULT_COLUMNS = ["guest_pgmajfault_delta", "cg_pgmajfault_delta"]
 
 
-def fit_linear(x: pd.DataFrame, y: pd.Series | np.ndarray) -> Linear | None:
-    """Least squares of y on the columns of x with an intercept; a column whose
-    coefficient comes out negative (or that does not vary) is dropped and the rest
-    refitted; with none left, the median. None without points."""
+def fit_linear(x: pd.DataFrame, y: pd.Series | np.ndarray, intercept: bool = True
+               ) -> Linear | None:
+    """Least squares of y on the columns of x (and an intercept), every coefficient kept
+    non-negative by backward elimination: the feature whose coefficient (in scaled units)
+    comes out most negative is dropped and the rest refitted, and so is a negative
+    intercept (not an exact NNLS, whose optimum may keep a feature this drops). A fit
+    keeps at least two more points than parameters, taking the columns in their order;
+    with no feature left, the median of y (without an intercept: no cost). None without
+    points."""
     y = np.asarray(y, dtype=float)
     keep = np.isfinite(y) & np.isfinite(x.to_numpy(dtype=float)).all(axis=1)
     x, y = x[keep], y[keep]
     if len(y) == 0:
         return None
     cols = [c for c in x.columns if x[c].nunique() >= 2]
-    while cols:
-        a = np.column_stack([np.ones(len(y)), x[cols].to_numpy(dtype=float)])
+    with_b = intercept
+    while True:
+        cols = cols[:max(len(y) - 2 - int(with_b), 0)]
+        if not cols:
+            break
+        a = x[cols].to_numpy(dtype=float)
+        if with_b:
+            a = np.column_stack([np.ones(len(y)), a])
         scale = np.abs(a).max(axis=0)
         scale[scale == 0] = 1.0
-        sol, *_ = np.linalg.lstsq(a / scale, y, rcond=None)
-        sol = sol / scale
-        negative = [c for c, v in zip(cols, sol[1:]) if v < 0]
-        if negative:
-            cols.remove(min(negative, key=lambda c: sol[1 + cols.index(c)]))
+        scaled, *_ = np.linalg.lstsq(a / scale, y, rcond=None)
+        coefs = scaled[1:] if with_b else scaled
+        if (coefs < 0).any():
+            cols.pop(int(np.argmin(coefs)))
             continue
+        if with_b and scaled[0] < 0:
+            with_b = False
+            continue
+        sol = scaled / scale
         resid = y - a @ sol
         ss = float(((y - y.mean()) ** 2).sum())
         r2 = 1 - float((resid ** 2).sum()) / ss if ss > 0 else None
-        return Linear(float(sol[0]), {c: float(v) for c, v in zip(cols, sol[1:])}, len(y), r2)
-    return Linear(float(np.median(y)), {}, len(y), None)
+        return Linear(float(sol[0]) if with_b else 0.0,
+                      {c: float(v) for c, v in zip(cols, sol[1:] if with_b else sol)},
+                      len(y), r2)
+    return Linear(float(np.median(y)) if intercept else 0.0, {}, len(y), None)
+
 
 def _mode_name(emulated: bool) -> str:
     return "emulated" if emulated else "native"
@@ -127,18 +147,15 @@ def solo_medians(tasks: pd.DataFrame) -> pd.DataFrame:
 
 
 def _gap(runs: pd.DataFrame, tasks: pd.DataFrame) -> float:
-    """Per task, the time a single worker spends between tasks."""
+    """The median time a single worker takes from one task's end to its next task's
+    start (INITs left out: they may wait for their network's arrival)."""
     single = runs.loc[runs["workers"] == 1, "run_id"]
-    t = tasks[tasks["run_id"].isin(single)]
+    t = tasks[tasks["run_id"].isin(single)].sort_values(["run_id", "start_ns"])
     if t.empty:
         return 0.0
-    per_run = t.groupby("run_id").agg(busy=("duration_s", "sum"), n=("duration_s", "size"),
-                                      first=("start_ns", "min"), last=("end_ns", "max"))
-    per_run = per_run[per_run["n"] > 1]
-    if per_run.empty:
-        return 0.0
-    gaps = ((per_run["last"] - per_run["first"]) / 1e9 - per_run["busy"]) / (per_run["n"] - 1)
-    return float(max(np.median(gaps), 0.0))
+    gap = t["start_ns"] - t.groupby("run_id")["end_ns"].shift()
+    gap = gap[(t["task_type"] != "INIT") & gap.notna()]
+    return float(max(gap.median() / 1e9, 0.0)) if len(gap) else 0.0
 
 
 def _start_rss(tasks: pd.DataFrame) -> float:
@@ -166,16 +183,16 @@ def _swap_cost(runs: pd.DataFrame, tasks: pd.DataFrame, base_tasks: pd.DataFrame
     pairs = pairs.dropna(subset=[*cols, "base_s"])
     if pairs.empty:
         return None
-    excess = (pairs["duration_s"] - pairs["base_s"]).to_numpy()
-    pages = pairs[list(cols)].to_numpy(dtype=float)
-    coef = np.full(2, np.nan)
-    if (pages > 0).any(axis=0).all():
-        coef, *_ = np.linalg.lstsq(pages, excess, rcond=None)
-    if not np.all(np.isfinite(coef)) or (coef < 0).any():  # one cost for either way
-        total = pages.sum(axis=1)
-        per = float((total @ excess) / (total @ total)) if (total > 0).any() else 0.0
-        coef = np.array([max(per, 0.0)] * 2)
-    return SwapCost(float(coef[0]), float(coef[1]), len(pairs), "/".join(cols))
+    excess = pairs["duration_s"] - pairs["base_s"]
+    faults = next((c for c in MAJOR_FAULT_COLUMNS if c in pairs and pairs[c].notna().all()),
+                  None)
+    x = pairs[list(cols)].set_axis(["in", "out"], axis=1)
+    if faults is not None:  # beyond the pages swapped in: file pages read again
+        x["faults"] = (pairs[faults] - pairs[cols[0]]).clip(lower=0)
+    line = fit_linear(x, excess, intercept=False)
+    return SwapCost(line.coef.get("in", 0.0), line.coef.get("out", 0.0),
+                    line.coef.get("faults", 0.0), len(pairs),
+                    "/".join([*cols, *([faults] if faults else [])]))
 
 
 def fit_mode(runs: pd.DataFrame, tasks: pd.DataFrame,
@@ -207,7 +224,8 @@ def fit_mode(runs: pd.DataFrame, tasks: pd.DataFrame,
     start_rss = _start_rss(base_tasks)
     model = ModeModel(
         mode=mode, start_rss_bytes=start_rss, baseline_bytes=start_rss,
-        cpus=float(ok["child_cpus"].median()) if "child_cpus" in ok else 1.0, sharing=1.0,
+        cpus=float(ok["child_cpus"].median()) if ok["child_cpus"].notna().any() else 1.0,
+        sharing=1.0,
         gap_s=_gap(free, base_tasks), init=init, load_layer=load_layer,
         load_whole=load_whole, exec_types=exec_types,
         exec_any=linear(execs, DEFAULT_FEATURES),

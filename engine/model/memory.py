@@ -18,21 +18,17 @@ model turns swap traffic into seconds.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
-
-import numpy as np
 
 from engine import ops
-from engine.caffe import graph, io
+from engine.caffe import graph
 from engine.caffe.splitter import Description
+from engine.network import deploy_graph
+from engine.ops.workspace import F32
 from engine.schedule.tasks import WHOLE_NET, Kind, Task
-
-F32 = 4
 
 
 @dataclass(frozen=True)
@@ -62,14 +58,9 @@ class NetworkMemory:
         return sum(b for _, b in self.inputs)
 
 
-@functools.lru_cache(maxsize=64)
-def deploy_graph(prototxt: str, batch: int | None) -> graph.NetGraph:
-    """The runtime graph of a deploy prototxt at ``batch`` (None: the deploy batch)."""
-    return graph.build_graph(io.read_prototxt(prototxt), batch=batch, source=prototxt)
-
-
 def description_graph(desc: Description, batch: int | None) -> graph.NetGraph:
-    return deploy_graph(str(Path(desc.resolve(desc.prototxt)).resolve()), batch)
+    """The runtime graph of a split network at ``batch``, as ``engine.network`` builds it."""
+    return deploy_graph(desc.resolve(desc.prototxt), batch)
 
 
 def network_memory(desc: Description, batch: int | None) -> NetworkMemory:
@@ -113,55 +104,45 @@ def network_memory(desc: Description, batch: int | None) -> NetworkMemory:
 
 class Memory:
     """The resident set of one run: blocks in least-recently-used order. ``capacity``:
-    the bytes the run's arrays and weights may keep resident (None: no limit)."""
+    the bytes the run's arrays and weights may keep resident (None: no limit). Making
+    room swaps out the least recently used bytes of the other tasks' blocks first, then,
+    when the running task's own blocks alone exceed the capacity, its own oldest bytes
+    (it streams through them: each such byte goes out and, read again, comes back in)."""
 
     def __init__(self, capacity: int | None = None) -> None:
         self.capacity = capacity
         self.blocks: OrderedDict[tuple, list[int]] = OrderedDict()  # key -> [resident, swapped]
         self.resident = 0
         self.swapped = 0
-        self.peak_resident = 0
         self.peak_swapped = 0
-        self.peak_demand = 0  # resident + swapped: what an unlimited run would hold
         self.swap_in = 0
         self.swap_out = 0
-        self.task_peak = 0  # the highest demand since ``task_peak`` was last set
-
-    @property
-    def demand(self) -> int:
-        """Bytes held, resident or swapped: what an unlimited run would have resident."""
-        return self.resident + self.swapped
-
-    def _note(self, transient: int = 0) -> None:
-        self.peak_resident = max(self.peak_resident, self.resident + transient)
-        self.peak_swapped = max(self.peak_swapped, self.swapped)
-        self.peak_demand = max(self.peak_demand, self.demand + transient)
-        self.task_peak = max(self.task_peak, self.demand + transient)
 
     def _make_room(self, need: int, protect: set) -> int:
-        """Swap out least recently used bytes until ``need`` more fit; returns bytes
-        swapped out. Blocks in ``protect`` (the running task's own) stay."""
+        """Swap bytes out until ``need`` more fit; returns the bytes swapped out."""
         if self.capacity is None:
             return 0
         excess = self.resident + need - self.capacity
         out = 0
-        if excess <= 0:
-            return 0
-        for key, block in self.blocks.items():
-            if key in protect or block[0] == 0:
-                continue
-            moved = min(block[0], excess - out)
-            block[0] -= moved
-            block[1] += moved
-            out += moved
+        for own in (False, True):  # others' blocks first, the running task's last
             if out >= excess:
                 break
+            for key, block in self.blocks.items():
+                if (key in protect) != own or block[0] == 0:
+                    continue
+                moved = min(block[0], excess - out)
+                block[0] -= moved
+                block[1] += moved
+                out += moved
+                if out >= excess:
+                    break
         self.resident -= out
         self.swapped += out
         self.swap_out += out
+        self.peak_swapped = max(self.peak_swapped, self.swapped)
         return out
 
-    def touch(self, keys: Iterable[tuple]) -> tuple[int, int]:
+    def touch(self, keys: list[tuple]) -> tuple[int, int]:
         """A task reads these blocks: swapped parts come back (swap in, possibly swapping
         others out); they become the most recently used. Returns (in, out) bytes."""
         keys = [k for k in keys if k in self.blocks]
@@ -169,31 +150,27 @@ class Memory:
         swap_in = swap_out = 0
         for key in keys:
             block = self.blocks[key]
-            if block[1]:
-                swap_out += self._make_room(block[1], protect)
-                swap_in += block[1]
-                self.resident += block[1]
-                self.swapped -= block[1]
-                block[0], block[1] = block[0] + block[1], 0
+            back = block[1]
+            if back:
+                block[0], block[1] = block[0] + back, 0
+                self.resident += back
+                self.swapped -= back
+                swap_in += back
+                swap_out += self._make_room(0, protect)
             self.blocks.move_to_end(key)
         self.swap_in += swap_in
-        self._note()
         return swap_in, swap_out
 
     def alloc(self, key: tuple, nbytes: int, protect: Iterable[tuple] = ()) -> int:
         """A new block; returns bytes swapped out to make room for it."""
-        out = self._make_room(nbytes, set(protect))
         self.blocks[key] = [nbytes, 0]
         self.resident += nbytes
-        self._note()
-        return out
+        return self._make_room(0, {key, *protect})
 
     def transient(self, nbytes: int, protect: Iterable[tuple] = ()) -> int:
-        """Scratch held for a moment (an operator's temporaries): counted in the peaks,
-        may push other bytes out; returns bytes swapped out."""
-        out = self._make_room(nbytes, set(protect))
-        self._note(nbytes)
-        return out
+        """Scratch held for a moment (an operator's temporaries): may push other bytes
+        out; returns bytes swapped out."""
+        return self._make_room(nbytes, set(protect))
 
     def free(self, key: tuple) -> None:
         block = self.blocks.pop(key, None)
@@ -204,9 +181,10 @@ class Memory:
 
 @dataclass
 class TaskMemory:
-    """One task's effect on the bytes held (demand): ``held`` at its start (a LOAD's
-    weights arrive over its run, as readinto faults the pages in: ``ramp``), its
-    ``transient`` peak above that while it runs, ``freed`` at its end."""
+    """One task's effect on the bytes held (resident or swapped): ``held`` more from
+    its start on (a LOAD's weights arrive over its run instead, as readinto faults the
+    pages in: ``ramp``), a ``transient`` peak above that while it runs (an operator's
+    scratch, a bulk pass's layers), ``freed`` at its end."""
 
     held: int = 0
     ramp: bool = False
@@ -215,11 +193,13 @@ class TaskMemory:
 
 
 class RunMemory:
-    """The memory effects of a run's tasks, for the simulator: ``start(task)`` applies
-    what the task allocates and reads (returns the swap traffic in bytes it causes),
-    ``end(task)`` what it frees; ``effects`` keeps each task's ``TaskMemory``. Bulk LOAD
-    brings every weight in; bulk EXEC runs every step in turn, each freeing what it may
-    before the next allocates."""
+    """The memory effects of a run's tasks, for the simulator. ``start(task)`` applies
+    what it reads and allocates as it begins (an EXEC's weights and inputs, its outputs
+    and scratch; an INIT's input) and returns the swap traffic (in, out) that causes;
+    ``finish(task)`` what exists once its computing is done (a LOAD's weights) and the
+    bytes that pushes out; ``end(task)`` what it frees. ``effects`` keeps each task's
+    ``TaskMemory``. Bulk LOAD brings every weight in; bulk EXEC runs every step in
+    turn, each freeing what it may before the next allocates."""
 
     def __init__(self, profiles: dict[int, NetworkMemory], capacity: int | None) -> None:
         self.profiles = profiles  # instance -> its network's replay
@@ -227,83 +207,90 @@ class RunMemory:
         self.effects: dict[int, TaskMemory] = {}
         self._pending: dict[int, list[tuple]] = {}  # task id -> blocks it frees at its end
 
-    def _exec_step(self, inst: int, step: Step) -> tuple[int, int, list[tuple]]:
+    def _demand(self) -> int:
+        return self.mem.resident + self.mem.swapped
+
+    def _exec_step(self, inst: int, step: Step) -> tuple[int, int, int, list[tuple]]:
+        """(in, out, the step's transient peak of demand, what it frees)."""
         w = (inst, "w", step.layer)
         reads = [w] + [(inst, "a", a) for a in step.reads]
         swap_in, swap_out = self.mem.touch(reads)
         for array, nbytes in step.allocs:
             swap_out += self.mem.alloc((inst, "a", array), nbytes, reads)
         swap_out += self.mem.transient(step.scratch, reads)
-        return swap_in, swap_out, [w] + [(inst, "a", a) for a in step.frees]
+        return (swap_in, swap_out, self._demand() + step.scratch,
+                [w] + [(inst, "a", a) for a in step.frees])
 
     def start(self, task: Task) -> tuple[int, int]:
-        before = self.mem.demand
-        self.mem.task_peak = before
-        swap = self._apply(task)
-        after = self.mem.demand
-        self.effects[task.id] = TaskMemory(after - before, task.kind == Kind.LOAD,
-                                           max(self.mem.task_peak - after, 0))
-        return swap
-
-    def _apply(self, task: Task) -> tuple[int, int]:
         prof = self.profiles[task.instance]
         inst = task.instance
-        if task.kind == Kind.INIT:
-            return 0, sum(self.mem.alloc((inst, "a", a), b) for a, b in prof.inputs)
-        steps = prof.steps if task.layer == WHOLE_NET else (prof.steps[task.layer],)
+        before = self._demand()
+        effect = self.effects[task.id] = TaskMemory(ramp=task.kind == Kind.LOAD)
         if task.kind == Kind.LOAD:
-            return 0, sum(self.mem.alloc((inst, "w", s.layer), s.weights)
-                          for s in steps if s.weights)
-        swap_in = swap_out = 0
+            return 0, 0
+        if task.kind == Kind.INIT:
+            out = sum(self.mem.alloc((inst, "a", a), b) for a, b in prof.inputs)
+            effect.held = self._demand() - before
+            return 0, out
+        steps = prof.steps if task.layer == WHOLE_NET else (prof.steps[task.layer],)
+        swap_in = swap_out = peak = 0
         frees: list[tuple] = []
         for step in steps:
             for key in frees:  # the previous layer's, within one bulk forward pass
                 self.mem.free(key)
-            i, o, frees = self._exec_step(inst, step)
-            swap_in, swap_out = swap_in + i, swap_out + o
+            i, o, top, frees = self._exec_step(inst, step)
+            swap_in, swap_out, peak = swap_in + i, swap_out + o, max(peak, top)
         self._pending[task.id] = frees
+        effect.held = self._demand() - before
+        effect.transient = max(peak - self._demand(), 0)
         return swap_in, swap_out
 
+    def finish(self, task: Task) -> int:
+        """A LOAD's weights are in: returns the bytes that pushes out."""
+        if task.kind != Kind.LOAD:
+            return 0
+        prof = self.profiles[task.instance]
+        steps = prof.steps if task.layer == WHOLE_NET else (prof.steps[task.layer],)
+        before = self._demand()
+        out = sum(self.mem.alloc((task.instance, "w", s.layer), s.weights)
+                  for s in steps if s.weights)
+        self.effects[task.id].held = self._demand() - before
+        return out
+
     def end(self, task: Task) -> None:
-        before = self.mem.demand
+        before = self._demand()
         for key in self._pending.pop(task.id, ()):
             self.mem.free(key)
-        self.effects[task.id].freed = before - self.mem.demand
+        self.effects[task.id].freed = before - self._demand()
 
 
 def demand_peak(effects: dict[int, TaskMemory], start_s: list[float],
                 end_s: list[float]) -> float:
-    """The highest demand over a simulated run: every task's bytes placed on its start
-    and end times, a LOAD's weights growing linearly over its run, transients held while
-    their task runs. The curve is piecewise linear, so its maximum is at a task's start
-    or end."""
-    ids = np.array(sorted(effects), dtype=int)
-    if len(ids) == 0:
-        return 0.0
-    s = np.asarray(start_s, dtype=float)[ids]
-    e = np.asarray(end_s, dtype=float)[ids]
-    held = np.array([effects[i].held for i in ids], dtype=float)
-    ramp = np.array([effects[i].ramp for i in ids], dtype=bool)
-    transient = np.array([effects[i].transient for i in ids], dtype=float)
-    freed = np.array([effects[i].freed for i in ids], dtype=float)
-    # at a start, the starting task's instant bytes and transient count already
-    times = np.unique(np.concatenate([s, e]))
-    instant = ~ramp
-    order_s, order_e = np.argsort(s), np.argsort(e)
-    held_instant = np.where(instant, held, 0.0)[order_s].cumsum()
-    freed_sum = freed[order_e].cumsum()
-    n_started = np.searchsorted(s[order_s], times, side="right")
-    n_ended = np.searchsorted(e[order_e], times, side="right")
-    total = (np.where(n_started > 0, held_instant[np.maximum(n_started - 1, 0)], 0.0)
-             - np.where(n_ended > 0, freed_sum[np.maximum(n_ended - 1, 0)], 0.0))
-    # running tasks' transients (started at or before t, ending after t)
-    t = np.flatnonzero(transient > 0)
-    if len(t):
-        running = (s[t][None, :] <= times[:, None]) & (e[t][None, :] > times[:, None])
-        total += (running * transient[t][None, :]).sum(axis=1)
-    if ramp.any():
-        r = np.flatnonzero(ramp)
-        span = np.maximum(e[r] - s[r], 1e-12)
-        frac = np.clip((times[:, None] - s[r][None, :]) / span[None, :], 0.0, 1.0)
-        total += (frac * held[r][None, :]).sum(axis=1)
-    return float(total.max())
+    """The highest demand over a simulated run, each task's bytes placed on its start
+    and end times: ``held`` from its start (a LOAD's growing linearly to its end),
+    ``transient`` while it runs, ``freed`` at its end. The curve is piecewise linear, so
+    its maximum is just before or just after some task's start or end: one sorted sweep
+    over those events."""
+    events = []  # (time, order, jump, slope change)
+    for tid, e in effects.items():
+        s, t = start_s[tid], end_s[tid]
+        ramp = e.ramp and t > s
+        if ramp:
+            rate = e.held / (t - s)
+            events.append((s, 1, e.transient, rate))
+            events.append((t, 0, -e.transient - e.freed, -rate))
+        else:
+            events.append((s, 1, e.held + e.transient, 0.0))
+            # a task that takes no time ends after its own start
+            events.append((t, 0 if t > s else 2, -e.transient - e.freed, 0.0))
+    events.sort(key=lambda ev: (ev[0], ev[1]))
+    level = peak = slope = 0.0
+    last = events[0][0] if events else 0.0
+    for time, _, jump, dslope in events:
+        level += slope * (time - last)  # the ramps up to just before this event
+        peak = max(peak, level)
+        last = time
+        level += jump
+        slope += dslope
+        peak = max(peak, level)
+    return peak

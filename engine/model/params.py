@@ -18,7 +18,6 @@ from engine.files import parse_json, write_text_atomic
 from engine.model.memory import description_graph
 
 MODEL_VERSION = 1
-PAGE = 4096
 
 
 class ModelFileError(EdgeprofError):
@@ -42,10 +41,14 @@ class Linear:
 
 @dataclass
 class SwapCost:
-    """Seconds per page (4 KiB) swapped in and out, from ``n`` task windows."""
+    """Seconds per page (4 KiB) swapped in and out, from ``n`` task windows; and per
+    major fault beyond the pages swapped in (file pages read again after the page cache
+    let them go: fitted to keep them out of the swap costs, not predicted, since the
+    replay has no page cache)."""
 
     per_page_in_s: float
     per_page_out_s: float
+    per_major_fault_s: float
     n: int
     source: str  # the counters it was fitted from
 
@@ -89,9 +92,11 @@ class Model:
         if name not in self.modes:
             why = self.unfitted.get(name) or ", ".join(f"{m}: {w}"
                                                       for m, w in self.unfitted.items())
+            hint = (f": use --mode {next(iter(self.modes))}" if self.modes
+                    else ": fit it on runs that finished")
             raise ModelFileError(f"the model has no fitted '{name or 'native'}' mode (it has: "
                                  f"{', '.join(self.modes) or 'none'}"
-                                 f"{'; ' + why if why else ''})")
+                                 f"{'; ' + why if why else ''}){hint}")
         return self.modes[name]
 
     def to_json(self) -> str:
@@ -104,7 +109,7 @@ class Model:
     def read(cls, path: str | os.PathLike) -> Model:
         path = Path(path)
         try:
-            data = parse_json(path.read_text())
+            data = parse_json(path.read_text(), finite=True)
         except (OSError, ValueError) as exc:
             raise ModelFileError(f"cannot read model file {path}: {exc}; fit one with "
                                  f"`snakemake results/model/model.json`") from None
@@ -123,10 +128,53 @@ class Model:
                 m["exec_types"] = {t: Linear(**v) for t, v in m["exec_types"].items()}
                 m["swap"] = SwapCost(**m["swap"]) if m["swap"] is not None else None
                 modes[name] = ModeModel(**m)
-            return cls(modes, list(data["policies"]), dict(data.get("trained_on", {})),
-                       dict(data.get("unfitted", {})))
-        except (KeyError, TypeError, AttributeError) as exc:
-            raise ModelFileError(f"{path} is not a model file ({exc}); refit it") from None
+            model = cls(modes, list(data["policies"]), dict(data.get("trained_on", {})),
+                        dict(data.get("unfitted", {})))
+            model.check()
+            return model
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            raise ModelFileError(f"{path} is not a usable model file ({exc}); refit it") \
+                from None
+
+    def check(self) -> None:
+        """Every number where the simulator can use it (ValueError otherwise): a damaged
+        file must not hang or crash a prediction."""
+        for name, m in self.modes.items():
+            if name not in ("native", "emulated"):
+                raise ValueError(f"unknown execution mode {name!r}")
+            for field_name, low in (("start_rss_bytes", 0), ("baseline_bytes", 0),
+                                    ("gap_s", 0)):
+                _number(getattr(m, field_name), f"{name}.{field_name}", low)
+            _number(m.cpus, f"{name}.cpus", 0, strict=True)
+            _number(m.sharing, f"{name}.sharing", 0, strict=True, high=1)
+            if m.batch is not None and (isinstance(m.batch, bool) or not isinstance(
+                    m.batch, int) or m.batch < 1):
+                raise ValueError(f"{name}.batch is {m.batch!r}")
+            lines = {"init": m.init, "load_layer": m.load_layer, "exec_any": m.exec_any,
+                     "load_whole": m.load_whole, "exec_whole": m.exec_whole,
+                     **{f"exec_types.{t}": v for t, v in m.exec_types.items()}}
+            for what, line in lines.items():
+                if line is None:
+                    continue
+                _number(line.intercept, f"{name}.{what}.intercept", 0)
+                if not isinstance(line.coef, dict):
+                    raise ValueError(f"{name}.{what}.coef is not an object")
+                for feature, c in line.coef.items():
+                    _number(c, f"{name}.{what}.coef.{feature}", 0)
+            if m.swap is not None:
+                for field_name in ("per_page_in_s", "per_page_out_s", "per_major_fault_s"):
+                    _number(getattr(m.swap, field_name), f"{name}.swap.{field_name}", 0)
+        if not all(isinstance(p, str) for p in self.policies):
+            raise ValueError("policies must be names")
+
+
+def _number(value: object, what: str, low: float, strict: bool = False,
+            high: float = math.inf) -> None:
+    ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
+          and math.isfinite(value) and (value > low if strict else value >= low)
+          and value <= high)
+    if not ok:
+        raise ValueError(f"{what} is {value!r}, not a number in its range")
 
 
 # ---- features of a network's layers ----
@@ -193,4 +241,3 @@ def load_whole_s(mode: ModeModel, feats: NetworkFeatures) -> float:
     return (mode.load_whole or mode.load_layer)({"bytes": feats.total_weight_bytes})
 
 
-# ---- the fit ----

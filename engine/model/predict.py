@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from engine.caffe.splitter import Description
 from engine.model.memory import NetworkMemory, RunMemory, demand_peak, network_memory
 from engine.model.params import (
-    PAGE,
     ModeModel,
     NetworkFeatures,
     exec_layer_s,
@@ -23,6 +22,7 @@ from engine.schedule.pipelines import Pipeline
 from engine.schedule.plan import plan
 from engine.schedule.policies import Policy, parse_policy
 from engine.schedule.tasks import WHOLE_NET, Kind, Task
+from engine.units import PAGE
 
 
 @dataclass
@@ -106,17 +106,18 @@ def predict(mode: ModeModel, pipeline: Pipeline, networks: Networks, policy: Pol
                                                    task.layer),
                       budget=budget if budget is not None else limit_bytes,
                       network_time=planned.network_time, cpus=mode.cpus, sharing=mode.sharing,
-                      on_start=on_start, on_end=memory.end)
+                      on_start=on_start, on_finish=lambda task: memory.finish(task) * per_out,
+                      on_end=memory.end)
     mem = memory.mem
     why = ""
     if capacity is not None and capacity <= 0:
-        why = (f"the runtime alone holds {mode.baseline_bytes / 2**20:.0f} MiB, more than "
+        why = (f"the runtime's own baseline ({mode.baseline_bytes / 2**20:.0f} MiB) is over "
                f"the limit")
     elif swap_bytes is not None and mem.peak_swapped > swap_bytes:
         why = (f"needs {mem.peak_swapped / 2**20:.0f} MiB of swap, "
                f"{swap_bytes / 2**20:.0f} MiB allowed")
-    # what is resident at the peak: the bytes held, LOADs growing over their run; under
-    # a limit no more than it leaves
+    # what is resident at the peak: the bytes held (LOADs growing over their run); under
+    # a limit no more than it leaves (the rest is in swap)
     held = demand_peak(memory.effects, result.start_s, result.end_s)
     if capacity is not None:
         held = min(held, max(capacity, 0))

@@ -3,19 +3,25 @@
 The order in which tasks become ready, which pool a worker serves, the pools' order
 (FCFS, exec-priority, shortest-network-first) and masa's admission are
 ``engine.schedule.dispatch.Scheduler``, the same object the threaded dispatcher drives;
-only the clock is virtual. Each task has a known amount of work (seconds on one CPU);
-the running tasks share the measured child's CPUs (``cpus``: with more running tasks
-than CPUs each progresses at sharing x cpus / running, as threads of one process pinned to
-fewer CPUs do; ``sharing`` < 1 is what time-slicing costs them: context switches, caches
-they evict from each other, the GIL), or run at full speed each (``cpus=None``: tasks
-that wait rather than compute). A worker that finishes a task takes its next one before
-workers that were
-idle (it is already running; they must be woken), then idle workers in index order.
-No sleeping: a 10-network pipeline simulates in milliseconds.
+only the clock is virtual.
+
+A task runs in three phases: waiting for I/O before it computes (``on_start``: e.g. the
+pages it must swap in), computing (``work_s``: seconds on one CPU), waiting for I/O
+after (``on_finish``: e.g. the pages its new weights push out). Only computing tasks
+share the measured child's CPUs: with more of them than ``cpus`` each progresses at
+sharing x cpus / computing (threads of one process pinned to fewer CPUs; ``sharing`` <
+1 is what time-slicing costs them: context switches, caches they evict from each other,
+the GIL); ``cpus=None``: each at full speed (tasks that wait rather than compute). A
+task waiting for I/O takes no CPU.
+
+When several workers are idle, the one that finished a task most recently takes first
+(it is already running; the others must be woken). No sleeping: a 10-network pipeline
+simulates in milliseconds.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -25,38 +31,50 @@ from engine.schedule.policies import Policy
 from engine.schedule.tasks import Task, TaskGraph
 
 EPS = 1e-12
+IO_BEFORE, COMPUTE, IO_AFTER = 0, 1, 2
 
 
 class SimulationError(EdgeprofError):
-    """The task graph cannot finish (a task that no worker may ever take)."""
+    """The task graph cannot finish (a task no worker may ever take), or a task's time
+    is not a finite number of seconds."""
 
 
 @dataclass
 class SimResult:
     start_s: list[float]  # per task id
     end_s: list[float]
-    worker: list[int]
     order: list[int]  # task ids in the order they started
     makespan_s: float  # first arrival to the last task's end
+
+
+def _seconds(value: float, what: str, task: Task) -> float:
+    if not math.isfinite(value) or value < 0:
+        raise SimulationError(f"task {task.label} of instance {task.instance}: {what} is "
+                              f"{value!r}, not a number of seconds (a damaged model file?)")
+    return value
 
 
 def simulate(graph: TaskGraph, policy: Policy, arrivals_s: dict[int, float],
              work_s: Callable[[Task], float], *, budget: int | None = None,
              network_time: dict[int, float] | None = None, cpus: float | None = None,
              sharing: float = 1.0, on_start: Callable[[Task], float] | None = None,
+             on_finish: Callable[[Task], float] | None = None,
              on_end: Callable[[Task], None] | None = None) -> SimResult:
-    """Run ``graph`` under ``policy`` in virtual time. ``work_s(task)``: its work in
-    seconds; ``on_start(task)`` may add seconds (e.g. the swap traffic it causes) and
-    ``on_end(task)`` sees it finish."""
+    """Run ``graph`` under ``policy`` in virtual time: ``work_s(task)`` its CPU seconds;
+    ``on_start(task)`` the seconds it waits before computing, ``on_finish(task)`` after;
+    ``on_end(task)`` sees it end."""
+    if cpus is not None and not (cpus > 0 and 0 < sharing <= 1):
+        raise SimulationError(f"cpus {cpus!r} and sharing {sharing!r}: need cpus > 0 and "
+                              f"0 < sharing <= 1")
     sched = Scheduler(graph, policy, budget=budget, network_time=network_time)
     n = len(graph.tasks)
-    start, end, worker_of = [float("nan")] * n, [float("nan")] * n, [-1] * n
+    start, end = [math.nan] * n, [math.nan] * n
     order: list[int] = []
     arrivals = sorted(arrivals_s.items(), key=lambda kv: (kv[1], kv[0]))
     next_arrival = 0
     now = arrivals[0][1] if arrivals else 0.0
     first = now
-    running: dict[int, list] = {}  # worker -> [task, work left]
+    running: dict[int, list] = {}  # worker -> [task, phase, seconds left in the phase]
     idle = list(range(policy.workers))
     while True:
         while next_arrival < len(arrivals) and arrivals[next_arrival][1] <= now + EPS:
@@ -67,11 +85,12 @@ def simulate(graph: TaskGraph, policy: Policy, arrivals_s: dict[int, float],
             if task is None:
                 continue
             idle.remove(w)
-            extra = on_start(task) if on_start is not None else 0.0
-            running[w] = [task, max(work_s(task), 0.0) + extra]
-            start[task.id], worker_of[task.id] = now, w
+            wait = _seconds(on_start(task), "its wait", task) if on_start else 0.0
+            running[w] = [task, IO_BEFORE, wait]
+            start[task.id] = now
             order.append(task.id)
-        if not running:
+        done = _advance_phases(running, work_s, on_finish)
+        if not running and not done:
             if next_arrival < len(arrivals):
                 now = arrivals[next_arrival][1]
                 continue
@@ -79,15 +98,18 @@ def simulate(graph: TaskGraph, policy: Policy, arrivals_s: dict[int, float],
                 break
             raise SimulationError(f"{policy.name}: {n - sched.done} task(s) can never run "
                                   f"(nothing running, nothing left to arrive)")
-        rate = 1.0 if cpus is None or len(running) <= cpus else sharing * cpus / len(running)
-        step = min(left for _, left in running.values()) / rate
-        due = arrivals[next_arrival][1] if next_arrival < len(arrivals) else float("inf")
-        if due < now + step:
-            step = due - now
-        now += step
-        for slot in running.values():
-            slot[1] -= step * rate
-        done = sorted(w for w, (_, left) in running.items() if left <= EPS * max(1.0, now))
+        if not done:
+            computing = sum(slot[1] == COMPUTE for slot in running.values())
+            rate = (1.0 if cpus is None or computing <= cpus
+                    else sharing * cpus / computing)
+            step = min(left / (rate if phase == COMPUTE else 1.0)
+                       for _, phase, left in running.values())
+            due = arrivals[next_arrival][1] if next_arrival < len(arrivals) else math.inf
+            step = min(step, due - now)
+            now += step
+            for slot in running.values():
+                slot[2] -= step * (rate if slot[1] == COMPUTE else 1.0)
+            done = _advance_phases(running, work_s, on_finish)
         for w in done:
             task = running.pop(w)[0]
             end[task.id] = now
@@ -96,4 +118,24 @@ def simulate(graph: TaskGraph, policy: Policy, arrivals_s: dict[int, float],
             if sched.complete(task):
                 sched.release(task.instance)
         idle = done + idle
-    return SimResult(start, end, worker_of, order, (max(end) - first) if n else 0.0)
+    return SimResult(start, end, order, (max(end) - first) if n else 0.0)
+
+
+def _advance_phases(running: dict[int, list], work_s: Callable[[Task], float],
+                    on_finish: Callable[[Task], float] | None) -> list[int]:
+    """Move every slot whose phase is over to its next phase; the workers whose task is
+    done, in worker order."""
+    done = []
+    for w in sorted(running):
+        slot = running[w]
+        while slot[2] <= EPS:
+            task = slot[0]
+            if slot[1] == IO_BEFORE:
+                slot[1], slot[2] = COMPUTE, _seconds(work_s(task), "its work", task)
+            elif slot[1] == COMPUTE:
+                wait = _seconds(on_finish(task), "its wait", task) if on_finish else 0.0
+                slot[1], slot[2] = IO_AFTER, wait
+            else:
+                done.append(w)
+                break
+    return done

@@ -8,8 +8,9 @@ training runs (unconstrained, finished):
   makespan of the multi-worker policies' runs; without such runs it stays 1.
 - ``baseline_bytes``: the runtime's resident memory beyond what the memory replay
   counts: the interpreter, numpy and the engine (``start_rss_bytes``, measured at the
-  first task) plus what the allocator keeps of freed blocks as the run goes. The median
-  over the training cells of measured peak RSS - the replay's peak.
+  first task) plus what the allocator keeps of freed blocks as the run goes. Measured
+  as the median over the training cells of measured peak RSS - the replay's peak
+  (never below 0).
 
 The pipelines come from the networks table (each instance's arrival), so training needs
 only the tables and the network descriptions.
@@ -32,6 +33,7 @@ from engine.model.params import Model, ModeModel
 from engine.model.predict import Networks, predict
 from engine.schedule.pipelines import Arrival, Pipeline
 from engine.schedule.policies import parse_policy
+from engine.units import PAGE
 
 GOLDEN = (math.sqrt(5) - 1) / 2
 
@@ -49,14 +51,41 @@ def pipelines_from_networks(networks: pd.DataFrame) -> dict[str, Pipeline]:
     return out
 
 
+CELL_KEY = ["pipeline", "policy", "limit"]
+
+
 def measured_cells(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per (pipeline, policy, limit) of the finished runs: median makespan and peak RSS."""
-    ok = runs[runs["termination"] == "ok"]
-    return (ok.groupby(["pipeline", "policy", "limit"])
-            .agg(makespan_s=("makespan_s", "median"), hwm_rss_bytes=("hwm_rss_bytes", "median"),
-                 workers=("workers", "first"), limit_bytes=("limit_bytes", "first"),
-                 runs=("run_id", "size"))
-            .reset_index())
+    """Per (pipeline, policy, limit) of one execution mode: the median makespan of the
+    finished runs with its 95 % CI (``stats.summarize``), the median slowdown over the
+    same policy unconstrained (paired per repetition: ``tables.speedup_table``), and over
+    every run that measured them (killed ones included, as the summary table does) the
+    median resident high-water mark, cgroup window peak and pages swapped out; whether a
+    run was OOM-killed. A cell every run of which was killed has no makespan."""
+    from engine.analysis.stats import summarize
+    from engine.analysis.tables import speedup_table
+
+    def col(name: str) -> pd.Series:
+        return runs[name] if name in runs else pd.Series(np.nan, index=runs.index)
+
+    runs = runs.assign(pipeline=runs["pipeline"].astype(str),
+                       swap_out_bytes=col("guest_pswpout") * PAGE,
+                       oom=runs["termination"] == "memory", ok=runs["termination"] == "ok",
+                       cg_window_peak_bytes=col("cg_window_peak_bytes"))
+    cells = (runs.groupby(CELL_KEY)
+             .agg(limit_bytes=("limit_bytes", "first"), swap_bytes=("swap_bytes", "first"),
+                  workers=("workers", "first"), runs=("run_id", "size"),
+                  runs_ok=("ok", "sum"), measured_oom=("oom", "any"),
+                  measured_hwm_rss_bytes=("hwm_rss_bytes", "median"),
+                  measured_cg_peak_bytes=("cg_window_peak_bytes", "median"),
+                  measured_swap_out_bytes=("swap_out_bytes", "median"))
+             .reset_index())
+    times = summarize(runs[runs["ok"]], CELL_KEY, "makespan_s", prefix="measured_makespan")
+    times = times.rename(columns={"measured_makespan_median": "measured_makespan_s"})
+    pairs = speedup_table(runs)
+    slow = (pairs[pairs["limit"] != "none"].groupby(CELL_KEY)["slowdown"].median()
+            .rename("measured_slowdown").reset_index())
+    return (cells.merge(times.drop(columns="measured_makespan_n"), on=CELL_KEY, how="left")
+            .merge(slow, on=CELL_KEY, how="left"))
 
 
 def golden_min(f: Callable[[float], float], lo: float, hi: float, steps: int = 18) -> float:
@@ -78,21 +107,21 @@ def golden_min(f: Callable[[float], float], lo: float, hi: float, steps: int = 1
 def calibrate(mode: ModeModel, cells: pd.DataFrame, pipelines: dict[str, Pipeline],
               networks: Networks) -> ModeModel:
     """Sets ``mode.sharing`` and ``mode.baseline_bytes`` from the unconstrained cells."""
-    free = cells[cells["limit"] == "none"]
+    free = cells[(cells["limit"] == "none") & cells["measured_makespan_s"].notna()]
     multi = free[free["workers"] > 1]
     if not multi.empty:
         def loss(sharing: float) -> float:
             mode.sharing = sharing
             err = [math.log(predict(mode, pipelines[r.pipeline], networks, r.policy)[0]
-                            .makespan_s / r.makespan_s) for r in multi.itertuples()]
+                            .makespan_s / r.measured_makespan_s) for r in multi.itertuples()]
             return float(np.sum(np.square(err)))
 
         mode.sharing = round(golden_min(loss, 0.2, 1.0), 4)
     mode.baseline_bytes = 0.0
-    gaps = [r.hwm_rss_bytes - predict(mode, pipelines[r.pipeline], networks,
-                                      r.policy)[0].peak_ram_bytes
-            for r in free.itertuples() if np.isfinite(r.hwm_rss_bytes)]
-    mode.baseline_bytes = float(np.median(gaps)) if gaps else mode.start_rss_bytes
+    gaps = [r.measured_hwm_rss_bytes - predict(mode, pipelines[r.pipeline], networks,
+                                               r.policy)[0].peak_ram_bytes
+            for r in free.itertuples() if np.isfinite(r.measured_hwm_rss_bytes)]
+    mode.baseline_bytes = max(float(np.median(gaps)), 0.0) if gaps else mode.start_rss_bytes
     return mode
 
 
@@ -120,7 +149,11 @@ def read_tables(tables_dir: str | os.PathLike, models_dir: str | os.PathLike
         if not path.is_file():
             raise EdgeprofError(f"{path} is missing: run the workflow's aggregate stage "
                                 f"first (snakemake {folder}/{name}.parquet)")
-        frames.append(pd.read_parquet(path))
+        try:
+            frames.append(pd.read_parquet(path))
+        except (OSError, ValueError) as exc:  # pyarrow's errors are both
+            raise EdgeprofError(f"{path} is not a readable table ({exc}); rerun the "
+                                f"aggregate stage") from None
     runs, tasks, networks = frames
     if runs.empty:
         raise EdgeprofError(f"{folder}/runs.parquet holds no runs to fit a model on")

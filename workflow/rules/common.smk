@@ -140,10 +140,12 @@ MODEL_OUTPUTS = expand(f"{RESULTS}/model/{{table}}.{{ext}}",
                        table=["cv_predictions", "cv_scores", "layer_residuals"],
                        ext=["csv", "parquet"]) + [f"{RESULTS}/model/cv.json"]
 MODEL_FIGURES = ["model_predictions", "model_residuals"]
-TARGETS = expand(
-    f"{RESULTS}/plots/{{fig}}.{{ext}}", fig=FIGURES + MODEL_FIGURES, ext=["png", "pdf"]
-) + expand(f"{RESULTS}/tables/{{table}}.{{ext}}", table=TABLES, ext=["csv", "parquet"]
-) + [MODEL_FILE] + MODEL_OUTPUTS
+TARGETS = (
+    expand(f"{RESULTS}/plots/{{fig}}.{{ext}}", fig=FIGURES, ext=["png", "pdf"])
+    + expand(f"{RESULTS}/tables/{{table}}.{{ext}}", table=TABLES, ext=["csv", "parquet"])
+    + [MODEL_FILE] + MODEL_OUTPUTS
+    + expand(f"{RESULTS}/model/{{fig}}.{{ext}}", fig=MODEL_FIGURES, ext=["png", "pdf"])
+)
 
 
 wildcard_constraints:

@@ -51,18 +51,18 @@ rule model_plot:
         f"{RESULTS}/model/layer_residuals.parquet",
     output:
         png=report(
-            f"{RESULTS}/plots/{{model_fig}}.png",
+            f"{RESULTS}/model/{{model_fig}}.png",
             caption="../report/model.rst",
             category="Model",
             labels={"figure": "{model_fig}"},
         ),
-        pdf=f"{RESULTS}/plots/{{model_fig}}.pdf",
+        pdf=f"{RESULTS}/model/{{model_fig}}.pdf",
     params:
         style=config["plots"],
         code=CODE_MODEL_PLOTS,
         facts=model_caption_facts,
     log:
-        f"{RESULTS}/logs/plots/{{model_fig}}.log",
+        f"{RESULTS}/logs/model/{{model_fig}}.log",
     conda:
         "../../envs/analysis.yaml"
     script:
