@@ -319,13 +319,20 @@ def test_a_heap_profiled_run_in_the_guest_is_attributed_to_the_cgroups_charge(vm
                                                                      "implausible"]]
 
 
-def _fake_boot(calls: list, *, start_a_task: bool):
+def _fake_boot(calls: list, *, start_a_task: bool, segfault: bool = False):
     """A boot_job that never boots: the guest 'stops' at once (qemu exit 0), after
-    streaming one task's start when ``start_a_task``."""
+    streaming one task's start when ``start_a_task``; or, with ``segfault``, its first
+    boot writes a run folder whose child died of SIGSEGV."""
+    from engine.runner.meta import RunMeta
     from engine.vm.run import GUEST_OUT
 
     def boot(py_args, share, limit, swap, cfg=None, timeout_s=None, log=None):
         calls.append(sorted(p.name for p in share.iterdir()))
+        if segfault and len(calls) == 1:
+            (share / "run").mkdir()
+            RunMeta(policy="linear", termination="error", exit_code=139,
+                    termination_detail="the run process ended with code 139").write(
+                        share / "run")
         if start_a_task:
             partial = share / f".{Path(GUEST_OUT).name}.123.x"
             partial.mkdir()
@@ -364,3 +371,15 @@ def test_a_guest_that_stops_before_the_first_task_is_booted_once_more(
     if retried:
         assert retried["qemu_exit"] == 0 and retried["console_tail"] == ["[0.1] boom"]
     assert (tmp_path / "run" / "console.log").read_text() == "[0.1] boom\n"
+
+
+def test_a_child_killed_by_sigsegv_under_emulation_is_booted_once_more(tiny, tmp_path,
+                                                                        monkeypatch):
+    from engine.vm import run as run_mod
+
+    calls: list = []
+    monkeypatch.setattr(run_mod, "boot_job", _fake_boot(calls, start_a_task=False,
+                                                        segfault=True))
+    meta = run_in_vm(_request(tiny, "linear", tmp_path / "run", "--limit", "256M"))
+    assert len(calls) == 2 and calls[1] == [run_mod.GUEST_REQUEST]
+    assert meta.vm["retried_boot"]["why"] == "the measured child died of SIGSEGV in the guest"

@@ -116,7 +116,7 @@ class Model:
         if not isinstance(data, dict) or data.get("version") != MODEL_VERSION:
             version = data.get("version") if isinstance(data, dict) else None
             raise ModelFileError(f"{path} is not a version {MODEL_VERSION} model file "
-                                 f"(version {version}); refit it with this edgeprof")
+                                 f"(version {version!r}); refit it with this edgeprof")
         try:
             modes = {}
             for name, m in data["modes"].items():

@@ -88,8 +88,8 @@ class RunMeta:
     hwm_rss_bytes: int | None = _f("the run's resident high-water mark: max of GNU time "
                                    "and every window's VmHWM")
     vm: dict | None = _f("vm backend only: accelerator, guest kernel and RAM, swap device, "
-                         "boot time, guest-wide vmstat deltas, a boot retried after the "
-                         "guest stopped before the first task (retried_boot)")
+                         "boot time, guest-wide vmstat deltas, a boot retried after an "
+                         "emulation fault (retried_boot: why, the first console's tail)")
 
     def to_dict(self) -> dict:
         return asdict(self)
