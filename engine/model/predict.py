@@ -1,7 +1,8 @@
 """One pipeline under one policy and memory limit, predicted: the policy's real task
 graph (``engine.schedule.plan``) replayed on a virtual clock with each task's predicted
-work (``engine.model.fit``) and the memory it holds (``engine.model.memory``); under a
-limit, the swap traffic a task causes costs it the fitted seconds per page."""
+work (``engine.model.params``) and the memory it holds (``engine.model.memory``); under
+a limit, the swap traffic a task causes costs it the fitted seconds per page, as a wait
+that takes no CPU."""
 
 from __future__ import annotations
 
