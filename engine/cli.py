@@ -302,7 +302,8 @@ def _cmd_fit_model(args: argparse.Namespace) -> None:
     model = fit_model_files(args.tables, args.models, args.out, args.policies)
     for name, mode in model.modes.items():
         print(f"{name}: {mode.runs} runs of {len(mode.pipelines)} pipelines; baseline "
-              f"{mode.baseline_bytes / 2**20:.1f} MiB, sharing {mode.sharing:.2f}, swap cost "
+              f"{mode.baseline_bytes / 2**20:.1f} MiB, parallel CPUs {mode.parallel_cpus:.2f} "
+              f"of {mode.cpus:g}, swap cost "
               f"{'fitted' if mode.swap else 'none (no limited runs)'}", file=sys.stderr)
     print(f"-> {args.out} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
 

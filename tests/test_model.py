@@ -75,18 +75,19 @@ def test_the_simulator_starts_tasks_in_the_dispatchers_order_and_ends_with_its_m
 
 
 def test_tasks_on_too_few_cpus_share_them():
-    """Two 1 s tasks on one CPU end together at 2 s (at 2.5 s with sharing 0.8); on two
-    CPUs at 1 s."""
+    """Two 1 s tasks on one CPU end together at 2 s (at 2.5 s with 0.8 CPUs' worth of
+    progress between them); on two CPUs at 1 s; a task alone runs at full speed."""
     policy = parse_policy("partial:2")
     g = policy.build([Instance(0, "A", 0, 1, 1)])  # INIT, LOAD_0, EXEC_0
     work = {Kind.INIT: 0.0, Kind.LOAD: 1.0, Kind.EXEC: 0.0}
     run = lambda **kw: simulate(g, policy, {0: 0.0}, lambda t: work[t.kind], **kw)  # noqa: E731
     assert run(cpus=1).makespan_s == pytest.approx(1.0)  # one task at a time: no sharing
+    assert run(cpus=0.5).makespan_s == pytest.approx(1.0)
     g2 = policy.build([Instance(0, "A", 0, 1, 1), Instance(1, "B", 0, 1, 1)])
     both = lambda **kw: simulate(g2, policy, {0: 0.0, 1: 0.0}, lambda t: work[t.kind],  # noqa: E731
                                  **kw).makespan_s
     assert both(cpus=1) == pytest.approx(2.0)
-    assert both(cpus=1, sharing=0.8) == pytest.approx(2.5)
+    assert both(cpus=0.8) == pytest.approx(2.5)
     assert both(cpus=2) == pytest.approx(1.0)
 
 
@@ -127,7 +128,8 @@ def _mode(baseline: float = 1000.0, **kw) -> ModeModel:
     """A model with every task 1 ms: only memory and the schedule matter."""
     ms = Linear(0.001)
     return ModeModel(mode="native", start_rss_bytes=baseline, baseline_bytes=baseline,
-                     cpus=1.0, sharing=1.0, gap_s=0.0, init=ms, load_layer=ms, load_whole=ms,
+                     cpus=1.0, parallel_cpus=1.0, baseline_file_bytes=0.0, gap_s=0.0,
+                     init=ms, load_layer=ms, load_whole=ms,
                      exec_types={}, exec_any=ms, exec_whole=ms, swap=kw.get("swap"), runs=1,
                      pipelines=["p"], batch=None)
 
@@ -453,7 +455,7 @@ def test_at_the_limit_find_limit_gives_no_policy_swaps(tiny, tmp_path, capsys):
 @pytest.mark.parametrize("damage", [
     lambda m: m["modes"]["native"]["init"].update(intercept=float("nan")),
     lambda m: m["modes"]["native"].update(cpus=0),
-    lambda m: m["modes"]["native"].update(sharing=1.5),
+    lambda m: m["modes"]["native"].update(parallel_cpus=float("inf")),
     lambda m: m["modes"]["native"].update(gap_s=-5),
     lambda m: m["modes"]["native"]["init"].update(coef=[1, 2]),
     lambda m: m["modes"]["native"]["load_layer"]["coef"].update(bytes="x"),

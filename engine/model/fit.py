@@ -158,13 +158,16 @@ def _gap(runs: pd.DataFrame, tasks: pd.DataFrame) -> float:
     return float(max(gap.median() / 1e9, 0.0)) if len(gap) else 0.0
 
 
-def _start_rss(tasks: pd.DataFrame) -> float:
-    """Median over runs of the RSS at the first task's start."""
+def _start_rss(tasks: pd.DataFrame) -> tuple[float, float]:
+    """Median over runs of the RSS at the first task's start, and of its file-backed
+    part (libraries: reclaimable, so a limit squeezes them before it swaps)."""
     if "proc_rss_bytes" not in tasks or tasks["proc_rss_bytes"].isna().all():
-        return 0.0
+        return 0.0, 0.0
     t = tasks.dropna(subset=["proc_rss_bytes", "proc_rss_delta_bytes"])
     first = t.loc[t.groupby("run_id")["start_ns"].idxmin()]
-    return float(np.median(first["proc_rss_bytes"] - first["proc_rss_delta_bytes"]))
+    rss = float(np.median(first["proc_rss_bytes"] - first["proc_rss_delta_bytes"]))
+    files = first["proc_rss_file_bytes"].dropna() if "proc_rss_file_bytes" in first else []
+    return rss, float(min(np.median(files), rss)) if len(files) else 0.0
 
 
 def _swap_cost(runs: pd.DataFrame, tasks: pd.DataFrame, base_tasks: pd.DataFrame
@@ -221,11 +224,11 @@ def fit_mode(runs: pd.DataFrame, tasks: pd.DataFrame,
     if init is None or load_layer is None or not exec_types:
         raise EdgeprofError(f"the {mode} runs have no layer-by-layer tasks that ran alone "
                             f"(INIT, LOAD, EXEC): add a single-worker policy such as linear")
-    start_rss = _start_rss(base_tasks)
+    start_rss, start_file = _start_rss(base_tasks)
+    cpus = float(ok["child_cpus"].median()) if ok["child_cpus"].notna().any() else 1.0
     model = ModeModel(
         mode=mode, start_rss_bytes=start_rss, baseline_bytes=start_rss,
-        cpus=float(ok["child_cpus"].median()) if ok["child_cpus"].notna().any() else 1.0,
-        sharing=1.0,
+        cpus=cpus, parallel_cpus=cpus, baseline_file_bytes=start_file,
         gap_s=_gap(free, base_tasks), init=init, load_layer=load_layer,
         load_whole=load_whole, exec_types=exec_types,
         exec_any=linear(execs, DEFAULT_FEATURES),

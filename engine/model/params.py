@@ -60,8 +60,9 @@ class ModeModel:
     mode: str  # native | emulated
     start_rss_bytes: float  # resident at the first task's start (median over runs)
     baseline_bytes: float  # the runtime's own resident bytes (engine.model.train)
-    cpus: float
-    sharing: float  # speed of tasks time-sliced on too few CPUs (engine.model.train)
+    cpus: float  # CPUs the measured child could run on
+    parallel_cpus: float  # CPUs' worth of progress of concurrent tasks (engine.model.train)
+    baseline_file_bytes: float  # of the runtime's start RSS, file-backed (reclaimable)
     gap_s: float
     init: Linear
     load_layer: Linear
@@ -146,7 +147,8 @@ class Model:
                                     ("gap_s", 0)):
                 _number(getattr(m, field_name), f"{name}.{field_name}", low)
             _number(m.cpus, f"{name}.cpus", 0, strict=True)
-            _number(m.sharing, f"{name}.sharing", 0, strict=True, high=1)
+            _number(m.parallel_cpus, f"{name}.parallel_cpus", 0, strict=True)
+            _number(m.baseline_file_bytes, f"{name}.baseline_file_bytes", 0)
             if m.batch is not None and (isinstance(m.batch, bool) or not isinstance(
                     m.batch, int) or m.batch < 1):
                 raise ValueError(f"{name}.batch is {m.batch!r}")

@@ -90,7 +90,9 @@ def predict(mode: ModeModel, pipeline: Pipeline, networks: Networks, policy: Pol
     policy = parse_policy(policy) if isinstance(policy, str) else policy
     planned = plan(pipeline, policy, networks.descriptions)
     nets = {i.id: i.network for i in planned.instances}
-    capacity = None if limit_bytes is None else int(limit_bytes - mode.baseline_bytes)
+    # the runtime's file-backed pages (libraries) are reclaimed before anything swaps
+    anon_baseline = mode.baseline_bytes - mode.baseline_file_bytes
+    capacity = None if limit_bytes is None else int(limit_bytes - anon_baseline)
     memory = RunMemory({i: networks.memory(n) for i, n in nets.items()},
                        None if capacity is None else max(capacity, 0))
     swap = mode.swap
@@ -106,13 +108,13 @@ def predict(mode: ModeModel, pipeline: Pipeline, networks: Networks, policy: Pol
                       lambda task: networks.work_s(mode, nets[task.instance], task.kind,
                                                    task.layer),
                       budget=budget if budget is not None else limit_bytes,
-                      network_time=planned.network_time, cpus=mode.cpus, sharing=mode.sharing,
+                      network_time=planned.network_time, cpus=mode.parallel_cpus,
                       on_start=on_start, on_finish=lambda task: memory.finish(task) * per_out,
                       on_end=memory.end)
     mem = memory.mem
     why = ""
     if capacity is not None and capacity <= 0:
-        why = (f"the runtime's own baseline ({mode.baseline_bytes / 2**20:.0f} MiB) is over "
+        why = (f"the runtime's own anonymous memory ({anon_baseline / 2**20:.0f} MiB) is over "
                f"the limit")
     elif swap_bytes is not None and mem.peak_swapped > swap_bytes:
         why = (f"needs {mem.peak_swapped / 2**20:.0f} MiB of swap, "

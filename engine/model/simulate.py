@@ -7,12 +7,12 @@ only the clock is virtual.
 
 A task runs in three phases: waiting for I/O before it computes (``on_start``: e.g. the
 pages it must swap in), computing (``work_s``: seconds on one CPU), waiting for I/O
-after (``on_finish``: e.g. the pages its new weights push out). Only computing tasks
-share the measured child's CPUs: with more of them than ``cpus`` each progresses at
-sharing x cpus / computing (threads of one process pinned to fewer CPUs; ``sharing`` <
-1 is what time-slicing costs them: context switches, caches they evict from each other,
-the GIL); ``cpus=None``: each at full speed (tasks that wait rather than compute). A
-task waiting for I/O takes no CPU.
+after (``on_finish``: e.g. the pages its new weights push out). A task computing alone
+runs at full speed; several computing together make ``cpus`` CPUs' worth of progress
+between them (each at cpus / computing, at most full speed): the child's CPUs less what
+time-slicing costs them (context switches, caches they evict from each other, the GIL),
+or, in a guest, what the host really gives it. ``cpus=None``: each at full speed (tasks
+that wait rather than compute). A task waiting for I/O takes no CPU.
 
 When several workers are idle, the one that finished a task most recently takes first
 (it is already running; the others must be woken). No sleeping: a 10-network pipeline
@@ -57,15 +57,14 @@ def _seconds(value: float, what: str, task: Task) -> float:
 def simulate(graph: TaskGraph, policy: Policy, arrivals_s: dict[int, float],
              work_s: Callable[[Task], float], *, budget: int | None = None,
              network_time: dict[int, float] | None = None, cpus: float | None = None,
-             sharing: float = 1.0, on_start: Callable[[Task], float] | None = None,
+             on_start: Callable[[Task], float] | None = None,
              on_finish: Callable[[Task], float] | None = None,
              on_end: Callable[[Task], None] | None = None) -> SimResult:
     """Run ``graph`` under ``policy`` in virtual time: ``work_s(task)`` its CPU seconds;
     ``on_start(task)`` the seconds it waits before computing, ``on_finish(task)`` after;
     ``on_end(task)`` sees it end."""
-    if cpus is not None and not (cpus > 0 and 0 < sharing <= 1):
-        raise SimulationError(f"cpus {cpus!r} and sharing {sharing!r}: need cpus > 0 and "
-                              f"0 < sharing <= 1")
+    if cpus is not None and not (math.isfinite(cpus) and cpus > 0):
+        raise SimulationError(f"cpus {cpus!r}: need a number of CPUs > 0")
     sched = Scheduler(graph, policy, budget=budget, network_time=network_time)
     n = len(graph.tasks)
     start, end = [math.nan] * n, [math.nan] * n
@@ -100,8 +99,7 @@ def simulate(graph: TaskGraph, policy: Policy, arrivals_s: dict[int, float],
                                   f"(nothing running, nothing left to arrive)")
         if not done:
             computing = sum(slot[1] == COMPUTE for slot in running.values())
-            rate = (1.0 if cpus is None or computing <= cpus
-                    else sharing * cpus / computing)
+            rate = 1.0 if cpus is None or computing <= 1 else min(1.0, cpus / computing)
             step = min(left / (rate if phase == COMPUTE else 1.0)
                        for _, phase, left in running.values())
             due = arrivals[next_arrival][1] if next_arrival < len(arrivals) else math.inf

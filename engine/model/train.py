@@ -2,10 +2,12 @@
 only the simulator can see, per execution mode, against the measured medians of the
 training runs (unconstrained, finished):
 
-- ``sharing``: how fast tasks progress when more run than the child has CPUs (1: as fast
-  as time-slicing allows; less: what the context switches, evicted caches and the GIL
-  cost). Chosen by golden-section search to minimise the squared log error of the
-  makespan of the multi-worker policies' runs; without such runs it stays 1.
+- ``parallel_cpus``: the CPUs' worth of progress tasks computing at the same time make
+  together (at most the child's CPUs: less by what time-slicing costs them, context
+  switches, caches evicted, the GIL, or in a guest by what the host really gives its
+  virtual CPUs). Chosen by golden-section search between 0.2 and the child's CPUs to
+  minimise the squared log error of the makespan of the multi-worker policies' runs;
+  without such runs it stays the child's CPUs.
 - ``baseline_bytes``: the runtime's resident memory beyond what the memory replay
   counts: the interpreter, numpy and the engine (``start_rss_bytes``, measured at the
   first task) plus what the allocator keeps of freed blocks as the run goes. Measured
@@ -106,17 +108,18 @@ def golden_min(f: Callable[[float], float], lo: float, hi: float, steps: int = 1
 
 def calibrate(mode: ModeModel, cells: pd.DataFrame, pipelines: dict[str, Pipeline],
               networks: Networks) -> ModeModel:
-    """Sets ``mode.sharing`` and ``mode.baseline_bytes`` from the unconstrained cells."""
+    """Sets ``mode.parallel_cpus`` and ``mode.baseline_bytes`` from the unconstrained
+    cells."""
     free = cells[(cells["limit"] == "none") & cells["measured_makespan_s"].notna()]
     multi = free[free["workers"] > 1]
     if not multi.empty:
-        def loss(sharing: float) -> float:
-            mode.sharing = sharing
+        def loss(cpus: float) -> float:
+            mode.parallel_cpus = cpus
             err = [math.log(predict(mode, pipelines[r.pipeline], networks, r.policy)[0]
                             .makespan_s / r.measured_makespan_s) for r in multi.itertuples()]
             return float(np.sum(np.square(err)))
 
-        mode.sharing = round(golden_min(loss, 0.2, 1.0), 4)
+        mode.parallel_cpus = round(golden_min(loss, 0.2, max(mode.cpus, 0.2)), 4)
     mode.baseline_bytes = 0.0
     gaps = [r.measured_hwm_rss_bytes - predict(mode, pipelines[r.pipeline], networks,
                                                r.policy)[0].peak_ram_bytes
