@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from engine import ops
 from engine.ops import (
     concat,
     conv_out_dim,
@@ -565,3 +566,55 @@ def test_dropout_and_split_return_same_object():
     x = rand(21, 2, 3, 4, 4)
     assert dropout(x) is x
     assert split(x) is x
+
+
+def _traced_scratch(fn, *args, out_aliases_input: bool = False, **kwargs) -> int:
+    """Bytes numpy held at the peak of ``fn(*args)`` beyond its inputs and its output."""
+    import tracemalloc
+
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    base = tracemalloc.get_traced_memory()[0]
+    out = fn(*args, **kwargs)
+    peak = tracemalloc.get_traced_memory()[1] - base
+    tracemalloc.stop()
+    return peak - (0 if out_aliases_input else out.nbytes)
+
+
+@pytest.mark.parametrize("case", [
+    ("Convolution", dict(stride=(2, 2), pad=(1, 1), group=1), (2, 3, 13, 11), (6, 3, 3, 3)),
+    ("Convolution", dict(stride=(1, 1), pad=(0, 0), group=2), (1, 4, 9, 9), (6, 2, 5, 5)),
+    ("Convolution", dict(stride=(1, 1), pad=(0, 0), group=1), (2, 8, 7, 7), (4, 8, 1, 1)),
+    ("Pooling", dict(method="max", kernel=(3, 3), stride=(2, 2), pad=(0, 0),
+                     global_pooling=False, ceil_mode=True), (2, 4, 13, 13), None),
+    ("Pooling", dict(method="ave", kernel=(3, 3), stride=(1, 1), pad=(1, 1),
+                     global_pooling=False, ceil_mode=True), (1, 4, 10, 10), None),
+    ("Pooling", dict(method="ave", kernel=(10, 10), stride=(1, 1), pad=(0, 0),
+                     global_pooling=True, ceil_mode=True), (1, 4, 10, 10), None),
+    ("LRN", dict(local_size=5, alpha=1e-4, beta=0.75, k=1.0), (2, 16, 6, 6), None),
+    ("LRN", dict(local_size=3, alpha=1e-4, beta=0.5, k=2.0), (1, 16, 6, 6), None),
+    ("Softmax", dict(axis=1), (4, 1000), None),
+    ("ReLU", dict(negative_slope=0.1), (2, 8, 5, 5), None),
+])
+def test_scratch_bytes_are_what_numpy_allocates(case):
+    """engine.ops.scratch_bytes, which the model's memory replay uses, against what
+    tracemalloc sees the operator allocate beyond its output, give or take numpy's
+    iterator buffers (8192 elements of 4 bytes per buffered operand of a ufunc or copy:
+    on these small shapes they are as large as the arrays, on real layers negligible)."""
+    layer_type, args, in_shape, w_shape = case
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(in_shape, dtype=np.float32)
+    params = (w_shape,) if w_shape else ()
+    if layer_type == "Convolution":
+        w = rng.standard_normal(w_shape, dtype=np.float32)
+        traced = _traced_scratch(ops.convolution, x, w, None, **args)
+    elif layer_type == "Pooling":
+        traced = _traced_scratch(ops.pooling, x, **args)
+    elif layer_type == "LRN":
+        traced = _traced_scratch(ops.lrn, x, **args)
+    elif layer_type == "Softmax":
+        traced = _traced_scratch(ops.softmax, x, **args)
+    else:
+        traced = _traced_scratch(ops.relu, x, **args)
+    expected = ops.scratch_bytes(layer_type, args, params, [in_shape])
+    assert expected <= traced <= expected + 2 * 8192 * 4 + 1024, (traced, expected)

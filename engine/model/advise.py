@@ -131,7 +131,7 @@ def format_advice(rows: list[Advice], pipeline: Pipeline, mode: ModeModel,
              f"{mode.mode} model (batch {mode.batch or 'deploy'}, fitted on {mode.runs} "
              f"run(s) of {len(mode.pipelines)} pipeline(s))",
              f"{'rank':>4}  {'policy':<18}{'makespan':>10}{'vs unconstr.':>14}"
-             f"{'peak RAM':>11}{'peak swap':>11}"]
+             f"{'peak RSS':>11}{'peak swap':>11}"]
     for a in rows:
         p = a.prediction
         if p.oom:
@@ -139,6 +139,11 @@ def format_advice(rows: list[Advice], pipeline: Pipeline, mode: ModeModel,
             continue
         lines.append(f"{a.rank:>4}  {p.policy:<18}{p.makespan_s:>9.3f}s{a.slowdown:>13.2f}x"
                      f"{_mib(p.peak_ram_bytes):>11}{_mib(p.peak_swap_bytes):>11}")
+    if limit_bytes is not None and any(a.prediction.peak_ram_bytes > limit_bytes
+                                       for a in rows if not a.prediction.oom):
+        lines.append(f"note: RSS counts the runtime's file-backed pages "
+                     f"({_mib(mode.baseline_file_bytes)}: libraries), which the limit "
+                     f"reclaims and the process maps again: it can exceed the limit by them")
     if limit_bytes is not None and mode.swap is None:
         lines.append(f"note: the {mode.mode} model has no swap cost (no limited {mode.mode} "
                      f"runs to fit it from): its slowdowns leave out the time swapping "

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
+from matplotlib.ticker import MaxNLocator, NullFormatter, ScalarFormatter
 
 from engine.analysis.plots import colors_for, grid, no_data, policy_key
 from engine.units import MIB
@@ -84,7 +84,7 @@ def model_predictions(tables: dict[str, pd.DataFrame], style: dict,
             ax.set_xlim(lo, hi)
             ax.set_ylim(lo, hi)
             for axis in (ax.xaxis, ax.yaxis):  # plain numbers, a few per axis
-                axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+                axis.set_major_locator(MaxNLocator(nbins=4))
                 axis.set_major_formatter(ScalarFormatter())
                 axis.set_minor_formatter(NullFormatter())
             if error == "peak_error_pct":  # the scores' statistic for each quantity

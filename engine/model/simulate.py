@@ -12,7 +12,8 @@ runs at full speed; several computing together make ``cpus`` CPUs' worth of prog
 between them (each at cpus / computing, at most full speed): the child's CPUs less what
 time-slicing costs them (context switches, caches they evict from each other, the GIL),
 or, in a guest, what the host really gives it. ``cpus=None``: each at full speed (tasks
-that wait rather than compute). A task waiting for I/O takes no CPU.
+that wait rather than compute). A task waiting for I/O takes no CPU; the tasks waiting
+at once share one device (the swap disk), each at 1 / waiting of its speed.
 
 When several workers are idle, the one that finished a task most recently takes first
 (it is already running; the others must be woken). No sleeping: a 10-network pipeline
@@ -100,13 +101,15 @@ def simulate(graph: TaskGraph, policy: Policy, arrivals_s: dict[int, float],
         if not done:
             computing = sum(slot[1] == COMPUTE for slot in running.values())
             rate = 1.0 if cpus is None or computing <= 1 else min(1.0, cpus / computing)
-            step = min(left / (rate if phase == COMPUTE else 1.0)
+            # one swap device: the tasks waiting for it share it
+            io_rate = 1.0 / max(len(running) - computing, 1)
+            step = min(left / (rate if phase == COMPUTE else io_rate)
                        for _, phase, left in running.values())
             due = arrivals[next_arrival][1] if next_arrival < len(arrivals) else math.inf
             step = min(step, due - now)
             now += step
             for slot in running.values():
-                slot[2] -= step * (rate if slot[1] == COMPUTE else 1.0)
+                slot[2] -= step * (rate if slot[1] == COMPUTE else io_rate)
             done = _advance_phases(running, work_s, on_finish)
         for w in done:
             task = running.pop(w)[0]
