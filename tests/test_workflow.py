@@ -102,7 +102,9 @@ def test_every_table_and_figure_is_written_and_plausible(workflow):
     # backend none cannot enforce 256M: it must say so, never pass as limited
     assert not runs.limit_enforced.any()
     assert (runs.makespan_s > 0).all() and (runs.makespan_s < 60).all()
-    assert (runs.gt_max_rss_bytes > 50 * 2**20).all()
+    # GNU time saw at least the interpreter and numpy (its max RSS is what follows the
+    # last window's VmHWM reset, so it is small: 41-55 MiB here)
+    assert (runs.gt_max_rss_bytes > 30 * 2**20).all()
     assert (runs.hwm_rss_bytes >= runs.gt_max_rss_bytes).all()
     tasks = pd.read_parquet(tables / "tasks.parquet")
     loads = tasks[(tasks.task_type == "LOAD") & (tasks.policy == "linear")]

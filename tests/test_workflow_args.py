@@ -378,19 +378,22 @@ def _fingerprints(root: Path) -> dict[str, str]:
 @pytest.mark.parametrize("path, old, new, changed", [
     # shared code: every job kind that imports it
     ("engine/units.py", '"G": 2**30', '"G": 10**9',
-     {"models", "split", "pipelines", "run", "tables", "plots"}),
-    # policies.py outside the graph builders (masa's pool split) is every run's code
+     {"models", "split", "pipelines", "run", "tables", "plots", "model", "model_plots"}),
+    # policies.py outside the graph builders (masa's pool split) is every run's code, and
+    # the model's (it replays the policies); generating pipelines never imports it
     ("engine/schedule/policies.py", 'pools = (0, 1) if family == "masa" else (0,)',
-     'pools = (0,)', {"pipelines", "run", "plots"}),
+     'pools = (0,)', {"run", "plots", "model", "model_plots"}),
     # one policy's builder: no shared fingerprint changes (its own does, tested by dry run)
     ("engine/schedule/policies.py", "def _build_linear(", "def _build_linear(  # edited\n",
      set()),
     ("engine/vm/run.py", "GUEST_RESERVE = 256 * MiB", "GUEST_RESERVE = 255 * MiB", {"run"}),
     ("engine/schedule/pipelines.py", "def size_bin(", "def size_bin(  # edited\n",
-     {"pipelines", "run"}),
-    ("engine/analysis/reconcile.py", "KEYS = [", "KEYS = [  # edited\n", {"tables"}),
+     {"pipelines", "run", "model"}),
+    # the model reads its measured cells through the tables module
+    ("engine/analysis/reconcile.py", "KEYS = [", "KEYS = [  # edited\n", {"tables", "model"}),
+    # the model's figures share the campaign figures' helpers
     ("engine/analysis/plots.py", "def make_figure(", "def make_figure(  # edited\n",
-     {"plots"}),
+     {"plots", "model_plots"}),
 ])
 def test_a_code_change_changes_the_fingerprints_of_the_jobs_that_run_it(
         engine_copy, path, old, new, changed):
