@@ -14,8 +14,10 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
 
+from engine.analysis.tables import tidy_run
 from engine.caffe import generate, splitter
 from engine.network import run_standalone
+from engine.runner.meta import RunMeta, transparent_hugepage
 from engine.runner.request import LimitOptions, ProbeOptions, RunOptions, RunRequest
 from engine.runner.supervise import run_supervised
 from engine.schedule.pipelines import Arrival, Pipeline, save_pipeline
@@ -93,6 +95,31 @@ def test_loads_are_recorded_with_their_bytes(models, tmp_path):
     fc6 = next(r for r in rows if r["layer_name"] == "fc6")
     assert int(fc6["bytes_loaded"]) == int(fc6["param_bytes"]) == 4 * (512 * 18816 + 512)
     assert fc6["layer_kind"] == "fc"
+
+
+@pytest.mark.parametrize("setting, advice", [(None, False), ("1", True)])
+def test_the_child_gets_4k_pages_unless_numpy_hugepages_are_asked_for(
+        models, tmp_path, monkeypatch, setting, advice):
+    if setting is None:
+        monkeypatch.delenv("NUMPY_MADVISE_HUGEPAGE", raising=False)
+    else:
+        monkeypatch.setenv("NUMPY_MADVISE_HUGEPAGE", setting)
+    folder = run_pipeline(_pipeline(["AgeNet"]), "linear", models, tmp_path / "r",
+                          RunOptions(batch=1))
+    meta = RunMeta.read(folder)
+    # what the child's numpy itself reported, not what we asked for
+    assert meta.child["numpy_hugepage_advice"] is advice
+    assert meta.host["transparent_hugepage"] == transparent_hugepage()
+    assert bool(tidy_run(folder)["runs"].loc[0, "numpy_hugepages"]) is advice
+
+
+def test_the_hugepage_mode_is_read_from_the_kernels_bracket(tmp_path):
+    path = tmp_path / "enabled"
+    path.write_text("always [madvise] never\n")
+    assert transparent_hugepage(str(path)) == "madvise"
+    path.write_text("garbage\n")
+    assert transparent_hugepage(str(path)) is None
+    assert transparent_hugepage(str(tmp_path / "missing")) is None
 
 
 def test_poisson_arrivals_are_honoured(models, tmp_path):

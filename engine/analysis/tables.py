@@ -154,6 +154,8 @@ def _run_row(meta: RunMeta, folder: Path, tasks: pd.DataFrame, networks: pd.Data
         # the CPUs the measured child could run on (its workers share them)
         "child_cpus": len((meta.cpu_affinity or {}).get("child") or []) or np.nan,
         "batch": meta.batch,  # None: each network's deploy batch
+        # numpy's transparent-hugepage advice in the child (engine.runner.supervise)
+        "numpy_hugepages": (meta.child or {}).get("numpy_hugepage_advice"),
         "gt_max_rss_bytes": _known(gnu.get("gt_max_rss_bytes")),
         "hwm_rss_bytes": _known(meta.hwm_rss_bytes),
         "gt_user_s": gnu.get("gt_user_s", np.nan), "gt_sys_s": gnu.get("gt_sys_s", np.nan),

@@ -16,6 +16,7 @@ import numpy as np
 from engine.caffe.splitter import Description
 from engine.files import write_text_atomic
 from engine.runner.execute import PipelineRun, ProbeSet
+from engine.runner.meta import numpy_hugepage_advice
 from engine.runner.request import RunOptions
 from engine.schedule.pipelines import load_pipeline
 from engine.schedule.policies import parse_policy
@@ -92,6 +93,7 @@ def child_main(spec_path: str) -> int:
         "cpu_s": time.process_time() - cpu0,  # all threads, same span; other load on the
         # host stretches it far less than wall_s
         "blas": state.blas,
+        "numpy_hugepage_advice": numpy_hugepage_advice(),
         "probes": probe_meta,
         "tasks": len(state.graph.tasks),
         "edges": len(state.graph.edges()),

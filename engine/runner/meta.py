@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import sys
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -74,7 +75,8 @@ class RunMeta:
                                    "sampler) could run on; pinned: child alone on one")
     probes: dict = _f("which probes were on", {})
     sampler: dict | None = _f("the sampler's own statistics (rate achieved, cost)")
-    host: dict = _f("kernel, machine, CPUs and Python of the host", {})
+    host: dict = _f("kernel, machine, CPUs, Python and transparent hugepage mode of the "
+                    "host", {})
     versions: dict = _f("edgeprof, numpy and protobuf versions", {})
     description_files: dict = _f("network -> the description file used", {})
     running_at_end: list[str] = _f("tasks still running when it ended (an OOM's victim)",
@@ -83,7 +85,8 @@ class RunMeta:
     t0_monotonic_ns: int | None = _f("the run's time origin on CLOCK_MONOTONIC")
     child: dict | None = _f("the measured child's summary (status, wall_s and cpu_s of the "
                             "pipeline, BLAS, task count, probes: process_windows_chained, "
-                            "process_status)")
+                            "process_status; numpy_hugepage_advice: whether numpy asked "
+                            "for transparent hugepages)")
     gnu_time: dict | None = _f("GNU time's report as gt_* columns")
     hwm_rss_bytes: int | None = _f("the run's resident high-water mark: max of GNU time "
                                    "and every window's VmHWM")
@@ -130,10 +133,34 @@ class RunMeta:
             tmp.write_text(json.dumps(self.to_dict(), indent=1))
 
 
+THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
+
+
 def host_facts() -> dict:
     """The machine a run's numbers come from."""
     return {"kernel": platform.release(), "machine": platform.machine(),
-            "cpus": os.cpu_count(), "python": sys.version.split()[0]}
+            "cpus": os.cpu_count(), "python": sys.version.split()[0],
+            "transparent_hugepage": transparent_hugepage()}
+
+
+def transparent_hugepage(path: str = THP_ENABLED) -> str | None:
+    """The kernel's transparent hugepage mode (always, madvise, never; None: unknown)."""
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return None
+    found = re.search(r"\[(\w+)\]", text)
+    return found.group(1) if found else None
+
+
+def numpy_hugepage_advice() -> bool | None:
+    """Whether this process's numpy advises transparent hugepages for its large arrays
+    (None: this numpy does not say)."""
+    try:
+        from numpy._core.multiarray import _get_madvise_hugepage
+    except ImportError:
+        return None
+    return bool(_get_madvise_hugepage())
 
 
 def versions() -> dict[str, str]:

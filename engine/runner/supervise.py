@@ -37,6 +37,21 @@ from engine.schedule.policies import Policy, parse_policy
 # Backends under which a limit that cannot be enforced is recorded, never an error.
 RECORDS_UNENFORCED = ("none", "auto", "inherit")
 
+# numpy advises transparent hugepages for its large arrays; Caffe's allocations (plain
+# malloc) do not. On VMs whose host backs guest memory lazily, first touches of huge
+# pages then cost up to 10x, intermittently, once a process holds a few hundred MiB
+# (benchmarks/bench_first_touch.py): a LOAD's time would depend on the host's state.
+# The measured child gets 4 KiB pages unless the variable is set explicitly.
+HUGEPAGE_ENV = "NUMPY_MADVISE_HUGEPAGE"
+
+
+def child_env() -> dict[str, str]:
+    """The measured child's environment: ours, its supervisor named, and numpy's
+    hugepage advice off unless the caller set ``NUMPY_MADVISE_HUGEPAGE``."""
+    env = dict(os.environ, **{SUPERVISOR_ENV: str(os.getpid())})
+    env.setdefault(HUGEPAGE_ENV, "0")
+    return env
+
 
 def open_run_session(request: RunRequest, run_id: str | None = None) -> Session:
     """The limit session ``request`` asks for. A limit that cannot be enforced is an
@@ -111,7 +126,7 @@ def run_supervised(request: RunRequest, session: Session | None = None) -> RunMe
 
                 argv = gnu_time_argv(str(tmp / "gnu_time.txt")) + argv
             argv = session.command_prefix() + argv
-            env = dict(os.environ, **{SUPERVISOR_ENV: str(os.getpid())})
+            env = child_env()
             if probes.heap_profile:
                 from engine.probes.tcmalloc import preload_env
 
