@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import tempfile
@@ -53,6 +54,11 @@ def parse_json(text: str | bytes, finite: bool = False) -> object:
                           object_pairs_hook=unique)
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """The hex SHA-256 of a file's bytes."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:

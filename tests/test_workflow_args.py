@@ -386,7 +386,7 @@ def _fingerprints(root: Path) -> dict[str, str]:
     # one policy's builder: no shared fingerprint changes (its own does, tested by dry run)
     ("engine/schedule/policies.py", "def _build_linear(", "def _build_linear(  # edited\n",
      set()),
-    ("engine/vm/run.py", "GUEST_RESERVE = 256 * MiB", "GUEST_RESERVE = 255 * MiB", {"run"}),
+    ("engine/vm/run.py", "GUEST_RESERVE = 256 * MIB", "GUEST_RESERVE = 255 * MIB", {"run"}),
     ("engine/schedule/pipelines.py", "def size_bin(", "def size_bin(  # edited\n",
      {"pipelines", "run", "model"}),
     # the model reads its measured cells through the tables module

@@ -32,9 +32,8 @@ from matplotlib.patches import Patch
 
 from engine.files import atomic_path
 from engine.schedule.policies import FAMILIES, PolicyError, parse_policy
-from engine.units import parse_size
+from engine.units import MIB, parse_size
 
-MIB = 2**20
 SHORT_END = {"memory": "OOM", "timeout": "timeout", "error": "error"}
 FAILED_HATCH = "////"
 PANEL_W, PANEL_H = 3.4, 2.6  # inches per panel

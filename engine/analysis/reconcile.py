@@ -63,9 +63,9 @@ import numpy as np
 import pandas as pd
 
 from engine.runner.meta import RunMeta
+from engine.units import MIB
 
 KEYS = ["instance", "network", "layer", "layer_name", "layer_kind", "task_type"]
-MIB = 2**20
 UNEXPLAINED_ABS = 2 * MIB  # the remainder may be this large ...
 UNEXPLAINED_REL = 0.02  # ... or this share of the outer measurement, whichever is larger
 NEGATIVE_TOL = 1 * MIB  # how far below 0 a named part may read (counter batching)

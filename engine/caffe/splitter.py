@@ -10,7 +10,6 @@ hand-set ``has-input-layer``/``excluded-partials`` is needed; the match is valid
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -21,7 +20,7 @@ from pathlib import Path
 
 from engine.caffe import graph, io, wire
 from engine.errors import ModelError
-from engine.files import normal_mode, parse_json, write_text_atomic
+from engine.files import normal_mode, parse_json, sha256_file, write_text_atomic
 
 DESCRIPTION_VERSION = 1
 
@@ -106,7 +105,7 @@ class Description:
         if not prototxt.is_file():
             raise ModelError(f"{prototxt}, the deploy prototxt of {self.network}, is missing; "
                              f"{fix}")
-        if self.prototxt_sha256 is not None and _sha256(prototxt) != self.prototxt_sha256:
+        if self.prototxt_sha256 is not None and sha256_file(prototxt) != self.prototxt_sha256:
             raise ModelError(f"{prototxt} changed after {self.network} was split; {fix}")
         files = [(self.resolve(x.partial), x.file_bytes) for x in self.layers if x.partial]
         caffemodel = self.resolve(self.caffemodel)
@@ -135,10 +134,6 @@ def description_index(folder: str | os.PathLike) -> dict[str, Path]:
                              f"remove one, or split one under another --network name")
         found[network] = path
     return found
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def partial_name(stem: str, index: int) -> str:
@@ -224,7 +219,7 @@ def split_model(caffemodel: str | os.PathLike, prototxt: str | os.PathLike,
             unmatched_partials=[f"{final.name}/{partial_name(stem, r.index)}"
                                 for r in records if r.index not in matched],
             caffemodel_bytes=caffemodel.stat().st_size,
-            prototxt_sha256=_sha256(prototxt),
+            prototxt_sha256=sha256_file(prototxt),
         )
         if final.exists():
             shutil.rmtree(final)

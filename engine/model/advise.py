@@ -20,9 +20,14 @@ from pathlib import Path
 
 from engine.caffe.splitter import description_index
 from engine.errors import EdgeprofError
-from engine.files import parse_json
+from engine.files import parse_json, sha256_file
 from engine.model.params import Model, ModeModel
-from engine.model.predict import Networks, Prediction, predict
+from engine.model.predict import (
+    Networks,
+    Prediction,
+    predict,
+    predict_against_unconstrained,
+)
 from engine.schedule.pipelines import Pipeline, load_pipeline
 from engine.schedule.plan import resolve_descriptions
 from engine.schedule.policies import parse_policy
@@ -47,8 +52,6 @@ class Advice:
 def read_cv(model_path: str | os.PathLike) -> dict:
     """The cross-validated scores next to the model file: {} when there are none, and
     {"note": why} when they cannot be used (unreadable, or scores of another model)."""
-    from engine.model.evaluate import file_sha256
-
     path = Path(model_path).with_name(CV_FILE)
     if not path.is_file():
         return {}
@@ -58,7 +61,7 @@ def read_cv(model_path: str | os.PathLike) -> dict:
             raise ValueError("not a JSON object")
     except (OSError, ValueError) as exc:
         return {"note": f"{path} cannot be read ({exc})"}
-    if data.get("model_sha256") != file_sha256(model_path):
+    if data.get("model_sha256") != sha256_file(model_path):
         return {"note": f"{path} scores another model file (refitted since): run "
                         f"`snakemake {path}` again"}
     return data
@@ -70,10 +73,8 @@ def advise(mode: ModeModel, pipeline: Pipeline, networks: Networks, policies: li
     predicted to be killed last and unranked."""
     out = []
     for name in policies:
-        free, _ = predict(mode, pipeline, networks, name)
-        pred = free
-        if limit_bytes is not None:  # masa's budget is the limit: its schedule changes too
-            pred, _ = predict(mode, pipeline, networks, name, limit_bytes, swap_bytes)
+        pred, free = predict_against_unconstrained(mode, pipeline, networks, name,
+                                                   limit_bytes, swap_bytes)
         out.append(Advice(None, pred, free))
     alive = sorted((a for a in out if not a.prediction.oom),
                    key=lambda a: a.prediction.makespan_s)

@@ -28,9 +28,9 @@ import pandas as pd
 
 from engine.analysis.stats import CI_METHOD, kendall_tau
 from engine.caffe.splitter import Description
-from engine.files import write_text_atomic
+from engine.files import sha256_file, write_text_atomic
 from engine.model.params import Model
-from engine.model.predict import Networks, predict
+from engine.model.predict import Networks, predict_against_unconstrained
 from engine.model.train import measured_cells, pipelines_from_networks, train
 
 PREDICTION_COLUMNS = [
@@ -64,10 +64,8 @@ def predict_cells(model: Model, mode: str, cells: pd.DataFrame, pipelines: dict,
     for c in cells.itertuples():
         limit = None if c.limit == "none" else int(c.limit_bytes)
         swap = None if pd.isna(c.swap_bytes) else int(c.swap_bytes)
-        free, _ = predict(m, pipelines[c.pipeline], networks, c.policy)
-        pred = free
-        if limit is not None:
-            pred, _ = predict(m, pipelines[c.pipeline], networks, c.policy, limit, swap)
+        pred, free = predict_against_unconstrained(m, pipelines[c.pipeline], networks,
+                                                   c.policy, limit, swap)
         out.append({"predicted_makespan_s": pred.makespan_s,
                     "predicted_slowdown": (pred.makespan_s / free.makespan_s
                                            if limit is not None else np.nan),
@@ -255,12 +253,6 @@ def evaluate_files(tables_dir: str | os.PathLike, models_dir: str | os.PathLike,
     write_tables({"cv_predictions": pred, "cv_scores": table, "layer_residuals": resid}, out)
     summary = score_summary(table)
     # which model file the scores go with: advise refuses to state them for another
-    summary["model_sha256"] = file_sha256(model_path)
+    summary["model_sha256"] = sha256_file(model_path)
     write_text_atomic(out / "cv.json", json.dumps(summary, indent=1) + "\n")
     return summary
-
-
-def file_sha256(path: str | os.PathLike) -> str:
-    import hashlib
-
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()

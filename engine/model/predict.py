@@ -23,7 +23,7 @@ from engine.schedule.pipelines import Pipeline
 from engine.schedule.plan import plan
 from engine.schedule.policies import Policy, parse_policy
 from engine.schedule.tasks import WHOLE_NET, Kind, Task
-from engine.units import PAGE
+from engine.units import MIB, PAGE
 
 
 @dataclass
@@ -114,11 +114,11 @@ def predict(mode: ModeModel, pipeline: Pipeline, networks: Networks, policy: Pol
     mem = memory.mem
     why = ""
     if capacity is not None and capacity <= 0:
-        why = (f"the runtime's own anonymous memory ({anon_baseline / 2**20:.0f} MiB) is over "
+        why = (f"the runtime's own anonymous memory ({anon_baseline / MIB:.0f} MiB) is over "
                f"the limit")
     elif swap_bytes is not None and mem.peak_swapped > swap_bytes:
-        why = (f"needs {mem.peak_swapped / 2**20:.0f} MiB of swap, "
-               f"{swap_bytes / 2**20:.0f} MiB allowed")
+        why = (f"needs {mem.peak_swapped / MIB:.0f} MiB of swap, "
+               f"{swap_bytes / MIB:.0f} MiB allowed")
     # what is resident at the peak: the bytes held (LOADs growing over their run); under
     # a limit no more than it leaves (the rest is in swap)
     held = demand_peak(memory.effects, result.start_s, result.end_s)
@@ -128,3 +128,15 @@ def predict(mode: ModeModel, pipeline: Pipeline, networks: Networks, policy: Pol
                             mode.baseline_bytes + held, float(mem.peak_swapped),
                             float(mem.swap_in), float(mem.swap_out), bool(why), why)
     return prediction, result
+
+
+def predict_against_unconstrained(mode: ModeModel, pipeline: Pipeline, networks: Networks,
+                                  policy: str, limit_bytes: int | None,
+                                  swap_bytes: int | None) -> tuple[Prediction, Prediction]:
+    """(under the limit, unconstrained): the two sides of a slowdown; one simulation when
+    there is no limit. Masa's budget is the limit, so its schedule changes too."""
+    free, _ = predict(mode, pipeline, networks, policy)
+    if limit_bytes is None:
+        return free, free
+    limited, _ = predict(mode, pipeline, networks, policy, limit_bytes, swap_bytes)
+    return limited, free

@@ -31,14 +31,13 @@ from engine.runner.outdir import OutClaim
 from engine.runner.request import RunRequest
 from engine.schedule.pipelines import Pipeline
 from engine.schedule.policies import Policy
-from engine.units import parse_size
+from engine.units import MIB, parse_size
 from engine.vm import boot as vmboot
 from engine.vm.guest import Guest, ensure_guest
 
-MiB = 2**20
-GUEST_OVERHEAD = 768 * MiB  # kernel, tmpfs root overlay, the supervisor's own Python+numpy
-GUEST_RESERVE = 256 * MiB  # the least the guest needs beside the run's cgroup
-DEVICE_SLACK = 64 * MiB  # swap device a bit larger than memory.swap.max: the cgroup limits
+GUEST_OVERHEAD = 768 * MIB  # kernel, tmpfs root overlay, the supervisor's own Python+numpy
+GUEST_RESERVE = 256 * MIB  # the least the guest needs beside the run's cgroup
+DEVICE_SLACK = 64 * MIB  # swap device a bit larger than memory.swap.max: the cgroup limits
 GUEST_OUT = "/run/vmout/run"  # --out as the guest sees it (inside the share)
 GUEST_REQUEST = "request.json"  # the RunRequest the guest runs, in the share
 
@@ -53,7 +52,7 @@ class VmConfig:
     """Guest settings; each can be set from the environment (EDGEPROF_VM_<NAME>)."""
 
     ram: int | None = None  # guest RAM; default: limit + GUEST_OVERHEAD, >= 1 GiB
-    swap_device: int = 2048 * MiB  # device size when swap is unlimited ("max")
+    swap_device: int = 2048 * MIB  # device size when swap is unlimited ("max")
     sd_card: bool = False  # throttle the swap device like an SD card
     smp: int | None = None
     accel: str = "auto"  # auto | kvm | tcg
@@ -116,16 +115,16 @@ def plan(cfg: VmConfig, limit: int | None, swap: int | None, guest: Guest) -> Pl
         ram = cfg.ram
         if limit is not None and limit + GUEST_RESERVE > ram:
             raise EdgeprofError(
-                f"vm: the limit ({limit // MiB} MiB) is above the guest RAM minus what the "
-                f"guest itself needs ({ram // MiB} - {GUEST_RESERVE // MiB} MiB): raise "
-                f"EDGEPROF_VM_RAM to at least {(limit + GUEST_OVERHEAD) // MiB}M or unset it")
+                f"vm: the limit ({limit // MIB} MiB) is above the guest RAM minus what the "
+                f"guest itself needs ({ram // MIB} - {GUEST_RESERVE // MIB} MiB): raise "
+                f"EDGEPROF_VM_RAM to at least {(limit + GUEST_OVERHEAD) // MIB}M or unset it")
     else:
-        ram = max(1024 * MiB, (limit or 1024 * MiB) + GUEST_OVERHEAD)
-    ram = -(-ram // (64 * MiB)) * 64 * MiB
+        ram = max(1024 * MIB, (limit or 1024 * MIB) + GUEST_OVERHEAD)
+    ram = -(-ram // (64 * MIB)) * 64 * MIB
     host = _host_ram()
     if host and ram > host:
-        raise EdgeprofError(f"vm: the guest would need {ram // MiB} MiB of RAM for this limit "
-                            f"but the host has {host // MiB} MiB; lower --limit")
+        raise EdgeprofError(f"vm: the guest would need {ram // MIB} MiB of RAM for this limit "
+                            f"but the host has {host // MIB} MiB; lower --limit")
     device = 0 if swap == 0 else cfg.swap_device if swap is None else swap + DEVICE_SLACK
     if cfg.accel in ("kvm", "tcg"):
         accel, why = cfg.accel, "set by EDGEPROF_VM_ACCEL"
@@ -163,7 +162,7 @@ def boot_job(py_args: list[str], share: Path, limit: int | None, swap: int | Non
     guest = ensure_guest(log=log or (lambda m: print(m, file=sys.stderr)))
     p = plan(cfg, limit, swap, guest)
     (share / "job.sh").write_text(job_script(py_args, p.accel, Path.cwd()))
-    res = vmboot.boot(guest, share, accel=p.accel, ram_mb=p.ram_bytes // MiB, smp=cfg.smp,
+    res = vmboot.boot(guest, share, accel=p.accel, ram_mb=p.ram_bytes // MIB, smp=cfg.smp,
                       swap_bytes=p.swap_device_bytes, sd_card=p.sd_card,
                       boot_timeout_s=cfg.boot_timeout_s, timeout_s=timeout_s or cfg.timeout_s)
     facts_file = share / "guest.json"
