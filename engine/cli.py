@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, NoReturn
 from engine.errors import EdgeprofError
 from engine.files import write_text_atomic
 from engine.limits import BACKENDS
+from engine.runtime import DEFAULT_RUNTIME, RUNTIMES
 from engine.units import format_size
 
 if TYPE_CHECKING:
@@ -67,7 +68,8 @@ def _cmd_forward(args: argparse.Namespace) -> None:
     from engine.network import run_standalone
 
     t0 = time.perf_counter()
-    outputs = run_standalone(args.description, seed=args.seed, batch=args.batch, bulk=args.bulk)
+    outputs = run_standalone(args.description, seed=args.seed, batch=args.batch, bulk=args.bulk,
+                             runtime_name=args.runtime)
     elapsed = time.perf_counter() - t0
     for name, value in outputs.items():
         flat = value.reshape(value.shape[0], -1)[0]
@@ -158,6 +160,14 @@ def _swap(text: str | None) -> int | None:
     return _size(text, "--swap")
 
 
+def _runtime_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--runtime", choices=RUNTIMES, default=DEFAULT_RUNTIME,
+                   help="what each stage allocates and frees: lean (the engine's own: "
+                        "weights from their LOAD to their EXEC) or caffe (as Caffe 1.0 "
+                        "under EdgeCaffe: every parameter at INIT, a parsed message per "
+                        "LOAD, activations kept to the network's end); default lean")
+
+
 def run_request(args: argparse.Namespace) -> RunRequest:
     """The RunRequest of ``run``'s arguments, checked (sizes, ranges, the policy)."""
     from engine.runner.request import LimitOptions, ProbeOptions, RunOptions, RunRequest
@@ -178,7 +188,8 @@ def run_request(args: argparse.Namespace) -> RunRequest:
         estimates = _estimates(args.estimates)
     options = RunOptions(blas_threads=args.blas_threads, seed=args.seed, batch=args.batch,
                          budget=_size(args.budget, "--budget") if args.budget else limit,
-                         timeout_s=args.timeout, estimates=estimates, pin_cpu=args.pin_cpu)
+                         timeout_s=args.timeout, estimates=estimates, pin_cpu=args.pin_cpu,
+                         runtime=args.runtime)
     on = not args.no_probes
     probes = ProbeOptions(process=on, cgroup=on, gnu_time=on, heap_profile=args.heap_profile,
                           cpu_profile=args.cpu_profile, sample_hz=args.sample_hz if on else 0,
@@ -349,6 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bulk", action="store_true", help="load the whole caffemodel at once")
     p.add_argument("--batch", type=int, help="override the deploy batch size")
     p.add_argument("--seed", type=int, default=0, help="input image seed")
+    _runtime_option(p)
     p.add_argument("--out", help="write the output blobs to this .npz")
     p.set_defaults(func=_cmd_forward)
 
@@ -394,6 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "policies: the thread count changes float rounding)")
     p.add_argument("--seed", type=int, default=0, help="input image seed")
     p.add_argument("--batch", type=int, help="override every network's batch size")
+    _runtime_option(p)
     p.add_argument("--timeout", type=float, help="wall-clock limit in seconds (termination "
                    "'timeout')")
     p.add_argument("--heap-profile", action="store_true",

@@ -401,7 +401,7 @@ def run_options(run: Config) -> str:
     only the new runs)."""
     pin = ["--pin-cpu"] if run.get("pin_cpu") else []
     return _join(["--blas-threads", run["blas_threads"], "--timeout", run["timeout_s"],
-                  "--sample-hz", run["sample_hz"], *pin])
+                  "--sample-hz", run["sample_hz"], "--runtime", run["runtime"], *pin])
 
 
 def arrival_args(arrival: Config) -> str:

@@ -61,9 +61,9 @@ def test_batch_and_run_options(cfg):
     assert wf.batch_args(cfg["run"]) == "--batch 1"
     assert wf.batch_args(with_(cfg, run__batch=None)["run"]) == ""
     assert wf.run_options(cfg["run"]) == (
-        "--blas-threads 1 --timeout 600 --sample-hz 100 --pin-cpu")
-    assert wf.run_options(with_(cfg, run__pin_cpu=False)["run"]) == (
-        "--blas-threads 1 --timeout 600 --sample-hz 100")
+        "--blas-threads 1 --timeout 600 --sample-hz 100 --runtime lean --pin-cpu")
+    assert wf.run_options(with_(cfg, run__pin_cpu=False, run__runtime="caffe")["run"]) == (
+        "--blas-threads 1 --timeout 600 --sample-hz 100 --runtime caffe")
     assert wf.run_runtime_min(cfg["run"]) == 15
     assert wf.run_runtime_min({"timeout_s": 1800}) == 35
 
@@ -237,6 +237,18 @@ def test_job_environ_puts_the_interpreter_and_checkout_first():
 
 def test_schema_backends_are_engine_limits_backends():
     assert SCHEMA["properties"]["run"]["properties"]["backend"]["enum"] == list(BACKENDS)
+
+
+def test_schema_runtimes_are_engine_runtimes_and_the_cli_choices():
+    """One list of runtimes: the schema's enum and `run`/`forward --runtime`."""
+    from engine.cli import build_parser
+    from engine.runtime import RUNTIMES
+
+    assert SCHEMA["properties"]["run"]["properties"]["runtime"]["enum"] == list(RUNTIMES)
+    sub = next(a for a in build_parser()._actions if a.choices and "run" in a.choices)
+    for verb in ("run", "forward"):
+        option = next(a for a in sub.choices[verb]._actions if a.dest == "runtime")
+        assert list(option.choices) == list(RUNTIMES)
 
 
 def test_cli_backend_choices_are_engine_limits_backends():

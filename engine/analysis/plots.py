@@ -79,6 +79,8 @@ def _with_panel(df: pd.DataFrame) -> pd.DataFrame:
     enforced = df["limit_enforced"].astype(bool) | (df["limit"] == "none")
     label = label.where(enforced, label + " (not enforced)")
     label = label.where(~df["emulated"].astype(bool), label + ", emulated")
+    if "runtime" in df:
+        label = label.where(df["runtime"] == "lean", label + ", " + df["runtime"] + " runtime")
     return df.assign(panel=label)
 
 

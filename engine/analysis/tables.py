@@ -26,7 +26,7 @@ from engine.units import format_size
 TIDY_TABLES = ("runs", "tasks", "networks", "samples")
 # Columns that say which run a row belongs to, repeated in every tidy table.
 IDENTITY = ["run_id", "pipeline", "policy", "limit", "limit_enforced", "backend", "emulated",
-            "rep", "termination"]
+            "runtime", "rep", "termination"]
 SAMPLE_VALUES = ["rss_bytes", "uss_bytes", "swap_bytes", "cg_current_bytes",
                  "cg_swap_current_bytes"]
 # Enough points to draw a run's memory curve; the aggregate keeps at most this many per run.
@@ -48,10 +48,13 @@ def _identity(meta: RunMeta, folder: Path) -> dict:
     pipeline = meta.pipeline.name
     limit = limit_label(meta.limit_bytes)
     rep = _rep(folder)
-    run_id = f"{pipeline}/{meta.policy}/{limit}" + ("" if rep is None else f"/rep{rep}")
+    run_id = (f"{pipeline}/{meta.policy}/{limit}"
+              + ("" if meta.runtime == "lean" else f"/{meta.runtime}")
+              + ("" if rep is None else f"/rep{rep}"))
     return {"run_id": run_id, "pipeline": pipeline, "policy": meta.policy, "limit": limit,
             "limit_enforced": bool(meta.limit_enforced), "backend": meta.backend,
-            "emulated": bool(meta.emulated), "rep": rep, "termination": meta.termination}
+            "emulated": bool(meta.emulated), "runtime": meta.runtime, "rep": rep,
+            "termination": meta.termination}
 
 
 def _with_identity(df: pd.DataFrame, ident: dict) -> pd.DataFrame:
@@ -261,9 +264,9 @@ def _read_tidy(tidy_dirs: Iterable[str | os.PathLike]) -> dict[str, pd.DataFrame
 
 # Runs compared for the speed-up: same pipeline, repetition and (enforced) limit, in the
 # same execution mode (a native run is never paired with an emulated one).
-SPEEDUP_KEY = ["pipeline", "limit", "limit_enforced", "emulated", "rep"]
+SPEEDUP_KEY = ["pipeline", "limit", "limit_enforced", "emulated", "runtime", "rep"]
 # ... and for the slowdown under a limit: the same policy unconstrained, same mode.
-SLOWDOWN_KEY = ["pipeline", "policy", "emulated", "rep"]
+SLOWDOWN_KEY = ["pipeline", "policy", "emulated", "runtime", "rep"]
 
 
 def _speedup_reason(row: pd.Series) -> str:
@@ -288,12 +291,19 @@ def _slowdown_reason(row: pd.Series) -> str:
     return ""
 
 
+def with_runtime(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with its ``runtime`` column; tables written before runs had one ran the
+    lean runtime."""
+    return df if df.empty or "runtime" in df else df.assign(runtime="lean")
+
+
 def speedup_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Per pipeline x limit x repetition x policy (one pair per repetition): makespan,
     speed-up over Bulk (bulk makespan / policy makespan, the two runs of one interleaved
     block) and slowdown under the limit (makespan / the same policy's unconstrained
     makespan in the same repetition and execution mode). NaN, with the reason, when a run
     of the pair did not finish."""
+    runs = with_runtime(runs)
     cols = SPEEDUP_KEY + ["size_bin", "n_networks", "param_bytes", "limit_bytes", "policy",
                           "policy_family", "workers", "termination", "makespan_s"]
     extra = ["bulk_makespan_s", "bulk_termination", "speedup", "reason",
@@ -331,7 +341,7 @@ TIME_METRICS = ["makespan_s", "wall_s", "cpu_s"]
 MEMORY_METRICS = ["peak_rss_bytes", "mean_rss_bytes", "peak_swap_bytes", "mean_swap_bytes",
                   "hwm_rss_bytes", "cg_window_peak_bytes", "cg_window_swap_peak_bytes"]
 # A cell: one policy on one pipeline (or size bin) under one limit, in one execution mode.
-CELL = ["emulated", "limit", "limit_enforced", "size_bin", "policy"]
+CELL = ["emulated", "runtime", "limit", "limit_enforced", "size_bin", "policy"]
 
 
 def _levels(df: pd.DataFrame, value: str, prefix: str) -> pd.DataFrame:
@@ -380,6 +390,7 @@ def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Every time and memory metric of the finished runs: median and 95 % CI per policy,
     pipeline and limit (over repetitions) and per size bin (over pipelines and
     repetitions), with how many runs did not finish."""
+    runs = with_runtime(runs)
     if runs.empty:
         return pd.DataFrame()
     runs = runs.assign(pipeline=runs["pipeline"].astype(str))
@@ -399,6 +410,7 @@ def speedup_summary(pairs: pd.DataFrame) -> pd.DataFrame:
     """The paired ratios of ``speedup_table`` per cell: the median speed-up over Bulk and
     slowdown under the limit with their 95 % CIs, and whether each CI excludes 1
     (``*_significance``: higher, lower, no difference, too few runs)."""
+    pairs = with_runtime(pairs)
     from engine.analysis.stats import significance
 
     if pairs.empty:
@@ -431,13 +443,24 @@ def noise_floor_table(runs: pd.DataFrame) -> pd.DataFrame:
 
     if runs.empty:
         return pd.DataFrame()
-    ok = runs[runs["termination"] == "ok"]
+    ok = with_runtime(runs[runs["termination"] == "ok"])
+    ok = ok.assign(execution_mode=execution_mode(ok))
     return noise_floor(ok, ["pipeline", "policy", "limit", "limit_enforced"],
                        {"makespan": "makespan_s", "cpu time": "cpu_s",
-                        "run max RSS": "hwm_rss_bytes", "sampled peak RSS": "peak_rss_bytes"})
+                        "run max RSS": "hwm_rss_bytes", "sampled peak RSS": "peak_rss_bytes"},
+                       mode="execution_mode")
 
 
-PAIR_KEY = ["pipeline", "policy", "limit", "emulated", "rep"]
+def execution_mode(runs: pd.DataFrame) -> pd.Series:
+    """Each run's execution mode as tables and figures name it: native or emulated, and
+    the runtime where it is not the default (``native, caffe runtime``): runs of two
+    modes are never aggregated together."""
+    mode = runs["emulated"].map({True: "emulated", False: "native"})
+    runtime = runs["runtime"] if "runtime" in runs else pd.Series("lean", index=runs.index)
+    return mode.where(runtime == "lean", mode + ", " + runtime.astype(str) + " runtime")
+
+
+PAIR_KEY = ["pipeline", "policy", "limit", "emulated", "runtime", "rep"]
 
 
 def probe_overhead_table(runs: pd.DataFrame, unprobed: pd.DataFrame) -> pd.DataFrame:
@@ -445,6 +468,7 @@ def probe_overhead_table(runs: pd.DataFrame, unprobed: pd.DataFrame) -> pd.DataF
     started next to each other): per pair the overhead (probed / unprobed makespan - 1)
     and its cost per task boundary; per pipeline and over all pipelines the median with
     its 95 % CI and whether the CI excludes no overhead."""
+    runs, unprobed = with_runtime(runs), with_runtime(unprobed)
     from engine.analysis.stats import bootstrap_ci, cluster_bootstrap_ci, significance
 
     cols = ["pipeline", "pairs", "pairs_missing", "overhead_pct_median",

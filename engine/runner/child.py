@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -94,6 +95,7 @@ def child_main(spec_path: str) -> int:
         # host stretches it far less than wall_s
         "blas": state.blas,
         "numpy_hugepage_advice": numpy_hugepage_advice(),
+        "glibc_tunables": os.environ.get("GLIBC_TUNABLES"),
         "probes": probe_meta,
         "tasks": len(state.graph.tasks),
         "edges": len(state.graph.edges()),

@@ -27,6 +27,7 @@ class RunOptions:
     timeout_s: float | None = None
     estimates: dict[str, int] | None = None  # network -> peak bytes from a profiling run
     pin_cpu: bool = False  # the child alone on one CPU, supervisor and sampler on the rest
+    runtime: str = "lean"  # engine.runtime: what each stage allocates and frees
 
 
 @dataclass
