@@ -44,8 +44,9 @@ def warm_up() -> None:
     ops.softmax(ops.inner_product(y, np.zeros((4, y.size), np.float32), None), 1)
 
 
-def run(mode: str, description: str, runtime_name: str, seed: int = 0) -> None:
-    """Run ``description`` through the probe's ``mode`` sequence, reporting each stage."""
+def run(mode: str, description: str, runtime_name: str, seed: int = 0) -> np.ndarray:
+    """Run ``description`` through the probe's ``mode`` sequence, reporting each stage;
+    returns the output blobs concatenated (as the probe writes them)."""
     warm_up()
     gc.collect()
     reset_hwm()
@@ -68,9 +69,11 @@ def run(mode: str, description: str, runtime_name: str, seed: int = 0) -> None:
                 _report("load", layer.index)
             net.exec_layer(layer.index)
             _report("reset", layer.index)
+    outputs = np.concatenate([v.reshape(-1) for v in net.result().values()])
     del net
     gc.collect()
     _report("delete")
+    return outputs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,9 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("description")
     p.add_argument("--runtime", choices=RUNTIMES, default=DEFAULT_RUNTIME)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--outputs", help="write the output blobs here (.npy)")
     args = p.parse_args(argv)
     with threadpool_limits(1, "blas"):  # as runs do by default, and as the probe runs Caffe
-        run(args.mode, args.description, args.runtime, args.seed)
+        outputs = run(args.mode, args.description, args.runtime, args.seed)
+    if args.outputs:
+        np.save(args.outputs, outputs)
     return 0
 
 

@@ -96,7 +96,7 @@ class CaffeRuntime:
         owned = [np.empty(n, dtype) for n, dtype in layer_buffers(layer) if n]
         for buf in owned:
             buf.fill(0)
-        if bulk:
+        if bulk and owned:
             net.layer_state[layer.index] = owned
 
 
