@@ -8,15 +8,25 @@ import sys
 import tempfile
 from pathlib import Path
 
+from engine.caffe.splitter import Description
 from engine.errors import EdgeprofError
 from engine.realcaffe import chroot, reference
 from engine.runtime import RUNTIMES
 
+LABELS = {"init": "after INIT (Net construction)", "load_peak": "whole-file LOAD, peak",
+          "load_end": "whole-file LOAD, end", "forward": "after the bulk forward pass",
+          "partials_peak": "partial-by-partial LOADs, peak",
+          "resets": "after each layer's forward + reset (max |engine - Caffe|; last)",
+          "delete": "after deleting the net"}
+
 
 def _compare(descriptions: list[str], data: Path) -> None:
-    print("network mode figure caffe " + " ".join(RUNTIMES) + " (MiB above the start)")
+    """A Markdown table: every compared figure of real Caffe and of both runtimes, MiB
+    above the process's start, with the outputs' agreement."""
+    print("| network | sequence | stage | real Caffe | caffe runtime | lean runtime |")
+    print("|---|---|---|---|---|---|")
     for description in descriptions:
-        name = Path(description).name.removesuffix(".description.json")
+        name = Description.load(description).network
         with tempfile.TemporaryDirectory() as tmp:
             for mode in reference.MODES:
                 real = reference.measure_caffe(description, mode, data, Path(tmp))
@@ -26,16 +36,21 @@ def _compare(descriptions: list[str], data: Path) -> None:
                 figs = {rt: reference.figures(m.stages, mode) for rt, m in ours.items()}
                 for key, value in ref.items():
                     if isinstance(value, list):
-                        key, value = f"{key} (last)", value[-1]
-                        row = [figs[rt][key.split()[0]][-1] for rt in RUNTIMES]
+                        cells = [f"{value[-1]:.1f}"]
+                        for rt in ("caffe", "lean"):
+                            worst = max(abs(a - b) for a, b in zip(figs[rt][key], value))
+                            cells.append(f"{worst:.1f}; {figs[rt][key][-1]:.1f}")
                     else:
-                        row = [figs[rt][key] for rt in RUNTIMES]
-                    print(f"{name} {mode} {key} {value:.1f} "
-                          + " ".join(f"{v:.1f}" for v in row))
+                        cells = [f"{value:.1f}"] + [f"{figs[rt][key]:.1f}"
+                                                     for rt in ("caffe", "lean")]
+                    print(f"| {name} | {mode} | {LABELS[key]} | " + " | ".join(cells) + " |")
                 bad = reference.mismatches(ref, figs["caffe"])
                 err = reference.relative_error(ours["caffe"].outputs, real.outputs)
-                print(f"{name} {mode} outputs: max relative error {err:.2e}; caffe runtime "
-                      + ("within tolerance" if not bad else "OFF: " + "; ".join(bad)))
+                verdict = "all within 5 % or 4 MiB" if not bad else "OFF: " + "; ".join(bad)
+                print(f"| {name} | {mode} | outputs: max relative error | | {err:.1e} | "
+                      f"{reference.relative_error(ours['lean'].outputs, real.outputs):.1e}"
+                      f" |\n| {name} | {mode} | caffe runtime against real Caffe | | "
+                      f"{verdict} | |")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,6 +6,10 @@
 //   probe layers WARMUP PROTOTXT INPUT OUTPUT PARTIAL...
 //       Net(prototxt, TEST) -> per layer i: CopyTrainedLayersFrom(partial of i) if it has
 //       one, Forward of layer i, layers_unsafe()[i].reset() -> delete
+//   probe time   WARMUP PROTOTXT CAFFEMODEL INPUT REPS BATCH
+//       REPS times: a new Net (input reshaped to BATCH images; 0 keeps the deploy batch),
+//       CopyTrainedLayersFrom, then one timed Forward() (the first, as EdgeCaffe runs
+//       each network once): {"forward_ms": ...} per line
 //
 // One JSON object per line on stdout: {"stage", "layer", "rss_kib", "hwm_kib"}; the
 // high-water mark is reset (clear_refs 5) before every stage, so hwm is that stage's peak.
@@ -15,6 +19,7 @@
 // buffers) is in the baseline, as the interpreter's is on the engine's side.
 #include <cstdio>
 #include <cstdlib>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <malloc.h>
@@ -128,6 +133,28 @@ int main(int argc, char** argv) {
       report("reset", i);
     }
     write_outputs(net, argv[4]);
+  } else if (mode == "time") {
+    if (argc != 7) { std::fprintf(stderr, "probe time: 5 arguments\n"); return 2; }
+    delete net;
+    int reps = std::atoi(argv[5]), batch = std::atoi(argv[6]);
+    for (int r = 0; r < reps; ++r) {
+      net = new Net<float>(argv[2], caffe::TEST);
+      net->CopyTrainedLayersFrom(argv[3]);
+      Blob<float>* in = net->input_blobs()[0];
+      if (batch > 0) {
+        in->Reshape(batch, in->channels(), in->height(), in->width());
+        net->Reshape();
+      }
+      read_input(net, argv[4]);
+      auto t0 = std::chrono::steady_clock::now();
+      net->Forward();
+      auto t1 = std::chrono::steady_clock::now();
+      std::printf("{\"forward_ms\": %.4f}\n",
+                  std::chrono::duration<double, std::milli>(t1 - t0).count());
+      std::fflush(stdout);
+      delete net;
+    }
+    return 0;
   } else {
     std::fprintf(stderr, "unknown mode %s\n", argv[1]);
     return 2;
