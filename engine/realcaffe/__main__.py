@@ -16,7 +16,7 @@ from engine.runtime import RUNTIMES
 LABELS = {"init": "after INIT (Net construction)", "load_peak": "whole-file LOAD, peak",
           "load_end": "whole-file LOAD, end", "forward": "after the bulk forward pass",
           "partials_peak": "partial-by-partial LOADs, peak",
-          "resets": "after each layer's forward + reset (max |engine - Caffe|; last)",
+          "resets": "after each layer's forward + reset: largest difference from Caffe; last",
           "delete": "after deleting the net"}
 
 
