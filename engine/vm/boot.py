@@ -175,7 +175,8 @@ def boot(guest: Guest | uml.Uml, share: Path, *, accel: str = "tcg", ram_mb: int
             shutil.rmtree(swap_dir, ignore_errors=True)
     total = time.monotonic() - t0
     if proc is not None:
-        lines.append(f"[{total:9.3f}] host: {Path(proc.args[0]).name} (pid {proc.pid}) ended with "
+        name = "uml" if isinstance(guest, uml.Uml) else "qemu"
+        lines.append(f"[{total:9.3f}] host: {name} (pid {proc.pid}) ended with "
                      f"{proc.returncode}{', killed: ' + error if timed_out else ''}")
     rc_file = share / "rc"
     rc = int(rc_file.read_text()) if rc_file.is_file() and timed_out is None else None
@@ -191,9 +192,17 @@ def boot(guest: Guest | uml.Uml, share: Path, *, accel: str = "tcg", ram_mb: int
 
 def _kill(proc: subprocess.Popen) -> None:
     """SIGKILL the machine's process group: the session we started it in (qemu alone, or
-    UML and its host processes); nothing else is touched."""
+    UML and its host processes); nothing else is touched. Returns once the group is gone
+    (UML's other processes are reaped by init, a moment after the kernel process)."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
     proc.wait()
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.01)
