@@ -181,7 +181,7 @@ def download_deb(folder: Path, apt: list[str], package: str, suite: str, log: Lo
         return have[-1]
     log(f"apt-get download {package} ({suite})")
     _run(["apt-get", *apt, "download", package],
-         f"download {package} with 'apt-get download' from {suite}{hint}", cwd=folder)
+         f"apt-get download {package} from {suite}{hint}", cwd=folder)
     have = sorted(folder.glob(f"{package}_*.deb"))
     if not have:
         raise EdgeprofError(f"apt-get download {package} wrote no .deb into {folder}")
