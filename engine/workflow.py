@@ -287,24 +287,39 @@ def run_sets(config: Config) -> list[RunSet]:
                        config["vm"].get("repetitions") or reps)]
     limits = [str(limit) for limit in config["run"]["limits"]]
     # run.backend vm: every run in the guest, the unconstrained baseline too
-    return [RunSet(main, policies, limits, config["run"]["backend"] == "vm", reps)]
+    return [RunSet(main, policies, limits, config["run"]["backend"] in SANDBOXES, reps)]
+
+
+SANDBOXES = ("uml", "vm")
+
+
+def vm_sandbox(config: Config) -> str:
+    """The sandbox of the ``vm:`` block's runs: ``vm.sandbox``, where ``auto`` is uml if
+    a user-mode Linux kernel was built and works on this host (its build record says so:
+    nothing is booted while the DAG is built), else the qemu guest."""
+    choice = (config.get("vm") or {}).get("sandbox", "auto")
+    if choice != "auto":
+        return choice
+    from engine.limits.vm import uml_status
+
+    return "uml" if uml_status()[0] else "vm"
 
 
 def run_backend(config: Config, limit: str, in_vm: bool) -> str:
-    """The ``--backend`` of a run under ``limit``: ``vm`` for every run of a vm pipeline
-    (``in_vm``: its baseline too); for the main pipelines, ``run.backend``, with ``none``
-    for the unconstrained runs where that is ``vm``."""
-    if in_vm:
-        return "vm"
+    """The ``--backend`` of a run under ``limit``: the sandbox (``vm_sandbox``) for every
+    run of a vm pipeline (``in_vm``: its baseline too); for the main pipelines,
+    ``run.backend``, with ``none`` for the unconstrained runs where that is a sandbox."""
     backend = config["run"]["backend"]
-    if limit == UNLIMITED and backend == "vm":
+    if in_vm:  # a vm pipeline, or every run where run.backend names a sandbox
+        return vm_sandbox(config) if vm_enabled(config) else backend
+    if limit == UNLIMITED and backend in SANDBOXES:
         return "none"
     return backend
 
 
 def runs_in_vm(config: Config, limit: str, in_vm: bool) -> bool:
-    """Whether a run under ``limit`` runs in the guest (so needs the built guest)."""
-    return run_backend(config, limit, in_vm) == "vm"
+    """Whether a run under ``limit`` runs in a sandbox (so needs the built sandboxes)."""
+    return run_backend(config, limit, in_vm) in SANDBOXES
 
 
 # Runs that measure the probes' own cost: the same pipeline and repetition as a probed
@@ -474,7 +489,7 @@ def run_mem_mb(config: Config, limit: str, in_vm: bool) -> int:
     if step is not None:
         return step + SLURM_JOB_OVERHEAD_MB
     mib = None if limit == UNLIMITED else parse_size(limit) // 2**20
-    if run_backend(config, limit, in_vm) == "vm":
+    if run_backend(config, limit, in_vm) in SANDBOXES:
         return max(1024, (mib or 1024) + 768) + 512  # engine.vm.run.plan's guest RAM
     return UNLIMITED_MEM_MB if mib is None else mib + 1024
 

@@ -88,6 +88,7 @@ def test_policy_ids_are_path_safe():
 
 
 def test_vm_enabled_runs_limited_runs_in_the_vm_on_its_pipelines(cfg):
+    cfg = with_(cfg, vm__sandbox="vm")
     assert wf.vm_enabled(cfg)
     main, vm = wf.run_sets(cfg)
     assert (main.pipelines, main.limits, main.in_vm) == (["p000", "p001", "p002"], ["none"],
@@ -107,6 +108,20 @@ def test_vm_enabled_runs_limited_runs_in_the_vm_on_its_pipelines(cfg):
     assert wf.limit_args(explicit, "none", False) == "--backend none"
     # without vm.policies the guest runs every policy
     assert wf.run_sets(with_(cfg, vm__policies=None))[1].policies == main.policies
+
+
+def test_the_vm_blocks_sandbox_is_uml_where_it_was_built_else_the_qemu_guest(cfg,
+                                                                             monkeypatch):
+    from engine.limits import vm as vm_limits
+
+    assert wf.limit_args(with_(cfg, vm__sandbox="uml"), "48M", True) == (
+        "--limit 48M --swap max --backend uml")
+    auto = with_(cfg, vm__sandbox="auto")
+    monkeypatch.setattr(vm_limits, "uml_status", lambda: (True, "Linux 7.2.7 (sid)"))
+    assert wf.limit_args(auto, "none", True) == "--backend uml"
+    assert wf.runs_in_vm(auto, "48M", True) and not wf.runs_in_vm(auto, "none", False)
+    monkeypatch.setattr(vm_limits, "uml_status", lambda: (False, "not built"))
+    assert wf.limit_args(auto, "48M", True) == "--limit 48M --swap max --backend vm"
 
 
 def test_vm_disabled_runs_every_limit_with_run_backend(cfg):
@@ -273,7 +288,7 @@ def test_both_configs_validate_and_vm_needs_its_pipelines_when_enabled(cfg):
     no_vm = copy.deepcopy(cfg)
     del no_vm["vm"]
     validate(no_vm, schema)  # fills in the default
-    assert no_vm["vm"] == {"enabled": False}
+    assert no_vm["vm"] == {"enabled": False, "sandbox": "auto"}
 
 
 def _schema_keys(node: dict, prefix: str = "") -> list[str]:
@@ -432,7 +447,8 @@ def test_run_jobs_import_the_whole_measured_path():
 
 def test_the_default_reconciliation_runs_in_the_guest_and_the_paper_one_natively(cfg):
     assert wf.reconcile_in_vm(cfg) and cfg["run"]["reconcile"]["pipeline"] == "v000"
-    assert wf.reconcile_limit_args(cfg) == "--backend vm"
+    assert wf.reconcile_limit_args(cfg) == f"--backend {wf.vm_sandbox(cfg)}"
+    assert wf.reconcile_limit_args(with_(cfg, vm__sandbox="vm")) == "--backend vm"
     limited = with_(cfg, run__reconcile__limit="256M")
     assert wf.reconcile_limit_args(limited) == "--limit 256M --swap max --backend vm"
     paper = load_config("paper.yaml")
