@@ -449,7 +449,7 @@ def test_the_default_reconciliation_runs_in_the_guest_and_the_paper_one_natively
     assert wf.reconcile_in_vm(cfg) and cfg["run"]["reconcile"]["pipeline"] == "v000"
     assert wf.reconcile_limit_args(cfg) == f"--backend {wf.vm_sandbox(cfg)}"
     assert wf.reconcile_limit_args(with_(cfg, vm__sandbox="vm")) == "--backend vm"
-    limited = with_(cfg, run__reconcile__limit="256M")
+    limited = with_(cfg, run__reconcile__limit="256M", vm__sandbox="vm")
     assert wf.reconcile_limit_args(limited) == "--limit 256M --swap max --backend vm"
     paper = load_config("paper.yaml")
     assert not wf.reconcile_in_vm(paper)
