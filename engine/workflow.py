@@ -157,7 +157,7 @@ def check_config(config: Config) -> None:
         raise ValueError("config: models.zoo and models.user are both empty; name at least "
                          "one network for the pipelines to draw from")
     blocks = [("pipelines", config["pipelines"])]
-    if vm_enabled(config):
+    if vm_enabled(config) and not vm_runs_main(config):
         blocks.append(("vm.pipelines", config["vm"]["pipelines"]))
         unknown = sorted(set(config["vm"]["pipelines"]["networks"])
                          - set(models["zoo"]) - set(models["user"]))
@@ -177,6 +177,8 @@ def check_config(config: Config) -> None:
     lists = [("run.limits", config["run"]["limits"])]
     if vm_enabled(config):
         lists.append(("vm.limits", config["vm"]["limits"]))
+        lists += [(f"vm.also[{i}].limits", extra["limits"])
+                  for i, extra in enumerate(config["vm"].get("also") or [])]
     for key, limits in lists:
         seen: dict[int, str] = {}
         for limit in map(str, limits):
@@ -196,8 +198,8 @@ def check_config(config: Config) -> None:
         raise ValueError("config: run.reconcile.vm is true (config/config.yaml's default, "
                          "merged into yours) but vm.enabled is false: set run.reconcile to "
                          "{pipeline: p000, policy: linear, limit: none, vm: false}")
-    names = vm_pipeline_names(config) if reconcile_in_vm(config) else pipeline_names(
-        config["pipelines"]["count"])
+    names = (vm_pipeline_names(config) if reconcile_in_vm(config) and not vm_runs_main(config)
+             else pipeline_names(config["pipelines"]["count"]))
     if reconcile["pipeline"] not in names:
         raise ValueError(f"config: run.reconcile.pipeline {reconcile['pipeline']!r} is not one "
                          f"of the {'vm ' if reconcile_in_vm(config) else ''}pipelines "
@@ -245,9 +247,31 @@ def vm_enabled(config: Config) -> bool:
     return bool((config.get("vm") or {}).get("enabled", False))
 
 
+def vm_runs_main(config: Config) -> bool:
+    """Whether the ``vm:`` block runs the main pipelines themselves (``vm.pipelines:
+    main``) in the sandbox, beside their native runs, instead of pipelines of its own."""
+    return vm_enabled(config) and config["vm"].get("pipelines") == "main"
+
+
 def vm_pipeline_names(config: Config) -> list[str]:
-    """The ``vNNN`` pipelines of the ``vm:`` block, when it is enabled."""
-    return pipeline_names(config["vm"]["pipelines"]["count"], "v") if vm_enabled(config) else []
+    """The ``vNNN`` pipelines of the ``vm:`` block, when it is enabled with its own."""
+    if not vm_enabled(config) or vm_runs_main(config):
+        return []
+    return pipeline_names(config["vm"]["pipelines"]["count"], "v")
+
+
+# The kind of a run: its folder under results/ and its tidy tables' (runs/p000/...):
+# "runs"; "sandbox" for a main pipeline's runs in the sandbox (vm.pipelines: main), and
+# "sandbox_<runtime>" for those of a vm.also entry with a runtime of its own; "unprobed"
+# for the probe-overhead twins.
+RUNS, SANDBOX = "runs", "sandbox"
+
+
+def kind_runtime(config: Config, kind: str) -> str:
+    """The runtime of a run of ``kind``: its own for ``sandbox_<runtime>``, else
+    ``run.runtime``."""
+    prefix = f"{SANDBOX}_"
+    return kind.removeprefix(prefix) if kind.startswith(prefix) else config["run"]["runtime"]
 
 
 @dataclass(frozen=True)
@@ -260,6 +284,7 @@ class RunSet:
     limits: list[str]
     in_vm: bool
     repetitions: int
+    kind: str = RUNS
 
 
 def vm_policies(config: Config) -> list[str]:
@@ -279,12 +304,26 @@ def run_sets(config: Config) -> list[RunSet]:
     policies = [parse_policy(p).name for p in config["run"]["policies"]]
     reps = config["run"]["repetitions"]
     if vm_enabled(config):
-        vm_limits = [UNLIMITED, *(str(lim) for lim in config["vm"]["limits"]
-                                  if str(lim) != UNLIMITED)]
-        return [RunSet(main, policies, [UNLIMITED], False, reps),
-                RunSet(vm_pipeline_names(config),
-                       [parse_policy(p).name for p in vm_policies(config)], vm_limits, True,
-                       config["vm"].get("repetitions") or reps)]
+        vm = config["vm"]
+        vm_limits = [UNLIMITED, *(str(lim) for lim in vm["limits"] if str(lim) != UNLIMITED)]
+        vm_reps = vm.get("repetitions") or reps
+        on_main = vm_runs_main(config)
+        pipelines, kind = (main, SANDBOX) if on_main else (vm_pipeline_names(config), RUNS)
+        sets = [RunSet(main, policies, [UNLIMITED], False, reps),
+                RunSet(pipelines, [parse_policy(p).name for p in vm_policies(config)],
+                       vm_limits, True, vm_reps, kind)]
+        # further policies under some limits only (the workers experiment), or another
+        # runtime on the first few pipelines
+        for extra in vm.get("also") or []:
+            runtime = extra.get("runtime", config["run"]["runtime"])
+            own = runtime != config["run"]["runtime"]
+            if own and not on_main:
+                raise ValueError("config: vm.also[].runtime needs vm.pipelines: main")
+            sets.append(RunSet(pipelines[:extra.get("pipelines", len(pipelines))],
+                               [parse_policy(p).name for p in extra["policies"]],
+                               [str(lim) for lim in extra["limits"]], True, vm_reps,
+                               f"{SANDBOX}_{runtime}" if own else kind))
+        return sets
     limits = [str(limit) for limit in config["run"]["limits"]]
     # run.backend vm: every run in the guest, the unconstrained baseline too
     return [RunSet(main, policies, limits, config["run"]["backend"] in SANDBOXES, reps)]
@@ -352,13 +391,21 @@ def run_order(config: Config) -> list[tuple[str, str, str, str, int]]:
     sets = run_sets(config)
     order = []
     for rep in range(max(rs.repetitions for rs in sets)):
-        blocks = [(rs, pipeline, limit) for rs in sets if rep < rs.repetitions
-                  for pipeline in rs.pipelines for limit in rs.limits]
+        # a block: one pipeline under one limit, in one place; run sets that share a
+        # block (the workers experiment's policies) interleave in it
+        blocks: dict[tuple, list[tuple[str, str]]] = {}
+        for rs in sets:
+            if rep < rs.repetitions:
+                for pipeline in rs.pipelines:
+                    for limit in rs.limits:
+                        blocks.setdefault((rs.kind, rs.in_vm, pipeline, limit), []).extend(
+                            (rs.kind, policy) for policy in rs.policies)
+        keys = list(blocks)
         rng = np.random.default_rng([config["seed"], rep])
-        for b in rng.permutation(len(blocks)):
-            rs, pipeline, limit = blocks[b]
-            members = [("runs", policy) for policy in rs.policies]
-            if limit == UNLIMITED and not rs.in_vm:
+        for b in rng.permutation(len(keys)):
+            _, in_vm, pipeline, limit = keys[b]
+            members = blocks[keys[b]]
+            if limit == UNLIMITED and not in_vm:
                 members += [(UNPROBED, pol) for pipe, pol in twins if pipe == pipeline]
             for m in np.random.default_rng([config["seed"], rep, int(b)]).permutation(
                     len(members)):
@@ -418,7 +465,7 @@ def run_options(run: Config) -> str:
     only the new runs)."""
     pin = ["--pin-cpu"] if run.get("pin_cpu") else []
     return _join(["--blas-threads", run["blas_threads"], "--timeout", run["timeout_s"],
-                  "--sample-hz", run["sample_hz"], "--runtime", run["runtime"], *pin])
+                  "--sample-hz", run["sample_hz"], *pin])
 
 
 def arrival_args(arrival: Config) -> str:
@@ -448,8 +495,8 @@ def pipelines_args(config: Config, networks: Iterable[str]) -> str:
 
 def vm_pipelines_args(config: Config) -> str:
     """The same for the vm block's smaller pipelines (``vNNN``, batch arrival, its own
-    networks); empty when the vm block is not enabled."""
-    if not vm_enabled(config):
+    networks); empty when the vm block is not enabled or runs the main pipelines."""
+    if not vm_enabled(config) or vm_runs_main(config):
         return ""
     cfg = config["vm"]["pipelines"]
     return _join(["--count", cfg["count"], "--seed", config["seed"], "--prefix", "v",

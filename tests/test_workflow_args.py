@@ -61,9 +61,12 @@ def test_batch_and_run_options(cfg):
     assert wf.batch_args(cfg["run"]) == "--batch 1"
     assert wf.batch_args(with_(cfg, run__batch=None)["run"]) == ""
     assert wf.run_options(cfg["run"]) == (
-        "--blas-threads 1 --timeout 600 --sample-hz 100 --runtime lean --pin-cpu")
-    assert wf.run_options(with_(cfg, run__pin_cpu=False, run__runtime="caffe")["run"]) == (
-        "--blas-threads 1 --timeout 600 --sample-hz 100 --runtime caffe")
+        "--blas-threads 1 --timeout 600 --sample-hz 100 --pin-cpu")
+    assert wf.run_options(with_(cfg, run__pin_cpu=False)["run"]) == (
+        "--blas-threads 1 --timeout 600 --sample-hz 100")
+    caffe = with_(cfg, run__runtime="caffe")
+    assert [wf.kind_runtime(caffe, k) for k in ("runs", "sandbox", "sandbox_lean")] == [
+        "caffe", "caffe", "lean"]
     assert wf.run_runtime_min(cfg["run"]) == 15
     assert wf.run_runtime_min({"timeout_s": 1800}) == 35
 
@@ -74,7 +77,7 @@ def test_pipelines_args_are_todays_command_lines(cfg):
         "--count 3 --seed 0 --length 2 4 --arrival batch --bins 150 400"
         " --networks AgeNet GenderNet FaceNet AlexNet GoogLeNet")
     assert wf.vm_pipelines_args(cfg) == (
-        "--count 1 --seed 0 --prefix v --length 1 1 --bins 150 400 --networks AgeNet")
+        "--count 2 --seed 0 --prefix v --length 1 3 --bins 150 400 --networks AgeNet GenderNet")
     assert wf.vm_pipelines_args(with_(cfg, vm__enabled=False)) == ""
 
 
@@ -96,7 +99,7 @@ def test_vm_enabled_runs_limited_runs_in_the_vm_on_its_pipelines(cfg):
     assert len(main.policies) == 10
     # the vm pipelines run under the vm limits and, as their baseline, in the guest unlimited
     assert (vm.pipelines, vm.policies, vm.limits, vm.in_vm) == (
-        ["v000"], ["bulk", "linear"], ["none", "48M"], True)
+        ["v000", "v001"], ["bulk", "linear", "partial:2", "deepeye"], ["none", "48M"], True)
     # the main pipelines' unconstrained runs stay native; every vm pipeline run goes to the
     # vm whatever run.backend says, its baseline too
     assert wf.limit_args(cfg, "none", False) == "--backend auto"
@@ -291,9 +294,20 @@ def test_both_configs_validate_and_vm_needs_its_pipelines_when_enabled(cfg):
     assert no_vm["vm"] == {"enabled": False, "sandbox": "auto"}
 
 
+def _resolved(node: dict) -> dict:
+    """``node`` with a ``$ref`` to the schema's definitions, or a ``oneOf`` holding one
+    object schema, followed (the documented keys are that object's)."""
+    for option in node.get("oneOf", []):
+        if "$ref" in option or "properties" in option:
+            node = option
+    if "$ref" in node:
+        node = SCHEMA["definitions"][node["$ref"].rsplit("/", 1)[1]]
+    return node
+
+
 def _schema_keys(node: dict, prefix: str = "") -> list[str]:
     keys = []
-    for name, sub in node.get("properties", {}).items():
+    for name, sub in _resolved(node).get("properties", {}).items():
         key = f"{prefix}{name}"
         keys.append(key)
         keys += _schema_keys(sub, f"{key}.")
@@ -310,7 +324,7 @@ def test_config_readme_documents_every_schema_key_and_no_other():
 
 def test_schema_describes_every_key():
     def walk(node, key=""):
-        for name, sub in node.get("properties", {}).items():
+        for name, sub in _resolved(node).get("properties", {}).items():
             assert sub.get("description"), f"{key}{name}"
             walk(sub, f"{key}{name}.")
 
