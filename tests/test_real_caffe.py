@@ -80,3 +80,18 @@ def test_a_layer_reset_frees_no_parameter(measured):
     weights_mib = 56_888_709 * 4 / 2**20
     assert figs["resets"][-1] >= weights_mib
     assert figs["delete"] < 0.1 * weights_mib
+
+
+@pytest.mark.parametrize("name", PAPER_NETWORKS)
+def test_the_parse_peak_from_the_file_layout_is_real_caffes(measured, zoo_split, name):
+    """engine.runtime.protobuf.message_peak_bytes (what the slowdown model's replay holds
+    during a Caffe-faithful LOAD) against real Caffe's whole-file load: its peak above
+    the parameters constructed at INIT."""
+    from engine.runtime.protobuf import message_peak_bytes
+
+    desc = zoo_split[name]
+    caffe, _, _ = measured[name, "bulk"]
+    figs = reference.figures(caffe.stages, "bulk")
+    predicted = message_peak_bytes(desc.resolve(desc.caffemodel)) / 2**20
+    real = figs["load_peak"] - figs["init"]
+    assert abs(predicted - real) <= reference.tolerance(real)

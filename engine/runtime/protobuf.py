@@ -135,3 +135,25 @@ class Message:
         _free_in_order(self.v1_retained)
 
 
+
+
+def message_peak_bytes(path: str | os.PathLike) -> int:
+    """The most of ``Message(path)`` resident at once, from the file's layout alone (no
+    allocation): during the parse, the blobs parsed so far plus, at each growth of the
+    current blob's buffer, the old buffer and the copy of its contents (the rest of a new
+    buffer is not touched yet); then, for a V1 file, the parsed blobs and the upgrade's
+    two copies. What a Caffe-faithful LOAD holds besides the weights (``engine.model``'s
+    memory replay)."""
+    path = os.fspath(path)
+    size = os.path.getsize(path)
+    records = wire.scan(path)
+    held = peak = 0
+    for rec in records:
+        for blob in rec.blobs:
+            for filled, _ in repeated_capacities(blob.offset, blob.nbytes, size):
+                peak = max(peak, held + 2 * F32 * filled)
+            held += blob.nbytes
+    peak = max(peak, held)
+    if any(rec.v1 for rec in records):
+        peak = max(peak, 3 * held)
+    return peak
