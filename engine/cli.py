@@ -446,10 +446,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="folder of the networks' *.description.json (default results/split)")
     p.add_argument("--policies", nargs="+", help="policies to rank (default: the ones the "
                    "model was fitted on)")
-    p.add_argument("--mode",
-                   help="execution mode whose fit to use, as the model names it (native, "
-                        "'emulated (uml)', 'native, caffe runtime', ...; default: native, "
-                        "else the model's first)")
+    p.add_argument("--mode", choices=["native", "emulated"],
+                   help="execution mode whose fit to use (default native)")
     p.add_argument("--find-limit", action="store_true",
                    help="the smallest limit at which each policy runs without swapping")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")

@@ -161,25 +161,6 @@ def test_the_memory_model_peaks_where_counted_by_hand(tiny, policy, peak):
     assert pred.peak_swap_bytes == 0 and not pred.oom
 
 
-@pytest.mark.parametrize("policy, peak", [
-    # caffe runtime (engine.runtime), two Tiny in turn. A: INIT: the input and every
-    # weight, 64 + 616 = 680; LOAD ip1 holds its parsed message (544 B: a V2 file this
-    # small is read in one reservation) -> 1224; EXEC ip1 adds its output and frees
-    # nothing: 712; LOAD ip2 -> 784; EXEC ip2 -> 720; the network's end frees it all.
-    ("linear", 1224),
-    # the whole caffemodel's message (616 B) on top of INIT's 680
-    ("bulk", 1296),
-])
-def test_the_caffe_runtimes_memory_peaks_where_counted_by_hand(tiny, policy, peak):
-    pipe = Pipeline("two", [Arrival(0.0, ["Tiny", "Tiny"])])
-    mode = _mode()
-    mode.runtime = "caffe"
-    pred, _ = predict(mode, pipe, Networks({"Tiny": tiny}, None), policy)
-    assert pred.peak_ram_bytes == 1000 + peak
-    mem = network_memory(tiny, None, "caffe")
-    assert all(s.frees == () for s in mem.steps)  # Caffe's Net keeps every blob
-
-
 def test_a_limit_swaps_the_least_recently_used_bytes_and_brings_them_back():
     mem = Memory(capacity=100)
     assert mem.alloc("a", 60) == 0 and mem.alloc("b", 30) == 0

@@ -29,7 +29,6 @@ import pandas as pd
 from engine.analysis.stats import CI_METHOD, kendall_tau
 from engine.caffe.splitter import Description
 from engine.files import sha256_file, write_text_atomic
-from engine.model.fit import execution_modes
 from engine.model.params import Model
 from engine.model.predict import Networks, predict_against_unconstrained
 from engine.model.train import measured_cells, pipelines_from_networks, train
@@ -83,7 +82,8 @@ def cross_validate(runs: pd.DataFrame, tasks: pd.DataFrame, networks: pd.DataFra
     runs = runs[runs["limit_enforced"].astype(bool) | (runs["limit"] == "none")]
     pipelines = pipelines_from_networks(networks[networks["run_id"].isin(runs["run_id"])])
     preds, notes = [], []
-    for mode, part in runs.groupby(execution_modes(runs)):
+    for emulated, part in runs.groupby("emulated"):
+        mode = "emulated" if emulated else "native"
         names = sorted(part.loc[(part["limit"] == "none") & (part["termination"] == "ok"),
                                 "pipeline"].astype(str).unique())
         if len(names) < 2:
@@ -216,7 +216,7 @@ def layer_residuals(model: Model, runs: pd.DataFrame, tasks: pd.DataFrame,
 
     rows = []
     for name, mode in model.modes.items():
-        part = runs[(execution_modes(runs) == name) & (runs["limit"] == "none")
+        part = runs[(runs["emulated"] == (name == "emulated")) & (runs["limit"] == "none")
                     & (runs["termination"] == "ok")]
         t = tasks[tasks["run_id"].isin(part["run_id"])]
         if t.empty:

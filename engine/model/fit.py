@@ -94,12 +94,8 @@ def fit_linear(x: pd.DataFrame, y: pd.Series | np.ndarray, intercept: bool = Tru
     return Linear(float(np.median(y)) if intercept else 0.0, {}, len(y), None)
 
 
-def execution_modes(runs: pd.DataFrame) -> pd.Series:
-    """Each run's execution mode, the model's unit (``engine.analysis.tables``): native
-    or emulated in a named sandbox, and the runtime where it is not lean."""
-    from engine.analysis.tables import execution_mode
-
-    return execution_mode(runs)
+def _mode_name(emulated: bool) -> str:
+    return "emulated" if emulated else "native"
 
 
 def _batch_of(runs: pd.DataFrame) -> int | None:
@@ -113,10 +109,7 @@ def _batch_of(runs: pd.DataFrame) -> int | None:
 
 
 FEATURE_COLUMNS = ("macs", "flops", "weight_bytes", "scratch_bytes", "elements", "bytes",
-                   "input_bytes", "init_weight_bytes")
-# INIT's features: the caffe runtime allocates and writes every weight of the network at
-# INIT (engine.runtime), the lean one only the input
-INIT_FEATURES = {"lean": ("input_bytes",), "caffe": ("input_bytes", "init_weight_bytes")}
+                   "input_bytes")
 
 
 def task_features(tasks: pd.DataFrame, descriptions: dict[str, Description],
@@ -135,7 +128,6 @@ def task_features(tasks: pd.DataFrame, descriptions: dict[str, Description],
         types[i] = f.types[li] if li >= 0 else ""
         if kind == "INIT":
             cols["input_bytes"][i] = f.input_bytes
-            cols["init_weight_bytes"][i] = f.total_weight_bytes
         elif kind == "LOAD":
             cols["bytes"][i] = f.weight_bytes[li] if li >= 0 else f.total_weight_bytes
         elif li >= 0:
@@ -210,10 +202,6 @@ def fit_mode(runs: pd.DataFrame, tasks: pd.DataFrame,
              descriptions: dict[str, Description], mode: str) -> ModeModel:
     """The model of one execution mode from its runs and their tasks."""
     batch = _batch_of(runs)
-    runtimes = set(runs["runtime"]) if "runtime" in runs else {"lean"}
-    if len(runtimes) != 1:
-        raise EdgeprofError(f"{mode} runs of runtimes {sorted(runtimes)}: one model each")
-    runtime = runtimes.pop()
     ok = runs[runs["termination"] == "ok"]
     free = ok[ok["limit"] == "none"]
     if free.empty:
@@ -228,7 +216,7 @@ def fit_mode(runs: pd.DataFrame, tasks: pd.DataFrame,
         return fit_linear(rows[list(features)], rows["duration_s"])
 
     layer = med["layer"] >= 0
-    init = linear(med[med["task_type"] == "INIT"], INIT_FEATURES[runtime])
+    init = linear(med[med["task_type"] == "INIT"], ("input_bytes",))
     load_layer = linear(med[(med["task_type"] == "LOAD") & layer], ("bytes",))
     load_whole = linear(med[(med["task_type"] == "LOAD") & ~layer], ("bytes",))
     execs = med[(med["task_type"] == "EXEC") & layer]
@@ -239,7 +227,7 @@ def fit_mode(runs: pd.DataFrame, tasks: pd.DataFrame,
     start_rss, start_file = _start_rss(base_tasks)
     cpus = float(ok["child_cpus"].median()) if ok["child_cpus"].notna().any() else 1.0
     model = ModeModel(
-        mode=mode, runtime=runtime, start_rss_bytes=start_rss, baseline_bytes=start_rss,
+        mode=mode, start_rss_bytes=start_rss, baseline_bytes=start_rss,
         cpus=cpus, parallel_cpus=cpus, baseline_file_bytes=start_file,
         gap_s=_gap(free, base_tasks), init=init, load_layer=load_layer,
         load_whole=load_whole, exec_types=exec_types,
@@ -264,7 +252,8 @@ def fit(runs: pd.DataFrame, tasks: pd.DataFrame, descriptions: dict[str, Descrip
     label)."""
     runs = runs[runs["limit_enforced"].astype(bool) | (runs["limit"] == "none")]
     modes, unfitted = {}, {}
-    for name, part in runs.groupby(execution_modes(runs)):
+    for emulated, part in runs.groupby("emulated"):
+        name = _mode_name(bool(emulated))
         try:
             modes[name] = fit_mode(part, tasks[tasks["run_id"].isin(part["run_id"])],
                                    descriptions, name)

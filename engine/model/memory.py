@@ -6,11 +6,7 @@ layer i reads its bottoms, creates its tops (unless the operator returns its inp
 itself: Split, Dropout, in-place ReLU), holds the operator's scratch while it runs
 (``engine.ops.scratch_bytes``), then frees its weights and every array no later layer
 reads. The network's output blobs are kept until the run ends (the run keeps them to
-check that policies agree). That is the lean runtime; under the caffe runtime
-(``engine.runtime``) INIT allocates every weight, a LOAD holds the parsed message for a
-moment (``engine.runtime.protobuf.message_peak_bytes``, from the file's layout), an EXEC
-frees nothing (a layer's own buffers, its im2col buffer and the like, are held while it
-runs and, in the bulk pass, kept), and the network's end frees everything.
+check that policies agree).
 
 ``Memory`` is the resident set of one run under a limit: blocks (a layer's weights, an
 array) in least-recently-used order. When the blocks no longer fit in the capacity the
@@ -32,8 +28,6 @@ from engine.caffe import graph
 from engine.caffe.splitter import Description
 from engine.network import deploy_graph
 from engine.ops.workspace import F32
-from engine.runtime.caffe import layer_buffers
-from engine.runtime.protobuf import message_peak_bytes
 from engine.schedule.tasks import WHOLE_NET, Kind, Task
 
 
@@ -47,7 +41,6 @@ class Step:
     allocs: tuple[tuple[int, int], ...]  # (array, bytes) it creates and keeps
     scratch: int  # temporaries while it runs
     frees: tuple[int, ...]  # arrays no later layer reads, freed once it has run
-    buffers: int = 0  # caffe: what the layer owns (freed by its reset, kept by bulk)
 
 
 @dataclass(frozen=True)
@@ -55,13 +48,6 @@ class NetworkMemory:
     network: str
     inputs: tuple[tuple[int, int], ...]  # (array, bytes) INIT creates
     steps: tuple[Step, ...]  # one per runtime layer, in order
-    runtime: str = "lean"
-    # caffe: what a LOAD holds for a moment besides the weights, per layer (WHOLE_NET:
-    # the whole caffemodel)
-    load_peak: tuple[tuple[int, int], ...] = ()
-
-    def load_peak_of(self, layer: int) -> int:
-        return dict(self.load_peak).get(layer, 0)
 
     @property
     def weight_bytes(self) -> int:
@@ -77,9 +63,8 @@ def description_graph(desc: Description, batch: int | None) -> graph.NetGraph:
     return deploy_graph(desc.resolve(desc.prototxt), batch)
 
 
-def network_memory(desc: Description, batch: int | None,
-                   runtime: str = "lean") -> NetworkMemory:
-    """Replay ``desc``'s layers at ``batch`` under ``runtime`` (module docstring)."""
+def network_memory(desc: Description, batch: int | None) -> NetworkMemory:
+    """Replay ``desc``'s layers at ``batch`` (see the module docstring)."""
     g = description_graph(desc, batch)
     last = g.last_readers()
     names: dict[str, int] = {}  # blob name -> array
@@ -112,19 +97,9 @@ def network_memory(desc: Description, batch: int | None,
                 del names[b]
         alive = set(names.values())
         frees = tuple(sorted((before | {a for a, _ in allocs}) - alive))
-        buffers = 0
-        if runtime == "caffe":
-            frees = ()  # Caffe's Net owns every blob to the end
-            buffers = sum(F32 * n for n, _ in layer_buffers(layer))  # int32 or float32
         steps.append(Step(layer.index, layer.param_bytes, reads, tuple(allocs), scratch,
-                          frees, buffers))
-    load_peak: list[tuple[int, int]] = []
-    if runtime == "caffe":
-        load_peak = [(info.index, message_peak_bytes(desc.resolve(info.partial)))
-                     for info in desc.layers if info.partial is not None]
-        load_peak.append((WHOLE_NET, message_peak_bytes(desc.resolve(desc.caffemodel))))
-    return NetworkMemory(desc.network, tuple(inputs), tuple(steps), runtime,
-                         tuple(load_peak))
+                          frees))
+    return NetworkMemory(desc.network, tuple(inputs), tuple(steps))
 
 
 class Memory:
@@ -235,53 +210,35 @@ class RunMemory:
     def _demand(self) -> int:
         return self.mem.resident + self.mem.swapped
 
-    def _exec_step(self, inst: int, step: Step, caffe: bool = False,
-                   bulk: bool = False) -> tuple[int, int, int, list[tuple]]:
-        """(in, out, the step's transient peak of demand, what it frees). Under the caffe
-        runtime the layer's own buffers are kept by the bulk pass (a block of their own)
-        and otherwise held while it runs, and nothing is freed."""
+    def _exec_step(self, inst: int, step: Step) -> tuple[int, int, int, list[tuple]]:
+        """(in, out, the step's transient peak of demand, what it frees)."""
         w = (inst, "w", step.layer)
         reads = [w] + [(inst, "a", a) for a in step.reads]
         swap_in, swap_out = self.mem.touch(reads)
         for array, nbytes in step.allocs:
             swap_out += self.mem.alloc((inst, "a", array), nbytes, reads)
-        transient = step.scratch
-        if caffe and bulk and step.buffers:
-            swap_out += self.mem.alloc((inst, "b", step.layer), step.buffers, reads)
-        elif caffe:
-            transient = max(step.scratch, step.buffers)
-        swap_out += self.mem.transient(transient, reads)
-        frees = [] if caffe else [w] + [(inst, "a", a) for a in step.frees]
-        return swap_in, swap_out, self._demand() + transient, frees
+        swap_out += self.mem.transient(step.scratch, reads)
+        return (swap_in, swap_out, self._demand() + step.scratch,
+                [w] + [(inst, "a", a) for a in step.frees])
 
     def start(self, task: Task) -> tuple[int, int]:
         prof = self.profiles[task.instance]
         inst = task.instance
-        caffe = prof.runtime == "caffe"
         before = self._demand()
-        effect = self.effects[task.id] = TaskMemory(ramp=task.kind == Kind.LOAD and not caffe)
-        steps = prof.steps if task.layer == WHOLE_NET else (prof.steps[max(task.layer, 0)],)
+        effect = self.effects[task.id] = TaskMemory(ramp=task.kind == Kind.LOAD)
         if task.kind == Kind.LOAD:
-            if not caffe:
-                return 0, 0
-            # the parsed message for a moment; its blobs copied into the weights
-            weights = [(inst, "w", s.layer) for s in steps if s.weights]
-            swap_in, swap_out = self.mem.touch(weights)
-            effect.transient = prof.load_peak_of(task.layer)
-            return swap_in, swap_out + self.mem.transient(effect.transient, weights)
+            return 0, 0
         if task.kind == Kind.INIT:
             out = sum(self.mem.alloc((inst, "a", a), b) for a, b in prof.inputs)
-            if caffe:  # new Net: every parameter blob, written
-                out += sum(self.mem.alloc((inst, "w", s.layer), s.weights)
-                           for s in prof.steps if s.weights)
             effect.held = self._demand() - before
             return 0, out
+        steps = prof.steps if task.layer == WHOLE_NET else (prof.steps[task.layer],)
         swap_in = swap_out = peak = 0
         frees: list[tuple] = []
         for step in steps:
             for key in frees:  # the previous layer's, within one bulk forward pass
                 self.mem.free(key)
-            i, o, top, frees = self._exec_step(inst, step, caffe, task.layer == WHOLE_NET)
+            i, o, top, frees = self._exec_step(inst, step)
             swap_in, swap_out, peak = swap_in + i, swap_out + o, max(peak, top)
         self._pending[task.id] = frees
         effect.held = self._demand() - before
@@ -289,9 +246,8 @@ class RunMemory:
         return swap_in, swap_out
 
     def finish(self, task: Task) -> int:
-        """A LOAD's weights are in: returns the bytes that pushes out (the caffe runtime
-        allocated them at INIT)."""
-        if task.kind != Kind.LOAD or self.profiles[task.instance].runtime == "caffe":
+        """A LOAD's weights are in: returns the bytes that pushes out."""
+        if task.kind != Kind.LOAD:
             return 0
         prof = self.profiles[task.instance]
         steps = prof.steps if task.layer == WHOLE_NET else (prof.steps[task.layer],)
@@ -305,12 +261,6 @@ class RunMemory:
         before = self._demand()
         for key in self._pending.pop(task.id, ()):
             self.mem.free(key)
-        prof = self.profiles[task.instance]
-        if (prof.runtime == "caffe" and task.kind == Kind.EXEC
-                and task.layer in (WHOLE_NET, prof.steps[-1].layer)):
-            # the network's end: delete net frees everything it held
-            for key in [k for k in self.mem.blocks if k[0] == task.instance]:
-                self.mem.free(key)
         self.effects[task.id].freed = before - self._demand()
 
 

@@ -57,7 +57,7 @@ class SwapCost:
 class ModeModel:
     """Everything the simulator needs for one execution mode."""
 
-    mode: str  # native, or emulated (<sandbox>); ", <runtime> runtime" unless lean
+    mode: str  # native | emulated
     start_rss_bytes: float  # resident at the first task's start (median over runs)
     baseline_bytes: float  # the runtime's own resident bytes (engine.model.train)
     cpus: float  # CPUs the measured child could run on
@@ -74,7 +74,6 @@ class ModeModel:
     runs: int
     pipelines: list[str]
     batch: int | None  # the runs' batch (None: each network's deploy batch)
-    runtime: str = "lean"  # engine.runtime: what each stage allocates and frees
 
     def exec_model(self, layer_type: str) -> Linear:
         return self.exec_types.get(layer_type, self.exec_any)
@@ -90,8 +89,7 @@ class Model:
 
     def mode(self, name: str | None) -> ModeModel:
         if name is None:
-            name = next((m for m in self.modes if m.startswith("native")),
-                        next(iter(self.modes), ""))
+            name = "native" if "native" in self.modes else next(iter(self.modes), "")
         if name not in self.modes:
             why = self.unfitted.get(name) or ", ".join(f"{m}: {w}"
                                                       for m, w in self.unfitted.items())
@@ -143,10 +141,8 @@ class Model:
         """Every number where the simulator can use it (ValueError otherwise): a damaged
         file must not hang or crash a prediction."""
         for name, m in self.modes.items():
-            if not (name == "native" or name.startswith(("native, ", "emulated"))):
+            if name not in ("native", "emulated"):
                 raise ValueError(f"unknown execution mode {name!r}")
-            if m.runtime not in ("lean", "caffe"):
-                raise ValueError(f"{name}.runtime is {m.runtime!r}")
             for field_name, low in (("start_rss_bytes", 0), ("baseline_bytes", 0),
                                     ("gap_s", 0)):
                 _number(getattr(m, field_name), f"{name}.{field_name}", low)

@@ -45,7 +45,7 @@ class Networks:
     def __init__(self, descriptions: dict[str, Description], batch: int | None) -> None:
         self.descriptions, self.batch = descriptions, batch
         self._features: dict[str, NetworkFeatures] = {}
-        self._memory: dict[tuple[str, str], NetworkMemory] = {}
+        self._memory: dict[str, NetworkMemory] = {}
         self._work: dict[tuple, float] = {}
 
     def features(self, net: str) -> NetworkFeatures:
@@ -60,11 +60,10 @@ class Networks:
             self._work[key] = task_work_s(mode, self.features(net), kind, layer)
         return self._work[key]
 
-    def memory(self, net: str, runtime: str = "lean") -> NetworkMemory:
-        if (net, runtime) not in self._memory:
-            self._memory[net, runtime] = network_memory(self.descriptions[net], self.batch,
-                                                        runtime)
-        return self._memory[net, runtime]
+    def memory(self, net: str) -> NetworkMemory:
+        if net not in self._memory:
+            self._memory[net] = network_memory(self.descriptions[net], self.batch)
+        return self._memory[net]
 
 
 def task_work_s(mode: ModeModel, feats: NetworkFeatures, kind: Kind | str, layer: int) -> float:
@@ -72,8 +71,7 @@ def task_work_s(mode: ModeModel, feats: NetworkFeatures, kind: Kind | str, layer
     the dispatch gap after it included."""
     kind = Kind[kind] if isinstance(kind, str) else kind
     if kind == Kind.INIT:
-        work = mode.init({"input_bytes": feats.input_bytes,
-                          "init_weight_bytes": feats.total_weight_bytes})
+        work = mode.init({"input_bytes": feats.input_bytes})
     elif kind == Kind.LOAD:
         work = (load_whole_s(mode, feats) if layer == WHOLE_NET
                 else mode.load_layer({"bytes": feats.weight_bytes[layer]}))
@@ -95,7 +93,7 @@ def predict(mode: ModeModel, pipeline: Pipeline, networks: Networks, policy: Pol
     # the runtime's file-backed pages (libraries) are reclaimed before anything swaps
     anon_baseline = mode.baseline_bytes - mode.baseline_file_bytes
     capacity = None if limit_bytes is None else int(limit_bytes - anon_baseline)
-    memory = RunMemory({i: networks.memory(n, mode.runtime) for i, n in nets.items()},
+    memory = RunMemory({i: networks.memory(n) for i, n in nets.items()},
                        None if capacity is None else max(capacity, 0))
     swap = mode.swap
     per_in = swap.per_page_in_s / PAGE if swap else 0.0

@@ -30,7 +30,7 @@ import pandas as pd
 
 from engine.caffe.splitter import Description, description_index
 from engine.errors import EdgeprofError
-from engine.model.fit import execution_modes, fit
+from engine.model.fit import fit
 from engine.model.params import Model, ModeModel
 from engine.model.predict import Networks, predict
 from engine.schedule.pipelines import Arrival, Pipeline
@@ -134,7 +134,7 @@ def train(runs: pd.DataFrame, tasks: pd.DataFrame, networks: pd.DataFrame,
     model = fit(runs, tasks, descriptions, policies)
     pipelines = pipelines_from_networks(networks[networks["run_id"].isin(runs["run_id"])])
     for name, mode in model.modes.items():
-        part = runs[execution_modes(runs) == name]
+        part = runs[runs["emulated"] == (name == "emulated")]
         calibrate(mode, measured_cells(part), pipelines, Networks(descriptions, mode.batch))
     for policy in model.policies:
         parse_policy(policy)  # a policy name this engine no longer knows fails here
