@@ -1,7 +1,7 @@
 """Fast caffemodel weight loading: scan the protobuf wire format, read payloads in place.
 
 The generic protobuf parse of a caffemodel holds the file bytes and a decoded copy at
-once (2x the weights, see reference/perf-anchors.md section 2). Here only the tags and
+once (2x the weights). Here only the tags and
 lengths are decoded, through an mmap that touches just the header pages; each packed
 float payload is then ``readinto`` its own freshly allocated, aligned numpy array, so
 loading costs one copy and 1x the weight bytes. The scanner validates every length
@@ -21,7 +21,7 @@ import numpy as np
 from engine.caffe import schema
 from engine.errors import CorruptModelError, ModelError
 
-# Field numbers from caffe.proto (reference/edgecaffe.md section 14).
+# Field numbers from caffe.proto (BVLC Caffe 1.0, the schema in engine/caffe/schema.py).
 NET_NAME, NET_LAYER, NET_LAYERS_V1 = 1, 100, 2
 LAYER_NAME, LAYER_TYPE, LAYER_BLOBS = 1, 2, 7
 V1_NAME, V1_TYPE, V1_BLOBS = 4, 5, 6

@@ -81,7 +81,8 @@ def kvm_status(guest: Guest | None = None, probe: bool = True) -> tuple[str, str
 
 def qemu_argv(guest: Guest, share: Path, accel: str, ram_mb: int, smp: int,
               swap_image: Path | None, sd_card: bool) -> list[str]:
-    """The qemu command line (the recipe of reference/vm-sandbox.md)."""
+    """The qemu command line: the host's / read-only over 9p, the share read-write, swap
+    as a virtio disk."""
     if accel == "kvm":
         accel_args = ["-accel", "kvm", "-cpu", "host"]
     else:  # -cpu max: numpy needs x86-64-v2; MTTCG scales over host cores
