@@ -19,6 +19,11 @@ from engine.limits import BACKENDS
 from engine.runtime import DEFAULT_RUNTIME, RUNTIMES
 from engine.units import format_size
 
+# Upper bounds of counts a user gives (each is documented in --help): far above any sweep
+# this project runs, low enough that a typo (1e12) is refused at once, not after an hour
+MAX_PIPELINES = 100_000
+MAX_GRAPH_INSTANCES = 1_000
+
 if TYPE_CHECKING:
     from engine.runner.request import RunRequest
 
@@ -27,6 +32,7 @@ def _cmd_models(args: argparse.Namespace) -> None:
     from engine.caffe import generate, zoo
 
     _positive(args.seed, "--seed", allow_zero=True)
+    _output_dir(args.out, "--out")
     names = args.networks or list(zoo.ZOO)
     for name in names:
         if name not in zoo.ZOO:
@@ -44,9 +50,13 @@ def _cmd_split(args: argparse.Namespace) -> None:
 
     model = Path(args.model)
     prototxt = Path(args.prototxt) if args.prototxt else model.with_suffix(".prototxt")
+    from engine.files import file_kind
+
     for path in (model, prototxt):
-        if not path.is_file():
-            raise EdgeprofError(f"{path} does not exist (a split needs a .caffemodel and its "
+        kind = file_kind(path)
+        if kind != "a regular file":
+            what = "does not exist" if kind == "missing" else f"is {kind}, not a file"
+            raise EdgeprofError(f"{path} {what} (a split needs a .caffemodel and its "
                                 "deploy .prototxt side by side, or --prototxt)")
     stem = model.name.removesuffix(".caffemodel")
     # A zoo file keeps its zoo name and conv|fc split even when --network is not given.
@@ -65,10 +75,14 @@ def _cmd_split(args: argparse.Namespace) -> None:
 def _cmd_forward(args: argparse.Namespace) -> None:
     import numpy as np
 
+    from engine.caffe.splitter import Description
     from engine.network import run_standalone
 
+    if args.out is not None:
+        _output_file(args.out, "--out")  # before the forward pass, not after it
+    desc = Description.load_checked(args.description)
     t0 = time.perf_counter()
-    outputs = run_standalone(args.description, seed=args.seed, batch=args.batch, bulk=args.bulk,
+    outputs = run_standalone(desc, seed=args.seed, batch=args.batch, bulk=args.bulk,
                              runtime_name=args.runtime)
     elapsed = time.perf_counter() - t0
     for name, value in outputs.items():
@@ -100,7 +114,7 @@ def _cmd_pipelines(args: argparse.Namespace) -> None:
         arrival["rate"] = args.rate
     elif args.arrival == "normal":
         arrival.update(mean=args.mean, sd=args.sd)
-    _positive(args.count, "--count", allow_zero=True)
+    _positive(args.count, "--count", most=MAX_PIPELINES)
     made = pipelines.generate_pipelines(args.seed, args.count, sizes, tuple(args.length),
                                         arrival, args.bins_mb or args.bins, prefix=args.prefix,
                                         bin_unit="MB" if args.bins_mb else "MiB")
@@ -124,10 +138,10 @@ def _positive(value: float | None, flag: str, allow_zero: bool = False,
 
 def _estimates(path: str) -> dict[str, int]:
     """masa's --estimates file: {network: peak bytes}."""
-    from engine.files import parse_json
+    from engine.files import parse_json, read_regular
 
     try:
-        data = parse_json(Path(path).read_text())
+        data = parse_json(read_regular(path, "estimates file", 2**20))
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
         estimates = {str(k): int(v) for k, v in data.items()}
@@ -160,6 +174,28 @@ def _swap(text: str | None) -> int | None:
     return _size(text, "--swap")
 
 
+def _output_file(path: str, option: str) -> Path:
+    """An output file checked before the work (engine.files.check_output_file)."""
+    from engine.files import check_output_file
+
+    try:
+        return check_output_file(path, option)
+    except ValueError as exc:
+        raise EdgeprofError(str(exc)) from None
+
+
+def _output_dir(path: str, option: str) -> Path:
+    """An output folder, checked before the work: not empty, not a file."""
+    from engine.files import file_kind
+
+    if not path.strip():
+        raise EdgeprofError(f"{option} is empty; name the folder to write into")
+    kind = file_kind(path)
+    if kind not in ("missing", "a folder"):
+        raise EdgeprofError(f"{option} {path} is {kind}; name a folder")
+    return Path(path)
+
+
 def _runtime_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runtime", choices=RUNTIMES, default=DEFAULT_RUNTIME,
                    help="what each stage allocates and frees: lean (the engine's own: "
@@ -183,6 +219,9 @@ def run_request(args: argparse.Namespace) -> RunRequest:
     _positive(args.sample_hz, "--sample-hz", allow_zero=True, most=10_000)
     if args.swap is not None and args.limit is None:
         raise EdgeprofError("--swap is the swap allowed on top of --limit; give a --limit too")
+    if (args.budget or args.estimates) and not policy.admission:
+        raise EdgeprofError(f"--budget and --estimates set masa's admission; {policy.name} "
+                            f"admits every network: drop them or use masa")
     estimates = None
     if args.estimates:
         estimates = _estimates(args.estimates)
@@ -269,15 +308,18 @@ def _cmd_graph(args: argparse.Namespace) -> None:
     from engine.schedule.tasks import Instance
 
     policy = parse_policy(args.policy)
-    _positive(args.count, "--count")
-    desc = Description.load(args.description)
+    _positive(args.count, "--count", most=MAX_GRAPH_INSTANCES)
+    out = _output_file(args.out, "--out")
+    if out.suffix not in (".dot", ".gv", ".svg"):
+        raise EdgeprofError(f"--out {out}: graph writes DOT (.dot, .gv) or SVG (.svg); "
+                            f"name the file so")
+    desc = Description.load_checked(args.description, files=False)
     instances = [Instance(i, desc.network, 0, len(desc.layers), desc.num_conv_layers)
                  for i in range(args.count)]
     graph = policy.build(instances)
     names = {(i.id, layer.index): layer.name for i in instances for layer in desc.layers}
     dot = to_dot(graph, f"{policy.name}: {args.count} x {desc.network}",
                  {i.id: i.network for i in instances}, names)
-    out = Path(args.out)
     if out.suffix == ".svg":
         if shutil.which("dot") is None:
             raise EdgeprofError("writing SVG needs Graphviz's 'dot' (apt-get install graphviz); "
@@ -308,6 +350,7 @@ def _cmd_fit_model(args: argparse.Namespace) -> None:
 
     for policy in args.policies or ():
         parse_policy(policy)  # before the fit, not after it
+    _output_file(args.out, "--out")
 
     t0 = time.perf_counter()
     model = fit_model_files(args.tables, args.models, args.out, args.policies)
@@ -367,7 +410,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("pipelines", help="generate seeded multi-network pipelines")
     p.add_argument("--models", required=True, help="folder of *.description.json (split stage)")
     p.add_argument("--out", required=True, help="folder for <prefix>NNN.json pipeline files")
-    p.add_argument("--count", type=int, default=5)
+    p.add_argument("--count", type=int, default=5,
+                   help=f"pipelines to write, 1 to {MAX_PIPELINES:,} (default 5)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--length", type=int, nargs=2, default=[2, 5], metavar=("MIN", "MAX"),
                    help="networks per pipeline (default 2 5)")
@@ -475,7 +519,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("graph", help="draw a policy's task graph (DOT, or SVG with Graphviz)")
     p.add_argument("--policy", required=True)
     p.add_argument("--description", required=True, help="<stem>.description.json")
-    p.add_argument("--count", type=int, default=1, help="instances of the network (default 1)")
+    p.add_argument("--count", type=int, default=1,
+                   help=f"instances of the network, 1 to {MAX_GRAPH_INSTANCES:,} (default 1)")
     p.add_argument("--out", required=True, help="output .dot or .svg")
     p.set_defaults(func=_cmd_graph)
     return parser

@@ -208,7 +208,8 @@ class Network:
         return {name: np.array(self.blobs[name], copy=True) for name in self.outputs}
 
 
-def run_standalone(description: str | Path, seed: int = 0, batch: int | None = None,
+def run_standalone(description: Description | str | Path, seed: int = 0,
+                   batch: int | None = None,
                    bulk: bool = False,
                    runtime_name: str = DEFAULT_RUNTIME) -> dict[str, np.ndarray]:
     """Load and run one network alone (layer by layer, or bulk); returns its outputs."""

@@ -148,6 +148,20 @@ def check_config(config: Config) -> None:
     one line naming the key and the fix."""
     if not str(config["results"]).strip():
         raise ValueError("config: results is empty; name the folder for all outputs")
+    _check_results_folder(str(config["results"]))
+    arrival = config["pipelines"]["arrival"]
+    needs = {"poisson": ("rate",), "normal": ("mean", "sd")}.get(arrival["mode"], ())
+    missing = [k for k in needs if k not in arrival]
+    if missing:
+        raise ValueError(f"config: pipelines.arrival mode {arrival['mode']} needs "
+                         f"{' and '.join(missing)}; add {', '.join(f'{k}: ...' for k in missing)}")
+    palette = config.get("plots", {}).get("palette")
+    if palette is not None:
+        from matplotlib import colormaps
+
+        if palette not in colormaps:
+            raise ValueError(f"config: plots.palette {palette!r} is not a matplotlib colormap "
+                             f"(e.g. tab10, viridis)")
     run = config["run"]
     for key in ("timeout_s", "sample_hz"):
         if not math.isfinite(run[key]):
@@ -204,6 +218,25 @@ def check_config(config: Config) -> None:
         raise ValueError(f"config: run.reconcile.pipeline {reconcile['pipeline']!r} is not one "
                          f"of the {'vm ' if reconcile_in_vm(config) else ''}pipelines "
                          f"({', '.join(names[:3])}, ...)")
+
+
+def _check_results_folder(results: str) -> None:
+    """``results`` must be a folder this user can create or write into (not a file, not a
+    read-only or pseudo filesystem such as /proc): said before any job starts."""
+    path = Path(results)
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if existing is not None and existing != path and not existing.is_dir():
+        raise ValueError(f"config: results {results}: {existing} is not a folder")
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"config: results {results} is a file; name a folder")
+    real = (existing or Path(".")).resolve()
+    if real == Path("/proc") or Path("/proc") in real.parents or Path("/sys") in (
+            real, *real.parents):
+        raise ValueError(f"config: results {results} is on a kernel pseudo filesystem; "
+                         f"name a folder on disk")
+    if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"config: results {results}: {existing} is not writable; name a "
+                         f"writable folder")
 
 
 def _check_run_extras(config: Config) -> None:

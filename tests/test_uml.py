@@ -19,6 +19,7 @@ import pytest
 from engine.limits import LimitRequest
 from engine.limits.select import open_backend
 from engine.vm import VmConfig, run_command_in_vm, run_in_vm, uml
+from tests.signals import default_signals
 from tests.test_vm import ALLOC_200MB, REPO, _request
 
 pytestmark = pytest.mark.uml
@@ -159,7 +160,8 @@ def test_an_interrupted_run_kills_uml_and_leaves_nothing(uml_kernel, tiny, tmp_p
     proc = subprocess.Popen([sys.executable, "-m", "engine", "run", "--pipeline",
                              str(tiny["pipeline"]), "--models", str(tiny["models"]),
                              "--policy", "linear", "--out", str(out), "--backend", "uml",
-                             "--limit", "64M"], cwd=REPO, stderr=subprocess.PIPE, text=True)
+                             "--limit", "64M"], cwd=REPO, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_signals)
     try:
         deadline = time.monotonic() + 60
         while not list(tmp_path.glob(".run.vm.*/job.log")) and time.monotonic() < deadline:
@@ -190,3 +192,24 @@ def test_auto_prefers_uml_to_the_vm_where_it_works(monkeypatch):
     session = open_backend("auto", request, "t", allow_unenforced=True, env={})
     assert session.backend == "vm"
     assert "uml: not built" in session.notes["auto"]["skipped"]
+
+
+@pytest.mark.parametrize("gap_s", [0.005, 0.02])
+def test_a_double_sigint_in_the_first_seconds_leaves_no_swap_image(uml_kernel, tiny, tmp_path,
+                                                                   gap_s):
+    """The kernel's kill and its swap image's removal run with the signals held back: a
+    second Ctrl-C a few ms after the first cannot cut them short."""
+    out = tmp_path / "run"
+    for delay in (0.3, 0.8, 1.5):
+        proc = subprocess.Popen([sys.executable, "-m", "engine", "run", "--pipeline",
+                                 str(tiny["pipeline"]), "--models", str(tiny["models"]),
+                                 "--policy", "linear", "--out", str(out), "--backend", "uml",
+                                 "--limit", "64M"], cwd=REPO, stderr=subprocess.PIPE,
+                                text=True, preexec_fn=default_signals)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(gap_s)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, err
+        assert list(tmp_path.iterdir()) == [], (delay, sorted(tmp_path.iterdir()))

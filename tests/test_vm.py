@@ -25,6 +25,7 @@ from engine.probes.vmstat import COLUMNS, VmstatWindows
 from engine.runner.request import RunRequest
 from engine.vm import VmConfig, guest, run_command_in_vm, run_in_vm
 from engine.vm import boot as vmboot
+from tests.signals import default_signals
 
 pytestmark = pytest.mark.vm
 MiB = 2**20
@@ -174,7 +175,8 @@ def test_an_interrupted_run_kills_qemu_and_leaves_nothing(vm_guest, tiny, tmp_pa
     proc = subprocess.Popen([sys.executable, "-c", script, "run", "--pipeline",
                              str(tiny["pipeline"]), "--models", str(tiny["models"]),
                              "--policy", "linear", "--out", str(out)],
-                            cwd=REPO, stderr=subprocess.PIPE, text=True)
+                            cwd=REPO, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_signals)
     try:
         deadline = time.monotonic() + 60
         qemu = set()
@@ -314,7 +316,7 @@ def _fake_boot(calls: list, *, start_a_task: bool, segfault: bool = False):
     from engine.runner.meta import RunMeta
     from engine.vm.run import GUEST_OUT
 
-    def boot(py_args, share, limit, swap, cfg=None, timeout_s=None, log=None, sandbox="vm"):
+    def boot(py_args, share, limit, swap, cfg=None, timeout_s=None, sandbox="vm"):
         calls.append(sorted(p.name for p in share.iterdir()))
         if segfault and len(calls) == 1:
             (share / "run").mkdir()

@@ -194,13 +194,56 @@ def _swapped(row: dict) -> bool | None:
     return any(v > 0 for v in seen) if seen else None
 
 
+def _check_digests(folder: Path, meta: RunMeta) -> None:
+    """Every table the run recorded a digest of must be that table, byte for byte."""
+    from engine.files import sha256_file
+
+    for name, digest in meta.table_digests.items():
+        path = folder / name
+        if not path.is_file() or sha256_file(path) != digest:
+            raise EdgeprofError(f"{path} is not the table this run wrote (its SHA-256 "
+                                f"differs from meta.json's table_digests): replaced or "
+                                f"edited; rerun the run")
+
+
+def _check_identity(folder: Path, meta: RunMeta, tasks: pd.DataFrame,
+                    networks: pd.DataFrame) -> None:
+    """The tables' content against the run record (runs written before table digests,
+    and whatever a digest cannot say): each instance's network in pipeline order, the
+    instances within the pipeline, the workers within the policy's."""
+    names = meta.pipeline.networks
+    for path, df in ((folder / "tasks.csv", tasks), (folder / "networks.csv", networks)):
+        if df.empty or not {"instance", "network"} <= set(df):
+            continue
+        inst = df["instance"].astype(int)
+        if (inst < 0).any() or (inst >= len(names)).any():
+            raise EdgeprofError(f"{path} has instances outside this run's {len(names)} "
+                                f"networks: not this run's table; rerun the run")
+        expected = inst.map(dict(enumerate(names)))
+        wrong = df["network"] != expected
+        if wrong.any():
+            row = df[wrong].iloc[0]
+            raise EdgeprofError(f"{path}: instance {int(row['instance'])} is "
+                                f"{row['network']}, but this run's pipeline "
+                                f"{meta.pipeline.name} has {names[int(row['instance'])]} "
+                                f"there: not this run's table; rerun the run")
+    if "worker" in tasks and meta.workers is not None and not tasks.empty:
+        if int(tasks["worker"].max()) >= meta.workers:
+            raise EdgeprofError(f"{folder / 'tasks.csv'} has tasks on worker "
+                                f"{int(tasks['worker'].max())}, but {meta.policy} has "
+                                f"{meta.workers}: not this run's table; rerun the run")
+
+
 def tidy_run(folder: str | os.PathLike) -> dict[str, pd.DataFrame]:
-    """The tidy tables (runs, tasks, networks, samples) of one run folder."""
+    """The tidy tables (runs, tasks, networks, samples) of one run folder, each checked
+    against the run record: its digest, its row count, and what its rows say."""
     folder = Path(folder)
     meta = RunMeta.read(folder)
+    _check_digests(folder, meta)
     tasks = _read_csv(folder / "tasks.csv")
     _check_rows(folder / "tasks.csv", tasks, meta.tasks_finished, "tasks_finished")
     networks = _networks(folder, meta)
+    _check_identity(folder, meta, tasks, networks)
     samples = _samples(folder, meta)
     _check_rows(folder / "samples.csv", samples, (meta.sampler or {}).get("samples"),
                 "sampler.samples")

@@ -21,7 +21,7 @@ from pathlib import Path
 from engine.errors import EdgeprofError
 from engine.files import atomic_path, parse_json
 
-SCHEMA_VERSION = 3  # 2: started_at, host_load, cpu_affinity; 3: runtime
+SCHEMA_VERSION = 4  # 2: started_at, host_load, cpu_affinity; 3: runtime; 4: table_digests
 FILE = "meta.json"
 
 
@@ -93,6 +93,8 @@ class RunMeta:
     gnu_time: dict | None = _f("GNU time's report as gt_* columns")
     hwm_rss_bytes: int | None = _f("the run's resident high-water mark: max of GNU time "
                                    "and every window's VmHWM")
+    table_digests: dict = _f("SHA-256 of each table the run wrote (tasks.csv, networks.csv, "
+                             "samples.csv): the tables refuse one that differs", {})
     vm: dict | None = _f("vm backend only: accelerator, guest kernel and RAM, swap device, "
                          "boot time, guest-wide vmstat deltas, a boot retried after an "
                          "emulation fault (retried_boot: why, the first console's tail)")

@@ -25,6 +25,7 @@ from pathlib import Path
 from engine.errors import EdgeprofError
 from engine.limits.vm import QEMU
 from engine.procs import preexec, stamped_tempdir
+from engine.runner.interrupt import signals_deferred
 from engine.runner.outdir import SWAP_PREFIX
 from engine.vm import uml
 from engine.vm.guest import INSTALL_HINT, Guest
@@ -124,8 +125,10 @@ def boot(guest: Guest | uml.Uml, share: Path, *, accel: str = "tcg", ram_mb: int
     try:
         swap_image = None
         if swap_bytes > 0:
-            # beside the share, not in it: the guest must not see its own swap as a file
-            swap_dir = stamped_tempdir(SWAP_PREFIX, share.parent)
+            # beside the share, not in it: the guest must not see its own swap as a file;
+            # created and named at once (a signal in between would orphan it)
+            with signals_deferred():
+                swap_dir = stamped_tempdir(SWAP_PREFIX, share.parent)
             swap_image = swap_dir / "swap.img"
             with open(swap_image, "wb") as f:
                 f.truncate(swap_bytes)  # sparse; the guest runs mkswap at every boot
@@ -168,12 +171,13 @@ def boot(guest: Guest | uml.Uml, share: Path, *, accel: str = "tcg", ram_mb: int
                 timed_out = "job"
                 error = f"the guest job exceeded the {timeout_s:.0f} s timeout"
     finally:
-        if proc is not None:
-            _kill(proc)
-        if reader is not None:
-            reader.join(timeout=5)
-        if swap_dir is not None:
-            shutil.rmtree(swap_dir, ignore_errors=True)
+        with signals_deferred():  # a second Ctrl-C must not leave the swap image behind
+            if proc is not None:
+                _kill(proc)
+            if reader is not None:
+                reader.join(timeout=5)
+            if swap_dir is not None:
+                shutil.rmtree(swap_dir, ignore_errors=True)
     total = time.monotonic() - t0
     if proc is not None:
         name = "uml" if isinstance(guest, uml.Uml) else "qemu"

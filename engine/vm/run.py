@@ -35,7 +35,7 @@ from engine.schedule.policies import Policy
 from engine.units import MIB, parse_size
 from engine.vm import boot as vmboot
 from engine.vm import uml
-from engine.vm.guest import Guest, ensure_guest
+from engine.vm.guest import CACHE_ENV, Guest, default_cache, load_guest
 
 SANDBOXES = ("vm", "uml")
 
@@ -164,18 +164,12 @@ def job_script(py_args: list[str], accel: str, cwd: Path) -> str:
 
 def boot_job(py_args: list[str], share: Path, limit: int | None, swap: int | None,
              cfg: VmConfig | None = None, timeout_s: float | None = None,
-             log: Callable[[str], None] | None = None, sandbox: str = "vm",
-             ) -> tuple[vmboot.BootResult, Plan, Guest | uml.Uml, dict | None]:
+             sandbox: str = "vm") -> tuple[vmboot.BootResult, Plan, Guest | uml.Uml, dict | None]:
     """Boot once running ``python -m engine.vm.job PY_ARGS`` with ``share`` as /run/vmout,
     in ``sandbox`` ("vm": qemu, "uml": user-mode Linux). Returns the boot result, the
     plan, the guest and the guest's guest.json (or None)."""
     cfg = cfg or VmConfig.from_env()
-    log = log or (lambda m: print(m, file=sys.stderr))
-    if sandbox == "uml":
-        guest = uml.ensure_uml(log=log)
-    else:
-        vmboot.qemu_binary()
-        guest = ensure_guest(log=log)
+    guest = built_sandbox(sandbox)
     p = plan(cfg, limit, swap, guest)
     (share / "job.sh").write_text(job_script(py_args, p.accel, Path.cwd()))
     res = vmboot.boot(guest, share, accel=p.accel, ram_mb=p.ram_bytes // MIB, smp=cfg.smp,
@@ -184,6 +178,24 @@ def boot_job(py_args: list[str], share: Path, limit: int | None, swap: int | Non
     facts_file = share / "guest.json"
     facts = json.loads(facts_file.read_text()) if facts_file.is_file() else None
     return res, p, guest, facts
+
+
+def built_sandbox(sandbox: str) -> Guest | uml.Uml:
+    """The built kernel of ``sandbox``; a run never builds one (a download of hundreds of
+    MB into wherever the cache variable points): that is ``python -m engine.vm build``."""
+    if sandbox == "uml":
+        built = uml.load_uml()
+        if built is None:
+            raise EdgeprofError(f"uml: {uml.why_none()}; build it with python -m engine.vm "
+                                f"build (setup.sh does), or use --backend vm")
+        return built
+    vmboot.qemu_binary()
+    built = load_guest()
+    if built is None:
+        raise EdgeprofError(f"the vm guest is not built in {default_cache()} "
+                            f"(${CACHE_ENV}); build it with python -m engine.vm build "
+                            f"(setup.sh does)")
+    return built
 
 
 def run_command_in_vm(argv: list[str], limit: int | None, swap: int | None,
