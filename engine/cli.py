@@ -298,6 +298,22 @@ def _cmd_child(args: argparse.Namespace) -> int:
     return child_main(args.spec)
 
 
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from engine.analysis.noise import host_checks, table_warnings
+
+    worst = 0
+    for what, fine, meaning in host_checks():
+        print(f"{'ok  ' if fine else 'WARN'} {what}" + ("" if fine else f": {meaning}"))
+        worst = worst or (0 if fine else 1)
+    if args.tables:
+        for warning in table_warnings(args.tables):
+            print(f"WARN {warning}")
+            worst = 1
+    print("quiet enough to measure" if not worst else
+          "not quiet: timing results would say more about this machine than the policies")
+    return worst
+
+
 def _cmd_graph(args: argparse.Namespace) -> None:
     import shutil
     import subprocess
@@ -515,6 +531,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="results/model", help="folder for the cv_* tables, "
                    "layer_residuals and cv.json")
     p.set_defaults(func=_cmd_evaluate_model)
+
+    p = sub.add_parser("doctor", help="is this machine quiet enough to measure? (load, CPU "
+                       "frequency, hugepages, swap; with --tables, a finished campaign's "
+                       "noise floor and load)")
+    p.add_argument("--tables", help="a campaign's aggregate tables (results/tables)")
+    p.set_defaults(func=_cmd_doctor)
 
     p = sub.add_parser("graph", help="draw a policy's task graph (DOT, or SVG with Graphviz)")
     p.add_argument("--policy", required=True)

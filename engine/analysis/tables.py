@@ -149,6 +149,7 @@ def _run_row(meta: RunMeta, folder: Path, tasks: pd.DataFrame, networks: pd.Data
         "param_bytes": pipe.param_bytes, "policy_family": meta.policy_family,
         "workers": meta.workers, "limit_bytes": meta.limit_bytes,
         "swap_bytes": meta.swap_bytes,
+        "limit_enforced_why": _enforced_why(meta),
         "termination_detail": meta.termination_detail,
         "running_at_end": "; ".join(meta.running_at_end),
         "networks_complete": int(networks["complete"].sum()),
@@ -185,6 +186,18 @@ def _run_row(meta: RunMeta, folder: Path, tasks: pd.DataFrame, networks: pd.Data
 
 SWAP_EVIDENCE = ["guest_pswpout", "cg_window_swap_peak_bytes", "peak_swap_bytes",
                  "peak_cg_swap_current_bytes"]
+
+
+def _enforced_why(meta: RunMeta) -> str:
+    """Why the run's limit bound it or not, in words (meta.json's ``limits`` has the
+    backend's facts): "" for an unconstrained run."""
+    if meta.limit_bytes is None:
+        return ""
+    limits = meta.limits or {}
+    if meta.limit_enforced:
+        where = limits.get("cgroup") or limits.get("guest_backend") or meta.backend
+        return f"enforced by {meta.backend}" + (f" ({where})" if where != meta.backend else "")
+    return str(limits.get("unenforced_reason") or "not enforced (no reason recorded)")
 
 
 def _swapped(row: dict) -> bool | None:
@@ -458,9 +471,12 @@ def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
     runs = runs.assign(not_ok=runs["termination"] != "ok",
                        ended=runs["termination"].where(runs["termination"] != "ok"),
                        swap_seen=runs["swapped"].eq(True) if "swapped" in runs else False)
+    if "limit_enforced_why" not in runs:
+        runs = runs.assign(limit_enforced_why="")
     counts = _count_levels(runs, runs=("run_id", "size"), runs_not_ok=("not_ok", "sum"),
                            ended=("ended", _most_frequent),
-                           runs_swapped=("swap_seen", "sum"))
+                           runs_swapped=("swap_seen", "sum"),
+                           limit_enforced_why=("limit_enforced_why", _most_frequent))
     return _merge_levels([*parts, counts])
 
 
