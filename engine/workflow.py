@@ -570,7 +570,8 @@ def run_mem_mb(config: Config, limit: str, in_vm: bool) -> int:
         return step + SLURM_JOB_OVERHEAD_MB
     mib = None if limit == UNLIMITED else parse_size(limit) // 2**20
     if run_backend(config, limit, in_vm) in SANDBOXES:
-        return max(1024, (mib or 1024) + 768) + 512  # engine.vm.run.plan's guest RAM
+        guest = 4096 if mib is None else max(1024, mib + 768)  # engine.vm.run.plan's RAM
+        return guest + 512
     return UNLIMITED_MEM_MB if mib is None else mib + 1024
 
 

@@ -163,7 +163,7 @@ def test_run_mem_mb(cfg):
     assert wf.run_mem_mb(cfg, "none", False) == 8192
     assert wf.run_mem_mb(cfg, "256M", True) == 1024 + 512  # guest RAM >= 1 GiB, plus qemu
     assert wf.run_mem_mb(cfg, "1G", True) == 1024 + 768 + 512
-    assert wf.run_mem_mb(cfg, "none", True) == 1024 + 768 + 512  # engine.vm.run.plan's
+    assert wf.run_mem_mb(cfg, "none", True) == 4096 + 512  # a baseline guest (vm.run.plan)
     native = with_(cfg, vm__enabled=False)
     assert wf.run_mem_mb(native, "512M", False) == 512 + 1024  # auto: room for the supervisor
     assert wf.run_step_mem_mb(native, "512M", False) is None  # auto sets its own cgroup

@@ -41,6 +41,10 @@ SANDBOXES = ("vm", "uml")
 
 GUEST_OVERHEAD = 768 * MIB  # kernel, tmpfs root overlay, the supervisor's own Python+numpy
 GUEST_RESERVE = 256 * MIB  # the least the guest needs beside the run's cgroup
+# An unconstrained (baseline) run's guest: far above what any pipeline here holds (a
+# Caffe-faithful 1.6 GB pipeline under DeepEye peaks at 1.7 GB); both sandboxes allocate
+# a guest's RAM as it is touched, so the rest costs nothing
+BASELINE_RAM = 4096 * MIB
 DEVICE_SLACK = 64 * MIB  # swap device a bit larger than memory.swap.max: the cgroup limits
 GUEST_OUT = "/run/vmout/run"  # --out as the guest sees it (inside the share)
 GUEST_REQUEST = "request.json"  # the RunRequest the guest runs, in the share
@@ -123,8 +127,10 @@ def plan(cfg: VmConfig, limit: int | None, swap: int | None, guest: Guest | uml.
                 f"vm: the limit ({limit // MIB} MiB) is above the guest RAM minus what the "
                 f"guest itself needs ({ram // MIB} - {GUEST_RESERVE // MIB} MiB): raise "
                 f"EDGEPROF_VM_RAM to at least {(limit + GUEST_OVERHEAD) // MIB}M or unset it")
+    elif limit is None:  # a baseline: the guest's RAM must never be what limits it
+        ram = BASELINE_RAM
     else:
-        ram = max(1024 * MIB, (limit or 1024 * MIB) + GUEST_OVERHEAD)
+        ram = max(1024 * MIB, limit + GUEST_OVERHEAD)
     ram = -(-ram // (64 * MIB)) * 64 * MIB
     host = _host_ram()
     if host and ram > host:

@@ -46,6 +46,7 @@ RAM_DIR = "/dev/shm"
 # ptrace: measured here (UML 7.2), first touches of fresh memory and page faults 2-15x
 # faster and steadier. An older kernel says so on its console and falls back to ptrace.
 SECCOMP_OFF = "SECCOMP userspace requested but not functional"
+USERSPACE_ENV = "EDGEPROF_UML_USERSPACE"  # "ptrace": UML's older, slower mode
 
 
 @dataclass(frozen=True)
@@ -66,10 +67,15 @@ def default_cache() -> Path:
     return Path(base) / "edgeprof" / "uml"
 
 
+# What the built kernel depends on (its candidates, and how each is fetched and patched);
+# bump it when that changes. Not this file's source: every checkout of the project shares
+# the cache, and an edit elsewhere in it must not make the others' build stale.
+RECIPE = "1: user-mode-linux + that suite's libc6, patchelf'd; probe: cgroup v2 memory.max"
+
+
 def recipe_hash() -> str:
-    h = hashlib.sha256()
-    for path in (INIT_SCRIPT, Path(__file__)):
-        h.update(path.read_bytes())
+    h = hashlib.sha256(RECIPE.encode())
+    h.update(" ".join(CANDIDATES).encode())
     return h.hexdigest()[:16]
 
 
@@ -186,7 +192,8 @@ def boot_argv(binary: Path, share: Path, ram_mb: int, swap_image: Path | None,
               cmd: str = "job.sh") -> list[str]:
     """The UML command line: the host's / read-only over hostfs, our init, the share,
     swap on ubd0, the console on stdout."""
-    argv = [str(binary), f"mem={ram_mb}M", "seccomp=on", "root=/dev/root",
+    seccomp = [] if os.environ.get(USERSPACE_ENV) == "ptrace" else ["seccomp=on"]
+    argv = [str(binary), f"mem={ram_mb}M", *seccomp, "root=/dev/root",
             "rootfstype=hostfs", "rootflags=/", "ro", f"init={INIT_SCRIPT}", "con=null",
             "con0=null,fd:1",
             f"vm.share={share.resolve()}", f"vm.cmd={cmd}",
