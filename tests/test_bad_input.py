@@ -181,7 +181,7 @@ def test_bad_vm_settings_are_refused_before_a_boot(capsys, work, monkeypatch, na
 @pytest.mark.parametrize("args, message", [
     (["graph", "--policy", "linear", "--count", "0"], "--count 0: must be a number > 0"),
     (["graph", "--policy", "linear", "--count", "-3"], "--count -3: must be a number > 0"),
-    (["pipelines", "--count", "-1"], "--count -1: must be a number >= 0"),
+    (["pipelines", "--count", "-1"], "--count -1: must be a number > 0"),
     (["pipelines", "--models", "/nonexistent"], "--models /nonexistent is not a folder"),
     (["pipelines", "--prefix", "../../evil"], "letters, digits, _ and - only"),
     (["pipelines", "--bins", "300", "100"], "strictly ascending"),

@@ -106,9 +106,9 @@ class Description:
         description reads it through this, so a hand-edited one that contradicts its
         model is refused before anything runs or is written."""
         desc = cls.load(path)
-        desc.check_prototxt()
-        if files:
+        if files:  # first: its message names a model file changed since the split
             desc.check_files()
+        desc.check_prototxt()
         return desc
 
     def check_prototxt(self) -> None:
