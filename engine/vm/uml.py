@@ -157,6 +157,7 @@ def build(cache: Path, log: Log = print) -> Uml | None:
         except EdgeprofError as exc:
             failures.append(f"{suite}: {exc}")
             log(f"uml: {suite}'s {PACKAGE} does not work here: {exc}")
+            shutil.rmtree(build_dir(cache) / suite, ignore_errors=True)
             continue
         uml = Uml(uml.binary, version, uml.package, suite)
         _write_info(cache, {"suite": suite, "kernel_version": version,
