@@ -389,9 +389,10 @@ def run_backend(config: Config, limit: str, in_vm: bool) -> str:
     return backend
 
 
-def runs_in_vm(config: Config, limit: str, in_vm: bool) -> bool:
-    """Whether a run under ``limit`` runs in a sandbox (so needs the built sandboxes)."""
-    return run_backend(config, limit, in_vm) in SANDBOXES
+def needs_vm_guest(config: Config, limit: str, in_vm: bool) -> bool:
+    """Whether a run under ``limit`` boots the qemu guest, so needs the guest the workflow
+    builds (a user-mode Linux run uses the kernel ``python -m engine.vm build`` cached)."""
+    return run_backend(config, limit, in_vm) == "vm"
 
 
 # Runs that measure the probes' own cost: the same pipeline and repetition as a probed

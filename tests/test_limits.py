@@ -12,6 +12,7 @@ import argparse
 import builtins
 import contextlib
 import io
+import json
 import os
 import signal
 import subprocess
@@ -24,6 +25,7 @@ import engine.limits as limits
 from engine.errors import EdgeprofError
 from engine.limits import cgroupfs as fs
 from engine.limits import select, systemd
+from engine.limits import vm as vm_limits
 from engine.limits.base import LimitRequest
 from engine.limits.cgroup1 import Cgroup1Session
 from engine.limits.cgroup2 import Cgroup2Session
@@ -869,21 +871,50 @@ def test_auto_inherits_a_finite_limit(tmp_path, no_systemd, no_writes):
 def test_auto_falls_back_to_the_vm_when_qemu_is_installed(tmp_path, no_systemd, no_writes,
                                                           monkeypatch):
     _, mi, cg = v1_host(tmp_path)
+    monkeypatch.setattr(select, "uml_status", lambda: (False, "not built"))
     monkeypatch.setattr(select, "qemu_installed", lambda: True)
     with no_writes():
         s = select.open_backend("auto", LimitRequest(512 * MiB), "a9", env={}, mountinfo=mi,
                                 proc_cgroup=cg)
         assert s.backend == "vm" and s.runs_elsewhere and s.enforced
         assert s.metadata()["auto"]["chosen"] == "vm"
-        assert len(s.metadata()["auto"]["skipped"]) == 3
+        # cgroup, systemd, inherit and uml passed over
+        assert len(s.metadata()["auto"]["skipped"]) == 4
         # without a limit there is nothing for a guest to enforce
         s = select.open_backend("auto", LimitRequest(None), "a10", env={}, mountinfo=mi,
                                 proc_cgroup=cg)
         assert isinstance(s, NoneSession)
 
 
+def test_uml_status_reads_only_this_recipes_build_record(tmp_path, monkeypatch):
+    """Checkouts at other recipes share the UML cache: their builds are neither used nor
+    taken for this one's, and a record whose kernel is gone is not a working sandbox."""
+    from engine.limits.vm import uml_status
+    from engine.vm import uml
+
+    monkeypatch.setenv(uml.CACHE_ENV, str(tmp_path))
+    assert uml_status() == (False, "user-mode Linux is not built (python -m engine.vm build)")
+    other = tmp_path / "0123456789abcdef"
+    other.mkdir()
+    record = {"suite": "sid", "kernel_version": "7.2.7", "package": "x.deb"}
+    (other / "uml.json").write_text(json.dumps(record))
+    assert "from another recipe" in uml_status()[1]
+    home = uml.build_dir()
+    assert home.parent == tmp_path and home != other
+    home.mkdir()
+    (home / "uml.json").write_text(json.dumps(record))
+    ok, why = uml_status()
+    assert not ok and "sid/linux is missing" in why
+    (home / "sid").mkdir()
+    (home / "sid" / "linux").write_bytes(b"")
+    assert uml_status() == (True, "Linux 7.2.7 (sid)")
+    (home / "uml.json").write_text(json.dumps({"suite": None, "why": "sid: probe failed"}))
+    assert uml_status() == (False, "sid: probe failed")
+
+
 def test_auto_falls_back_to_unenforced_none(tmp_path, no_systemd, no_writes, monkeypatch):
     _, mi, cg = v1_host(tmp_path)
+    monkeypatch.setattr(select, "uml_status", lambda: (False, "not built"))
     monkeypatch.setattr(select, "qemu_installed", lambda: False)
     with no_writes():
         s = select.open_backend("auto", LimitRequest(512 * MiB), "a6", allow_unenforced=True,
@@ -891,9 +922,11 @@ def test_auto_falls_back_to_unenforced_none(tmp_path, no_systemd, no_writes, mon
         assert isinstance(s, NoneSession) and s.enforced is False
         meta = s.metadata()
         assert "set EDGEPROF_CGROUP_ROOT or use the vm backend" in meta["unenforced_reason"]
-        # cgroup, systemd, inherit, and the vm (qemu missing) were each passed over
-        assert meta["auto"]["chosen"] == "none" and len(meta["auto"]["skipped"]) == 4
-        assert meta["auto"]["skipped"][3].startswith("vm: qemu-system-x86_64 is not installed")
+        # cgroup, systemd, inherit, uml (not built) and the vm (qemu missing) were each
+        # passed over
+        assert meta["auto"]["chosen"] == "none" and len(meta["auto"]["skipped"]) == 5
+        assert meta["auto"]["skipped"][3] == "uml: not built"
+        assert meta["auto"]["skipped"][4].startswith("vm: qemu-system-x86_64 is not installed")
         with pytest.raises(EdgeprofError, match="cannot be enforced.*EDGEPROF_CGROUP_ROOT"):
             select.open_backend("auto", LimitRequest(512 * MiB), "a7", env={}, mountinfo=mi,
                                 proc_cgroup=cg)
@@ -966,13 +999,18 @@ def test_every_cli_backend_name_opens(monkeypatch):
     seen = []
     monkeypatch.setattr(select, "open_backend",
                         lambda b, r, i, a: seen.append(b) or NoneSession(r))
-    for name in set(names.choices) - {"vm"}:
+    for name in set(names.choices) - {"vm", "uml"}:
         assert limits.open_session(name, LimitRequest(), "c1").backend == "none"
-    assert sorted(seen) == sorted(n for n in names.choices if n not in ("none", "vm"))
-    # the vm backend runs the whole run in a guest: its session only says so
-    vm = limits.open_session("vm", LimitRequest(64 * MiB), "c3")
-    assert vm.backend == "vm" and vm.runs_elsewhere and vm.enforced
-    assert vm.cgroup_dir is None and vm.oom_kills() is None
+    assert sorted(seen) == sorted(n for n in names.choices if n not in ("none", "vm", "uml"))
+    # the sandboxes run the whole run in their kernel: their sessions only say so
+    monkeypatch.setattr(vm_limits, "uml_status", lambda: (True, "Linux 7.2.7 (sid)"))
+    for name in ("vm", "uml"):
+        vm = limits.open_session(name, LimitRequest(64 * MiB), "c3")
+        assert vm.backend == name and vm.runs_elsewhere and vm.enforced
+        assert vm.cgroup_dir is None and vm.oom_kills() is None
+    monkeypatch.setattr(vm_limits, "uml_status", lambda: (False, "not built"))
+    with pytest.raises(EdgeprofError, match="uml: not built; build it with"):
+        limits.open_session("uml", LimitRequest(64 * MiB), "c5")
     assert not limits.open_session("none", LimitRequest(), "c4").runs_elsewhere
     with pytest.raises(EdgeprofError, match="unknown limit backend 'vmx'"):
         limits.open_session("vmx", LimitRequest(), "c2")

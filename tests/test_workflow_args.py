@@ -105,8 +105,8 @@ def test_vm_enabled_runs_limited_runs_in_the_vm_on_its_pipelines(cfg):
     assert wf.limit_args(cfg, "none", False) == "--backend auto"
     assert wf.limit_args(cfg, "none", True) == "--backend vm"
     assert wf.limit_args(cfg, "48M", True) == "--limit 48M --swap max --backend vm"
-    assert wf.runs_in_vm(cfg, "48M", True) and wf.runs_in_vm(cfg, "none", True)
-    assert not wf.runs_in_vm(cfg, "none", False)
+    assert wf.needs_vm_guest(cfg, "48M", True) and wf.needs_vm_guest(cfg, "none", True)
+    assert not wf.needs_vm_guest(cfg, "none", False)
     explicit = with_(cfg, run__backend="vm")
     assert wf.limit_args(explicit, "none", False) == "--backend none"
     # without vm.policies the guest runs every policy
@@ -122,9 +122,12 @@ def test_the_vm_blocks_sandbox_is_uml_where_it_was_built_else_the_qemu_guest(cfg
     auto = with_(cfg, vm__sandbox="auto")
     monkeypatch.setattr(vm_limits, "uml_status", lambda: (True, "Linux 7.2.7 (sid)"))
     assert wf.limit_args(auto, "none", True) == "--backend uml"
-    assert wf.runs_in_vm(auto, "48M", True) and not wf.runs_in_vm(auto, "none", False)
+    # a uml run boots setup.sh's kernel: the workflow builds no qemu guest for it
+    assert not wf.needs_vm_guest(auto, "48M", True)
+    assert not wf.needs_vm_guest(auto, "none", False)
     monkeypatch.setattr(vm_limits, "uml_status", lambda: (False, "not built"))
     assert wf.limit_args(auto, "48M", True) == "--limit 48M --swap max --backend vm"
+    assert wf.needs_vm_guest(auto, "48M", True)
 
 
 def test_vm_disabled_runs_every_limit_with_run_backend(cfg):
@@ -134,7 +137,7 @@ def test_vm_disabled_runs_every_limit_with_run_backend(cfg):
     assert (main.pipelines, main.limits, main.in_vm) == (
         ["p000", "p001", "p002"], ["none", "1G", "512M", "256M"], False)
     assert wf.limit_args(cfg, "1G", False) == "--limit 1G --swap max --backend auto"
-    assert not wf.runs_in_vm(cfg, "1G", False)
+    assert not wf.needs_vm_guest(cfg, "1G", False)
     inherit = with_(cfg, run__backend="inherit", run__swap=0)
     assert wf.limit_args(inherit, "512M", False) == "--limit 512M --swap 0 --backend inherit"
     assert wf.limit_args(inherit, "none", False) == "--backend inherit"

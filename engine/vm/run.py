@@ -37,8 +37,6 @@ from engine.vm import boot as vmboot
 from engine.vm import uml
 from engine.vm.guest import CACHE_ENV, Guest, default_cache, load_guest
 
-SANDBOXES = ("vm", "uml")
-
 GUEST_OVERHEAD = 768 * MIB  # kernel, tmpfs root overlay, the supervisor's own Python+numpy
 GUEST_RESERVE = 256 * MIB  # the least the guest needs beside the run's cgroup
 # An unconstrained (baseline) run's guest: far above what any pipeline here holds (a

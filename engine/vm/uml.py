@@ -13,8 +13,10 @@ sid's 7.2 runs. So ``build`` fetches each candidate (``CANDIDATES``: Debian's
 ``user-mode-linux`` with that suite's ``libc6``, both with a private apt configuration,
 nothing installed), points the binary at that libc with ``patchelf``, and keeps the
 first that boots and passes a cgroup-v2 memory check here. The cache
-(``~/.cache/edgeprof/uml`` or ``$EDGEPROF_UML_CACHE``) records which in ``uml.json``;
-every run records the sandbox and its kernel.
+(``~/.cache/edgeprof/uml`` or ``$EDGEPROF_UML_CACHE``) holds one folder per recipe
+(``RECIPE``), which records in ``uml.json`` the kernel it chose: checkouts of the project
+at different recipes share the cache without rebuilding each other's kernel from under
+their runs. Every run records the sandbox and its kernel.
 """
 
 from __future__ import annotations
@@ -79,31 +81,44 @@ def recipe_hash() -> str:
     return h.hexdigest()[:16]
 
 
-def load_uml(cache: Path | None = None) -> Uml | None:
-    """The cached UML kernel, or None when absent, built from another recipe, or when no
-    candidate worked on this host (``why_none`` says why)."""
-    cache = Path(cache or default_cache())
+def build_dir(cache: Path | None = None) -> Path:
+    """This recipe's folder in the cache: its uml.json and each candidate's kernel."""
+    return Path(cache or default_cache()) / recipe_hash()
+
+
+def _info(cache: Path | None) -> dict | None:
     try:
-        info = json.loads((cache / "uml.json").read_text())
+        return json.loads((build_dir(cache) / "uml.json").read_text())
     except (OSError, ValueError):
         return None
-    if info.get("recipe") != recipe_hash() or not info.get("suite"):
+
+
+def load_uml(cache: Path | None = None) -> Uml | None:
+    """The cached UML kernel, or None when this recipe's is not built or no candidate
+    worked on this host (``why_none`` says why)."""
+    info = _info(cache)
+    if not info or not info.get("suite"):
         return None
-    uml = Uml(cache / info["suite"] / "linux", info["kernel_version"], info["package"],
-              info["suite"])
+    uml = Uml(build_dir(cache) / info["suite"] / "linux", info["kernel_version"],
+              info["package"], info["suite"])
     return uml if uml.binary.is_file() else None
 
 
 def why_none(cache: Path | None = None) -> str | None:
-    """Why no UML kernel works on this host (from the last build), or None."""
+    """Why no UML kernel works here (from the last build), or None when one does."""
     cache = Path(cache or default_cache())
-    try:
-        info = json.loads((cache / "uml.json").read_text())
-    except (OSError, ValueError):
-        return "user-mode Linux is not built (python -m engine.vm build)"
-    if info.get("recipe") != recipe_hash():
-        return "the user-mode Linux build is stale (python -m engine.vm build)"
-    return None if info.get("suite") else info.get("why", "no candidate kernel worked")
+    info = _info(cache)
+    if info is None:
+        other = (cache / "uml.json").exists() or any(cache.glob("*/uml.json"))
+        return ("the user-mode Linux build is from another recipe (python -m engine.vm "
+                "build)" if other else "user-mode Linux is not built (python -m engine.vm "
+                "build)")
+    if not info.get("suite"):
+        return info.get("why", "no candidate kernel worked")
+    if load_uml(cache) is None:
+        return (f"the built kernel {build_dir(cache) / info['suite'] / 'linux'} is missing "
+                f"(python -m engine.vm build --force)")
+    return None
 
 
 def ensure_uml(cache: Path | None = None, log: Log = print, force: bool = False) -> Uml:
@@ -112,7 +127,7 @@ def ensure_uml(cache: Path | None = None, log: Log = print, force: bool = False)
     build that found none is not repeated until the recipe changes or ``force``)."""
     cache = Path(cache or default_cache())
     cache.mkdir(parents=True, exist_ok=True)
-    with open(cache / ".lock", "w") as lock:
+    with open(cache / ".lock", "w") as lock:  # every recipe's builds share the debs
         fcntl.flock(lock, fcntl.LOCK_EX)
         uml = None if force else load_uml(cache)
         if uml is None and (force or not _found_none(cache)):
@@ -125,15 +140,13 @@ def ensure_uml(cache: Path | None = None, log: Log = print, force: bool = False)
 
 def _found_none(cache: Path) -> bool:
     """Whether this recipe's last build tried every candidate and none worked."""
-    try:
-        info = json.loads((cache / "uml.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return info.get("recipe") == recipe_hash() and not info.get("suite")
+    info = _info(cache)
+    return info is not None and not info.get("suite")
 
 
 def build(cache: Path, log: Log = print) -> Uml | None:
-    """Fetch, patch and probe each candidate; keep the first that works."""
+    """Fetch, patch and probe each candidate into this recipe's folder; keep the first
+    that works."""
     if shutil.which("patchelf") is None:
         raise EdgeprofError(f"patchelf is not installed; {INSTALL_HINT}")
     failures = []
@@ -144,6 +157,7 @@ def build(cache: Path, log: Log = print) -> Uml | None:
         except EdgeprofError as exc:
             failures.append(f"{suite}: {exc}")
             log(f"uml: {suite}'s {PACKAGE} does not work here: {exc}")
+            shutil.rmtree(build_dir(cache) / suite, ignore_errors=True)
             continue
         uml = Uml(uml.binary, version, uml.package, suite)
         _write_info(cache, {"suite": suite, "kernel_version": version,
@@ -155,34 +169,41 @@ def build(cache: Path, log: Log = print) -> Uml | None:
 
 
 def _write_info(cache: Path, info: dict) -> None:
-    with atomic_path(cache / "uml.json") as tmp:
+    build_dir(cache).mkdir(parents=True, exist_ok=True)
+    with atomic_path(build_dir(cache) / "uml.json") as tmp:
         tmp.write_text(json.dumps({"recipe": recipe_hash(), **info}, indent=1))
 
 
 def _prepare(cache: Path, suite: str, log: Log) -> Uml:
-    """The suite's UML binary, unpacked with that suite's libc and patched to use it."""
+    """The suite's UML binary, unpacked with that suite's libc and patched to use it, in
+    this recipe's folder (a rebuild swaps the folder in whole: a kernel running from the
+    old one keeps its files)."""
     debs = cache / "debs" / suite
     debs.mkdir(parents=True, exist_ok=True)
     have = {p: sorted(debs.glob(f"{p}_*.deb")) for p in (PACKAGE, "libc6")}
     apt = None if all(have.values()) else apt_state(debs, suite, log)
     deb = {p: have[p][-1] if have[p] else download_deb(debs, apt, p, suite, log)
            for p in have}
-    out = cache / suite
-    if out.exists():
-        shutil.rmtree(out)
-    with tempfile.TemporaryDirectory(prefix=".unpack.", dir=cache) as tmp:
+    home = build_dir(cache)
+    home.mkdir(parents=True, exist_ok=True)
+    out = home / suite
+    with tempfile.TemporaryDirectory(prefix=".unpack.", dir=home) as tmp:
         root = Path(tmp)
         for d in deb.values():
             _run(["dpkg-deb", "-x", str(d), str(root)], f"unpack {d.name}")
         found = sorted(root.glob("usr/bin/linux.uml")) or sorted(root.glob("usr/bin/linux"))
         if not found:
             raise EdgeprofError(f"{deb[PACKAGE].name} has no usr/bin/linux.uml")
-        libdir = root / "usr/lib/x86_64-linux-gnu"
-        out.mkdir(parents=True)
-        shutil.copytree(libdir, out / "lib", symlinks=True,
+        staged = root / "out"
+        staged.mkdir()
+        shutil.copytree(root / "usr/lib/x86_64-linux-gnu", staged / "lib", symlinks=True,
                         ignore=shutil.ignore_patterns("gconv", "audit"))
-        shutil.copy2(found[0], out / "linux")
+        shutil.copy2(found[0], staged / "linux")
+        if out.exists():
+            os.replace(out, root / "old")  # removed with the temporary folder
+        os.replace(staged, out)
     lib = out / "lib"
+    # the loader's path is absolute (PT_INTERP has no $ORIGIN): patched in its final place
     _run(["patchelf", "--set-interpreter", str(lib / "ld-linux-x86-64.so.2"),
           "--set-rpath", str(lib), str(out / "linux")], "point UML at its libc (patchelf)")
     return Uml(out / "linux", "", deb[PACKAGE].name, suite)

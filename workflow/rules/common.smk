@@ -23,6 +23,7 @@ from engine.workflow import (
     job_environ,
     kind_runtime,
     limit_args,
+    needs_vm_guest,
     pipeline_names,
     pipelines_args,
     policy_ids,
@@ -32,7 +33,6 @@ from engine.workflow import (
     run_runtime_min,
     run_sets,
     run_step_mem_mb,
-    runs_in_vm,
     slurm_step_prefix,
     unprobed_runs,
     vm_pipeline_names,
@@ -180,8 +180,9 @@ LIMIT_ARGS = {key: limit_args(config, key[1], key[0]) for key in _LIMITS}
 RUN_MEM_MB = {key: run_mem_mb(config, key[1], key[0]) for key in _LIMITS}
 STEP_PREFIX = {key: slurm_step_prefix(run_step_mem_mb(config, key[1], key[0]))
                for key in _LIMITS}
-# Run jobs take the built guest as input only where some run goes to the VM.
-ANY_RUN_IN_VM = any(runs_in_vm(config, limit, in_vm) for in_vm, limit in _LIMITS)
+# Run jobs take the built qemu guest as input only where some run boots it (a uml run's
+# kernel is setup.sh's: python -m engine.vm build).
+ANY_RUN_IN_QEMU = any(needs_vm_guest(config, limit, in_vm) for in_vm, limit in _LIMITS)
 VM_SET = set(VM_PIPELINES)
 
 
@@ -241,18 +242,18 @@ def _limit_key(wildcards):
 
 
 def run_vm_guest(wildcards):
-    """The built guest, for a run that goes to the VM."""
+    """The built qemu guest, for a run that boots it."""
     in_vm, limit = _limit_key(wildcards)
-    return VM_GUEST if runs_in_vm(config, limit, in_vm) else []
+    return VM_GUEST if needs_vm_guest(config, limit, in_vm) else []
 
 
-# no input function at all (one call per job) when no run goes to the VM
-RUN_VM_GUEST = run_vm_guest if ANY_RUN_IN_VM else []
+# no input function at all (one call per job) when no run boots the qemu guest
+RUN_VM_GUEST = run_vm_guest if ANY_RUN_IN_QEMU else []
 
 
 def reconcile_vm_guest(wildcards):
     in_vm, limit = _limit_key(wildcards)
-    return VM_GUEST if runs_in_vm(config, limit, in_vm) else []
+    return VM_GUEST if needs_vm_guest(config, limit, in_vm) else []
 
 
 def vm_env(wildcards, input):
