@@ -146,7 +146,7 @@ def build(cache: Path, log: Log = print) -> None:
         shutil.rmtree(root)
     mirror = os.environ.get(MIRROR_ENV, DEFAULT_MIRROR)
     log(f"real Caffe: building a {SUITE} chroot with {', '.join(PACKAGES)} in {root} "
-        "(about a minute, ~1.1 GB)")
+        "(a few minutes, ~1.3 GB)")
     with tempfile.TemporaryDirectory(prefix=".build.", dir=cache) as tmp:
         staging = Path(tmp) / "root"
         _run(["mmdebstrap", "--mode=root", "--variant=apt", "--quiet",
