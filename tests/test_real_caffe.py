@@ -88,13 +88,14 @@ def test_pycaffe_sees_what_the_probe_measures(measured, pycaffe, name):
     outputs as the probe's (and so the engine's), and every stage within the tolerance
     of the probe's, so the probe's figures are what a pycaffe user sees."""
     caffe_bulk, ours, _ = measured[name, "bulk"]
-    caffe_layers = measured[name, "layers"][0]
     py = pycaffe[name]
     assert reference.relative_error(py.outputs, caffe_bulk.outputs) == 0.0
     assert reference.relative_error(ours.outputs, py.outputs) <= 1e-4
     probe = reference.figures(caffe_bulk.stages, "bulk")
-    probe["partials_peak"] = reference.figures(caffe_layers.stages, "layers")["partials_peak"]
     got = reference.pycaffe_figures(py.stages)
+    # its partial loads run no forward pass in between (pycaffe cannot reset a layer):
+    # no probe figure to compare; docs/runtime.md shows them
+    assert got.pop("partials_peak") >= got["init"]
     assert reference.mismatches(probe, got) == []
 
 

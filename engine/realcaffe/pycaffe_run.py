@@ -2,18 +2,22 @@
 Debian's python3 (``python3 - ARGS``, this file on its standard input), so it imports
 only numpy and caffe. An independent check of the outputs, beside ``probe.cpp``.
 
-usage: python3 - PROTOTXT CAFFEMODEL INPUT OUTPUT [PARTIAL...]
+usage: python3 - WARMUP PROTOTXT CAFFEMODEL INPUT OUTPUT [PARTIAL...]
 
-``caffe.Net(PROTOTXT, TEST)``, ``copy_from(CAFFEMODEL)``, the input blob set from INPUT
-(float32), ``forward()``, the output blobs written to OUTPUT (float32, concatenated in
-output order), the net deleted; then a second net takes the PARTIAL files one by one
-with ``copy_from``. One JSON line per stage on stdout, as the probe prints them:
-``start`` (after the imports), ``init``, ``load``, ``forward``, ``delete``, then a
+After the probe's warm-up (the WARMUP net built, run, and loaded from its own weights
+saved as a V2 and a V1 caffemodel): ``caffe.Net(PROTOTXT, TEST)``,
+``copy_from(CAFFEMODEL)``, the input blob set from INPUT (float32), ``forward()``, the
+output blobs written to OUTPUT (float32, concatenated in output order), the net
+deleted; then a second net takes the PARTIAL files one by one with ``copy_from``. One
+JSON line per stage on stdout, as the probe prints them: ``start`` (after the imports
+and the warm-up), ``init``, ``load``, ``forward``, ``delete``, then ``init`` and a
 ``partial`` line per partial file. The high-water mark is reset before every stage.
 """
 
 import json
+import os
 import sys
+import tempfile
 
 import numpy as np
 
@@ -36,12 +40,39 @@ def _report(stage):
         f.write("5")
 
 
+def _warm_up(caffe, prototxt):
+    from caffe.proto import caffe_pb2
+
+    net = caffe.Net(prototxt, caffe.TEST)
+    net.forward()
+    with tempfile.TemporaryDirectory() as tmp:
+        v2_path, v1_path = os.path.join(tmp, "v2.caffemodel"), os.path.join(tmp, "v1.caffemodel")
+        net.save(v2_path)
+        v2 = caffe_pb2.NetParameter()
+        with open(v2_path, "rb") as f:
+            v2.ParseFromString(f.read())
+        v1 = caffe_pb2.NetParameter()
+        for layer in v2.layer:
+            if layer.blobs:
+                old = v1.layers.add(name=layer.name)
+                old.type = (caffe_pb2.V1LayerParameter.CONVOLUTION
+                            if layer.type == "Convolution"
+                            else caffe_pb2.V1LayerParameter.INNER_PRODUCT)
+                old.blobs.extend(layer.blobs)
+        with open(v1_path, "wb") as f:
+            f.write(v1.SerializeToString())
+        for path in (v2_path, v1_path):
+            net.copy_from(path)
+    net.forward()
+
+
 def main(argv):
-    prototxt, model, input_path, output_path = argv[:4]
-    partials = argv[4:]
+    warmup, prototxt, model, input_path, output_path = argv[:5]
+    partials = argv[5:]
     import caffe
 
     caffe.set_mode_cpu()
+    _warm_up(caffe, warmup)
     _report("start")
     net = caffe.Net(prototxt, caffe.TEST)
     _report("init")

@@ -112,12 +112,13 @@ def measure_caffe(description: str | Path, mode: str, data: Path, work: Path,
 
 def measure_pycaffe(description: str | Path, data: Path, work: Path, seed: int = 0,
                     cache: Path | None = None) -> Measured:
-    """Real Caffe through pycaffe (``pycaffe_run.py``: construct, whole-file
-    ``copy_from``, forward, delete, then a second net loading the partials one by one)."""
+    """Real Caffe through pycaffe (``pycaffe_run.py``: after the probe's warm-up,
+    construct, whole-file ``copy_from``, forward, delete, then a second net loading the
+    partials one by one)."""
     desc, prototxt, model = _staged(description, data, work, seed)
     partials = [_inside(desc.resolve(info.partial), data)
                 for info in desc.layers if info.partial is not None]
-    argv = ["python3", "-", prototxt, model, f"{chroot.OUT}/input.bin",
+    argv = ["python3", "-", chroot.WARMUP, prototxt, model, f"{chroot.OUT}/input.bin",
             f"{chroot.OUT}/outputs-pycaffe.bin", *partials]
     t0 = time.perf_counter()
     proc = chroot.run(argv, data, work, env={**_measured_env(), "GLOG_minloglevel": "2"},
