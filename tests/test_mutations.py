@@ -5,14 +5,24 @@ sort done here), chosen so that specific plausible mistakes in the code are caug
 - engine/analysis/reconcile.py with the sign of ``res_tcmalloc_minus_heap`` flipped, or
   ``res_cgroup_minus_rss`` taken against VmRSS at the window's end instead of its VmHWM;
 - engine/caffe/wire.py without the float64 -> float32 cast of ``double_data`` blobs;
-- masa's shortest-network-first order (dispatch.py ``snf`` key, policies.py) reversed.
+- masa's shortest-network-first order (dispatch.py ``snf`` key, policies.py) reversed;
+- engine/runtime/caffe.py (the Caffe-faithful runtime, AgeNet by hand counts): INIT
+  allocating the parameters without writing them (``np.empty`` without the fill); a
+  LOAD that keeps its parsed message, or takes the message's buffers as the parameters
+  instead of copying into INIT's; a layer reset that frees the parameters or the tops,
+  or keeps the layer's own buffers; a bulk forward pass that frees the layers' own
+  buffers as it goes; an instance that outlives its network.
 """
 
 from __future__ import annotations
 
 import csv
+import gc
 import math
+import os
 import threading
+import tracemalloc
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -254,3 +264,123 @@ def test_masa_runner_orders_zoo_networks_by_total_flops(zoo_descriptions):
     assert inits == expected
     assert [arrived[i] for i in inits] == ["AgeNet", "AgeNet", "GenderNet", "GoogLeNet",
                                            "GoogLeNet"]
+
+
+# ---------------------------------------------------------------------------------------
+# engine/runtime/caffe.py: what each stage of the Caffe-faithful runtime allocates and
+# frees, by hand counts on AgeNet at batch 1 (the layer table of the network's deploy
+# prototxt: conv1 96x56x56 from 3x227x227 with a 7x7 stride-4 kernel, ..., fc6 512 from
+# 384x7x7, fc8 8 classes)
+
+F32 = 4
+FC6_WEIGHTS = 512 * 18816 * F32  # 38 535 168 bytes
+AGENET_PARAMS = 11_415_048 * F32
+
+
+def _resident_share(arr: np.ndarray) -> float:
+    """The share of ``arr``'s pages the kernel has mapped (/proc/self/pagemap bit 63):
+    memory written (or read) since it was allocated."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    addr = arr.__array_interface__["data"][0]
+    first, last = addr // page, (addr + arr.nbytes - 1) // page
+    with open("/proc/self/pagemap", "rb") as f:
+        f.seek(8 * first)
+        entries = np.frombuffer(f.read(8 * (last - first + 1)), "<u8")
+    return float(((entries >> np.uint64(63)) & np.uint64(1)).mean())
+
+
+def _traced(fn) -> tuple[int, int]:
+    """(bytes still held, peak bytes) that ``fn`` allocated, by tracemalloc."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        fn()
+        current, peak = tracemalloc.get_traced_memory()
+        return current - before, peak - before
+    finally:
+        tracemalloc.stop()
+
+
+SLACK = 64 * 1024  # Python objects (arrays' headers, dicts) around the counted buffers
+
+
+@pytest.fixture()
+def agenet(zoo_split):
+    from engine.network import Network
+
+    net = Network(zoo_split["AgeNet"], runtime_name="caffe")
+    return net, {layer.name: layer.index for layer in net.layers}
+
+
+def test_caffe_init_allocates_and_writes_every_parameter(agenet):
+    net, _ = agenet
+    held, _ = _traced(lambda: net.runtime.init(net))
+    assert AGENET_PARAMS <= held <= AGENET_PARAMS + SLACK
+    for arrays in net.weights.values():
+        for arr in arrays:
+            assert _resident_share(arr) == 1.0  # Caffe's constant filler wrote every page
+
+
+def test_caffe_load_copies_into_inits_parameters_and_frees_its_message(agenet, zoo_split):
+    net, at = agenet
+    net.init(0)
+    fc6 = at["fc6"]
+    params = list(net.weights[fc6])
+    held, peak = _traced(lambda: net.load_layer(fc6))
+    assert held <= SLACK  # the message is gone; nothing new is kept
+    assert all(a is b for a, b in zip(net.weights[fc6], params))
+    # a V1 partial: the parse (fc6's buffer grown to at most twice its floats) and the
+    # upgrade's two exact copies at once
+    assert 3 * FC6_WEIGHTS <= peak <= 4 * FC6_WEIGHTS + SLACK
+    desc = zoo_split["AgeNet"]
+    _, want = wire.load_partial(desc.resolve(desc.layers[fc6].partial))
+    assert np.array_equal(net.weights[fc6][0].reshape(-1), want[0].reshape(-1))
+
+
+def test_caffe_reset_frees_the_layers_own_buffers_and_nothing_else(agenet):
+    net, at = agenet
+    net.init(0)
+    for index in range(at["conv1"]):
+        net.exec_layer(index)
+    conv1 = at["conv1"]
+    net.load_layer(conv1)
+    params = list(net.weights[conv1])
+    held, peak = _traced(lambda: net.exec_layer(conv1))
+    top = 96 * 56 * 56 * F32
+    im2col = 3 * 7 * 7 * 56 * 56 * F32
+    assert top <= held <= top + SLACK  # the top stays, im2col is freed
+    assert peak >= top + im2col
+    assert all(a is b for a, b in zip(net.weights[conv1], params))  # Net::params_ keeps them
+    assert "data" in net.blobs  # the Net owns every blob to its end
+    assert net.layer_state == {}
+
+
+def test_caffe_bulk_forward_keeps_every_top_and_every_layers_buffers(agenet):
+    net, _ = agenet
+    net.init(0)
+    net.load_all()
+    held, _ = _traced(net.forward)
+    tops = (96 * 56 * 56 + 96 * 28 * 28 * 2 + 256 * 28 * 28 + 256 * 14 * 14 * 2
+            + 384 * 14 * 14 + 384 * 7 * 7 + 512 + 512 + 8 + 8)  # ReLU, Dropout in place
+    owned = (3 * 49 * 56 * 56 + 96 * 25 * 28 * 28 + 256 * 9 * 14 * 14  # conv1-3 im2col
+             + 96 * 28 * 28 + 256 * 14 * 14 + 384 * 7 * 7  # max pooling's argmax (int32)
+             + 96 * 28 * 28 + 256 * 14 * 14)  # LRN's scale
+    assert F32 * (tops + owned) <= held <= F32 * (tops + owned) + SLACK
+
+
+def test_the_networks_end_frees_all_it_held(zoo_split):
+    from engine.network import Network
+
+    net = Network(zoo_split["AgeNet"], runtime_name="caffe")
+    net.init(0)
+    net.load_all()
+    net.forward()
+    kept = [weakref.ref(a) for arrays in (net.weights, net.layer_state)
+            for values in arrays.values() for a in values]
+    kept += [weakref.ref(a) for a in net.blobs.values()]
+    out = net.result()
+    del net
+    gc.collect()
+    assert all(r() is None for r in kept)
+    assert out["prob"].shape == (1, 8)

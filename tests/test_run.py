@@ -88,6 +88,25 @@ def test_every_policy_gives_bit_identical_outputs_equal_to_standalone_runs(model
     assert np.array_equal(ref["1:AgeNet/prob"], alone)
 
 
+def test_the_caffe_runtime_gives_every_policy_the_lean_runtimes_outputs(models, tmp_path):
+    """The runtime changes when memory is used, never what is computed: every policy
+    under the Caffe-faithful runtime, bit for bit the lean runtime's bulk outputs."""
+    pipe = _pipeline(["AgeNet", "GoogLeNet"])
+    ref = run_pipeline(pipe, "bulk", models, tmp_path / "lean", RunOptions(batch=1, seed=3))
+    with np.load(ref / "outputs.npz") as z:
+        want = {k: z[k] for k in z.files}
+    for policy in POLICIES:
+        folder = run_pipeline(pipe, policy, models, tmp_path / policy,
+                              RunOptions(batch=1, seed=3, budget=200 * 2**20,
+                                         runtime="caffe"))
+        meta = RunMeta.read(folder)
+        assert meta.termination == "ok" and meta.runtime == "caffe"
+        with np.load(folder / "outputs.npz") as z:
+            assert sorted(z.files) == sorted(want)
+            for k in want:
+                assert np.array_equal(z[k], want[k]), (policy, k)
+
+
 def test_loads_are_recorded_with_their_bytes(models, tmp_path):
     folder = run_pipeline(_pipeline(["AgeNet"]), "linear", models,
                           tmp_path / "r", RunOptions(batch=1))

@@ -13,44 +13,89 @@ from engine.errors import EdgeprofError
 from engine.realcaffe import chroot, reference
 from engine.runtime import RUNTIMES
 
-LABELS = {"init": "after INIT (Net construction)", "load_peak": "whole-file LOAD, peak",
-          "load_end": "whole-file LOAD, end", "forward": "after the bulk forward pass",
-          "partials_peak": "partial-by-partial LOADs, peak",
-          "resets": "after each layer's forward + reset: largest difference from Caffe; last",
-          "delete": "after deleting the net"}
+
+def _mib(x: float) -> str:
+    return f"{x:.1f}"
 
 
 def _compare(descriptions: list[str], data: Path) -> None:
-    """A Markdown table: every compared figure of real Caffe and of both runtimes, MiB
-    above the process's start, with the outputs' agreement."""
-    print("| network | sequence | stage | real Caffe | caffe runtime | lean runtime |")
+    """Markdown tables, MiB above each process's start: every compared figure of real
+    Caffe (the probe, and pycaffe where it runs the same sequence) and of both runtimes;
+    what the resets freed against ``layer_buffers``; the outputs' agreement; and for V1
+    models the whole-file load's transient against that of a V2 twin of the file."""
+    import numpy as np
+
+    from engine.network import Network
+    from engine.runtime.caffe import layer_buffers
+    from engine.runtime.protobuf import message_peak_bytes
+
+    print("| network | stage | real Caffe | pycaffe | caffe runtime | lean runtime |")
     print("|---|---|---|---|---|---|")
+    twins = []
     for description in descriptions:
-        name = Description.load(description).network
+        desc = Description.load(description)
+        name = desc.network
         with tempfile.TemporaryDirectory() as tmp:
-            for mode in reference.MODES:
-                real = reference.measure_caffe(description, mode, data, Path(tmp))
-                ours = {rt: reference.measure_engine(description, mode, rt, Path(tmp))
-                        for rt in RUNTIMES}
-                ref = reference.figures(real.stages, mode)
-                figs = {rt: reference.figures(m.stages, mode) for rt, m in ours.items()}
-                for key, value in ref.items():
-                    if isinstance(value, list):
-                        cells = [f"{value[-1]:.1f}"]
-                        for rt in ("caffe", "lean"):
-                            worst = max(abs(a - b) for a, b in zip(figs[rt][key], value))
-                            cells.append(f"{worst:.1f}; {figs[rt][key][-1]:.1f}")
-                    else:
-                        cells = [f"{value:.1f}"] + [f"{figs[rt][key]:.1f}"
-                                                     for rt in ("caffe", "lean")]
-                    print(f"| {name} | {mode} | {LABELS[key]} | " + " | ".join(cells) + " |")
-                bad = reference.mismatches(ref, figs["caffe"])
-                err = reference.relative_error(ours["caffe"].outputs, real.outputs)
-                verdict = "all within 5 % or 4 MiB" if not bad else "OFF: " + "; ".join(bad)
-                print(f"| {name} | {mode} | outputs: max relative error | | {err:.1e} | "
-                      f"{reference.relative_error(ours['lean'].outputs, real.outputs):.1e}"
-                      f" |\n| {name} | {mode} | caffe runtime against real Caffe | | "
-                      f"{verdict} | |")
+            work = Path(tmp)
+            real = {m: reference.measure_caffe(description, m, data, work) for m in
+                    reference.MODES}
+            ours = {(m, rt): reference.measure_engine(description, m, rt, work)
+                    for m in reference.MODES for rt in RUNTIMES}
+            py = reference.measure_pycaffe(description, data, work)
+            if desc.format == "V1":
+                twin = reference.v2_caffemodel(description, data / f".{desc.stem}.v2.caffemodel")
+                try:
+                    v2 = reference.measure_caffe(description, "bulk", data, work,
+                                                 caffemodel=twin)
+                    twins.append((desc, real["bulk"], v2, message_peak_bytes(twin)))
+                finally:
+                    twin.unlink()
+        fig = {m: reference.figures(real[m].stages, m) for m in reference.MODES}
+        eng = {k: reference.figures(v.stages, k[0]) for k, v in ours.items()}
+        pyf = reference.pycaffe_figures(py.stages)
+        rows = [("after INIT (`Net` constructed)", "bulk", "init", True),
+                ("whole-file LOAD, peak", "bulk", "load_peak", True),
+                ("whole-file LOAD, end", "bulk", "load_end", True),
+                ("after the bulk forward pass", "bulk", "forward", True),
+                ("after deleting the net", "bulk", "delete", True),
+                ("partial-by-partial LOADs (each layer run and reset), peak", "layers",
+                 "partials_peak", False)]
+        for label, mode, key, with_py in rows:
+            cells = [_mib(fig[mode][key]), _mib(pyf[key]) if with_py else "",
+                     _mib(eng[mode, "caffe"][key]), _mib(eng[mode, "lean"][key])]
+            print(f"| {name} | {label} | " + " | ".join(cells) + " |")
+        resets = fig["layers"]["resets"]
+        worst = {rt: max(abs(a - b) for a, b in zip(eng["layers", rt]["resets"], resets))
+                 for rt in RUNTIMES}
+        print(f"| {name} | after the last layer's reset (largest difference over the "
+              f"layers) | {_mib(resets[-1])} | | {_mib(eng['layers', 'caffe']['resets'][-1])}"
+              f" ({_mib(worst['caffe'])}) | {_mib(eng['layers', 'lean']['resets'][-1])} "
+              f"({_mib(worst['lean'])}) |")
+        freed = reference.reset_frees(real["layers"].stages)
+        owned = {layer.index: sum(n * np.dtype(t).itemsize for n, t in layer_buffers(layer))
+                 / 2**20 for layer in Network(desc).layers}
+        off = max(abs(freed[i] - owned[i]) for i in owned)
+        print(f"| {name} | freed by the {len(owned)} resets (`layer_buffers`: largest "
+              f"difference per layer) | {_mib(sum(freed.values()))} | | "
+              f"{_mib(sum(owned.values()))} ({off:.2f}) | |")
+        err = {rt: max(reference.relative_error(ours[m, rt].outputs, real[m].outputs)
+                       for m in reference.MODES) for rt in RUNTIMES}
+        bad = [b for m in reference.MODES
+               for b in reference.mismatches(fig[m], eng[m, "caffe"])]
+        print(f"| {name} | outputs: largest relative error | | "
+              f"{reference.relative_error(py.outputs, real['bulk'].outputs):.1e} | "
+              f"{err['caffe']:.1e} | {err['lean']:.1e} |")
+        print(f"| {name} | caffe runtime against real Caffe | | | "
+              f"{'all within 5 % or 4 MiB' if not bad else 'OFF: ' + '; '.join(bad)} | |")
+    if twins:
+        print("\n| network | weights | whole-file LOAD above INIT: V1 file | its V2 twin "
+              "| `message_peak_bytes`: V1 / V2 |\n|---|---|---|---|---|")
+        for desc, v1, v2, predicted_v2 in twins:
+            f1, f2 = (reference.figures(r.stages, "bulk") for r in (v1, v2))
+            predicted_v1 = message_peak_bytes(desc.resolve(desc.caffemodel))
+            print(f"| {desc.network} | {_mib(desc.param_bytes / 2**20)} | "
+                  f"{_mib(f1['load_peak'] - f1['init'])} | {_mib(f2['load_peak'] - f2['init'])}"
+                  f" | {_mib(predicted_v1 / 2**20)} / {_mib(predicted_v2 / 2**20)} |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     cmp = sub.add_parser("compare", help="real Caffe against the engine, stage by stage")
     cmp.add_argument("descriptions", nargs="+", help="<stem>.description.json files")
     cmp.add_argument("--data", required=True,
-                     help="a folder holding the models and partials (bound read-only)")
+                     help="a folder holding the models and partials (bound read-only; "
+                          "V1 models' V2 twins are written there for a moment)")
     args = parser.parse_args(argv)
     log = lambda m: print(m, file=sys.stderr)  # noqa: E731
     try:

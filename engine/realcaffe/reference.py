@@ -30,6 +30,7 @@ from engine.realcaffe import chroot
 from engine.units import MIB
 
 MODES = ("bulk", "layers")
+PYCAFFE = Path(__file__).with_name("pycaffe_run.py")
 
 
 @dataclass(frozen=True)
@@ -71,22 +72,33 @@ def _inside(path: Path, data: Path) -> str:
     return f"{chroot.DATA}/{path.resolve().relative_to(data.resolve())}"
 
 
-def measure_caffe(description: str | Path, mode: str, data: Path, work: Path,
-                  seed: int = 0, cache: Path | None = None) -> Measured:
-    """Real Caffe's stage records for ``description``'s network; its model files must lie
-    under ``data`` (bound read-only); ``work`` receives the input and the outputs."""
+def _staged(description: str | Path, data: Path, work: Path, seed: int):
+    """The network's description, its deploy prototxt and whole caffemodel as the chroot
+    sees them, and its input image written to ``work`` (bound at ``/out``)."""
     from engine.network import Network, input_blob
 
     desc = Description.load(description)
-    net = Network(desc)
-    shape = next(layer.top_shapes[0] for layer in net.layers if layer.type == "Input")
+    shape = next(layer.top_shapes[0] for layer in Network(desc).layers
+                 if layer.type == "Input")
     work.mkdir(parents=True, exist_ok=True)
     input_blob(shape, seed).tofile(work / "input.bin")
-    prototxt, model = desc.resolve(desc.prototxt), desc.resolve(desc.caffemodel)
-    argv = [chroot.PROBE, mode, chroot.WARMUP, _inside(prototxt, data)]
+    return (desc, _inside(desc.resolve(desc.prototxt), data),
+            _inside(desc.resolve(desc.caffemodel), data))
+
+
+def measure_caffe(description: str | Path, mode: str, data: Path, work: Path,
+                  seed: int = 0, cache: Path | None = None,
+                  caffemodel: Path | None = None) -> Measured:
+    """Real Caffe's stage records for ``description``'s network (``probe.cpp``); its
+    model files must lie under ``data`` (bound read-only); ``work`` receives the input
+    and the outputs. ``caffemodel``: load this file instead of the description's (bulk)."""
+    desc, prototxt, model = _staged(description, data, work, seed)
+    if caffemodel is not None:
+        model = _inside(caffemodel, data)
+    argv = [chroot.PROBE, mode, chroot.WARMUP, prototxt]
     out_name = f"{chroot.OUT}/outputs.bin"
     if mode == "bulk":
-        argv += [_inside(model, data), f"{chroot.OUT}/input.bin", out_name]
+        argv += [model, f"{chroot.OUT}/input.bin", out_name]
     else:
         argv += [f"{chroot.OUT}/input.bin", out_name]
         argv += [f"{info.index}={_inside(desc.resolve(info.partial), data)}"
@@ -96,6 +108,24 @@ def measure_caffe(description: str | Path, mode: str, data: Path, work: Path,
     seconds = time.perf_counter() - t0
     return Measured(_records(proc.stdout), np.fromfile(work / "outputs.bin", np.float32),
                     seconds)
+
+
+def measure_pycaffe(description: str | Path, data: Path, work: Path, seed: int = 0,
+                    cache: Path | None = None) -> Measured:
+    """Real Caffe through pycaffe (``pycaffe_run.py``: after the probe's warm-up,
+    construct, whole-file ``copy_from``, forward, delete, then a second net loading the
+    partials one by one)."""
+    desc, prototxt, model = _staged(description, data, work, seed)
+    partials = [_inside(desc.resolve(info.partial), data)
+                for info in desc.layers if info.partial is not None]
+    argv = ["python3", "-", chroot.WARMUP, prototxt, model, f"{chroot.OUT}/input.bin",
+            f"{chroot.OUT}/outputs-pycaffe.bin", *partials]
+    t0 = time.perf_counter()
+    proc = chroot.run(argv, data, work, env={**_measured_env(), "GLOG_minloglevel": "2"},
+                      cache=cache, stdin=PYCAFFE.read_text())
+    seconds = time.perf_counter() - t0
+    return Measured(_records(proc.stdout),
+                    np.fromfile(work / "outputs-pycaffe.bin", np.float32), seconds)
 
 
 def measure_engine(description: str | Path, mode: str, runtime: str, work: Path,
@@ -113,6 +143,34 @@ def measure_engine(description: str | Path, mode: str, runtime: str, work: Path,
     if proc.returncode != 0:
         raise EdgeprofError(f"engine stages of {description} failed: {proc.stderr.strip()}")
     return Measured(_records(proc.stdout), np.load(out), seconds)
+
+
+def v2_caffemodel(description: str | Path, out: Path) -> Path:
+    """``description``'s V1 caffemodel written in the V2 layout (``layer`` with string
+    types, blobs with ``shape`` dims), the same weights: real Caffe loads it without
+    upgrading a V1 message (the controlled twin of a V1 file)."""
+    from engine.caffe import graph, io, wire
+    from engine.network import Network
+
+    desc = Description.load(description)
+    deploy = io.read_prototxt(desc.resolve(desc.prototxt))
+    if not len(deploy.layers):
+        raise EdgeprofError(f"{desc.prototxt} is not a V1 net")
+    shapes = {layer.name: layer.param_shapes for layer in Network(desc).layers}
+    path = desc.resolve(desc.caffemodel)
+    records = {rec.name: rec for rec in wire.scan(path)}
+    v2 = type(deploy)()
+    v2.CopyFrom(deploy)
+    del v2.layers[:]
+    v2.layer.extend(graph.upgrade_v1_layer(v1) for v1 in deploy.layers)
+
+    def blobs_for(index: int, layer) -> list[np.ndarray]:
+        rec = records.get(layer.name)
+        blobs = wire.read_blobs(path, rec) if rec is not None else []
+        return [b.reshape(s) for b, s in zip(blobs, shapes.get(layer.name, ()))]
+
+    io.write_caffemodel(out, v2, blobs_for)
+    return out
 
 
 def figures(stages: list[Stage], mode: str) -> dict[str, float | list[float]]:
@@ -138,6 +196,26 @@ def figures(stages: list[Stage], mode: str) -> dict[str, float | list[float]]:
         out["resets"] = [mib(s.rss_kib) for s in by["reset"]]
     out["delete"] = mib(by["delete"][0].rss_kib)
     return out
+
+
+def reset_frees(stages: list[Stage]) -> dict[int, float]:
+    """Real Caffe's ``layers`` sequence: MiB each layer's ``reset()`` gave back (the
+    resident set after its forward pass less that after its reset), by layer index."""
+    after_forward = {s.layer: s.rss_kib for s in stages if s.stage == "forward"}
+    return {s.layer: (after_forward[s.layer] - s.rss_kib) * 1024 / MIB
+            for s in stages if s.stage == "reset"}
+
+
+def pycaffe_figures(stages: list[Stage]) -> dict[str, float]:
+    """``measure_pycaffe``'s figures, MiB above the start (after the imports): those of
+    ``figures(stages, "bulk")`` and ``partials_peak``, the highest resident set while
+    the second net took the partial files (none: absent)."""
+    out = figures([s for s in stages if s.stage != "partial"], "bulk")
+    start = stages[0].rss_kib
+    peaks = [s.hwm_kib for s in stages if s.stage == "partial"]
+    if peaks:
+        out["partials_peak"] = (max(peaks) - start) * 1024 / MIB
+    return out  # type: ignore[return-value]
 
 
 def tolerance(reference: float) -> float:

@@ -13,12 +13,12 @@ import argparse
 import gc
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from engine import ops
 from engine.network import Network
 from engine.probes.process import hwm_rss
 from engine.runtime import DEFAULT_RUNTIME, RUNTIMES
@@ -35,19 +35,47 @@ def _report(stage: str, layer: int = -1) -> None:
     reset_hwm()
 
 
-def warm_up() -> None:
-    """What the probe's warm-up net does once per process: the operators' first BLAS
-    calls (OpenBLAS sets up its buffers)."""
-    x = np.zeros((1, 3, 16, 16), np.float32)
-    y = ops.pooling(ops.convolution(x, np.zeros((8, 3, 3, 3), np.float32), None),
-                    kernel=(2, 2), stride=(2, 2))
-    ops.softmax(ops.inner_product(y, np.zeros((4, y.size), np.float32), None), 1)
+WARMUP = Path(__file__).with_name("warmup.prototxt")
+
+
+def warm_up(runtime_name: str) -> None:
+    """What the probe's warm-up does once per process: the warm-up net (every layer type
+    of the paper's networks) written with zero weights, split, and run alone, bulk and
+    layer by layer, in ``runtime_name``; for the caffe runtime also the parse of a V1
+    file (the upgrade's path)."""
+    from engine.caffe import graph, io, schema, splitter
+    from engine.network import run_standalone
+    from engine.runtime.protobuf import Message
+
+    deploy = io.read_prototxt(WARMUP)
+    shapes = {layer.name: layer.param_shapes
+              for layer in graph.build_graph(deploy, source=str(WARMUP)).layers}
+
+    def zeros(index: int, layer) -> list[np.ndarray]:
+        return [np.zeros(s, np.float32) for s in shapes.get(layer.name, ())]
+
+    with tempfile.TemporaryDirectory(prefix="edgeprof-warmup") as tmp:
+        folder = Path(tmp)
+        prototxt = folder / "warmup.prototxt"
+        prototxt.write_text(WARMUP.read_text())
+        model = folder / "warmup.caffemodel"
+        io.write_caffemodel(model, deploy, zeros)
+        description = splitter.split_model(model, prototxt, folder / "split")
+        for bulk in (True, False):
+            run_standalone(description, bulk=bulk, runtime_name=runtime_name)
+        if runtime_name == "caffe":
+            v1 = schema.NetParameter(name="warmup")
+            for layer in deploy.layer:
+                if shapes[layer.name]:
+                    v1.layers.add(name=layer.name, type=schema.V1_ENUM_BY_TYPE[layer.type])
+            io.write_caffemodel(folder / "v1.caffemodel", v1, zeros)
+            Message(folder / "v1.caffemodel").release()
 
 
 def run(mode: str, description: str, runtime_name: str, seed: int = 0) -> np.ndarray:
     """Run ``description`` through the probe's ``mode`` sequence, reporting each stage;
     returns the output blobs concatenated (as the probe writes them)."""
-    warm_up()
+    warm_up(runtime_name)
     gc.collect()
     reset_hwm()
     _report("start")

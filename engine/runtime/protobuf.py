@@ -4,6 +4,7 @@ holds in the Caffe-faithful runtime (``engine.runtime``)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -135,25 +136,33 @@ class Message:
         _free_in_order(self.v1_retained)
 
 
-
-
-def message_peak_bytes(path: str | os.PathLike) -> int:
+def message_peak_bytes(path: str | os.PathLike | None, blob_bytes: Sequence[int] = (),
+                       v1: bool = False) -> int:
     """The most of ``Message(path)`` resident at once, from the file's layout alone (no
     allocation): during the parse, the blobs parsed so far plus, at each growth of the
     current blob's buffer, the old buffer and the copy of its contents (the rest of a new
     buffer is not touched yet); then, for a V1 file, the parsed blobs and the upgrade's
-    two copies. What a Caffe-faithful LOAD holds besides the weights (``engine.model``'s
-    memory replay)."""
-    path = os.fspath(path)
-    size = os.path.getsize(path)
-    records = wire.scan(path)
+    two copies. What a Caffe-faithful LOAD holds besides the weights (checked against
+    real Caffe's whole-file loads by the tests marked ``caffe``). Without the file
+    (``path`` None or missing) the layout is ``blob_bytes`` (packed floats) back to back
+    from 64 bytes in, as in a small partial file, in format V1 if ``v1``."""
+    if path is not None and os.path.isfile(path):
+        size = os.path.getsize(path)
+        records = wire.scan(path)
+        blobs = [(b.offset, b.nbytes) for rec in records for b in rec.blobs]
+        v1 = any(rec.v1 for rec in records)
+    else:
+        offset, blobs = 64, []
+        for nbytes in blob_bytes:
+            blobs.append((offset, nbytes))
+            offset += nbytes + 16  # the next blob's tag, length and shape
+        size = offset
     held = peak = 0
-    for rec in records:
-        for blob in rec.blobs:
-            for filled, _ in repeated_capacities(blob.offset, blob.nbytes, size):
-                peak = max(peak, held + 2 * F32 * filled)
-            held += blob.nbytes
+    for offset, nbytes in blobs:
+        for filled, _ in repeated_capacities(offset, nbytes, size):
+            peak = max(peak, held + 2 * F32 * filled)
+        held += nbytes
     peak = max(peak, held)
-    if any(rec.v1 for rec in records):
+    if v1:
         peak = max(peak, 3 * held)
     return peak
