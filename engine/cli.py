@@ -299,7 +299,8 @@ def _cmd_advise(args: argparse.Namespace) -> None:
     if args.swap is not None and limit is None:
         raise EdgeprofError("--swap is the swap allowed on top of --limit; give a --limit too")
     print(run_advise(args.pipeline, args.model, args.models, limit, _swap(args.swap),
-                     args.policies, args.mode, args.find_limit, args.json))
+                     args.policies, args.mode, args.find_limit, args.json, args.runtime,
+                     args.swap_cost, args.strict))
 
 
 def _cmd_fit_model(args: argparse.Namespace) -> None:
@@ -323,9 +324,34 @@ def _cmd_evaluate_model(args: argparse.Namespace) -> None:
     from engine.model.evaluate import evaluate_files
 
     t0 = time.perf_counter()
-    summary = evaluate_files(args.tables, args.models, args.model, args.out)
+    summary = evaluate_files(args.tables, args.models, args.model, args.out, args.orderings)
     for mode, scores in summary.items():
         print(f"{mode}: {scores}", file=sys.stderr)
+    print(f"-> {args.out} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+
+
+def _cmd_reconstruct_model(args: argparse.Namespace) -> None:
+    from engine.model.reconstruct import reconstruct_files
+
+    t0 = time.perf_counter()
+    tables = reconstruct_files(args.tables, args.models, args.model, args.out,
+                               args.resamples)
+    for row in tables["reconstruction_scores"].itertuples():
+        print(f"{row.sandbox}/{row.runtime} {row.scope}: {row.metric} {row.value:.1f} "
+              f"[{row.ci_low:.1f}, {row.ci_high:.1f}] over {row.n} cells of "
+              f"{row.pipelines} pipelines", file=sys.stderr)
+    print(f"-> {args.out} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+
+
+def _cmd_score_holdout(args: argparse.Namespace) -> None:
+    from engine.model.evaluate import score_holdout_files
+
+    t0 = time.perf_counter()
+    table = score_holdout_files(args.tables, args.models, args.model, args.out,
+                                args.orderings)
+    for row in table.dropna(subset=["value"]).itertuples():
+        if "," not in row.scope:
+            print(f"{row.mode} {row.metric} ({row.scope}): {row.value:.3g}", file=sys.stderr)
     print(f"-> {args.out} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
 
 
@@ -446,8 +472,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="folder of the networks' *.description.json (default results/split)")
     p.add_argument("--policies", nargs="+", help="policies to rank (default: the ones the "
                    "model was fitted on)")
-    p.add_argument("--mode", choices=["native", "emulated"],
-                   help="execution mode whose fit to use (default native)")
+    p.add_argument("--mode", help="execution mode whose fit to use: native, a sandbox "
+                   "(vm, uml) or emulated (the only sandbox fitted); default native")
+    p.add_argument("--runtime", choices=RUNTIMES,
+                   help="runtime whose fit to use (default lean, or the only one fitted)")
+    p.add_argument("--swap-cost", help="price the swap traffic on a device: a profile ("
+                   "zram-rpi4, nvme, sd-a2, sd-a1), a sandbox the model measured (vm, uml), "
+                   "a file of python -m engine calibrate, or a time per page (50us)")
+    p.add_argument("--strict", action="store_true", help="refuse (exit 2) a pipeline, "
+                   "policy or limit outside what the model was fitted on")
     p.add_argument("--find-limit", action="store_true",
                    help="the smallest limit at which each policy runs without swapping")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -470,7 +503,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="results/model/model.json")
     p.add_argument("--out", default="results/model", help="folder for the cv_* tables, "
                    "layer_residuals and cv.json")
+    p.add_argument("--orderings", type=int, default=40, help="orderings replayed per "
+                   "multi-worker cell for its peak's range (default 40)")
     p.set_defaults(func=_cmd_evaluate_model)
+
+    p = sub.add_parser("reconstruct-model", help="native-speed times under each limit "
+                       "from native task times and the sandbox's page traffic; its "
+                       "validation in the sandbox; the swap-cost axis")
+    p.add_argument("--tables", default="results/tables")
+    p.add_argument("--models", default="results/split")
+    p.add_argument("--model", default="results/model/model.json")
+    p.add_argument("--out", default="results/model", help="folder for the reconstruction "
+                   "and swap_cost_* tables")
+    p.add_argument("--resamples", type=int, default=200, help="bootstrap resamples of "
+                   "each CI (default 200)")
+    p.set_defaults(func=_cmd_reconstruct_model)
+
+    p = sub.add_parser("score-holdout", help="score the fitted model on pipelines drawn "
+                       "with a seed never used in fitting (tables aggregated apart)")
+    p.add_argument("--tables", required=True, help="folder of the held-out runs' "
+                   "runs/tasks/networks.parquet")
+    p.add_argument("--models", default="results/split")
+    p.add_argument("--model", default="results/model/model.json")
+    p.add_argument("--out", default="results/model")
+    p.add_argument("--orderings", type=int, default=40)
+    p.set_defaults(func=_cmd_score_holdout)
 
     p = sub.add_parser("graph", help="draw a policy's task graph (DOT, or SVG with Graphviz)")
     p.add_argument("--policy", required=True)

@@ -189,6 +189,14 @@ def check_config(config: Config) -> None:
                                  f"size; list each limit once")
             seen[size] = limit
     _check_run_extras(config)
+    holdout = holdout_config(config)
+    if holdout and holdout["seed"] == config["seed"]:
+        raise ValueError(f"config: model.holdout.seed {holdout['seed']} is the campaign's "
+                         f"seed: the held-out pipelines must be drawn with a seed never "
+                         f"used in fitting; choose another")
+    if holdout and holdout.get("vm_pipelines", 0) and not vm_enabled(config):
+        raise ValueError("config: model.holdout.vm_pipelines needs vm.enabled (they run "
+                         "as the vm pipelines do); set it to 0")
     reconcile = config["run"]["reconcile"]
     if reconcile_in_vm(config) and not vm_enabled(config):
         raise ValueError("config: run.reconcile.vm is true (config/config.yaml's default, "
@@ -243,21 +251,35 @@ def vm_enabled(config: Config) -> bool:
     return bool((config.get("vm") or {}).get("enabled", False))
 
 
-def vm_pipeline_names(config: Config) -> list[str]:
-    """The ``vNNN`` pipelines of the ``vm:`` block, when it is enabled."""
-    return pipeline_names(config["vm"]["pipelines"]["count"], "v") if vm_enabled(config) else []
+def vm_pipeline_names(config: Config, holdout: bool = False) -> list[str]:
+    """The ``vNNN`` pipelines of the ``vm:`` block, when it is enabled (``holdout``: the
+    model's held-out ``hvNNN`` ones)."""
+    if not vm_enabled(config):
+        return []
+    if holdout:
+        return pipeline_names(holdout_config(config).get("vm_pipelines", 0), HOLDOUT_VM_PREFIX)
+    return pipeline_names(config["vm"]["pipelines"]["count"], "v")
+
+
+# Run folders: results/<kind>/<pipeline>/<policy>/<limit>/rep<N>. A sandbox pipeline's
+# native unconstrained twins (vm.native_baseline) are kind "native": its guest baseline
+# has the same pipeline, policy and limit.
+RUNS, NATIVE = "runs", "native"
 
 
 @dataclass(frozen=True)
 class RunSet:
     """Runs whose product is every run of a config (times the repetitions): these
-    pipelines under these policies and limits, all in the guest (``in_vm``) or none."""
+    pipelines under these policies and limits, all in the guest (``in_vm``) or none.
+    ``holdout``: the model's held-out pipelines (``model.holdout``), never fitted on."""
 
     pipelines: list[str]
     policies: list[str]  # canonical names
     limits: list[str]
     in_vm: bool
     repetitions: int
+    kind: str = RUNS
+    holdout: bool = False
 
 
 def vm_policies(config: Config) -> list[str]:
@@ -266,26 +288,53 @@ def vm_policies(config: Config) -> list[str]:
 
 
 def run_sets(config: Config) -> list[RunSet]:
-    """Every run, as run sets.
+    """Every run, as run sets; the first is the main pipelines'.
 
     With ``vm.enabled`` the main pipelines run only unconstrained (natively) and the vm
     pipelines run in the guest under ``vm.limits`` and, as their like-for-like baseline,
     unconstrained in the same guest (emulated runs are 15-60x slower: their slowdowns are
-    taken over emulated baselines, never native ones). Otherwise the main pipelines run
-    under every limit of ``run.limits`` with ``run.backend``."""
-    main = pipeline_names(config["pipelines"]["count"])
+    taken over emulated baselines, never native ones); with ``vm.native_baseline`` the
+    vm pipelines also run unconstrained natively (kind ``native``: the model's
+    native-speed reconstruction pairs them with the guest's page traffic). Otherwise the
+    main pipelines run under every limit of ``run.limits`` with ``run.backend``. The
+    model's held-out pipelines (``model.holdout``) run the same sets under their own
+    names."""
+    holdout = holdout_config(config)
+    sets = _run_sets(config, pipeline_names(config["pipelines"]["count"]),
+                     vm_pipeline_names(config), False)
+    if holdout:
+        sets += _run_sets(config, pipeline_names(holdout["pipelines"], HOLDOUT_PREFIX),
+                          vm_pipeline_names(config, holdout=True), True)
+    return [rs for rs in sets if rs.pipelines]
+
+
+def _run_sets(config: Config, main: list[str], vm: list[str], holdout: bool) -> list[RunSet]:
     policies = [parse_policy(p).name for p in config["run"]["policies"]]
     reps = config["run"]["repetitions"]
     if vm_enabled(config):
         vm_limits = [UNLIMITED, *(str(lim) for lim in config["vm"]["limits"]
                                   if str(lim) != UNLIMITED)]
-        return [RunSet(main, policies, [UNLIMITED], False, reps),
-                RunSet(vm_pipeline_names(config),
-                       [parse_policy(p).name for p in vm_policies(config)], vm_limits, True,
-                       config["vm"].get("repetitions") or reps)]
+        vm_pols = [parse_policy(p).name for p in vm_policies(config)]
+        vm_reps = config["vm"].get("repetitions") or reps
+        sets = [RunSet(main, policies, [UNLIMITED], False, reps, holdout=holdout),
+                RunSet(vm, vm_pols, vm_limits, True, vm_reps, holdout=holdout)]
+        if config["vm"].get("native_baseline"):
+            sets.append(RunSet(vm, vm_pols, [UNLIMITED], False, vm_reps, NATIVE, holdout))
+        return sets
     limits = [str(limit) for limit in config["run"]["limits"]]
     # run.backend vm: every run in the guest, the unconstrained baseline too
-    return [RunSet(main, policies, limits, config["run"]["backend"] == "vm", reps)]
+    return [RunSet(main, policies, limits, config["run"]["backend"] == "vm", reps,
+                   holdout=holdout)]
+
+
+# The model's held-out pipelines: hp000, ... drawn as the main pipelines are, hv000, ...
+# as the vm pipelines, both with model.holdout.seed instead of the campaign's seed.
+HOLDOUT_PREFIX, HOLDOUT_VM_PREFIX = "hp", "hv"
+
+
+def holdout_config(config: Config) -> dict:
+    """``model.holdout`` (``{}`` when the config has none)."""
+    return dict((config.get("model") or {}).get("holdout") or {})
 
 
 def run_backend(config: Config, limit: str, in_vm: bool) -> str:
@@ -340,8 +389,8 @@ def run_order(config: Config) -> list[tuple[str, str, str, str, int]]:
         rng = np.random.default_rng([config["seed"], rep])
         for b in rng.permutation(len(blocks)):
             rs, pipeline, limit = blocks[b]
-            members = [("runs", policy) for policy in rs.policies]
-            if limit == UNLIMITED and not rs.in_vm:
+            members = [(rs.kind, policy) for policy in rs.policies]
+            if limit == UNLIMITED and not rs.in_vm and rs.kind == RUNS:
                 members += [(UNPROBED, pol) for pipe, pol in twins if pipe == pipeline]
             for m in np.random.default_rng([config["seed"], rep, int(b)]).permutation(
                     len(members)):
@@ -418,24 +467,34 @@ def bins_args(config: Config) -> list[object]:
     return ["--bins-mb" if cfg.get("bin_unit") == "MB" else "--bins", *cfg["bins"]]
 
 
-def pipelines_args(config: Config, networks: Iterable[str]) -> str:
+def pipelines_args(config: Config, networks: Iterable[str], holdout: bool = False) -> str:
     """``python -m engine pipelines``'s arguments for the main pipelines (``pNNN``), drawn
-    from ``networks`` (display names)."""
+    from ``networks`` (display names); ``holdout``: the model's held-out ones (``hpNNN``,
+    ``model.holdout``'s count and seed)."""
     cfg = config["pipelines"]
+    count, seed, prefix = cfg["count"], config["seed"], []
+    if holdout:
+        hold = holdout_config(config)
+        count, seed, prefix = hold.get("pipelines", 0), hold["seed"], ["--prefix",
+                                                                        HOLDOUT_PREFIX]
     return " ".join(filter(None, [
-        _join(["--count", cfg["count"], "--seed", config["seed"], "--length", *cfg["length"]]),
+        _join(["--count", count, "--seed", seed, *prefix, "--length", *cfg["length"]]),
         arrival_args(cfg["arrival"]),
         _join([*bins_args(config), "--networks", *networks]),
     ]))
 
 
-def vm_pipelines_args(config: Config) -> str:
+def vm_pipelines_args(config: Config, holdout: bool = False) -> str:
     """The same for the vm block's smaller pipelines (``vNNN``, batch arrival, its own
-    networks); empty when the vm block is not enabled."""
+    networks; ``holdout``: ``hvNNN``); empty when the vm block is not enabled."""
     if not vm_enabled(config):
         return ""
     cfg = config["vm"]["pipelines"]
-    return _join(["--count", cfg["count"], "--seed", config["seed"], "--prefix", "v",
+    count, seed, prefix = cfg["count"], config["seed"], "v"
+    if holdout:
+        hold = holdout_config(config)
+        count, seed, prefix = hold.get("vm_pipelines", 0), hold["seed"], HOLDOUT_VM_PREFIX
+    return _join(["--count", count, "--seed", seed, "--prefix", prefix,
                   "--length", *cfg["length"], *bins_args(config),
                   "--networks", *cfg["networks"]])
 

@@ -272,7 +272,7 @@ def _synthetic_runs(tiny) -> tuple[pd.DataFrame, pd.DataFrame]:
                          "limit": limit, "limit_bytes": None if limit == "none" else 2**20,
                          "limit_enforced": limit != "none", "emulated": False, "rep": rep,
                          "termination": "ok", "workers": 1, "child_cpus": 1, "batch": None,
-                         "makespan_s": 1.0, "hwm_rss_bytes": 5e7})
+                         "makespan_s": 1.0, "hwm_rss_bytes": 5e7, "networks": "Tiny"})
             t, tid = 0, 0
             for layer in range(-1, len(feats.types)):
                 for kind in (("INIT",) if layer < 0 else ("LOAD", "EXEC")):
@@ -288,7 +288,8 @@ def _synthetic_runs(tiny) -> tuple[pd.DataFrame, pd.DataFrame]:
                     dur = base + 2e-3 * pin + 5e-4 * pout + 1e-3 * refaults
                     tasks.append({"run_id": run_id, "pipeline": "p", "policy": "linear",
                                   "limit": limit, "emulated": False, "rep": rep,
-                                  "network": "Tiny", "layer": layer, "task_type": kind,
+                                  "instance": 0, "network": "Tiny", "layer": layer,
+                                  "task_type": kind,
                                   "task_id": tid, "overlap": 0, "start_ns": t,
                                   "end_ns": t + int(dur * 1e9), "duration_ns": int(dur * 1e9),
                                   "proc_rss_bytes": 4e7, "proc_rss_delta_bytes": 0,
@@ -302,7 +303,7 @@ def _synthetic_runs(tiny) -> tuple[pd.DataFrame, pd.DataFrame]:
 def test_the_fit_recovers_the_synthetic_runs_coefficients_gap_baseline_and_swap_cost(tiny):
     runs, tasks = _synthetic_runs(tiny)
     model = fitting.fit(runs, tasks, {"Tiny": tiny})
-    m = model.modes["native"]
+    m = model.modes["native/lean"]
     assert m.load_layer.intercept == pytest.approx(1e-4, rel=1e-3)
     assert m.load_layer.coef["bytes"] == pytest.approx(2e-9, rel=1e-3)
     assert m.init({"input_bytes": 64}) == pytest.approx(0.01)
@@ -321,8 +322,8 @@ def test_a_mode_without_layer_by_layer_runs_is_named_not_fitted(tiny):
     runs, tasks = _synthetic_runs(tiny)
     tasks = tasks[tasks.task_type == "INIT"]
     model = fitting.fit(runs, tasks, {"Tiny": tiny})
-    assert model.modes == {} and "single-worker policy" in model.unfitted["native"]
-    with pytest.raises(ModelFileError, match="no fitted 'native' mode"):
+    assert model.modes == {} and "single-worker policy" in model.unfitted["native/lean"]
+    with pytest.raises(ModelFileError, match="no fitted 'native/lean' mode"):
         model.mode(None)
 
 
@@ -335,7 +336,7 @@ def test_the_model_file_round_trips_and_refuses_other_versions(tiny, tmp_path):
     data = json.loads((tmp_path / "model.json").read_text())
     data["version"] = 99
     (tmp_path / "model.json").write_text(json.dumps(data))
-    with pytest.raises(ModelFileError, match="not a version 1 model file"):
+    with pytest.raises(ModelFileError, match="not a version 2 model file"):
         Model.read(tmp_path / "model.json")
 
 
@@ -352,7 +353,9 @@ def test_kendall_tau_b_has_known_values():
 def test_scores_of_known_predictions():
     rows = []
     for p, meas in (("a", 1.0), ("b", 2.0), ("c", 4.0)):
-        rows.append({"mode": "native", "pipeline": "p0", "policy": p, "limit": "none",
+        rows.append({"mode": "native/lean", "scheme": "leave-pipeline-out", "fold": "p0",
+                     "workers": 1, "peak_in_range": None,
+                     "pipeline": "p0", "policy": p, "limit": "none",
                      "measured_makespan_s": meas, "measured_makespan_ci_low": meas * 0.9,
                      "measured_makespan_ci_high": meas * 1.1,
                      "predicted_makespan_s": {"a": 1.1, "b": 1.0, "c": 4.0}[p],
@@ -365,11 +368,11 @@ def test_scores_of_known_predictions():
     assert table[("makespan MAPE %", "unconstrained")] == pytest.approx(20.0)
     assert table[("peak RSS median abs error %", "unconstrained")] == 3.0
     # predicted order b < a < c against measured a < b < c: one pair of three swapped
-    assert table[("Kendall tau (median)", "per pipeline and limit")] == pytest.approx(1 / 3)
+    scope = "unconstrained, per pipeline and limit"
+    assert table[("Kendall tau (median)", scope)] == pytest.approx(1 / 3)
     # b is predicted fastest; a is: b's measured 2.0 lies above a's CI (0.9-1.1)
-    assert table[("predicted best = measured best (share)", "per pipeline and limit")] == 0
-    assert table[("predicted best within measured best's CI (share)",
-                  "per pipeline and limit")] == 0
+    assert table[("predicted best = measured best (share)", scope)] == 0
+    assert table[("predicted best within measured best's CI (share)", scope)] == 0
 
 
 # ---- advise ----
@@ -453,12 +456,12 @@ def test_at_the_limit_find_limit_gives_no_policy_swaps(tiny, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("damage", [
-    lambda m: m["modes"]["native"]["init"].update(intercept=float("nan")),
-    lambda m: m["modes"]["native"].update(cpus=0),
-    lambda m: m["modes"]["native"].update(parallel_cpus=float("inf")),
-    lambda m: m["modes"]["native"].update(gap_s=-5),
-    lambda m: m["modes"]["native"]["init"].update(coef=[1, 2]),
-    lambda m: m["modes"]["native"]["load_layer"]["coef"].update(bytes="x"),
+    lambda m: m["modes"]["native/lean"]["init"].update(intercept=float("nan")),
+    lambda m: m["modes"]["native/lean"].update(cpus=0),
+    lambda m: m["modes"]["native/lean"].update(parallel_cpus=float("inf")),
+    lambda m: m["modes"]["native/lean"].update(gap_s=-5),
+    lambda m: m["modes"]["native/lean"]["init"].update(coef=[1, 2]),
+    lambda m: m["modes"]["native/lean"]["load_layer"]["coef"].update(bytes="x"),
 ])
 def test_a_damaged_model_file_is_one_line_never_a_hang_or_a_traceback(advice_files, capsys,
                                                                       damage):

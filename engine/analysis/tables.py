@@ -48,8 +48,12 @@ def _identity(meta: RunMeta, folder: Path) -> dict:
     pipeline = meta.pipeline.name
     limit = limit_label(meta.limit_bytes)
     rep = _rep(folder)
+    # a pipeline may run natively and in a sandbox (the model's native-speed
+    # reconstruction pairs them): the sandbox's runs are named apart
+    sandbox = meta.backend if meta.emulated or meta.vm is not None else None
     run_id = (f"{pipeline}/{meta.policy}/{limit}"
               + ("" if meta.runtime == "lean" else f"/{meta.runtime}")
+              + ("" if sandbox is None else f"/{sandbox}")
               + ("" if rep is None else f"/rep{rep}"))
     return {"run_id": run_id, "pipeline": pipeline, "policy": meta.policy, "limit": limit,
             "limit_enforced": bool(meta.limit_enforced), "backend": meta.backend,

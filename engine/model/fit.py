@@ -1,6 +1,7 @@
 """The model's fit from the tidy tables (its parameters and file: ``engine.model.params``).
 
-Per execution mode (native, emulated: never mixed), from the runs that finished:
+Per execution mode (native, or the sandbox that ran the runs: never mixed) and runtime
+(lean, caffe: ``engine.runtime``), from the runs that finished:
 
 - **time**, SyNERGY-style: per layer type, EXEC seconds = a + a non-negative linear
   combination of the layer's features (``EXEC_FEATURES``): MACs, and for the layers
@@ -25,6 +26,11 @@ Per execution mode (native, emulated: never mixed), from the runs that finished:
   pages it swapped in and out (the guest's pswpin/pswpout, or the cgroup's) and its
   other major faults (file pages read again), least squares through the origin; only
   from limited runs, so a mode without any has none.
+- **duration spread**: how much a task's duration varies between repetitions of the
+  multi-worker runs (the sd of log(duration / its median)), from which the evaluation
+  draws orderings of concurrent workers.
+- **domain**: the networks, layer types, policies, batch and limits it saw, and which
+  parts were fitted with an intercept alone (``params.Domain``).
 """
 
 from __future__ import annotations
@@ -36,14 +42,17 @@ from engine.caffe.splitter import Description
 from engine.errors import EdgeprofError
 from engine.model.params import (
     DEFAULT_FEATURES,
+    Domain,
     Linear,
     Model,
     ModeModel,
     SwapCost,
     exec_features,
     exec_layer_s,
+    mode_key,
     network_features,
 )
+from engine.runtime import DEFAULT_RUNTIME
 
 # Swap counters per task window, best first: (pages in, pages out); major faults.
 SWAP_COLUMNS = [("guest_pswpin_delta", "guest_pswpout_delta"),
@@ -94,8 +103,25 @@ def fit_linear(x: pd.DataFrame, y: pd.Series | np.ndarray, intercept: bool = Tru
     return Linear(float(np.median(y)) if intercept else 0.0, {}, len(y), None)
 
 
-def _mode_name(emulated: bool) -> str:
-    return "emulated" if emulated else "native"
+def execution_modes(runs: pd.DataFrame) -> pd.Series:
+    """Each run's execution mode: ``native``, or the sandbox that ran it (its ``sandbox``
+    column where the tables have one, else its backend: ``vm``)."""
+    sandbox = next((runs[c] for c in ("sandbox", "backend") if c in runs),
+                   pd.Series("emulated", index=runs.index))
+    emulated = runs["emulated"].astype(bool).to_numpy()
+    return pd.Series(np.where(emulated, sandbox.astype(str), "native"), index=runs.index)
+
+
+def runtimes(runs: pd.DataFrame) -> pd.Series:
+    """Each run's runtime (tables written before runs had one ran the lean runtime)."""
+    if "runtime" not in runs:
+        return pd.Series(DEFAULT_RUNTIME, index=runs.index)
+    return runs["runtime"].fillna(DEFAULT_RUNTIME).astype(str)
+
+
+def mode_keys(runs: pd.DataFrame) -> pd.Series:
+    """Each run's model key (``params.mode_key``): its execution mode and runtime."""
+    return execution_modes(runs) + "/" + runtimes(runs)
 
 
 def _batch_of(runs: pd.DataFrame) -> int | None:
@@ -170,11 +196,15 @@ def _start_rss(tasks: pd.DataFrame) -> tuple[float, float]:
     return rss, float(min(np.median(files), rss)) if len(files) else 0.0
 
 
-def _swap_cost(runs: pd.DataFrame, tasks: pd.DataFrame, base_tasks: pd.DataFrame
-               ) -> SwapCost | None:
+def fit_swap_cost(runs: pd.DataFrame, tasks: pd.DataFrame) -> SwapCost | None:
+    """The per-page costs (module docstring: swap cost) from the finished limited runs
+    of ``runs`` and the same pipelines' unconstrained runs, ``tasks`` carrying their
+    ``duration_s``; None without limited runs or counters."""
     limited = runs[(runs["limit"] != "none") & (runs["termination"] == "ok")]
+    free = runs[(runs["limit"] == "none") & (runs["termination"] == "ok")]
     if limited.empty:
         return None
+    base_tasks = tasks[tasks["run_id"].isin(free["run_id"])]
     cols = next((c for c in SWAP_COLUMNS if c[0] in tasks and tasks[c[0]].notna().any()),
                 None)
     if cols is None:
@@ -198,9 +228,34 @@ def _swap_cost(runs: pd.DataFrame, tasks: pd.DataFrame, base_tasks: pd.DataFrame
                     "/".join([*cols, *([faults] if faults else [])]))
 
 
+def duration_sigma(runs: pd.DataFrame, tasks: pd.DataFrame) -> float:
+    """The sd of log(duration / its median) of the tasks of the finished unconstrained
+    multi-worker runs, each task against the same task of the other repetitions (same
+    pipeline, policy, instance, layer and task type); 0 without such runs."""
+    multi = runs[(runs["workers"] > 1) & (runs["limit"] == "none")
+                 & (runs["termination"] == "ok")]
+    t = tasks[tasks["run_id"].isin(multi["run_id"]) & (tasks["duration_ns"] > 0)]
+    if t.empty:
+        return 0.0
+    key = ["pipeline", "policy", "instance", "layer", "task_type"]
+    logd = np.log(t["duration_ns"].astype(float))
+    groups = logd.groupby([t[k] for k in key])
+    dev = (logd - groups.transform("median"))[groups.transform("size") >= 2]
+    return round(float(dev.std()), 4) if len(dev) >= 2 else 0.0
+
+
+def intercept_only(model: ModeModel) -> list[str]:
+    """The parts of the time model fitted with an intercept alone."""
+    parts = {"init": model.init, "load_layer": model.load_layer,
+             "load_whole": model.load_whole, "exec_whole": model.exec_whole,
+             **{f"exec_types.{t}": line for t, line in model.exec_types.items()}}
+    return sorted(name for name, line in parts.items() if line is not None and not line.coef)
+
+
 def fit_mode(runs: pd.DataFrame, tasks: pd.DataFrame,
-             descriptions: dict[str, Description], mode: str) -> ModeModel:
-    """The model of one execution mode from its runs and their tasks."""
+             descriptions: dict[str, Description], mode: str,
+             runtime: str = DEFAULT_RUNTIME) -> ModeModel:
+    """The model of one execution mode and runtime from its runs and their tasks."""
     batch = _batch_of(runs)
     ok = runs[runs["termination"] == "ok"]
     free = ok[ok["limit"] == "none"]
@@ -233,30 +288,37 @@ def fit_mode(runs: pd.DataFrame, tasks: pd.DataFrame,
         load_whole=load_whole, exec_types=exec_types,
         exec_any=linear(execs, DEFAULT_FEATURES),
         exec_whole=None, swap=None, runs=len(ok),
-        pipelines=sorted(ok["pipeline"].astype(str).unique()), batch=batch)
+        pipelines=sorted(ok["pipeline"].astype(str).unique()), batch=batch, runtime=runtime,
+        duration_sigma=duration_sigma(ok, tasks))
     whole = med[(med["task_type"] == "EXEC") & ~layer]
     if not whole.empty:
         feats = {n: network_features(descriptions[n], batch) for n in whole["network"]}
         summed = whole["network"].map(
             lambda n: sum(exec_layer_s(model, feats[n], i) for i in range(len(feats[n].types))))
         model.exec_whole = fit_linear(pd.DataFrame({"layers_s": summed}), whole["duration_s"])
-    model.swap = _swap_cost(runs, tasks, base_tasks)
+    model.swap = fit_swap_cost(runs, tasks)
+    limited = ok[ok["limit"] != "none"]
+    model.domain = Domain(
+        networks=sorted(set(ok["networks"].str.split().explode())),
+        layer_types=sorted(exec_types), policies=sorted(ok["policy"].unique()), batch=batch,
+        limits=list(limited.sort_values("limit_bytes")["limit"].unique()),
+        pipelines=model.pipelines, intercept_only=intercept_only(model))
     return model
 
 
 def fit(runs: pd.DataFrame, tasks: pd.DataFrame, descriptions: dict[str, Description],
         policies: list[str] | None = None) -> Model:
-    """One ``ModeModel`` per execution mode found in ``runs`` that has what a fit needs
-    (a mode that has not is named in ``unfitted`` with the reason); limits the backend
-    could not enforce are left out (they would count as unconstrained time under a
-    label)."""
+    """One ``ModeModel`` per execution mode and runtime found in ``runs`` that has what
+    a fit needs (one that has not is named in ``unfitted`` with the reason); limits the
+    backend could not enforce are left out (they would count as unconstrained time under
+    a label)."""
     runs = runs[runs["limit_enforced"].astype(bool) | (runs["limit"] == "none")]
     modes, unfitted = {}, {}
-    for emulated, part in runs.groupby("emulated"):
-        name = _mode_name(bool(emulated))
+    for (mode, runtime), part in runs.groupby([execution_modes(runs), runtimes(runs)]):
+        name = mode_key(mode, runtime)
         try:
             modes[name] = fit_mode(part, tasks[tasks["run_id"].isin(part["run_id"])],
-                                   descriptions, name)
+                                   descriptions, mode, runtime)
         except EdgeprofError as exc:
             unfitted[name] = str(exc)
     return Model(modes, policies or sorted(runs["policy"].unique()),

@@ -30,7 +30,7 @@ import pandas as pd
 
 from engine.caffe.splitter import Description, description_index
 from engine.errors import EdgeprofError
-from engine.model.fit import fit
+from engine.model.fit import fit, mode_keys
 from engine.model.params import Model, ModeModel
 from engine.model.predict import Networks, predict
 from engine.schedule.pipelines import Arrival, Pipeline
@@ -130,12 +130,14 @@ def calibrate(mode: ModeModel, cells: pd.DataFrame, pipelines: dict[str, Pipelin
 
 def train(runs: pd.DataFrame, tasks: pd.DataFrame, networks: pd.DataFrame,
           descriptions: dict[str, Description], policies: list[str] | None = None) -> Model:
-    """Fit every execution mode of ``runs`` and calibrate it through the simulator."""
+    """Fit every execution mode and runtime of ``runs`` and calibrate each through the
+    simulator."""
     model = fit(runs, tasks, descriptions, policies)
     pipelines = pipelines_from_networks(networks[networks["run_id"].isin(runs["run_id"])])
+    keys = mode_keys(runs)
     for name, mode in model.modes.items():
-        part = runs[runs["emulated"] == (name == "emulated")]
-        calibrate(mode, measured_cells(part), pipelines, Networks(descriptions, mode.batch))
+        calibrate(mode, measured_cells(runs[keys == name]), pipelines,
+                  Networks(descriptions, mode.batch, mode.runtime))
     for policy in model.policies:
         parse_policy(policy)  # a policy name this engine no longer knows fails here
     return model

@@ -20,6 +20,7 @@ from engine.workflow import (
     reconcile_in_vm,
     reconcile_limit_args,
     code_fingerprint,
+    holdout_config,
     job_environ,
     limit_args,
     pipeline_names,
@@ -85,9 +86,15 @@ DESCRIPTIONS = expand(f"{SPLIT_DIR}/{{stem}}.description.json", stem=NETWORKS)
 
 PIPELINES = pipeline_names(config["pipelines"]["count"])
 # With vm.enabled the limited runs go to the VM on the vm block's smaller pipelines (vNNN)
-# and limits, beside their unconstrained baseline in the same guest; the main pipelines
-# run unconstrained, natively (engine.workflow.run_sets).
+# and limits, beside their unconstrained baseline in the same guest (and, with
+# vm.native_baseline, natively unconstrained: kind "native"); the main pipelines run
+# unconstrained, natively (engine.workflow.run_sets).
 VM_PIPELINES = vm_pipeline_names(config)
+# The model's held-out pipelines (model.holdout): drawn with a seed of their own, run as
+# the main (hpNNN) and vm (hvNNN) pipelines are, aggregated apart, never fitted on.
+HOLDOUT = holdout_config(config)
+HOLDOUT_PIPELINES = pipeline_names(HOLDOUT.get("pipelines", 0), "hp") if HOLDOUT else []
+HOLDOUT_VM_PIPELINES = vm_pipeline_names(config, holdout=True) if HOLDOUT else []
 RUN_SETS = run_sets(config)
 # path-safe id ("partial_2") -> name ("partial:2"), of every run set's policies
 POLICIES = policy_ids([p for rs in RUN_SETS for p in rs.policies])
@@ -97,7 +104,7 @@ KIND_PATTERN = f"{{kind}}/{RUN_PATTERN}"
 SET_PATTERN = "{pipeline}/{policy}/{limit}"
 # (kind, pipeline, policy id, limit) -> its repetitions: one tidy job per such run set
 RUN_SET_REPS = {
-    ("runs", pipeline, pid, limit): rs.repetitions
+    (rs.kind, pipeline, pid, limit): rs.repetitions
     for rs in RUN_SETS
     for pipeline in rs.pipelines
     for pid in policy_ids(rs.policies)
@@ -108,8 +115,13 @@ RUN_SET_REPS.update({
     for pipeline, policy in unprobed_runs(config)
 })
 # the tidy folders the aggregate reads, one per run set (a rep<N> folder per run)
+_HELD_OUT = set(HOLDOUT_PIPELINES) | set(HOLDOUT_VM_PIPELINES)
 TIDY_DIRS = [f"{RESULTS}/tidy/{kind}/{pipeline}/{policy}/{limit}"
-             for (kind, pipeline, policy, limit) in RUN_SET_REPS if kind == "runs"]
+             for (kind, pipeline, policy, limit) in RUN_SET_REPS
+             if kind != "unprobed" and pipeline not in _HELD_OUT]
+HOLDOUT_TIDY_DIRS = [f"{RESULTS}/tidy/{kind}/{pipeline}/{policy}/{limit}"
+                     for (kind, pipeline, policy, limit) in RUN_SET_REPS
+                     if kind != "unprobed" and pipeline in _HELD_OUT]
 UNPROBED_TIDY_DIRS = [f"{RESULTS}/tidy/{kind}/{pipeline}/{policy}/{limit}"
                       for (kind, pipeline, policy, limit) in RUN_SET_REPS
                       if kind == "unprobed"]
@@ -150,8 +162,8 @@ TARGETS = (
 
 wildcard_constraints:
     stem="|".join(map(re.escape, NETWORKS)) or "(?!)",
-    pipeline=r"[pv]\d\d\d+",
-    kind="runs|unprobed",
+    pipeline=r"(hp|hv|p|v)\d\d\d+",
+    kind="runs|unprobed|native",
     policy="|".join(POLICIES),
     limit=r"none|\d+(\.\d+)?[KMGT]?",
     rep=r"\d+",
@@ -163,6 +175,8 @@ wildcard_constraints:
 # Argument strings the rules pass to `python -m engine` (engine.workflow builds them).
 PIPELINES_ARGS = pipelines_args(config, NETWORKS.values())
 VM_PIPELINES_ARGS = vm_pipelines_args(config)
+HOLDOUT_PIPELINES_ARGS = pipelines_args(config, NETWORKS.values(), holdout=True)
+HOLDOUT_VM_PIPELINES_ARGS = vm_pipelines_args(config, holdout=True)
 BATCH_ARGS = batch_args(RUN)
 # Only the settings a run depends on, so editing e.g. the limit list reruns only new runs.
 RUN_OPTIONS = run_options(RUN)
@@ -180,7 +194,7 @@ STEP_PREFIX = {key: slurm_step_prefix(run_step_mem_mb(config, key[1], key[0]))
                for key in _LIMITS}
 # Run jobs take the built guest as input only where some run goes to the VM.
 ANY_RUN_IN_VM = any(runs_in_vm(config, limit, in_vm) for in_vm, limit in _LIMITS)
-VM_SET = set(VM_PIPELINES)
+VM_SET = set(VM_PIPELINES) | set(HOLDOUT_VM_PIPELINES)
 
 
 # Code fingerprints (params, so a change reruns exactly the jobs that run that code): each
@@ -234,7 +248,8 @@ def _limit_key(wildcards):
     """(in_vm, limit) of a run job, or of the reconciliation run (no limit wildcard)."""
     if not hasattr(wildcards, "limit"):
         return (reconcile_in_vm(config), str(REC["limit"]))
-    return (wildcards.pipeline in VM_SET, wildcards.limit)
+    # a vm pipeline's native twins (kind "native") run natively
+    return (wildcards.pipeline in VM_SET and wildcards.kind != "native", wildcards.limit)
 
 
 def run_vm_guest(wildcards):
