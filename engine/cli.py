@@ -343,6 +343,20 @@ def _cmd_reconstruct_model(args: argparse.Namespace) -> None:
     print(f"-> {args.out} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
 
 
+def _cmd_calibrate(args: argparse.Namespace) -> None:
+    from engine.model.calibrate import calibrate
+
+    limit = _size(args.limit, "--limit")
+    _positive(args.repetitions, "--repetitions", most=100)
+    out = Path(args.out)
+    work = Path(args.work) if args.work else out.with_name(out.stem + ".runs")
+    device = calibrate(args.models, args.network, format_size(limit), args.backend,
+                       args.repetitions, work, out, args.name or out.stem)
+    print(f"{device.name}: {device.per_page_in_s * 1e6:.1f} us per page in, "
+          f"{device.per_page_out_s * 1e6:.1f} us out ({device.source}) -> {out}",
+          file=sys.stderr)
+
+
 def _cmd_score_holdout(args: argparse.Namespace) -> None:
     from engine.model.evaluate import score_holdout_files
 
@@ -518,6 +532,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resamples", type=int, default=200, help="bootstrap resamples of "
                    "each CI (default 200)")
     p.set_defaults(func=_cmd_reconstruct_model)
+
+    p = sub.add_parser("calibrate", help="measure a device's per-page swap costs from "
+                       "short limited runs (for advise --swap-cost)")
+    p.add_argument("--limit", required=True, help="a limit that makes the network swap, "
+                   "e.g. 48M for AgeNet")
+    p.add_argument("--backend", choices=BACKENDS, default="auto",
+                   help="how the limit is enforced (default auto; none and inherit set none)")
+    p.add_argument("--network", default="AgeNet", help="the network run (default AgeNet)")
+    p.add_argument("--models", default="results/split",
+                   help="folder of the networks' *.description.json (default results/split)")
+    p.add_argument("--repetitions", type=int, default=3,
+                   help="runs unconstrained and under the limit, each (default 3)")
+    p.add_argument("--out", required=True, help="device file to write (.json)")
+    p.add_argument("--name", help="the device's name (default: --out's stem)")
+    p.add_argument("--work", help="folder for the runs (default: <out stem>.runs beside it)")
+    p.set_defaults(func=_cmd_calibrate)
 
     p = sub.add_parser("score-holdout", help="score the fitted model on pipelines drawn "
                        "with a seed never used in fitting (tables aggregated apart)")

@@ -470,11 +470,13 @@ def bins_args(config: Config) -> list[object]:
 def pipelines_args(config: Config, networks: Iterable[str], holdout: bool = False) -> str:
     """``python -m engine pipelines``'s arguments for the main pipelines (``pNNN``), drawn
     from ``networks`` (display names); ``holdout``: the model's held-out ones (``hpNNN``,
-    ``model.holdout``'s count and seed)."""
+    ``model.holdout``'s count and seed; empty without ``model.holdout``)."""
     cfg = config["pipelines"]
     count, seed, prefix = cfg["count"], config["seed"], []
     if holdout:
         hold = holdout_config(config)
+        if not hold:
+            return ""
         count, seed, prefix = hold.get("pipelines", 0), hold["seed"], ["--prefix",
                                                                         HOLDOUT_PREFIX]
     return " ".join(filter(None, [
@@ -487,7 +489,7 @@ def pipelines_args(config: Config, networks: Iterable[str], holdout: bool = Fals
 def vm_pipelines_args(config: Config, holdout: bool = False) -> str:
     """The same for the vm block's smaller pipelines (``vNNN``, batch arrival, its own
     networks; ``holdout``: ``hvNNN``); empty when the vm block is not enabled."""
-    if not vm_enabled(config):
+    if not vm_enabled(config) or (holdout and not holdout_config(config)):
         return ""
     cfg = config["vm"]["pipelines"]
     count, seed, prefix = cfg["count"], config["seed"], "v"

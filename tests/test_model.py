@@ -472,3 +472,191 @@ def test_a_damaged_model_file_is_one_line_never_a_hang_or_a_traceback(advice_fil
     code, out, err = _advise(capsys, "--pipeline", str(root / "p.json"), "--model",
                              str(root / "bad.json"), "--models", str(models))
     assert code == 2 and out == "" and "model file" in err and len(err.splitlines()) == 1
+
+
+# ---- the memory replay of each runtime against what the runtime allocates ----
+
+@pytest.fixture(scope="module")
+def zoo_pair(tmp_path_factory) -> dict[str, splitter.Description]:
+    """AgeNet (a V1 caffemodel: the caffe runtime's upgrade copies) and GoogLeNet (V2,
+    Concat and 1x1 convolutions)."""
+    from engine.caffe import generate, zoo
+
+    root = tmp_path_factory.mktemp("zoo")
+    out = {}
+    for name in ("AgeNet", "GoogLeNet"):
+        prototxt, model = generate.write_zoo_model(name, root / "m", 1)
+        path = splitter.split_model(model, prototxt, root / "s", network=name,
+                                    fc_start=zoo.ZOO[name].fc_start)
+        out[name] = splitter.Description.load(path)
+    return out
+
+
+def _traced_stages(desc, runtime: str, bulk: bool) -> list[tuple[str, int, int, int, int, int]]:
+    """Each stage of one network run by engine.network in ``runtime``, under tracemalloc,
+    beside the replay: (stage, layer, bytes held after it really / by the replay, the
+    highest point during it really / by the replay), relative to its start."""
+    import tracemalloc
+
+    from engine.model.memory import RunMemory
+    from engine.network import Network
+    from engine.schedule.tasks import Task
+
+    replay = RunMemory({0: network_memory(desc, 1, runtime)}, None)
+    net = Network(desc, batch=1, runtime_name=runtime)
+    stages = [(Kind.INIT, -1, lambda: net.init(0))]
+    if bulk:
+        stages += [(Kind.LOAD, -1, net.load_all), (Kind.EXEC, -1, net.forward)]
+    else:
+        stages += [(kind, layer.index, fn) for layer in net.layers for kind, fn in (
+            (Kind.LOAD, lambda i=layer.index: net.load_layer(i)),
+            (Kind.EXEC, lambda i=layer.index: net.exec_layer(i)))]
+    out = []
+    tracemalloc.start()
+    try:
+        for tid, (kind, layer, run) in enumerate(stages):
+            task = Task(tid, 0, kind, layer)
+            before = tracemalloc.get_traced_memory()[0]
+            replay.start(task)
+            replay.finish(task)
+            tracemalloc.reset_peak()
+            run()
+            now, peak = tracemalloc.get_traced_memory()
+            replay.end(task)
+            e = replay.effects[task.id]
+            out.append((kind.name, layer, now - before, e.held - e.freed, peak - before,
+                        e.held + e.transient))
+    finally:
+        tracemalloc.stop()
+    return out
+
+
+@pytest.mark.parametrize("runtime", ["lean", "caffe"])
+@pytest.mark.parametrize("bulk", [False, True])
+def test_the_replay_allocates_what_the_runtime_allocates_stage_by_stage(zoo_pair, runtime,
+                                                                       bulk):
+    """Every LOAD and EXEC of AgeNet and GoogLeNet, layer by layer and bulk, in both
+    runtimes: the bytes the replay holds after the stage and its highest point during it
+    against what tracemalloc sees numpy allocate (the caffe runtime's message parse,
+    V1 upgrade copies and layer buffers included), within 256 KiB (Python's own objects,
+    about 1 KiB per array: GoogLeNet's bulk LOAD reads 116 blobs) and 0.5 % of the peak. INIT is left out: the input image's temporaries are the
+    baseline's. The caffe network's end (its instance dropped by the runner) is not run
+    here."""
+    for name, desc in zoo_pair.items():
+        stages = _traced_stages(desc, runtime, bulk)[1:]
+        if runtime == "caffe":
+            stages = stages[:-1]
+        for stage, layer, held, held_replay, peak, peak_replay in stages:
+            where = f"{name} {runtime} {stage} {layer}"
+            assert held_replay == pytest.approx(held, abs=256 * 1024), where
+            assert peak_replay == pytest.approx(peak, abs=256 * 1024, rel=0.005), where
+
+
+# ---- each task's own page traffic, and the native-speed replay ----
+
+def _windows(rows: list[tuple[int, int, int, int, int]]) -> pd.DataFrame:
+    """Task windows (start, end, counter at start, at end, overlap) of guest pswpin;
+    pswpout twice as many, major faults one more than pswpin per window."""
+    out = []
+    for tid, (s, e, c0, c1, overlap) in enumerate(rows):
+        out.append({"task_id": tid, "start_ns": s, "end_ns": e, "overlap": overlap,
+                    "guest_pswpin_delta": c1 - c0, "guest_pswpin_end": c1,
+                    "guest_pswpout_delta": 2 * (c1 - c0), "guest_pswpout_end": 2 * c1,
+                    "guest_pgmajfault_delta": c1 - c0 + 1, "guest_pgmajfault_end": c1 + tid})
+    return pd.DataFrame(out)
+
+
+def test_concurrent_windows_share_the_pages_between_their_boundaries():
+    """A runs 0-10 and B 5-15; the counter reads 0 at A's start, 4 at B's, 10 at A's end
+    and 12 at B's: A alone takes 4, A and B share the 6 of 5-10 (3 each), B alone takes
+    2: A 7, B 5. C runs 20-30 and reads 15 at both ends: the 3 pages of 15-20 fall
+    between windows (no task's), C's own 0."""
+    from engine.model.traffic import task_traffic
+
+    tasks = _windows([(0, 10, 0, 10, 1), (5, 15, 4, 12, 1), (20, 30, 15, 15, 0)])
+    traffic, facts = task_traffic(tasks)
+    assert list(traffic["pages_in"]) == [7, 5, 0]
+    assert list(traffic["pages_out"]) == [14, 10, 0]
+    assert facts["unattributed_pages"] == 3 + 6  # in and out
+    # without the end values only windows that overlap nothing have traffic of their own
+    alone = tasks.drop(columns=[c for c in tasks if c.endswith("_end")])
+    from engine.model.traffic import TrafficError
+
+    with pytest.raises(TrafficError, match="overlap"):
+        task_traffic(alone)
+    single = alone.iloc[[2]].assign(guest_pswpin_delta=5, guest_pswpout_delta=1,
+                                    guest_pgmajfault_delta=7)
+    assert task_traffic(single)[0].iloc[0].tolist() == [5, 1, 2]  # refaults: 7 - 5
+
+
+def test_the_replay_waits_for_each_tasks_pages_at_the_devices_cost(tiny):
+    """Linear over one Tiny network: INIT 10 ms, each LOAD and EXEC 1 ms, no gap; the
+    ip1 LOAD (task 1) swapped 100 pages in, 50 out and read 10 file pages again: at 20,
+    10 and 30 us a page, 2 + 0.5 + 0.3 ms more than the unconstrained 17 ms."""
+    from engine.model.reconstruct import Compute, replay
+
+    pipe = Pipeline("one", [Arrival(0.0, ["Tiny"])])
+    work = {("Tiny", -1, "INIT"): 0.010}
+    work.update({("Tiny", i, k): 0.001 for i in range(4) for k in ("LOAD", "EXEC")})
+    compute = Compute(work, parallel_cpus=1.0, gap_s=0.0)
+    free = replay(pipe, "linear", {"Tiny": tiny}, compute)
+    assert free == pytest.approx(0.010 + 8 * 0.001)
+    cost = SwapCost(20e-6, 10e-6, 30e-6, 0, "test")
+    limited = replay(pipe, "linear", {"Tiny": tiny}, compute,
+                     {1: np.array([100.0, 50.0, 10.0])}, cost, limit_bytes=10**9)
+    assert limited == pytest.approx(free + 100 * 20e-6 + 50 * 10e-6 + 10 * 30e-6)
+
+
+@pytest.mark.parametrize("text, seconds_in", [
+    ("nvme", 1 / 14_000), ("sd-a1", 1 / 1500), ("50us", 50e-6), ("0.2ms", 2e-4),
+    ("1e-4", 1e-4)])
+def test_swap_cost_profiles_and_numbers(text, seconds_in):
+    from engine.model.devices import parse_swap_cost
+
+    assert parse_swap_cost(text).per_page_in_s == pytest.approx(seconds_in)
+
+
+def test_a_bad_swap_cost_names_the_choices():
+    from engine.errors import EdgeprofError
+    from engine.model.devices import parse_swap_cost
+
+    with pytest.raises(EdgeprofError, match="zram-rpi4, nvme, sd-a2, sd-a1"):
+        parse_swap_cost("floppy")
+
+
+def test_advise_names_what_lies_outside_its_domain_and_strict_refuses(advice_files, capsys):
+    """A model fitted on linear runs of Tiny alone: ranking bulk and partial:2 is
+    outside its domain, and so is its InnerProduct EXEC time (two layers: an intercept
+    alone); --strict refuses in one line naming them."""
+    root, models = advice_files
+    args = ["--pipeline", str(root / "p.json"), "--model", str(root / "model.json"),
+            "--models", str(models), "--limit", "512M"]
+    code, out, err = _advise(capsys, *args, "--policies", "linear", "bulk", "partial:2")
+    assert code == 0, err
+    assert "outside the model's domain" in out
+    assert "policy(ies) bulk, partial:2: never run" in out
+    assert "EXEC of InnerProduct layers: fitted with an intercept alone" in out
+    code, out, err = _advise(capsys, *args, "--policies", "linear", "bulk", "--strict")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "policy(ies) bulk" in err and "--strict" in err
+    model = json.loads((root / "model.json").read_text())
+    domain = model["modes"]["native/lean"]["domain"]
+    assert domain["networks"] == ["Tiny"] and domain["policies"] == ["linear"]
+    assert domain["limits"] == ["1M"] and "exec_types.InnerProduct" in domain["intercept_only"]
+
+
+def test_advise_prices_the_swap_on_a_device(advice_files, capsys):
+    """Under a limit that swaps (500 bytes above the runtime's 40 MB baseline: Tiny's
+    weights and arrays need 680), a slower device's per-page cost makes the run slower
+    by its predicted traffic times the difference in cost."""
+    root, models = advice_files
+    args = ["--pipeline", str(root / "p.json"), "--model", str(root / "model.json"),
+            "--models", str(models), "--limit", "40000500", "--policies", "linear",
+            "--json"]
+    fast = json.loads(_advise(capsys, *args, "--swap-cost", "1us")[1])
+    slow = json.loads(_advise(capsys, *args, "--swap-cost", "1ms")[1])
+    f, s = fast["policies"][0], slow["policies"][0]
+    pages = (f["swap_in_bytes"] + f["swap_out_bytes"]) / 4096
+    assert pages > 0 and f["swap_in_bytes"] == s["swap_in_bytes"] and not f["oom"]
+    assert s["makespan_s"] - f["makespan_s"] == pytest.approx(pages * (1e-3 - 1e-6), rel=1e-6)
+    assert slow["device"]["name"] == "1ms"

@@ -135,6 +135,39 @@ def test_vm_disabled_runs_every_limit_with_run_backend(cfg):
     assert wf.limit_args(capped, "none", False) == "--backend auto"
 
 
+def test_vm_native_baseline_runs_the_vm_pipelines_natively_too(cfg):
+    """The model's native-speed reconstruction needs the vm pipelines' native task times:
+    vm.native_baseline adds them as their own kind (same pipeline, policy and limit as
+    the guest's baseline, another folder), started in the same blocks."""
+    twin = with_(cfg, vm__native_baseline=True)
+    main, vm, native = wf.run_sets(twin)
+    assert (native.pipelines, native.policies, native.limits, native.in_vm, native.kind) == (
+        vm.pipelines, vm.policies, ["none"], False, "native")
+    assert wf.limit_args(twin, "none", native.in_vm) == "--backend auto"
+    kinds = {(kind, pipeline) for kind, pipeline, *_ in wf.run_order(twin)}
+    assert ("native", "v000") in kinds and ("runs", "v000") in kinds
+    assert ("native", "p000") not in kinds
+    assert len(wf.run_sets(cfg)) == 2  # off by default
+
+
+def test_the_model_holdout_runs_like_the_campaign_under_names_and_a_seed_of_its_own(cfg):
+    held = with_(cfg, vm__native_baseline=True,
+                 model__holdout={"seed": 1000, "pipelines": 2, "vm_pipelines": 1})
+    sets = wf.run_sets(held)
+    assert [(rs.pipelines, rs.kind, rs.holdout) for rs in sets] == [
+        (["p000", "p001", "p002"], "runs", False), (["v000"], "runs", False),
+        (["v000"], "native", False), (["hp000", "hp001"], "runs", True),
+        (["hv000"], "runs", True), (["hv000"], "native", True)]
+    assert "--seed 1000 --prefix hp" in wf.pipelines_args(held, ["AgeNet"], holdout=True)
+    assert "--seed 1000 --prefix hv" in wf.vm_pipelines_args(held, holdout=True)
+    assert "--seed 0 " in wf.pipelines_args(held, ["AgeNet"])
+    with pytest.raises(ValueError, match="seed never used in fitting"):
+        wf.check_config(with_(held, model__holdout={"seed": 0, "pipelines": 1}))
+    with pytest.raises(ValueError, match="vm_pipelines needs vm.enabled"):
+        wf.check_config(with_(held, vm__enabled=False, run__reconcile__vm=False,
+                              run__reconcile__pipeline="p000"))
+
+
 def test_a_config_without_a_vm_block_runs_nothing_in_the_vm(cfg):
     del cfg["vm"]
     assert not wf.vm_enabled(cfg)
@@ -273,7 +306,7 @@ def test_both_configs_validate_and_vm_needs_its_pipelines_when_enabled(cfg):
     no_vm = copy.deepcopy(cfg)
     del no_vm["vm"]
     validate(no_vm, schema)  # fills in the default
-    assert no_vm["vm"] == {"enabled": False}
+    assert no_vm["vm"] == {"enabled": False, "native_baseline": False}
 
 
 def _schema_keys(node: dict, prefix: str = "") -> list[str]:

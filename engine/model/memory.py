@@ -10,9 +10,10 @@ lives in one function per runtime (``REPLAYS``):
   (``engine.ops.scratch_bytes``), then frees its weights and every array no later layer
   reads.
 - ``caffe`` (Caffe 1.0 under EdgeCaffe): INIT allocates and fills every parameter blob
-  besides the inputs; a LOAD parses its file into a message (``parse_peak_bytes``: up to
-  about twice a blob while its RepeatedField grows, three times the weights for a V1 file
-  upgraded), copies it into the parameters (touching them) and frees it; an EXEC creates
+  besides the inputs; a LOAD parses its file into a message (``message_peak_bytes``: up
+  to about twice a blob while its RepeatedField grows, three to four times the weights
+  for a V1 file upgraded), copies it into the parameters (touching them) and frees it;
+  an EXEC creates
   its tops, holds the operator's scratch, then the buffers the layer object owns
   (``engine.runtime.caffe.layer_buffers``: im2col, max pooling's argmax, LRN's scale),
   which its reset frees and a bulk forward pass keeps; nothing else is freed until the
@@ -35,6 +36,7 @@ import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -143,28 +145,44 @@ def lean_memory(desc: Description, g: graph.NetGraph) -> NetworkMemory:
     return NetworkMemory(desc.network, tuple(a.inputs), steps, a.outputs, "lean")
 
 
-def parse_peak_bytes(blob_bytes: list[int], v1: bool) -> int:
-    """The most a caffemodel's parse holds at once in Caffe 1.0 (``engine.runtime.protobuf``,
-    measured against real Caffe): the blobs parsed so far plus the one being read, whose
-    RepeatedField holds its old buffer beside the grown one at each growth; a V1 file is
-    then copied twice more (the upgrade), three times its weights. The blobs are taken
-    to start a few bytes into the file, as in a partial file; a whole caffemodel's later
-    blobs differ only in where their growths fall."""
-    from engine.runtime.protobuf import F32 as P_F32
+def message_peak_bytes(path: Path | None, blob_bytes: list[int], v1: bool) -> int:
+    """The most Caffe 1.0's parse of a caffemodel holds at once, allocation by allocation
+    as ``engine.runtime.protobuf.Message`` makes it (measured against real Caffe): each
+    packed blob grows a RepeatedField chunk by chunk (the old buffer beside the grown
+    one at each growth, the last buffer kept at its capacity), every buffer with its
+    8-byte header; a V1 file is then copied whole (the upgrade's ``original_param``) and
+    copied again into V2 layers while the parsed buffers stay: the peak is the parsed
+    buffers plus two exact copies. The blobs' file offsets decide where the growths
+    fall: read from ``path`` (headers only); without the file, taken as the first blob
+    of a small partial file (64 bytes in)."""
+    from engine.caffe import wire
     from engine.runtime.protobuf import REP_HEADER, repeated_capacities
 
-    total = sum(blob_bytes)
+    if path is not None and path.is_file():
+        size = path.stat().st_size
+        blobs = [(b.offset, b.nbytes, not b.unpacked and b.dtype == "<f4")
+                 for rec in wire.scan(path) for b in rec.blobs]
+    else:
+        offset, blobs = 64, []
+        for nbytes in blob_bytes:
+            blobs.append((offset, nbytes, True))
+            offset += nbytes + 16
+        size = offset
+    held = peak = exact = 0
+    for offset, nbytes, packed in blobs:
+        exact += REP_HEADER + nbytes
+        if not packed:  # not what Caffe writes: read in one piece
+            held += nbytes
+            peak = max(peak, held)
+            continue
+        old = REP_HEADER
+        for _, cap in repeated_capacities(offset, nbytes, size):
+            new = REP_HEADER + F32 * cap
+            peak = max(peak, held + old + new)
+            old = new
+        held += old
     if v1:
-        return 3 * total
-    peak, held, offset = 0, 0, 64
-    file_size = offset + total + 16 * len(blob_bytes)
-    for nbytes in blob_bytes:
-        steps = repeated_capacities(offset, nbytes, file_size)
-        for i, (_, cap) in enumerate(steps):
-            old = steps[i - 1][1] if i else 0
-            peak = max(peak, held + REP_HEADER * 2 + P_F32 * (old + cap))
-        held += nbytes
-        offset += nbytes + 16
+        peak = max(peak, held + 2 * exact)
     return max(peak, held)
 
 
@@ -175,13 +193,15 @@ def caffe_memory(desc: Description, g: graph.NetGraph) -> NetworkMemory:
     a = _arrays(g, free_dead=False)
     v1 = desc.format == "V1"
     steps = []
-    for layer, reads, allocs, scratch, frees in a.steps:
+    for (layer, reads, allocs, scratch, frees), info in zip(a.steps, desc.layers):
         blobs = [F32 * math.prod(s) for s in layer.param_shapes]
         owned = sum(n * np.dtype(dtype).itemsize for n, dtype in layer_buffers(layer))
+        partial = desc.resolve(info.partial) if info.partial else None
         steps.append(Step(layer.index, layer.param_bytes, reads, tuple(allocs), scratch, frees,
-                          owned, parse_peak_bytes(blobs, v1) if blobs else 0))
-    whole = parse_peak_bytes([F32 * math.prod(s) for layer in g.layers
-                              for s in layer.param_shapes], v1)
+                          owned, message_peak_bytes(partial, blobs, v1) if blobs else 0))
+    whole = message_peak_bytes(desc.resolve(desc.caffemodel),
+                               [F32 * math.prod(s) for layer in g.layers
+                                for s in layer.param_shapes], v1)
     return NetworkMemory(desc.network, tuple(a.inputs), tuple(steps), a.outputs, "caffe",
                          weights_at_init=True, frees_weights=False, whole_load_transient=whole)
 

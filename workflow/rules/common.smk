@@ -148,14 +148,33 @@ TABLES = ["runs", "tasks", "networks", "samples", "reconcile", "speedup", "summa
 MODEL_FILE = f"{RESULTS}/model/model.json"
 MODEL_TABLES = expand(f"{RESULTS}/tables/{{table}}.parquet",
                       table=["runs", "tasks", "networks"])
+MODEL_CONFIG = config["model"]
 MODEL_OUTPUTS = expand(f"{RESULTS}/model/{{table}}.{{ext}}",
-                       table=["cv_predictions", "cv_scores", "layer_residuals"],
+                       table=["cv_predictions", "cv_scores", "cv_folds", "cv_targets",
+                              "layer_residuals"],
                        ext=["csv", "parquet"]) + [f"{RESULTS}/model/cv.json"]
-MODEL_FIGURES = ["model_predictions", "model_residuals"]
+RECONSTRUCTION_OUTPUTS = expand(f"{RESULTS}/model/{{table}}.{{ext}}",
+                                table=["reconstruction", "reconstruction_validation",
+                                       "reconstruction_scores", "swap_cost_curves",
+                                       "swap_cost_crossovers"],
+                                ext=["csv", "parquet"])
+HOLDOUT_TABLES = expand(f"{RESULTS}/holdout/tables/{{table}}.{{ext}}",
+                        table=["runs", "tasks", "networks"], ext=["csv", "parquet"])
+HOLDOUT_OUTPUTS = expand(f"{RESULTS}/model/{{table}}.{{ext}}",
+                         table=["holdout_predictions", "holdout_scores", "holdout_targets"],
+                         ext=["csv", "parquet"])
+# figure -> the model tables it is drawn from
+MODEL_FIGURE_TABLES = {
+    "model_predictions": ["cv_predictions"],
+    "model_residuals": ["layer_residuals"],
+    "swap_cost": ["swap_cost_curves", "swap_cost_crossovers"],
+}
+MODEL_FIGURES = list(MODEL_FIGURE_TABLES)
 TARGETS = (
     expand(f"{RESULTS}/plots/{{fig}}.{{ext}}", fig=FIGURES, ext=["png", "pdf"])
     + expand(f"{RESULTS}/tables/{{table}}.{{ext}}", table=TABLES, ext=["csv", "parquet"])
-    + [MODEL_FILE] + MODEL_OUTPUTS
+    + [MODEL_FILE] + MODEL_OUTPUTS + RECONSTRUCTION_OUTPUTS
+    + (HOLDOUT_OUTPUTS if HOLDOUT_PIPELINES or HOLDOUT_VM_PIPELINES else [])
     + expand(f"{RESULTS}/model/{{fig}}.{{ext}}", fig=MODEL_FIGURES, ext=["png", "pdf"])
 )
 
@@ -322,6 +341,11 @@ def caption_facts(wildcards, input):
     return facts(os.path.dirname(input[0]))
 
 
+def model_figure_tables(wildcards):
+    return [f"{RESULTS}/model/{table}.parquet"
+            for table in MODEL_FIGURE_TABLES[wildcards.model_fig]]
+
+
 def model_caption_facts(wildcards, input):
     """The model figures' caption facts (n, the cross-validated scores), from the tables
     they are drawn from."""
@@ -343,5 +367,5 @@ def vm_recipe(wildcards):
 for _function in (output_dir, split_dir, model_files, run_vm_guest, reconcile_vm_guest,
                   vm_env, run_policy, run_limit_args, run_seed, run_code, run_mem,
                   run_priority, vm_recipe, caption_facts, set_runs, tables_dir,
-                  model_caption_facts):
+                  model_caption_facts, model_figure_tables):
     overwrite_function_params(_function, inspect.signature(_function).parameters)
