@@ -537,11 +537,11 @@ def test_the_replay_allocates_what_the_runtime_allocates_stage_by_stage(zoo_pair
                                                                        bulk):
     """Every LOAD and EXEC of AgeNet and GoogLeNet, layer by layer and bulk, in both
     runtimes: the bytes the replay holds after the stage and its highest point during it
-    against what tracemalloc sees numpy allocate (the caffe runtime's message parse,
-    V1 upgrade copies and layer buffers included), within 256 KiB (Python's own objects,
-    about 1 KiB per array: GoogLeNet's bulk LOAD reads 116 blobs) and 0.5 % of the peak. INIT is left out: the input image's temporaries are the
-    baseline's. The caffe network's end (its instance dropped by the runner) is not run
-    here."""
+    against what tracemalloc sees numpy allocate (the caffe runtime's message parse, V1
+    upgrade copies and layer buffers included), within 256 KiB (Python's own objects,
+    about 1 KiB per array: GoogLeNet's bulk LOAD reads 116 blobs) and 0.5 % of the
+    peak. INIT is left out: the input image's temporaries are the baseline's. The caffe
+    network's end (its instance dropped by the runner) is not run here."""
     for name, desc in zoo_pair.items():
         stages = _traced_stages(desc, runtime, bulk)[1:]
         if runtime == "caffe":

@@ -338,9 +338,8 @@ def test_the_time_fit_takes_only_the_tasks_that_ran_alone():
     rows = []
     for layer, mb in enumerate([1.0, 2.0, 4.0, 8.0]):
         solo = 1e-3 + 1e-3 * mb
-        for k, (seconds, overlap) in enumerate(
-                [(solo * f, 0) for f in (0.5, 1.0, 1.5)]
-                + [(solo * f, 1) for f in (10, 20, 30, 40)]):
+        for seconds, overlap in ([(solo * f, 0) for f in (0.5, 1.0, 1.5)]
+                                 + [(solo * f, 1) for f in (10, 20, 30, 40)]):
             rows.append({"network": "N", "layer": layer, "task_type": "LOAD", "ltype": "",
                          "duration_s": seconds, "overlap": overlap, "bytes": mb * 1e6,
                          **{c: 0.0 for c in ("macs", "flops", "weight_bytes", "scratch_bytes",
