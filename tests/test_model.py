@@ -596,8 +596,8 @@ def test_the_replay_waits_for_each_tasks_pages_at_the_devices_cost(tiny):
     from engine.model.reconstruct import Compute, replay
 
     pipe = Pipeline("one", [Arrival(0.0, ["Tiny"])])
-    work = {("Tiny", -1, "INIT"): 0.010}
-    work.update({("Tiny", i, k): 0.001 for i in range(4) for k in ("LOAD", "EXEC")})
+    work = {(0, -1, "INIT"): 0.010}
+    work.update({(0, i, k): 0.001 for i in range(4) for k in ("LOAD", "EXEC")})
     compute = Compute(work, parallel_cpus=1.0, gap_s=0.0)
     free = replay(pipe, "linear", {"Tiny": tiny}, compute)
     assert free == pytest.approx(0.010 + 8 * 0.001)

@@ -4,9 +4,11 @@ This project's machines cannot limit a native run; a sandbox can (a real kernel 
 its own cgroup and swap) but distorts one phase (TCG slows compute 15-63x, user-mode
 Linux slows page faults). Each phase is taken where it is measured undistorted:
 
-- a task's **compute**: its native unconstrained time (the median of its windows that
-  ran alone, ``overlap == 0``, over the pipeline's native unconstrained runs of every
-  policy: a layer's work does not depend on the policy), plus the dispatch gap;
+- a task's **compute**: its native unconstrained time (the median of the same task's
+  windows that ran alone, ``overlap == 0``: same instance of the pipeline, layer and task
+  type, over the pipeline's native unconstrained runs of every policy, since a layer's
+  work does not depend on the policy; the run's first INIT also builds the input image),
+  plus the dispatch gap;
 - its **page traffic** under the limit: pages swapped in and out and other major faults,
   measured in the sandbox's real kernel in the same runtime, pipeline, policy and limit
   (``engine.model.traffic``: each task's own share);
@@ -59,7 +61,7 @@ from engine.schedule.policies import parse_policy
 from engine.schedule.tasks import Task
 
 COST_GRID = np.logspace(-6, -2, 17)  # seconds per 4 KiB page: 1 us .. 10 ms, 4 per decade
-WORK_KEY = ["network", "layer", "task_type"]
+WORK_KEY = ["instance", "layer", "task_type"]
 CI_LOW, CI_HIGH = 2.5, 97.5
 
 
@@ -71,14 +73,14 @@ class ReconstructionError(ValueError):
 class Compute:
     """What each task costs without a limit, and how concurrent tasks share the CPU."""
 
-    work: dict[tuple[str, int, str], float]  # (network, layer, task type) -> seconds
+    work: dict[tuple[int, int, str], float]  # (instance, layer, task type) -> seconds
     parallel_cpus: float
     gap_s: float
 
 
-def solo_work(tasks: pd.DataFrame) -> dict[tuple[str, int, str], float]:
-    """Median seconds per (network, layer, task type) over the tasks that ran alone; a
-    task that never ran alone, over all of its windows."""
+def solo_work(tasks: pd.DataFrame) -> dict[tuple[int, int, str], float]:
+    """Median seconds per (instance, layer, task type) of one pipeline's runs over the
+    tasks that ran alone; a task that never ran alone, over all of its windows."""
     t = tasks.assign(seconds=tasks["duration_ns"] / 1e9,
                      alone=tasks["overlap"].fillna(0) == 0)
     t = t.sort_values("alone")  # a key's solo median wins below
@@ -86,8 +88,8 @@ def solo_work(tasks: pd.DataFrame) -> dict[tuple[str, int, str], float]:
     for alone in (False, True):
         part = t[t["alone"] == alone]
         med = part.groupby(WORK_KEY)["seconds"].median()
-        out.update({(str(n), int(layer), str(k)): float(v)
-                    for (n, layer, k), v in med.items()})
+        out.update({(int(i), int(layer), str(k)): float(v)
+                    for (i, layer, k), v in med.items()})
     return out
 
 
@@ -108,10 +110,11 @@ def replay(pipeline: Pipeline, policy: str, descriptions: dict[str, Description]
     nets = {i.id: i.network for i in planned.instances}
 
     def work(task: Task) -> float:
-        key = (nets[task.instance], task.layer, task.kind.name)
+        key = (task.instance, task.layer, task.kind.name)
         if key not in compute.work:
             raise ReconstructionError(f"{pipeline.name}: no unconstrained run timed "
-                                      f"{key[2]} of {key[0]} layer {key[1]}")
+                                      f"{key[2]} of instance {key[0]} ({nets[task.instance]}) "
+                                      f"layer {key[1]}")
         return compute.work[key] + compute.gap_s
 
     per = (np.array([cost.per_page_in_s, cost.per_page_out_s, cost.per_major_fault_s])
