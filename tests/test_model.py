@@ -626,8 +626,9 @@ def test_a_bad_swap_cost_names_the_choices():
 
 def test_advise_names_what_lies_outside_its_domain_and_strict_refuses(advice_files, capsys):
     """A model fitted on linear runs of Tiny alone: ranking bulk and partial:2 is
-    outside its domain, and so is its InnerProduct EXEC time (two layers: an intercept
-    alone); --strict refuses in one line naming them."""
+    outside its domain, and so is its INIT time (one input size: an intercept alone, 10
+    ms); its InnerProduct EXEC is an intercept too (two layers) but under a millisecond,
+    not named; --strict refuses in one line naming them."""
     root, models = advice_files
     args = ["--pipeline", str(root / "p.json"), "--model", str(root / "model.json"),
             "--models", str(models), "--limit", "512M"]
@@ -635,7 +636,9 @@ def test_advise_names_what_lies_outside_its_domain_and_strict_refuses(advice_fil
     assert code == 0, err
     assert "outside the model's domain" in out
     assert "policy(ies) bulk, partial:2: never run" in out
-    assert "EXEC of InnerProduct layers: fitted with an intercept alone" in out
+    assert "INIT: fitted with an intercept alone, the same time whatever the size " \
+           "(0.010 s)" in out
+    assert "InnerProduct" not in out
     code, out, err = _advise(capsys, *args, "--policies", "linear", "bulk", "--strict")
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
     assert "policy(ies) bulk" in err and "--strict" in err

@@ -41,6 +41,7 @@ from engine.schedule.policies import parse_policy
 from engine.units import MIB, format_size
 
 CV_FILE = "cv.json"  # beside the model file: evaluate_model's scores
+REBUILT_FILE = "reconstruction.csv"  # beside it too: reconstruct_model's native-speed times
 
 
 @dataclass
@@ -51,6 +52,7 @@ class Advice:
     prediction: Prediction
     unconstrained: Prediction
     interval: tuple[float, float] | None = None  # 95 % prediction interval of the makespan
+    rebuilt: dict | None = None  # this pipeline measured: its native-speed reconstruction
 
     @property
     def slowdown(self) -> float:
@@ -89,6 +91,25 @@ def error_quantiles(cv: dict, mode: ModeModel, limited: bool
                 and scope in entry.get("makespan_log_error_q", {})):
             return entry["makespan_log_error_q"][scope], f"{key}'s held-out {scope} cells"
     return None, f"no held-out {scope} cells in the cross-validation"
+
+
+def read_rebuilt(model_path: str | os.PathLike, pipeline: str, runtime: str,
+                 limit_bytes: int | None, device: Device | None) -> dict[str, dict]:
+    """Policy -> the campaign's native-speed reconstruction of this pipeline under this
+    limit on this device profile (``engine.model.reconstruct``), from the table beside the
+    model file; empty when it has none (another pipeline, limit or device)."""
+    import csv
+
+    path = Path(model_path).with_name(REBUILT_FILE)
+    if device is None or limit_bytes is None or not path.is_file():
+        return {}
+    out = {}
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            if (row["pipeline"], row["runtime"], row["limit"], row["device"]) == (
+                    pipeline, runtime, format_size(limit_bytes), device.name):
+                out[row["policy"]] = row
+    return out
 
 
 def advise(mode: ModeModel, pipeline: Pipeline, networks: Networks, policies: list[str],
@@ -200,6 +221,22 @@ def format_advice(rows: list[Advice], pipeline: Pipeline, mode: ModeModel,
                      f"{_mib(p.peak_ram_bytes):>11}{_mib(p.peak_swap_bytes):>11}")
     lines.append(f"PI: the 95 % prediction interval, the prediction divided by the "
                  f"2.5-97.5 % range of predicted/measured on {interval_source}")
+    rebuilt = [a for a in rows if a.rebuilt]
+    if rebuilt:
+        sandbox = rebuilt[0].rebuilt["sandbox"]
+        lines.append(f"measured: this pipeline's native-speed time rebuilt from its native "
+                     f"unconstrained task times and the {sandbox} sandbox's page traffic "
+                     f"under this limit, priced on {device.name} (95 % CI: repetitions of "
+                     f"both resampled; {REBUILT_FILE}):")
+        for a in rebuilt:
+            r = a.rebuilt
+            if r["oom"] == "True":
+                lines.append(f"      {a.prediction.policy:<18}killed in the sandbox")
+            elif r["native_makespan_s"]:
+                lo, hi = r["native_makespan_ci_low"], r["native_makespan_ci_high"]
+                ci = f" [{float(lo):.3f}-{float(hi):.3f}s]" if lo and hi else ""
+                lines.append(f"      {a.prediction.policy:<18}"
+                             f"{float(r['native_makespan_s']):>9.3f}s{ci}")
     if limit_bytes is not None and any(a.prediction.peak_ram_bytes > limit_bytes
                                        for a in rows if not a.prediction.oom):
         lines.append(f"note: RSS counts the runtime's file-backed pages "
@@ -256,6 +293,10 @@ def run_advise(pipeline_path: str, model_path: str, models_dir: str, limit_bytes
     quantiles, source = error_quantiles(cv, mode, limit_bytes is not None)
     advice = advise(mode, pipeline, networks, names, limit_bytes, swap_bytes, device,
                     quantiles)
+    if mode.mode == "native":
+        rebuilt = read_rebuilt(model_path, pipeline.name, mode.runtime, limit_bytes, device)
+        for a in advice:
+            a.rebuilt = rebuilt.get(a.prediction.policy)
     if as_json:
         return json.dumps({"pipeline": pipeline.name, "mode": mode.mode,
                            "runtime": mode.runtime, "limit_bytes": limit_bytes,
@@ -265,6 +306,7 @@ def run_advise(pipeline_path: str, model_path: str, models_dir: str, limit_bytes
                            "outside_domain": problems, "interval_from": source,
                            "policies": [{"rank": a.rank, "slowdown": a.slowdown,
                                          "makespan_pi_95": a.interval,
+                                         "rebuilt_from_measurements": a.rebuilt,
                                          **asdict(a.prediction)} for a in advice],
                            "cross_validation": cv.get(mode.key)}, indent=1)
     return format_advice(advice, pipeline, mode, limit_bytes, swap_bytes, cv, device,

@@ -3,7 +3,8 @@
 A prediction outside is an extrapolation: a network or layer type the time fit never
 saw (its EXEC falls back on the fit over every layer), a policy whose runs never reached
 the calibration, a part of the time model fitted with an intercept alone (it answers the
-same seconds whatever the size: bulk's LOAD of a 262 MB and an 87 MB caffemodel alike),
+same seconds whatever the size: bulk's LOAD of a 262 MB and an 87 MB caffemodel alike;
+named when it predicts at least ``MATERIAL_S`` per task),
 a limit outside the limits whose runs fitted the swap costs. ``outside`` names each;
 advise prints them, and with ``--strict`` refuses.
 """
@@ -15,6 +16,9 @@ from engine.schedule.pipelines import Pipeline
 from engine.schedule.policies import parse_policy
 from engine.units import format_size, parse_size
 
+# an intercept-only part is named when it predicts at least this much per task: a
+# Softmax's or Dropout's microseconds are the same whatever the size, and do not matter
+MATERIAL_S = 1e-3
 # a part of the time model -> what it times, and which policies use it (None: all)
 PARTS = {
     "init": ("INIT", None),
@@ -65,9 +69,10 @@ def outside(mode: ModeModel, pipeline: Pipeline, layer_types: dict[str, set[str]
         if users is not None and not users & families:
             continue
         line = _part(mode, name)
-        seconds = f" ({line.intercept:.3f} s)" if line is not None else ""
+        if line is None or line.intercept < MATERIAL_S:
+            continue
         out.append(f"{what}: fitted with an intercept alone, the same time whatever the "
-                   f"size{seconds}")
+                   f"size ({line.intercept:.3f} s)")
     if limit_bytes is not None and d.limits:
         sizes = [parse_size(x) for x in d.limits]
         if not min(sizes) <= limit_bytes <= max(sizes):
