@@ -89,7 +89,7 @@ def test_policy_ids_are_path_safe():
 
 def test_vm_enabled_runs_limited_runs_in_the_vm_on_its_pipelines(cfg):
     assert wf.vm_enabled(cfg)
-    main, vm = wf.run_sets(cfg)
+    main, vm, *_ = wf.run_sets(cfg)
     assert (main.pipelines, main.limits, main.in_vm) == (["p000", "p001", "p002"], ["none"],
                                                          False)
     assert len(main.policies) == 10
@@ -110,7 +110,7 @@ def test_vm_enabled_runs_limited_runs_in_the_vm_on_its_pipelines(cfg):
 
 
 def test_vm_disabled_runs_every_limit_with_run_backend(cfg):
-    cfg = with_(cfg, vm__enabled=False)
+    cfg = with_(cfg, vm__enabled=False, model={})
     assert not wf.vm_enabled(cfg) and wf.vm_pipeline_names(cfg) == []
     [main] = wf.run_sets(cfg)
     assert (main.pipelines, main.limits, main.in_vm) == (
@@ -139,7 +139,7 @@ def test_vm_native_baseline_runs_the_vm_pipelines_natively_too(cfg):
     """The model's native-speed reconstruction needs the vm pipelines' native task times:
     vm.native_baseline adds them as their own kind (same pipeline, policy and limit as
     the guest's baseline, another folder), started in the same blocks."""
-    twin = with_(cfg, vm__native_baseline=True)
+    twin = with_(cfg, vm__native_baseline=True, model={})
     main, vm, native = wf.run_sets(twin)
     assert (native.pipelines, native.policies, native.limits, native.in_vm, native.kind) == (
         vm.pipelines, vm.policies, ["none"], False, "native")
@@ -147,7 +147,7 @@ def test_vm_native_baseline_runs_the_vm_pipelines_natively_too(cfg):
     kinds = {(kind, pipeline) for kind, pipeline, *_ in wf.run_order(twin)}
     assert ("native", "v000") in kinds and ("runs", "v000") in kinds
     assert ("native", "p000") not in kinds
-    assert len(wf.run_sets(cfg)) == 2  # off by default
+    assert len(wf.run_sets(with_(twin, vm__native_baseline=False))) == 2
 
 
 def test_the_model_holdout_runs_like_the_campaign_under_names_and_a_seed_of_its_own(cfg):
@@ -170,6 +170,7 @@ def test_the_model_holdout_runs_like_the_campaign_under_names_and_a_seed_of_its_
 
 def test_a_config_without_a_vm_block_runs_nothing_in_the_vm(cfg):
     del cfg["vm"]
+    cfg["model"] = {}
     assert not wf.vm_enabled(cfg)
     assert wf.run_sets(cfg)[0].limits == ["none", "1G", "512M", "256M"]
 
@@ -239,8 +240,10 @@ def test_the_slurm_step_prefix_runs_the_engine_in_a_step_of_its_limit(tmp_path):
 def test_paper_config_runs_nothing_in_the_vm():
     paper = load_config("paper.yaml")
     assert not wf.vm_enabled(paper) and paper["run"]["backend"] == "inherit"
-    [main] = wf.run_sets(paper)
+    main, held = wf.run_sets(paper)
     assert len(main.pipelines) == 100 and main.limits == ["none", "1G", "512M", "256M"]
+    # config.yaml's held-out seed: two more pipelines, run as the main ones, never fitted
+    assert held.holdout and held.pipelines == ["hp000", "hp001"] and held.limits == main.limits
     # seed 004's setup: memory + swap capped at 8 GB, deploy batches, one pinned CPU
     assert wf.limit_args(paper, "256M", False) == (
         f"--limit 256M --swap {8 * 2**30 - 256 * 2**20} --backend inherit")
