@@ -663,3 +663,70 @@ def test_advise_prices_the_swap_on_a_device(advice_files, capsys):
     assert pages > 0 and f["swap_in_bytes"] == s["swap_in_bytes"] and not f["oom"]
     assert s["makespan_s"] - f["makespan_s"] == pytest.approx(pages * (1e-3 - 1e-6), rel=1e-6)
     assert slow["device"]["name"] == "1ms"
+
+
+# ---- calibrate: a device's per-page costs from short limited runs ----
+
+@pytest.fixture(scope="module")
+def calibration_runs(tiny, tmp_path_factory):
+    """A real unconstrained run of one Tiny network, and a copy of it made into a run
+    under an enforced 1M cgroup v2 limit: its windows carry the cgroup's swap counters
+    (as memory.stat reports them) and each task took 2 ms more per page swapped in and
+    0.5 ms per page out than unconstrained."""
+    import shutil
+    import subprocess
+    import sys
+
+    root = tmp_path_factory.mktemp("calibrate")
+    save_pipeline(Pipeline("calibrate", [Arrival(0.0, ["Tiny"])]), root / "p.json")
+    free = root / "free" / "rep0"
+    subprocess.run([sys.executable, "-m", "engine", "run", "--pipeline", str(root / "p.json"),
+                    "--policy", "linear", "--models", str(Path(tiny.path).parent), "--out",
+                    str(free), "--backend", "none", "--batch", "1"], check=True,
+                   capture_output=True)
+    limited = root / "limited" / "rep0"
+    shutil.copytree(free, limited)
+    meta = json.loads((limited / "meta.json").read_text())
+    meta.update(limit_bytes=2**20, limit_enforced=True, backend="cgroup2")
+    (limited / "meta.json").write_text(json.dumps(meta))
+    tasks = pd.read_csv(limited / "tasks.csv")
+    rng = np.random.default_rng(11)
+    pin, pout = rng.integers(0, 40, len(tasks)), rng.integers(0, 40, len(tasks))
+    extra = (2e-3 * pin + 5e-4 * pout) * 1e9
+    tasks = tasks.assign(cg_pswpin_delta=pin, cg_pswpout_delta=pout, cg_pgmajfault_delta=pin,
+                         duration_ns=(tasks["duration_ns"] + extra).astype(np.int64))
+    tasks["end_ns"] = tasks["start_ns"] + tasks["duration_ns"]
+    tasks.to_csv(limited / "tasks.csv", index=False)
+    return free, limited
+
+
+def test_calibrate_fits_the_per_page_costs_of_a_limited_run(calibration_runs):
+    from engine.model.calibrate import fit_device
+
+    device = fit_device(list(calibration_runs), "test-device")
+    assert device.per_page_in_s == pytest.approx(2e-3, rel=1e-6)
+    assert device.per_page_out_s == pytest.approx(5e-4, rel=1e-6)
+    assert "cgroup2 backend" in device.source and "cg_pswpin_delta" in device.source
+
+
+def test_calibrate_refuses_a_limit_nothing_enforced(calibration_runs, tmp_path, capsys):
+    import shutil
+
+    from engine.errors import EdgeprofError
+    from engine.model.calibrate import fit_device
+
+    free, limited = calibration_runs
+    copy = tmp_path / "limited" / "rep0"
+    shutil.copytree(limited, copy)
+    meta = json.loads((copy / "meta.json").read_text())
+    (copy / "meta.json").write_text(json.dumps({**meta, "limit_enforced": False}))
+    with pytest.raises(EdgeprofError, match="did not enforce the limit"):
+        fit_device([free, copy], "x")
+    assert main(["calibrate", "--limit", "48M", "--backend", "none", "--out",
+                 str(tmp_path / "d.json"), "--models", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "sets no limit of its own" in err
+    assert main(["calibrate", "--limit", "48M", "--backend", "vm", "--out",
+                 str(tmp_path / "d.json"), "--models", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "no split model of AgeNet" in err

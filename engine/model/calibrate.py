@@ -79,13 +79,13 @@ def calibrate(models_dir: str, network: str, limit: str, backend: str, repetitio
     from engine.caffe.splitter import Description, description_index
     from engine.schedule.pipelines import Arrival, Pipeline, save_pipeline
 
+    if backend in ("none", "inherit"):
+        raise EdgeprofError(f"calibrate: --backend {backend} sets no limit of its own; give "
+                            f"cgroup2, cgroup1, systemd, vm or auto")
     index = description_index(models_dir)
     if network not in index:
         raise EdgeprofError(f"calibrate: no split model of {network} in {models_dir} "
                             f"(available: {', '.join(sorted(index)) or 'none'})")
-    if backend in ("none", "inherit"):
-        raise EdgeprofError(f"calibrate: --backend {backend} sets no limit of its own; give "
-                            f"cgroup2, cgroup1, systemd, vm or auto")
     work.mkdir(parents=True, exist_ok=True)
     desc = Description.load(index[network])
     pipeline = work / "calibrate.json"
