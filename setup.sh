@@ -12,7 +12,7 @@ cd "$(dirname "$0")"
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-APT_PACKAGES="time libgoogle-perftools4 qemu-system-x86 busybox-static mmdebstrap"
+APT_PACKAGES="time libgoogle-perftools4 qemu-system-x86 busybox-static mmdebstrap patchelf"
 PY="${PYTHON:-python3}"
 
 if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then

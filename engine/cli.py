@@ -222,7 +222,7 @@ def _run(request: RunRequest) -> int:
             from engine.vm import run_in_vm
 
             session.close()  # nothing to close here: the guest opens its own
-            meta = run_in_vm(request, auto=session.notes.get("auto"))
+            meta = run_in_vm(request, auto=session.notes.get("auto"), sandbox=session.backend)
         else:
             meta = run_supervised(request, session)  # closes the session
     except Interrupted as exc:

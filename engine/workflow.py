@@ -36,8 +36,10 @@ def _join(args: Iterable[object]) -> str:
 # --- which code a job runs ------------------------------------------------------------------
 
 # The CLI imports every stage's modules inside its command functions: follow only its
-# top-level imports, and name each stage's own modules as entries instead.
-SHALLOW = frozenset({"engine.cli"})
+# top-level imports, and name each stage's own modules as entries instead. Likewise the
+# engine.vm package, whose names are lazy re-exports of engine.vm.run (the run job names
+# that module): importing engine.vm.uml to read its build record is not running a guest.
+SHALLOW = frozenset({"engine.cli", "engine.vm"})
 # What each kind of job runs, as engine modules; their imports are followed (function-level
 # ones too: they run when the job does).
 JOB_ENTRIES = {
@@ -194,9 +196,6 @@ def check_config(config: Config) -> None:
         raise ValueError(f"config: model.holdout.seed {holdout['seed']} is the campaign's "
                          f"seed: the held-out pipelines must be drawn with a seed never "
                          f"used in fitting; choose another")
-    if holdout and holdout.get("vm_pipelines", 0) and not vm_enabled(config):
-        raise ValueError("config: model.holdout.vm_pipelines needs vm.enabled (they run "
-                         "as the vm pipelines do); set it to 0")
     reconcile = config["run"]["reconcile"]
     if reconcile_in_vm(config) and not vm_enabled(config):
         raise ValueError("config: run.reconcile.vm is true (config/config.yaml's default, "
@@ -323,7 +322,7 @@ def _run_sets(config: Config, main: list[str], vm: list[str], holdout: bool) -> 
         return sets
     limits = [str(limit) for limit in config["run"]["limits"]]
     # run.backend vm: every run in the guest, the unconstrained baseline too
-    return [RunSet(main, policies, limits, config["run"]["backend"] == "vm", reps,
+    return [RunSet(main, policies, limits, config["run"]["backend"] in SANDBOXES, reps,
                    holdout=holdout)]
 
 
@@ -337,21 +336,36 @@ def holdout_config(config: Config) -> dict:
     return dict((config.get("model") or {}).get("holdout") or {})
 
 
+SANDBOXES = ("uml", "vm")
+
+
+def vm_sandbox(config: Config) -> str:
+    """The sandbox of the ``vm:`` block's runs: ``vm.sandbox``, where ``auto`` is uml if
+    a user-mode Linux kernel was built and works on this host (its build record says so:
+    nothing is booted while the DAG is built), else the qemu guest."""
+    choice = (config.get("vm") or {}).get("sandbox", "auto")
+    if choice != "auto":
+        return choice
+    from engine.limits.vm import uml_status
+
+    return "uml" if uml_status()[0] else "vm"
+
+
 def run_backend(config: Config, limit: str, in_vm: bool) -> str:
-    """The ``--backend`` of a run under ``limit``: ``vm`` for every run of a vm pipeline
-    (``in_vm``: its baseline too); for the main pipelines, ``run.backend``, with ``none``
-    for the unconstrained runs where that is ``vm``."""
-    if in_vm:
-        return "vm"
+    """The ``--backend`` of a run under ``limit``: the sandbox (``vm_sandbox``) for every
+    run of a vm pipeline (``in_vm``: its baseline too); for the main pipelines,
+    ``run.backend``, with ``none`` for the unconstrained runs where that is a sandbox."""
     backend = config["run"]["backend"]
-    if limit == UNLIMITED and backend == "vm":
+    if in_vm:  # a vm pipeline, or every run where run.backend names a sandbox
+        return vm_sandbox(config) if vm_enabled(config) else backend
+    if limit == UNLIMITED and backend in SANDBOXES:
         return "none"
     return backend
 
 
 def runs_in_vm(config: Config, limit: str, in_vm: bool) -> bool:
-    """Whether a run under ``limit`` runs in the guest (so needs the built guest)."""
-    return run_backend(config, limit, in_vm) == "vm"
+    """Whether a run under ``limit`` runs in a sandbox (so needs the built sandboxes)."""
+    return run_backend(config, limit, in_vm) in SANDBOXES
 
 
 # Runs that measure the probes' own cost: the same pipeline and repetition as a probed
@@ -533,7 +547,7 @@ def run_mem_mb(config: Config, limit: str, in_vm: bool) -> int:
     if step is not None:
         return step + SLURM_JOB_OVERHEAD_MB
     mib = None if limit == UNLIMITED else parse_size(limit) // 2**20
-    if run_backend(config, limit, in_vm) == "vm":
+    if run_backend(config, limit, in_vm) in SANDBOXES:
         return max(1024, (mib or 1024) + 768) + 512  # engine.vm.run.plan's guest RAM
     return UNLIMITED_MEM_MB if mib is None else mib + 1024
 

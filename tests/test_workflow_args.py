@@ -74,7 +74,7 @@ def test_pipelines_args_are_todays_command_lines(cfg):
         "--count 3 --seed 0 --length 2 4 --arrival batch --bins 150 400"
         " --networks AgeNet GenderNet FaceNet AlexNet GoogLeNet")
     assert wf.vm_pipelines_args(cfg) == (
-        "--count 1 --seed 0 --prefix v --length 1 1 --bins 150 400 --networks AgeNet")
+        "--count 2 --seed 0 --prefix v --length 1 3 --bins 150 400 --networks AgeNet GenderNet")
     assert wf.vm_pipelines_args(with_(cfg, vm__enabled=False)) == ""
 
 
@@ -88,6 +88,7 @@ def test_policy_ids_are_path_safe():
 
 
 def test_vm_enabled_runs_limited_runs_in_the_vm_on_its_pipelines(cfg):
+    cfg = with_(cfg, vm__sandbox="vm")
     assert wf.vm_enabled(cfg)
     main, vm, *_ = wf.run_sets(cfg)
     assert (main.pipelines, main.limits, main.in_vm) == (["p000", "p001", "p002"], ["none"],
@@ -95,7 +96,7 @@ def test_vm_enabled_runs_limited_runs_in_the_vm_on_its_pipelines(cfg):
     assert len(main.policies) == 10
     # the vm pipelines run under the vm limits and, as their baseline, in the guest unlimited
     assert (vm.pipelines, vm.policies, vm.limits, vm.in_vm) == (
-        ["v000"], ["bulk", "linear"], ["none", "48M"], True)
+        ["v000", "v001"], ["bulk", "linear", "partial:2", "deepeye"], ["none", "48M"], True)
     # the main pipelines' unconstrained runs stay native; every vm pipeline run goes to the
     # vm whatever run.backend says, its baseline too
     assert wf.limit_args(cfg, "none", False) == "--backend auto"
@@ -107,6 +108,20 @@ def test_vm_enabled_runs_limited_runs_in_the_vm_on_its_pipelines(cfg):
     assert wf.limit_args(explicit, "none", False) == "--backend none"
     # without vm.policies the guest runs every policy
     assert wf.run_sets(with_(cfg, vm__policies=None))[1].policies == main.policies
+
+
+def test_the_vm_blocks_sandbox_is_uml_where_it_was_built_else_the_qemu_guest(cfg,
+                                                                             monkeypatch):
+    from engine.limits import vm as vm_limits
+
+    assert wf.limit_args(with_(cfg, vm__sandbox="uml"), "48M", True) == (
+        "--limit 48M --swap max --backend uml")
+    auto = with_(cfg, vm__sandbox="auto")
+    monkeypatch.setattr(vm_limits, "uml_status", lambda: (True, "Linux 7.2.7 (sid)"))
+    assert wf.limit_args(auto, "none", True) == "--backend uml"
+    assert wf.runs_in_vm(auto, "48M", True) and not wf.runs_in_vm(auto, "none", False)
+    monkeypatch.setattr(vm_limits, "uml_status", lambda: (False, "not built"))
+    assert wf.limit_args(auto, "48M", True) == "--limit 48M --swap max --backend vm"
 
 
 def test_vm_disabled_runs_every_limit_with_run_backend(cfg):
@@ -155,17 +170,18 @@ def test_the_model_holdout_runs_like_the_campaign_under_names_and_a_seed_of_its_
                  model__holdout={"seed": 1000, "pipelines": 2, "vm_pipelines": 1})
     sets = wf.run_sets(held)
     assert [(rs.pipelines, rs.kind, rs.holdout) for rs in sets] == [
-        (["p000", "p001", "p002"], "runs", False), (["v000"], "runs", False),
-        (["v000"], "native", False), (["hp000", "hp001"], "runs", True),
+        (["p000", "p001", "p002"], "runs", False), (["v000", "v001"], "runs", False),
+        (["v000", "v001"], "native", False), (["hp000", "hp001"], "runs", True),
         (["hv000"], "runs", True), (["hv000"], "native", True)]
     assert "--seed 1000 --prefix hp" in wf.pipelines_args(held, ["AgeNet"], holdout=True)
     assert "--seed 1000 --prefix hv" in wf.vm_pipelines_args(held, holdout=True)
     assert "--seed 0 " in wf.pipelines_args(held, ["AgeNet"])
     with pytest.raises(ValueError, match="seed never used in fitting"):
         wf.check_config(with_(held, model__holdout={"seed": 0, "pipelines": 1}))
-    with pytest.raises(ValueError, match="vm_pipelines needs vm.enabled"):
-        wf.check_config(with_(held, vm__enabled=False, run__reconcile__vm=False,
-                              run__reconcile__pipeline="p000"))
+    off = with_(held, vm__enabled=False, run__reconcile__vm=False,
+                run__reconcile__pipeline="p000")
+    wf.check_config(off)  # without the vm block no held-out vm pipeline runs
+    assert [rs.pipelines for rs in wf.run_sets(off) if rs.holdout] == [["hp000", "hp001"]]
 
 
 def test_a_config_without_a_vm_block_runs_nothing_in_the_vm(cfg):
@@ -309,7 +325,7 @@ def test_both_configs_validate_and_vm_needs_its_pipelines_when_enabled(cfg):
     no_vm = copy.deepcopy(cfg)
     del no_vm["vm"]
     validate(no_vm, schema)  # fills in the default
-    assert no_vm["vm"] == {"enabled": False, "native_baseline": False}
+    assert no_vm["vm"] == {"enabled": False, "sandbox": "auto", "native_baseline": False}
 
 
 def _schema_keys(node: dict, prefix: str = "") -> list[str]:
@@ -468,8 +484,9 @@ def test_run_jobs_import_the_whole_measured_path():
 
 def test_the_default_reconciliation_runs_in_the_guest_and_the_paper_one_natively(cfg):
     assert wf.reconcile_in_vm(cfg) and cfg["run"]["reconcile"]["pipeline"] == "v000"
-    assert wf.reconcile_limit_args(cfg) == "--backend vm"
-    limited = with_(cfg, run__reconcile__limit="256M")
+    assert wf.reconcile_limit_args(cfg) == f"--backend {wf.vm_sandbox(cfg)}"
+    assert wf.reconcile_limit_args(with_(cfg, vm__sandbox="vm")) == "--backend vm"
+    limited = with_(cfg, run__reconcile__limit="256M", vm__sandbox="vm")
     assert wf.reconcile_limit_args(limited) == "--limit 256M --swap max --backend vm"
     paper = load_config("paper.yaml")
     assert not wf.reconcile_in_vm(paper)

@@ -26,7 +26,7 @@ from engine.units import format_size
 TIDY_TABLES = ("runs", "tasks", "networks", "samples")
 # Columns that say which run a row belongs to, repeated in every tidy table.
 IDENTITY = ["run_id", "pipeline", "policy", "limit", "limit_enforced", "backend", "emulated",
-            "runtime", "rep", "termination"]
+            "sandbox", "runtime", "rep", "termination"]
 SAMPLE_VALUES = ["rss_bytes", "uss_bytes", "swap_bytes", "cg_current_bytes",
                  "cg_swap_current_bytes"]
 # Enough points to draw a run's memory curve; the aggregate keeps at most this many per run.
@@ -48,17 +48,22 @@ def _identity(meta: RunMeta, folder: Path) -> dict:
     pipeline = meta.pipeline.name
     limit = limit_label(meta.limit_bytes)
     rep = _rep(folder)
-    # a pipeline may run natively and in a sandbox (the model's native-speed
-    # reconstruction pairs them): the sandbox's runs are named apart
-    sandbox = meta.backend if meta.emulated or meta.vm is not None else None
+    sandbox = sandbox_of(meta)
     run_id = (f"{pipeline}/{meta.policy}/{limit}"
+              + ("" if sandbox == "none" else f"/{sandbox}")
               + ("" if meta.runtime == "lean" else f"/{meta.runtime}")
-              + ("" if sandbox is None else f"/{sandbox}")
               + ("" if rep is None else f"/rep{rep}"))
     return {"run_id": run_id, "pipeline": pipeline, "policy": meta.policy, "limit": limit,
             "limit_enforced": bool(meta.limit_enforced), "backend": meta.backend,
-            "emulated": bool(meta.emulated), "runtime": meta.runtime, "rep": rep,
-            "termination": meta.termination}
+            "emulated": bool(meta.emulated), "sandbox": sandbox, "runtime": meta.runtime,
+            "rep": rep, "termination": meta.termination}
+
+
+def sandbox_of(meta: RunMeta) -> str:
+    """Which sandbox kernel ran the run: uml, vm (qemu), or none (the host's)."""
+    if meta.vm:
+        return meta.vm.get("sandbox", "vm")  # vm records from before uml existed
+    return "none"
 
 
 def _with_identity(df: pd.DataFrame, ident: dict) -> pd.DataFrame:
@@ -269,9 +274,9 @@ def read_tidy(tidy_dirs: Iterable[str | os.PathLike]) -> dict[str, pd.DataFrame]
 
 # Runs compared for the speed-up: same pipeline, repetition and (enforced) limit, in the
 # same execution mode (a native run is never paired with an emulated one).
-SPEEDUP_KEY = ["pipeline", "limit", "limit_enforced", "emulated", "runtime", "rep"]
+SPEEDUP_KEY = ["pipeline", "limit", "limit_enforced", "emulated", "sandbox", "runtime", "rep"]
 # ... and for the slowdown under a limit: the same policy unconstrained, same mode.
-SLOWDOWN_KEY = ["pipeline", "policy", "emulated", "runtime", "rep"]
+SLOWDOWN_KEY = ["pipeline", "policy", "emulated", "sandbox", "runtime", "rep"]
 
 
 def _speedup_reason(row: pd.Series) -> str:
@@ -297,9 +302,15 @@ def _slowdown_reason(row: pd.Series) -> str:
 
 
 def with_runtime(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` with its ``runtime`` column; tables written before runs had one ran the
-    lean runtime."""
-    return df if df.empty or "runtime" in df else df.assign(runtime="lean")
+    """``df`` with its ``runtime`` and ``sandbox`` columns; tables written before runs had
+    them ran the lean runtime, emulated ones in the qemu guest."""
+    if df.empty:
+        return df
+    if "runtime" not in df:
+        df = df.assign(runtime="lean")
+    if "sandbox" not in df:
+        df = df.assign(sandbox=df["emulated"].map({True: "vm", False: "none"}))
+    return df
 
 
 def speedup_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -346,7 +357,7 @@ TIME_METRICS = ["makespan_s", "wall_s", "cpu_s"]
 MEMORY_METRICS = ["peak_rss_bytes", "mean_rss_bytes", "peak_swap_bytes", "mean_swap_bytes",
                   "hwm_rss_bytes", "cg_window_peak_bytes", "cg_window_swap_peak_bytes"]
 # A cell: one policy on one pipeline (or size bin) under one limit, in one execution mode.
-CELL = ["emulated", "runtime", "limit", "limit_enforced", "size_bin", "policy"]
+CELL = ["emulated", "sandbox", "runtime", "limit", "limit_enforced", "size_bin", "policy"]
 
 
 def _levels(df: pd.DataFrame, value: str, prefix: str) -> pd.DataFrame:
@@ -457,15 +468,18 @@ def noise_floor_table(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def execution_mode(runs: pd.DataFrame) -> pd.Series:
-    """Each run's execution mode as tables and figures name it: native or emulated, and
-    the runtime where it is not the default (``native, caffe runtime``): runs of two
-    modes are never aggregated together."""
-    mode = runs["emulated"].map({True: "emulated", False: "native"})
-    runtime = runs["runtime"] if "runtime" in runs else pd.Series("lean", index=runs.index)
-    return mode.where(runtime == "lean", mode + ", " + runtime.astype(str) + " runtime")
+    """Each run's execution mode as tables and figures name it: native or emulated with
+    the sandbox that ran it (``emulated (uml)``), and the runtime where it is not the
+    default (``native, caffe runtime``): runs of two modes are never aggregated
+    together."""
+    runs = with_runtime(runs)
+    mode = ("emulated (" + runs["sandbox"].astype(str) + ")").where(runs["emulated"],
+                                                                    "native")
+    return mode.where(runs["runtime"] == "lean",
+                      mode + ", " + runs["runtime"].astype(str) + " runtime")
 
 
-PAIR_KEY = ["pipeline", "policy", "limit", "emulated", "runtime", "rep"]
+PAIR_KEY = ["pipeline", "policy", "limit", "emulated", "sandbox", "runtime", "rep"]
 
 
 def probe_overhead_table(runs: pd.DataFrame, unprobed: pd.DataFrame) -> pd.DataFrame:

@@ -1,6 +1,7 @@
-"""Host side of the vm backend: size the guest, boot it, collect the run folder.
+"""Host side of the vm and uml backends: size the guest, boot it, collect the run folder.
 
-``run_in_vm`` is ``python -m engine run --backend vm``: the guest runs the same command
+``run_in_vm`` is ``python -m engine run --backend vm`` (a qemu guest) or ``--backend uml``
+(a user-mode Linux kernel, ``engine.vm.uml``): the guest runs the same command
 with ``--backend cgroup2`` under its own cgroup root and writes the run folder into the
 writable share, a hidden folder beside ``--out``; the host adds the VM facts to meta.json
 (accelerator, guest kernel, guest RAM, swap device, ``emulated``) and renames the folder
@@ -33,7 +34,10 @@ from engine.schedule.pipelines import Pipeline
 from engine.schedule.policies import Policy
 from engine.units import MIB, parse_size
 from engine.vm import boot as vmboot
+from engine.vm import uml
 from engine.vm.guest import Guest, ensure_guest
+
+SANDBOXES = ("vm", "uml")
 
 GUEST_OVERHEAD = 768 * MIB  # kernel, tmpfs root overlay, the supervisor's own Python+numpy
 GUEST_RESERVE = 256 * MIB  # the least the guest needs beside the run's cgroup
@@ -108,9 +112,10 @@ def _host_ram() -> int:
     return 0
 
 
-def plan(cfg: VmConfig, limit: int | None, swap: int | None, guest: Guest) -> Plan:
+def plan(cfg: VmConfig, limit: int | None, swap: int | None, guest: Guest | uml.Uml) -> Plan:
     """Guest RAM comfortably above the limit (the cgroup, not the guest, must constrain the
-    run) and a swap device large enough that memory.swap.max is what limits swap."""
+    run) and a swap device large enough that memory.swap.max is what limits swap. A UML
+    kernel runs on the host CPU (accelerator "uml")."""
     if cfg.ram is not None:
         ram = cfg.ram
         if limit is not None and limit + GUEST_RESERVE > ram:
@@ -126,6 +131,12 @@ def plan(cfg: VmConfig, limit: int | None, swap: int | None, guest: Guest) -> Pl
         raise EdgeprofError(f"vm: the guest would need {ram // MIB} MiB of RAM for this limit "
                             f"but the host has {host // MIB} MiB; lower --limit")
     device = 0 if swap == 0 else cfg.swap_device if swap is None else swap + DEVICE_SLACK
+    if isinstance(guest, uml.Uml):
+        if cfg.sd_card:
+            raise EdgeprofError("EDGEPROF_VM_SD_CARD: the uml backend cannot throttle its "
+                                "swap device; use --backend vm or unset it")
+        return Plan(ram, device, "uml", f"user-mode Linux {guest.kernel_version} "
+                                        f"({guest.suite}'s {guest.package})")
     if cfg.accel in ("kvm", "tcg"):
         accel, why = cfg.accel, "set by EDGEPROF_VM_ACCEL"
     elif cfg.accel == "auto":
@@ -153,13 +164,18 @@ def job_script(py_args: list[str], accel: str, cwd: Path) -> str:
 
 def boot_job(py_args: list[str], share: Path, limit: int | None, swap: int | None,
              cfg: VmConfig | None = None, timeout_s: float | None = None,
-             log: Callable[[str], None] | None = None,
-             ) -> tuple[vmboot.BootResult, Plan, Guest, dict | None]:
-    """Boot once running ``python -m engine.vm.job PY_ARGS`` with ``share`` as /run/vmout.
-    Returns the boot result, the plan, the guest and the guest's guest.json (or None)."""
+             log: Callable[[str], None] | None = None, sandbox: str = "vm",
+             ) -> tuple[vmboot.BootResult, Plan, Guest | uml.Uml, dict | None]:
+    """Boot once running ``python -m engine.vm.job PY_ARGS`` with ``share`` as /run/vmout,
+    in ``sandbox`` ("vm": qemu, "uml": user-mode Linux). Returns the boot result, the
+    plan, the guest and the guest's guest.json (or None)."""
     cfg = cfg or VmConfig.from_env()
-    vmboot.qemu_binary()
-    guest = ensure_guest(log=log or (lambda m: print(m, file=sys.stderr)))
+    log = log or (lambda m: print(m, file=sys.stderr))
+    if sandbox == "uml":
+        guest = uml.ensure_uml(log=log)
+    else:
+        vmboot.qemu_binary()
+        guest = ensure_guest(log=log)
     p = plan(cfg, limit, swap, guest)
     (share / "job.sh").write_text(job_script(py_args, p.accel, Path.cwd()))
     res = vmboot.boot(guest, share, accel=p.accel, ram_mb=p.ram_bytes // MIB, smp=cfg.smp,
@@ -172,7 +188,7 @@ def boot_job(py_args: list[str], share: Path, limit: int | None, swap: int | Non
 
 def run_command_in_vm(argv: list[str], limit: int | None, swap: int | None,
                       cfg: VmConfig | None = None, timeout_s: float | None = None,
-                      workdir: Path | None = None) -> dict:
+                      workdir: Path | None = None, sandbox: str = "vm") -> dict:
     """ARGV in the guest under a cgroup2 session with memory.max=limit and memory.swap.max=
     swap (None: no limit). Returns {"guest": guest.json, "boot": boot facts, "vm": the
     meta.json "vm" facts, "job_log", "console"}. Nothing is left behind."""
@@ -182,7 +198,7 @@ def run_command_in_vm(argv: list[str], limit: int | None, swap: int | None,
             res, p, guest, facts = boot_job(
                 ["command", "max" if limit is None else str(limit),
                  "max" if swap is None else str(swap), *argv],
-                share, limit, swap, cfg, timeout_s)
+                share, limit, swap, cfg, timeout_s, sandbox=sandbox)
         log = share / "job.log"
         boot_facts = asdict(res)
         boot_facts.pop("console")
@@ -192,22 +208,29 @@ def run_command_in_vm(argv: list[str], limit: int | None, swap: int | None,
         shutil.rmtree(share, ignore_errors=True)
 
 
-def vm_facts(res: vmboot.BootResult, p: Plan, guest: Guest, facts: dict | None) -> dict:
+def vm_facts(res: vmboot.BootResult, p: Plan, guest: Guest | uml.Uml,
+             facts: dict | None) -> dict:
     """What meta.json records under "vm"."""
     facts = facts or {}
     start = facts.get("job_start_uptime_s")
     cmd_start = res.guest_marks.get("guest_VM_CMD_START")
     job_start = (None if None in (start, cmd_start, res.boot_s)
                  else res.boot_s + start - cmd_start)  # guest clock -> host seconds
-    return {"accelerator": p.accel, "accelerator_reason": p.accel_reason,
-            "emulated": p.accel == "tcg",
+    in_uml = isinstance(guest, uml.Uml)
+    device = ("ubd /dev/ubda (sparse file on the host)" if in_uml
+              else "virtio-blk /dev/vda (sparse file on the host)")
+    return {"sandbox": "uml" if in_uml else "vm",
+            "uml_userspace": uml.userspace_mode(res.console) if in_uml else None,
+            "accelerator": p.accel, "accelerator_reason": p.accel_reason,
+            # UML runs on the host CPU but its page faults and system calls go through
+            # its kernel: its times are not native either (docs/sandboxes.md)
+            "emulated": p.accel in ("tcg", "uml"),
             "guest_kernel": facts.get("kernel", guest.kernel_version),
             "kernel_package": guest.package,
             "guest_ram_bytes": p.ram_bytes,
             "guest_mem_total_bytes": facts.get("MemTotal"),
             "swap_device": {"size_bytes": p.swap_device_bytes,
-                            "device": "virtio-blk /dev/vda (sparse file on the host)"
-                            if p.swap_device_bytes else None,
+                            "device": device if p.swap_device_bytes else None,
                             "sd_card_throttle": vmboot.SD_THROTTLE if p.sd_card else None},
             "boot_s": res.boot_s, "job_start_s": job_start, "vm_total_s": res.total_s,
             "guest_job_s": facts.get("job_s"), "vmstat_delta": facts.get("vmstat_delta"),
@@ -215,11 +238,11 @@ def vm_facts(res: vmboot.BootResult, p: Plan, guest: Guest, facts: dict | None) 
 
 
 def run_in_vm(request: RunRequest, cfg: VmConfig | None = None,
-              auto: dict | None = None) -> RunMeta:
-    """``engine run`` with ``--backend vm``; returns the written meta.json. The guest gets
-    ``request`` as JSON (its out in the share, backend cgroup2). ``auto``: auto's notes
-    when it chose the VM. Raises Interrupted on SIGINT/SIGTERM/SIGHUP, after killing qemu
-    and removing every file the run made."""
+              auto: dict | None = None, sandbox: str = "vm") -> RunMeta:
+    """``engine run`` with ``--backend vm`` or ``uml`` (``sandbox``); returns the written
+    meta.json. The guest gets ``request`` as JSON (its out in the share, backend
+    cgroup2). ``auto``: auto's notes when it chose the sandbox. Raises Interrupted on
+    SIGINT/SIGTERM/SIGHUP, after killing the guest and removing every file the run made."""
     from engine.runner.supervise import check_inputs
 
     policy, pipeline, _, _ = check_inputs(request)  # in a second, not after a guest boot
@@ -238,7 +261,8 @@ def run_in_vm(request: RunRequest, cfg: VmConfig | None = None,
             host_timeout = None if timeout is None else timeout * 1.5 + 300
             load_start, started_at = hostload.snapshot(), time.time()
             job = ["engine", f"/run/vmout/{GUEST_REQUEST}"]
-            res, p, guest, facts = boot_job(job, share, limit, swap, cfg, host_timeout)
+            res, p, guest, facts = boot_job(job, share, limit, swap, cfg, host_timeout,
+                                            sandbox=sandbox)
             retried = None
             why = _emulation_fault(share, res)
             if why:
@@ -250,7 +274,8 @@ def run_in_vm(request: RunRequest, cfg: VmConfig | None = None,
                            "qemu_exit": res.qemu_exit,
                            "console_tail": res.console.splitlines()[-40:]}
                 _clear_share(share)
-                res, p, guest, facts = boot_job(job, share, limit, swap, cfg, host_timeout)
+                res, p, guest, facts = boot_job(job, share, limit, swap, cfg, host_timeout,
+                                            sandbox=sandbox)
             load = hostload.host_load(load_start, hostload.snapshot())
             run = share / "run"
             if (run / "meta.json").is_file():
@@ -261,7 +286,7 @@ def run_in_vm(request: RunRequest, cfg: VmConfig | None = None,
             _add_vm_facts(meta, vm_facts(res, p, guest, facts) | {"retried_boot": retried},
                           load, started_at)
             if auto is not None:
-                meta.limits["auto"] = auto | {"chosen": "vm"}
+                meta.limits["auto"] = auto | {"chosen": sandbox}
             (run / "console.log").write_text(res.console)
             if (share / "job.log").is_file():
                 shutil.copyfile(share / "job.log", run / "guest_job.log")
@@ -288,7 +313,7 @@ def _add_vm_facts(meta: RunMeta, vm: dict, host_load: dict, started_at: float) -
     meta.vm = vm
     meta.host = host_facts()
     meta.limits["guest_backend"] = meta.limits.get("backend")
-    meta.limits["backend"] = meta.backend = "vm"
+    meta.limits["backend"] = meta.backend = vm["sandbox"]
     meta.emulated = vm["emulated"]
 
 
