@@ -80,6 +80,11 @@ def test_limited_runs_go_to_the_vm_with_its_smaller_pipelines(tmp_path):
     cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     cfg["results"] = str(tmp_path / "r")
     cfg["run"]["backend"] = "vm"
+    # the model's runs (the vm pipelines' native twins, the held-out pipelines) are
+    # counted in tests/test_workflow_args.py
+    cfg["vm"]["native_baseline"] = False
+    cfg["model"]["holdout"].update(pipelines=0, vm_pipelines=0)
+    cfg["vm"]["sandbox"] = "vm"  # the qemu guest's path, whatever this host built
     path = tmp_path / "vm.yaml"
     path.write_text(yaml.safe_dump(cfg))
     r = _snakemake("--configfile", str(path), "--dry-run", "--printshellcmds")
@@ -120,6 +125,7 @@ def test_with_the_vm_disabled_every_limit_runs_natively_with_run_backend(tmp_pat
     cfg["vm"]["enabled"] = False
     cfg["run"]["reconcile"] = {"pipeline": "p000", "policy": "linear", "limit": "none",
                                "vm": False}
+    cfg["model"]["holdout"].update(pipelines=0)  # the model's: tests/test_workflow_args.py
     path = tmp_path / "native.yaml"
     path.write_text(yaml.safe_dump(cfg))
     r = _snakemake("--configfile", str(path), "--dry-run", "--printshellcmds")

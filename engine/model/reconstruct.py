@@ -20,11 +20,11 @@ concurrent computing shares the CPUs as the native mode's model calibrated
 (``parallel_cpus``), masa's admission budget is the limit. A cell whose sandbox runs were
 all OOM-killed is reconstructed as killed.
 
+A task's time is the median over the repetitions of its median in each repetition (over
+that repetition's runs of every policy), its traffic the median over the limited runs.
 The 95 % CI resamples the repetitions of both measured parts: each bootstrap draw takes
-the native repetitions (all of a repetition's runs together) and the sandbox's limited
-runs with replacement, recomputes the task times (medians over the drawn repetitions)
-and the traffic (per task, the median over the drawn runs), and replays; the CI is the
-2.5-97.5 % range of the draws.
+the native repetitions and the sandbox's limited runs with replacement, takes those
+medians over the drawn ones and replays; the CI is the 2.5-97.5 % range of the draws.
 
 **Validation** where every part is measured: the sandbox's own limited makespans rebuilt
 from the sandbox's unconstrained task times, its page traffic and its per-page costs
@@ -58,7 +58,6 @@ from engine.model.train import pipelines_from_networks
 from engine.schedule.pipelines import Pipeline
 from engine.schedule.plan import plan
 from engine.schedule.policies import parse_policy
-from engine.schedule.tasks import Task
 
 COST_GRID = np.logspace(-6, -2, 17)  # seconds per 4 KiB page: 1 us .. 10 ms, 4 per decade
 WORK_KEY = ["instance", "layer", "task_type"]
@@ -93,80 +92,94 @@ def solo_work(tasks: pd.DataFrame) -> dict[tuple[int, int, str], float]:
     return out
 
 
-def traffic_by_task(rows: pd.DataFrame) -> dict[int, np.ndarray]:
-    """Per task id: the median over the given runs of its (pages in, pages out,
-    refaults)."""
-    med = rows.groupby("task_id")[TRAFFIC_COLUMNS].median()
-    return {int(tid): v for tid, v in zip(med.index, med.to_numpy(dtype=float))}
+class Replay:
+    """One pipeline under one policy, planned once (the graph, arrivals and admission
+    keys), replayed with per-task arrays of seconds."""
+
+    def __init__(self, pipeline: Pipeline, policy: str, descriptions: dict[str, Description],
+                 parallel_cpus: float, gap_s: float, limit_bytes: int | None = None) -> None:
+        self.pipeline, self.policy = pipeline, parse_policy(policy)
+        self.planned = plan(pipeline, self.policy, descriptions)
+        self.keys = [(t.instance, t.layer, t.kind.name) for t in self.planned.graph.tasks]
+        self.nets = {i.id: i.network for i in self.planned.instances}
+        self.arrivals = {i: t / 1e9 for i, t in self.planned.arrivals_ns.items()}
+        self.parallel_cpus, self.gap_s, self.limit_bytes = parallel_cpus, gap_s, limit_bytes
+
+    def work_of(self, work: dict[tuple[int, int, str], float]) -> np.ndarray:
+        """Each task's seconds from a (instance, layer, task type) table; NaN where it
+        has none."""
+        return np.array([work.get(k, np.nan) for k in self.keys])
+
+    def check(self, work: np.ndarray) -> None:
+        missing = np.flatnonzero(~np.isfinite(work))
+        if len(missing):
+            i, layer, kind = self.keys[missing[0]]
+            raise ReconstructionError(f"{self.pipeline.name}: no unconstrained run timed "
+                                      f"{kind} of instance {i} ({self.nets[i]}) layer {layer}")
+
+    def makespan(self, work: np.ndarray, waits: np.ndarray | None = None) -> float:
+        """The makespan with ``work`` seconds of computing per task (the gap added) and
+        ``waits`` seconds of swap before it."""
+        self.check(work)
+        seconds = work + self.gap_s
+        result = simulate(self.planned.graph, self.policy, self.arrivals,
+                          lambda t: seconds[t.id], budget=self.limit_bytes,
+                          network_time=self.planned.network_time, cpus=self.parallel_cpus,
+                          on_start=None if waits is None else (lambda t: waits[t.id]))
+        return result.makespan_s
+
+
+def _per_page(cost: SwapCost) -> np.ndarray:
+    return np.array([cost.per_page_in_s, cost.per_page_out_s, cost.per_major_fault_s])
 
 
 def replay(pipeline: Pipeline, policy: str, descriptions: dict[str, Description],
            compute: Compute, traffic: dict[int, np.ndarray] | None = None,
            cost: SwapCost | None = None, limit_bytes: int | None = None) -> float:
     """The makespan of ``pipeline`` under ``policy`` with these task times and, under a
-    limit, each task's traffic waiting for ``cost`` per page before it computes."""
-    pol = parse_policy(policy)
-    planned = plan(pipeline, pol, descriptions)
-    nets = {i.id: i.network for i in planned.instances}
-
-    def work(task: Task) -> float:
-        key = (task.instance, task.layer, task.kind.name)
-        if key not in compute.work:
-            raise ReconstructionError(f"{pipeline.name}: no unconstrained run timed "
-                                      f"{key[2]} of instance {key[0]} ({nets[task.instance]}) "
-                                      f"layer {key[1]}")
-        return compute.work[key] + compute.gap_s
-
-    per = (np.array([cost.per_page_in_s, cost.per_page_out_s, cost.per_major_fault_s])
-           if cost is not None else np.zeros(3))
-
-    def wait(task: Task) -> float:
-        pages = traffic.get(task.id) if traffic else None
-        return float(pages @ per) if pages is not None else 0.0
-
-    result = simulate(planned.graph, pol, {i: t / 1e9 for i, t in planned.arrivals_ns.items()},
-                      work, budget=limit_bytes, network_time=planned.network_time,
-                      cpus=compute.parallel_cpus, on_start=wait)
-    return result.makespan_s
+    limit, each task's traffic (task id -> pages in, out, refaults) waiting for
+    ``cost`` per page before it computes."""
+    r = Replay(pipeline, policy, descriptions, compute.parallel_cpus, compute.gap_s,
+               limit_bytes)
+    waits = None
+    if traffic and cost is not None:
+        pages = np.zeros((len(r.keys), 3))
+        for tid, v in traffic.items():
+            pages[tid] = v
+        waits = pages @ _per_page(cost)
+    return r.makespan(r.work_of(compute.work), waits)
 
 
 @dataclass
 class Cell:
-    """One (pipeline, policy, limit) to rebuild: the unconstrained runs its task times
-    come from, by repetition, and its limited runs' traffic, by run."""
+    """One (pipeline, policy, limit) to rebuild: per repetition of the unconstrained
+    runs each task's time (the median over that repetition's runs of its windows that
+    ran alone), per finished limited run each task's traffic."""
 
-    pipeline: Pipeline
-    policy: str
+    replay: Replay
     limit: str
-    limit_bytes: int
-    compute_reps: list[pd.DataFrame]  # the tasks of one repetition's unconstrained runs
-    traffic_runs: list[pd.DataFrame]  # the traffic of one finished limited run
-    parallel_cpus: float
-    gap_s: float
-    descriptions: dict[str, Description]
+    work: np.ndarray  # (repetitions, tasks) seconds
+    pages: np.ndarray  # (limited runs, tasks, 3): pages in, out, refaults
 
-    def compute(self, reps: list[pd.DataFrame] | None = None) -> Compute:
-        tasks = pd.concat(reps if reps is not None else self.compute_reps)
-        return Compute(solo_work(tasks), self.parallel_cpus, self.gap_s)
-
-    def makespan(self, cost: SwapCost, compute: list[pd.DataFrame] | None = None,
-                 traffic: list[pd.DataFrame] | None = None) -> float:
-        rows = pd.concat(traffic if traffic is not None else self.traffic_runs)
-        return replay(self.pipeline, self.policy, self.descriptions, self.compute(compute),
-                      traffic_by_task(rows), cost, self.limit_bytes)
+    def makespan(self, cost: SwapCost, reps: np.ndarray | None = None,
+                 runs: np.ndarray | None = None) -> float:
+        """With the given repetitions and limited runs (all: None): each task's time the
+        median over the repetitions, its traffic the median over the runs."""
+        work = self.work if reps is None else self.work[reps]
+        pages = self.pages if runs is None else self.pages[runs]
+        return self.replay.makespan(np.nanmedian(work, axis=0),
+                                    np.median(pages, axis=0) @ _per_page(cost))
 
 
 def estimate(cell: Cell, cost: SwapCost, resamples: int) -> tuple[float, float, float]:
     """(makespan, CI low, CI high): all repetitions, and the bootstrap over both parts'
     repetitions (module docstring)."""
     point = cell.makespan(cost)
-    rng = np.random.default_rng(cell_seed((cell.pipeline.name, cell.policy, cell.limit)))
-    nc, nt = len(cell.compute_reps), len(cell.traffic_runs)
-    draws = []
-    for _ in range(resamples if nc * nt > 1 else 0):
-        compute = [cell.compute_reps[i] for i in rng.integers(0, nc, nc)]
-        traffic = [cell.traffic_runs[i] for i in rng.integers(0, nt, nt)]
-        draws.append(cell.makespan(cost, compute, traffic))
+    rng = np.random.default_rng(cell_seed((cell.replay.pipeline.name, cell.replay.policy.name,
+                                           cell.limit)))
+    nc, nt = len(cell.work), len(cell.pages)
+    draws = [cell.makespan(cost, rng.integers(0, nc, nc), rng.integers(0, nt, nt))
+             for _ in range(resamples if nc * nt > 1 else 0)]
     if not draws:
         return point, np.nan, np.nan
     lo, hi = np.percentile(draws, [CI_LOW, CI_HIGH])
@@ -233,13 +246,25 @@ class Campaign:
         lim = _ok(r[(r["mode"] == row.mode) & (r["runtime"] == row.runtime)
                     & (r["pipeline"] == row.pipeline) & (r["policy"] == row.policy)
                     & (r["limit"] == row.limit)])
-        traffic = [g for _, g in self.traffic[self.traffic["run_id"].isin(lim["run_id"])]
-                   .groupby("run_id", sort=True)]
-        if not traffic:
+        traffic = self.traffic[self.traffic["run_id"].isin(lim["run_id"])]
+        if traffic.empty:
             return "no finished limited run whose traffic each task can be given"
-        return Cell(self.pipelines[row.pipeline], row.policy, row.limit,
-                    int(row.limit_bytes), _reps(free, self.tasks), traffic,
-                    mode_model.parallel_cpus, mode_model.gap_s, self.descriptions)
+        replay_ = Replay(self.pipelines[row.pipeline], row.policy, self.descriptions,
+                         mode_model.parallel_cpus, mode_model.gap_s, int(row.limit_bytes))
+        work = np.array([replay_.work_of(solo_work(t)) for t in _reps(free, self.tasks)])
+        n = len(replay_.keys)
+        pages = []
+        for _, t in traffic.groupby("run_id", sort=True):
+            a = np.zeros((n, 3))
+            a[t["task_id"].to_numpy(dtype=int)] = t[TRAFFIC_COLUMNS].to_numpy(dtype=float)
+            pages.append(a)
+        return Cell(replay_, row.limit, work, np.array(pages))
+
+    def free_work(self, mode: str, runtime: str, pipeline: str, replay_: Replay) -> np.ndarray:
+        """Each task's time in ``mode``'s unconstrained runs of ``pipeline``."""
+        free = self.free(mode, runtime, pipeline)
+        return np.nanmedian([replay_.work_of(solo_work(t)) for t in _reps(free, self.tasks)],
+                            axis=0)
 
 
 # ---- the three products ----
@@ -286,8 +311,9 @@ def reconstruct_native(campaign: Campaign, model: Model, devices: list[Device],
             rows.append({**base, "note": cell})
             continue
         try:
-            replayed_free = replay(cell.pipeline, row.policy, campaign.descriptions,
-                                   cell.compute())
+            free_replay = Replay(cell.replay.pipeline, row.policy, campaign.descriptions,
+                                 cell.replay.parallel_cpus, cell.replay.gap_s)
+            replayed_free = free_replay.makespan(np.nanmedian(cell.work, axis=0))
             for d in devices:
                 t, lo, hi = estimate(cell, d.swap_cost(), resamples)
                 rows.append({**base, "device": d.name, "per_page_in_s": d.per_page_in_s,
@@ -376,11 +402,10 @@ def validate(campaign: Campaign, model: Model, resamples: int,
                 "measured_makespan_ci_high": m["m_ci_high"]}
         if mm is None:
             continue
-        free = campaign.free(mode, runtime, pipeline)
         try:
-            t = replay(campaign.pipelines[pipeline], policy, campaign.descriptions,
-                       Compute(solo_work(tasks[tasks["run_id"].isin(free["run_id"])]),
-                               mm.parallel_cpus, mm.gap_s))
+            r = Replay(campaign.pipelines[pipeline], policy, campaign.descriptions,
+                       mm.parallel_cpus, mm.gap_s)
+            t = r.makespan(campaign.free_work(mode, runtime, pipeline, r))
         except ReconstructionError as exc:
             rows.append({**base, "note": str(exc)})
             continue
