@@ -338,7 +338,7 @@ def _cmd_reconstruct_model(args: argparse.Namespace) -> None:
                                args.resamples)
     for row in tables["reconstruction_scores"].itertuples():
         print(f"{row.sandbox}/{row.runtime} {row.scope}: {row.metric} {row.value:.1f} "
-              f"[{row.ci_low:.1f}, {row.ci_high:.1f}] over {row.n} cells of "
+              f"[{row.ci_low:.1f}, {row.ci_high:.1f}] over {row.n} values of "
               f"{row.pipelines} pipelines", file=sys.stderr)
     print(f"-> {args.out} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
 

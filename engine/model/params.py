@@ -91,8 +91,9 @@ class ModeModel:
     pipelines: list[str]
     batch: int | None  # the runs' batch (None: each network's deploy batch)
     runtime: str = "lean"  # engine.runtime: what each stage allocates and frees
-    # the spread of a task's duration in the multi-worker runs (sd of log(duration /
-    # its median)): how far orderings of concurrent workers vary (engine.model.evaluate)
+    # the spread of a task's duration in the multi-worker runs (a robust sd of
+    # log(duration / its median)): how far orderings of concurrent workers vary
+    # (engine.model.evaluate)
     duration_sigma: float = 0.0
     domain: Domain | None = None
 

@@ -8,7 +8,8 @@ Linux slows page faults). Each phase is taken where it is measured undistorted:
   windows that ran alone, ``overlap == 0``: same instance of the pipeline, layer and task
   type, over the pipeline's native unconstrained runs of every policy, since a layer's
   work does not depend on the policy; the run's first INIT also builds the input image),
-  plus the dispatch gap;
+  plus the dispatch gap measured in the same runs (``engine.model.fit.dispatch_gap``:
+  it grows with the host's load as the task times do);
 - its **page traffic** under the limit: pages swapped in and out and other major faults,
   measured in the sandbox's real kernel in the same runtime, pipeline, policy and limit
   (``engine.model.traffic``: each task's own share);
@@ -50,7 +51,7 @@ import pandas as pd
 from engine.analysis.stats import cell_seed, cluster_mean_ci, summarize
 from engine.caffe.splitter import Description
 from engine.model.devices import Device
-from engine.model.fit import execution_modes, fit_swap_cost, runtimes
+from engine.model.fit import dispatch_gap, execution_modes, fit_swap_cost, runtimes
 from engine.model.params import Model, ModeModel, SwapCost, mode_key
 from engine.model.simulate import simulate
 from engine.model.traffic import TRAFFIC_COLUMNS, run_traffic
@@ -117,11 +118,12 @@ class Replay:
             raise ReconstructionError(f"{self.pipeline.name}: no unconstrained run timed "
                                       f"{kind} of instance {i} ({self.nets[i]}) layer {layer}")
 
-    def makespan(self, work: np.ndarray, waits: np.ndarray | None = None) -> float:
-        """The makespan with ``work`` seconds of computing per task (the gap added) and
-        ``waits`` seconds of swap before it."""
+    def makespan(self, work: np.ndarray, waits: np.ndarray | None = None,
+                 gap_s: float | None = None) -> float:
+        """The makespan with ``work`` seconds of computing per task, ``gap_s`` after it
+        (default: the model's) and ``waits`` seconds of swap before it."""
         self.check(work)
-        seconds = work + self.gap_s
+        seconds = work + (self.gap_s if gap_s is None else gap_s)
         result = simulate(self.planned.graph, self.policy, self.arrivals,
                           lambda t: seconds[t.id], budget=self.limit_bytes,
                           network_time=self.planned.network_time, cpus=self.parallel_cpus,
@@ -159,16 +161,19 @@ class Cell:
     replay: Replay
     limit: str
     work: np.ndarray  # (repetitions, tasks) seconds
+    gaps: np.ndarray  # (repetitions,) the dispatch gap, seconds
     pages: np.ndarray  # (limited runs, tasks, 3): pages in, out, refaults
 
-    def makespan(self, cost: SwapCost, reps: np.ndarray | None = None,
+    def makespan(self, cost: SwapCost | None, reps: np.ndarray | None = None,
                  runs: np.ndarray | None = None) -> float:
-        """With the given repetitions and limited runs (all: None): each task's time the
-        median over the repetitions, its traffic the median over the runs."""
-        work = self.work if reps is None else self.work[reps]
+        """With the given repetitions and limited runs (all: None): each task's time and
+        the gap the median over the repetitions, its traffic the median over the runs
+        (no cost: unconstrained)."""
+        reps = slice(None) if reps is None else reps
         pages = self.pages if runs is None else self.pages[runs]
-        return self.replay.makespan(np.nanmedian(work, axis=0),
-                                    np.median(pages, axis=0) @ _per_page(cost))
+        waits = None if cost is None else np.median(pages, axis=0) @ _per_page(cost)
+        return self.replay.makespan(np.nanmedian(self.work[reps], axis=0), waits,
+                                    float(np.nanmedian(self.gaps[reps])))
 
 
 def estimate(cell: Cell, cost: SwapCost, resamples: int) -> tuple[float, float, float]:
@@ -192,12 +197,12 @@ def _ok(runs: pd.DataFrame) -> pd.DataFrame:
     return runs[runs["termination"] == "ok"]
 
 
-def _reps(runs: pd.DataFrame, tasks: pd.DataFrame) -> list[pd.DataFrame]:
-    """The tasks of each repetition of ``runs`` (all its runs together)."""
+def _reps(runs: pd.DataFrame, tasks: pd.DataFrame) -> list[tuple[int, pd.DataFrame]]:
+    """(repetition, the tasks of all its runs) of ``runs``."""
     t = tasks[tasks["run_id"].isin(runs["run_id"])]
     rep_of = runs.set_index("run_id")["rep"]
     reps = t["run_id"].map(rep_of)
-    return [g for _, g in t.groupby(reps, sort=True)]
+    return [(int(rep), g) for rep, g in t.groupby(reps, sort=True)]
 
 
 @dataclass
@@ -251,20 +256,27 @@ class Campaign:
             return "no finished limited run whose traffic each task can be given"
         replay_ = Replay(self.pipelines[row.pipeline], row.policy, self.descriptions,
                          mode_model.parallel_cpus, mode_model.gap_s, int(row.limit_bytes))
-        work = np.array([replay_.work_of(solo_work(t)) for t in _reps(free, self.tasks)])
+        work, gaps = self.rep_work(free, replay_)
         n = len(replay_.keys)
         pages = []
         for _, t in traffic.groupby("run_id", sort=True):
             a = np.zeros((n, 3))
             a[t["task_id"].to_numpy(dtype=int)] = t[TRAFFIC_COLUMNS].to_numpy(dtype=float)
             pages.append(a)
-        return Cell(replay_, row.limit, work, np.array(pages))
+        return Cell(replay_, row.limit, work, gaps, np.array(pages))
 
-    def free_work(self, mode: str, runtime: str, pipeline: str, replay_: Replay) -> np.ndarray:
-        """Each task's time in ``mode``'s unconstrained runs of ``pipeline``."""
-        free = self.free(mode, runtime, pipeline)
-        return np.nanmedian([replay_.work_of(solo_work(t)) for t in _reps(free, self.tasks)],
-                            axis=0)
+    def rep_work(self, free: pd.DataFrame, replay_: Replay) -> tuple[np.ndarray, np.ndarray]:
+        """Per repetition of the unconstrained runs ``free``: each task's time (its
+        median over the repetition's runs, the windows that ran alone) and the dispatch
+        gap (the mean end-to-start of its single-worker runs: measured with the same
+        host load as the task times; the model's where none ran)."""
+        work, gaps = [], []
+        for rep, t in _reps(free, self.tasks):
+            work.append(replay_.work_of(solo_work(t)))
+            gap = dispatch_gap(free[free["rep"] == rep], t)
+            gaps.append(gap if (free[free["rep"] == rep]["workers"] == 1).any()
+                        else replay_.gap_s)
+        return np.array(work), np.array(gaps)
 
 
 # ---- the three products ----
@@ -311,9 +323,10 @@ def reconstruct_native(campaign: Campaign, model: Model, devices: list[Device],
             rows.append({**base, "note": cell})
             continue
         try:
-            free_replay = Replay(cell.replay.pipeline, row.policy, campaign.descriptions,
-                                 cell.replay.parallel_cpus, cell.replay.gap_s)
-            replayed_free = free_replay.makespan(np.nanmedian(cell.work, axis=0))
+            replayed_free = Cell(Replay(cell.replay.pipeline, row.policy,
+                                        campaign.descriptions, cell.replay.parallel_cpus,
+                                        cell.replay.gap_s), "none", cell.work, cell.gaps,
+                                 cell.pages).makespan(None)
             for d in devices:
                 t, lo, hi = estimate(cell, d.swap_cost(), resamples)
                 rows.append({**base, "device": d.name, "per_page_in_s": d.per_page_in_s,
@@ -405,7 +418,8 @@ def validate(campaign: Campaign, model: Model, resamples: int,
         try:
             r = Replay(campaign.pipelines[pipeline], policy, campaign.descriptions,
                        mm.parallel_cpus, mm.gap_s)
-            t = r.makespan(campaign.free_work(mode, runtime, pipeline, r))
+            work, gaps = campaign.rep_work(campaign.free(mode, runtime, pipeline), r)
+            t = Cell(r, "none", work, gaps, np.zeros((1, len(r.keys), 3))).makespan(None)
         except ReconstructionError as exc:
             rows.append({**base, "note": str(exc)})
             continue
@@ -419,10 +433,44 @@ SCORE_COLUMNS = ["sandbox", "runtime", "scope", "metric", "value", "ci_low", "ci
 VALIDATION_TARGET = 15.0  # % MAPE of the rebuilt limited makespans
 
 
-def validation_scores(table: pd.DataFrame) -> pd.DataFrame:
-    """Per sandbox and runtime: the MAPE of the rebuilt limited makespans (and of the
-    unconstrained replay) with a bootstrap CI over pipelines, against the target."""
+def repetition_noise(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per mode, runtime, pipeline, policy and limit, each finished run's makespan
+    against the median of the cell's other repetitions (|x / median - 1|, %): what even
+    a perfect rebuild would miss of a single repetition, the measurements' own noise."""
     rows = []
+    ok = _ok(runs).dropna(subset=["makespan_s"])
+    for key, g in ok.groupby(["mode", "runtime", "pipeline", "policy", "limit"]):
+        m = g["makespan_s"].to_numpy()
+        for i in range(len(m)):
+            others = np.delete(m, i)
+            if len(others):
+                rows.append((*key, abs(m[i] / np.median(others) - 1) * 100))
+    return pd.DataFrame(rows, columns=["sandbox", "runtime", "pipeline", "policy", "limit",
+                                       "error_pct"])
+
+
+def validation_scores(table: pd.DataFrame, noise: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per sandbox and runtime: the MAPE of the rebuilt limited makespans (and of the
+    unconstrained replay) with a bootstrap CI over pipelines, against the target; beside
+    them the repetitions' own noise (``repetition_noise``) in the same cells."""
+    rows = []
+    if noise is not None and not noise.empty:
+        cells = table.dropna(subset=["error_pct"])[["sandbox", "runtime", "pipeline",
+                                                     "policy", "limit"]]
+        noise = noise.merge(cells, on=list(cells.columns))
+        for (sandbox, runtime), g in noise.groupby(["sandbox", "runtime"]):
+            for scope, part in (("limited", g[g["limit"] != "none"]),
+                                ("unconstrained", g[g["limit"] == "none"])):
+                if part.empty:
+                    continue
+                value, lo, hi = cluster_mean_ci(part["error_pct"], part["pipeline"],
+                                                seed=cell_seed((sandbox, runtime, scope, 1)))
+                rows.append({"sandbox": sandbox, "runtime": runtime, "scope": scope,
+                             "metric": "repetition noise %", "value": value, "ci_low": lo,
+                             "ci_high": hi, "n": len(part),
+                             "pipelines": part["pipeline"].nunique(), "target": np.nan,
+                             "met": None, "note": "a repetition's makespan against the "
+                             "median of the cell's others: what a perfect rebuild misses"})
     done = table.dropna(subset=["error_pct"])
     for (sandbox, runtime), g in done.groupby(["sandbox", "runtime"]):
         for scope, part in (("limited", g[g["limit"] != "none"]),
@@ -561,7 +609,8 @@ def reconstruct_files(tables_dir: str, models_dir: str, model_path: str, out_dir
     check = validate(campaign, model, resamples, _progress)
     curves, crossovers = cost_curves(campaign, model, progress=_progress)
     tables = {"reconstruction": table, "reconstruction_validation": check,
-              "reconstruction_scores": validation_scores(check),
+              "reconstruction_scores": validation_scores(check,
+                                                         repetition_noise(campaign.runs)),
               "swap_cost_curves": curves, "swap_cost_crossovers": crossovers}
     write_tables(tables, Path(out_dir))
     return tables
