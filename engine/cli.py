@@ -357,6 +357,12 @@ def _cmd_calibrate(args: argparse.Namespace) -> None:
           file=sys.stderr)
 
 
+def _cmd_model_report(args: argparse.Namespace) -> None:
+    from engine.model.report import report
+
+    print(report(args.dir))
+
+
 def _cmd_score_holdout(args: argparse.Namespace) -> None:
     from engine.model.evaluate import score_holdout_files
 
@@ -367,6 +373,18 @@ def _cmd_score_holdout(args: argparse.Namespace) -> None:
         if "," not in row.scope:
             print(f"{row.mode} {row.metric} ({row.scope}): {row.value:.3g}", file=sys.stderr)
     print(f"-> {args.out} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+
+
+def _model_tables_parser(sub, name: str, what: str, writes: str) -> argparse.ArgumentParser:
+    """A command that reads a campaign's tables and a model file and writes tables."""
+    p = sub.add_parser(name, help=what)
+    p.add_argument("--tables", default="results/tables",
+                   help="folder of runs/tasks/networks.parquet (default results/tables)")
+    p.add_argument("--models", default="results/split",
+                   help="folder of the networks' *.description.json (default results/split)")
+    p.add_argument("--model", default="results/model/model.json")
+    p.add_argument("--out", default="results/model", help=f"folder for {writes}")
+    return p
 
 
 class _Parser(argparse.ArgumentParser):
@@ -510,25 +528,17 @@ def build_parser() -> argparse.ArgumentParser:
                    "the policies of the runs)")
     p.set_defaults(func=_cmd_fit_model)
 
-    p = sub.add_parser("evaluate-model", help="cross-validate the model (leave pipelines "
-                       "out) and tabulate its per-layer residuals")
-    p.add_argument("--tables", default="results/tables")
-    p.add_argument("--models", default="results/split")
-    p.add_argument("--model", default="results/model/model.json")
-    p.add_argument("--out", default="results/model", help="folder for the cv_* tables, "
-                   "layer_residuals and cv.json")
+    p = _model_tables_parser(sub, "evaluate-model", "cross-validate the model (leave "
+                             "pipelines out, leave networks out) and tabulate its per-layer "
+                             "residuals", "the cv_* tables, layer_residuals and cv.json")
     p.add_argument("--orderings", type=int, default=40, help="orderings replayed per "
                    "multi-worker cell for its peak's range (default 40)")
     p.set_defaults(func=_cmd_evaluate_model)
 
-    p = sub.add_parser("reconstruct-model", help="native-speed times under each limit "
-                       "from native task times and the sandbox's page traffic; its "
-                       "validation in the sandbox; the swap-cost axis")
-    p.add_argument("--tables", default="results/tables")
-    p.add_argument("--models", default="results/split")
-    p.add_argument("--model", default="results/model/model.json")
-    p.add_argument("--out", default="results/model", help="folder for the reconstruction "
-                   "and swap_cost_* tables")
+    p = _model_tables_parser(sub, "reconstruct-model", "native-speed times under each "
+                             "limit from native task times and the sandbox's page traffic; "
+                             "its validation in the sandbox; the swap-cost axis",
+                             "the reconstruction and swap_cost_* tables")
     p.add_argument("--resamples", type=int, default=200, help="bootstrap resamples of "
                    "each CI (default 200)")
     p.set_defaults(func=_cmd_reconstruct_model)
@@ -549,13 +559,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--work", help="folder for the runs (default: <out stem>.runs beside it)")
     p.set_defaults(func=_cmd_calibrate)
 
-    p = sub.add_parser("score-holdout", help="score the fitted model on pipelines drawn "
-                       "with a seed never used in fitting (tables aggregated apart)")
-    p.add_argument("--tables", required=True, help="folder of the held-out runs' "
-                   "runs/tasks/networks.parquet")
-    p.add_argument("--models", default="results/split")
-    p.add_argument("--model", default="results/model/model.json")
-    p.add_argument("--out", default="results/model")
+    p = sub.add_parser("model-report", help="the model's results as the Markdown tables "
+                       "docs/model.md quotes")
+    p.add_argument("--dir", default="results/model", help="the model's results folder")
+    p.set_defaults(func=_cmd_model_report)
+
+    p = _model_tables_parser(sub, "score-holdout", "score the fitted model on pipelines "
+                             "drawn with a seed never used in fitting (--tables: the "
+                             "held-out runs, aggregated apart)", "the holdout_* tables")
     p.add_argument("--orderings", type=int, default=40)
     p.set_defaults(func=_cmd_score_holdout)
 

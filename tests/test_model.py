@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from engine.analysis.stats import kendall_tau
-from engine.caffe import io, schema, splitter
+from engine.caffe import splitter
 from engine.cli import main
 from engine.model import fit as fitting
 from engine.model.evaluate import scores
@@ -93,35 +93,14 @@ def test_tasks_on_too_few_cpus_share_them():
 
 # ---- the memory model against hand-computed peaks ----
 
-TINY = """name: "Tiny"
-input: "data"
-input_dim: 1 input_dim: 1 input_dim: 4 input_dim: 4
-layer { name: "ip1" type: "InnerProduct" bottom: "data" top: "ip1"
-        inner_product_param { num_output: 8 } }
-layer { name: "relu1" type: "ReLU" bottom: "ip1" top: "ip1" }
-layer { name: "ip2" type: "InnerProduct" bottom: "ip1" top: "ip2"
-        inner_product_param { num_output: 2 } }
-"""
-
-
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> splitter.Description:
     """A four-layer network small enough to count its bytes by hand: input 1x1x4x4
     (64 B), ip1 8x16 + 8 weights (544 B) -> 8 floats (32 B), relu1 in place, ip2 2x8 + 2
     weights (72 B) -> 2 floats (8 B), the output."""
-    from google.protobuf import text_format
+    from tests.model_fixtures import TINY, write_network
 
-    root = tmp_path_factory.mktemp("tiny")
-    (root / "tiny.prototxt").write_text(TINY)
-    net = text_format.Parse(TINY, schema.NetParameter())
-    rng = np.random.default_rng(0)
-    shapes = {"ip1": [(8, 16), (8,)], "ip2": [(2, 8), (2,)]}
-    io.write_caffemodel(root / "tiny.caffemodel", net,
-                        lambda i, layer: [rng.standard_normal(s, dtype=np.float32)
-                                          for s in shapes.get(layer.name, [])])
-    path = splitter.split_model(root / "tiny.caffemodel", root / "tiny.prototxt",
-                                root / "split")
-    return splitter.Description.load(path)
+    return write_network(tmp_path_factory.mktemp("tiny"), TINY)
 
 
 def _mode(baseline: float = 1000.0, **kw) -> ModeModel:
