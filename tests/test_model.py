@@ -455,22 +455,6 @@ def test_a_damaged_model_file_is_one_line_never_a_hang_or_a_traceback(advice_fil
 
 # ---- the memory replay of each runtime against what the runtime allocates ----
 
-@pytest.fixture(scope="module")
-def zoo_pair(tmp_path_factory) -> dict[str, splitter.Description]:
-    """AgeNet (a V1 caffemodel: the caffe runtime's upgrade copies) and GoogLeNet (V2,
-    Concat and 1x1 convolutions)."""
-    from engine.caffe import generate, zoo
-
-    root = tmp_path_factory.mktemp("zoo")
-    out = {}
-    for name in ("AgeNet", "GoogLeNet"):
-        prototxt, model = generate.write_zoo_model(name, root / "m", 1)
-        path = splitter.split_model(model, prototxt, root / "s", network=name,
-                                    fc_start=zoo.ZOO[name].fc_start)
-        out[name] = splitter.Description.load(path)
-    return out
-
-
 def _traced_stages(desc, runtime: str, bulk: bool) -> list[tuple[str, int, int, int, int, int]]:
     """Each stage of one network run by engine.network in ``runtime``, under tracemalloc,
     beside the replay: (stage, layer, bytes held after it really / by the replay, the
@@ -512,7 +496,7 @@ def _traced_stages(desc, runtime: str, bulk: bool) -> list[tuple[str, int, int, 
 
 @pytest.mark.parametrize("runtime", ["lean", "caffe"])
 @pytest.mark.parametrize("bulk", [False, True])
-def test_the_replay_allocates_what_the_runtime_allocates_stage_by_stage(zoo_pair, runtime,
+def test_the_replay_allocates_what_the_runtime_allocates_stage_by_stage(zoo_split, runtime,
                                                                        bulk):
     """Every LOAD and EXEC of AgeNet and GoogLeNet, layer by layer and bulk, in both
     runtimes: the bytes the replay holds after the stage and its highest point during it
@@ -521,7 +505,8 @@ def test_the_replay_allocates_what_the_runtime_allocates_stage_by_stage(zoo_pair
     about 1 KiB per array: GoogLeNet's bulk LOAD reads 116 blobs) and 0.5 % of the
     peak. INIT is left out: the input image's temporaries are the baseline's. The caffe
     network's end (its instance dropped by the runner) is not run here."""
-    for name, desc in zoo_pair.items():
+    for name in ("AgeNet", "GoogLeNet"):  # a V1 caffemodel (the upgrade's copies); V2
+        desc = zoo_split[name]
         stages = _traced_stages(desc, runtime, bulk)[1:]
         if runtime == "caffe":
             stages = stages[:-1]
