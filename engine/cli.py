@@ -375,13 +375,19 @@ def _cmd_score_holdout(args: argparse.Namespace) -> None:
     print(f"-> {args.out} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
 
 
+def _tables_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tables", nargs="+", default=["results/tables"],
+                   help="folder(s) of runs/tasks/networks.parquet, one per campaign "
+                   "(default results/tables)")
+    p.add_argument("--models", nargs="+", default=["results/split"],
+                   help="folder(s) of the networks' *.description.json: one, or one per "
+                   "--tables folder (default results/split)")
+
+
 def _model_tables_parser(sub, name: str, what: str, writes: str) -> argparse.ArgumentParser:
     """A command that reads a campaign's tables and a model file and writes tables."""
     p = sub.add_parser(name, help=what)
-    p.add_argument("--tables", default="results/tables",
-                   help="folder of runs/tasks/networks.parquet (default results/tables)")
-    p.add_argument("--models", default="results/split",
-                   help="folder of the networks' *.description.json (default results/split)")
+    _tables_options(p)
     p.add_argument("--model", default="results/model/model.json")
     p.add_argument("--out", default="results/model", help=f"folder for {writes}")
     return p
@@ -519,10 +525,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_advise)
 
     p = sub.add_parser("fit-model", help="fit the slowdown model on the aggregate tables")
-    p.add_argument("--tables", default="results/tables",
-                   help="folder of runs/tasks/networks.parquet (default results/tables)")
-    p.add_argument("--models", default="results/split",
-                   help="folder of the networks' *.description.json (default results/split)")
+    _tables_options(p)
     p.add_argument("--out", default="results/model/model.json", help="model file to write")
     p.add_argument("--policies", nargs="+", help="what advise ranks by default (default: "
                    "the policies of the runs)")

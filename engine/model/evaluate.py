@@ -55,7 +55,7 @@ from engine.files import sha256_file, write_text_atomic
 from engine.model.fit import mode_keys
 from engine.model.params import Model
 from engine.model.predict import Networks, predict, predict_against_unconstrained
-from engine.model.train import measured_cells, pipelines_from_networks, train
+from engine.model.train import Paths, measured_cells, pipelines_from_networks, train
 from engine.schedule.policies import parse_policy
 
 LPO, LNO, HELD_OUT_SEED = "leave-pipeline-out", "leave-network-out", "held-out seed"
@@ -448,7 +448,7 @@ def _progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def evaluate_files(tables_dir: str | os.PathLike, models_dir: str | os.PathLike,
+def evaluate_files(tables_dir: Paths, models_dir: Paths,
                    model_path: str | os.PathLike, out_dir: str | os.PathLike,
                    orderings: int = ORDERINGS) -> dict:
     """``evaluate-model``: the cross-validation (both schemes) of the tables in
@@ -478,7 +478,7 @@ def _no_nan(value: object) -> object:
     raise TypeError(f"not JSON: {value!r}")
 
 
-def score_holdout_files(tables_dir: str | os.PathLike, models_dir: str | os.PathLike,
+def score_holdout_files(tables_dir: Paths, models_dir: Paths,
                         model_path: str | os.PathLike, out_dir: str | os.PathLike,
                         orderings: int = ORDERINGS) -> pd.DataFrame:
     """The fitted model scored on the held-out seed's pipelines (tables in

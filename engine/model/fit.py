@@ -106,8 +106,10 @@ def fit_linear(x: pd.DataFrame, y: pd.Series | np.ndarray, intercept: bool = Tru
 def execution_modes(runs: pd.DataFrame) -> pd.Series:
     """Each run's execution mode: ``native``, or the sandbox that ran it (its ``sandbox``
     column where the tables have one, else its backend: ``vm``)."""
-    sandbox = next((runs[c] for c in ("sandbox", "backend") if c in runs),
-                   pd.Series("emulated", index=runs.index))
+    sandbox = pd.Series("emulated", index=runs.index)
+    for column in ("backend", "sandbox"):  # the sandbox column where a run has one
+        if column in runs:
+            sandbox = runs[column].where(runs[column].notna(), sandbox)
     emulated = runs["emulated"].astype(bool).to_numpy()
     return pd.Series(np.where(emulated, sandbox.astype(str), "native"), index=runs.index)
 

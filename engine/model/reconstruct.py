@@ -55,7 +55,7 @@ from engine.model.fit import dispatch_gap, execution_modes, fit_swap_cost, runti
 from engine.model.params import Model, ModeModel, SwapCost, mode_key
 from engine.model.simulate import simulate
 from engine.model.traffic import TRAFFIC_COLUMNS, run_traffic
-from engine.model.train import pipelines_from_networks
+from engine.model.train import Paths, pipelines_from_networks
 from engine.schedule.pipelines import Pipeline
 from engine.schedule.plan import plan
 from engine.schedule.policies import parse_policy
@@ -589,7 +589,7 @@ def _progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def reconstruct_files(tables_dir: str, models_dir: str, model_path: str, out_dir: str,
+def reconstruct_files(tables_dir: Paths, models_dir: Paths, model_path: str, out_dir: str,
                       resamples: int = 200) -> dict[str, pd.DataFrame]:
     """``reconstruct-model``: the native-speed reconstruction on every named device
     profile, its validation in the sandboxes and the swap-cost axis, written to

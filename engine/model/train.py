@@ -143,10 +143,43 @@ def train(runs: pd.DataFrame, tasks: pd.DataFrame, networks: pd.DataFrame,
     return model
 
 
-def read_tables(tables_dir: str | os.PathLike, models_dir: str | os.PathLike
-                ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict[str, Description]]:
+Paths = str | os.PathLike | list[str | os.PathLike]
+Tables = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict[str, Description]]
+
+
+def read_tables(tables_dir: Paths, models_dir: Paths) -> Tables:
     """The runs, tasks and networks tables of an aggregate (Parquet) and the descriptions
-    of the networks they ran; a missing table names the stage that writes it."""
+    of the networks they ran; a missing table names the stage that writes it. Several
+    campaigns (a list of table folders, each with its split folder, or one for all):
+    their tables together, each pipeline and run named after its campaign (the table
+    folder's parent: ``fidelity:p000``), since two campaigns' ``p000`` are other
+    pipelines; a network's description is the first campaign's that has it."""
+    dirs = [tables_dir] if isinstance(tables_dir, (str, os.PathLike)) else list(tables_dir)
+    models = [models_dir] if isinstance(models_dir, (str, os.PathLike)) else list(models_dir)
+    models = models * len(dirs) if len(models) == 1 else models
+    if len(models) != len(dirs):
+        raise EdgeprofError(f"{len(dirs)} table folders and {len(models)} --models folders: "
+                            f"give one split folder, or one per table folder")
+    parts = [_read_campaign(d, m) for d, m in zip(dirs, models)]
+    if len(parts) == 1:
+        return parts[0]
+    labels = [Path(d).resolve().parent.name for d in dirs]
+    if len(set(labels)) < len(labels):
+        raise EdgeprofError(f"table folders {', '.join(map(str, dirs))} do not name their "
+                            f"campaigns apart (their parent folders: {', '.join(labels)})")
+    frames: list[list[pd.DataFrame]] = [[], [], []]
+    descriptions: dict[str, Description] = {}
+    for label, (runs, tasks, networks, descs) in zip(labels, parts):
+        for i, df in enumerate((runs, tasks, networks)):
+            frames[i].append(df.assign(pipeline=label + ":" + df["pipeline"].astype(str),
+                                       run_id=label + ":" + df["run_id"].astype(str)))
+        for name, desc in descs.items():
+            descriptions.setdefault(name, desc)
+    runs, tasks, networks = (pd.concat(f, ignore_index=True) for f in frames)
+    return runs, tasks, networks, descriptions
+
+
+def _read_campaign(tables_dir: str | os.PathLike, models_dir: str | os.PathLike) -> Tables:
     folder = Path(tables_dir)
     frames = []
     for name in ("runs", "tasks", "networks"):
@@ -176,8 +209,8 @@ def read_tables(tables_dir: str | os.PathLike, models_dir: str | os.PathLike
     return runs, tasks, networks, descriptions
 
 
-def fit_model_files(tables_dir: str | os.PathLike, models_dir: str | os.PathLike,
-                    out: str | os.PathLike, policies: list[str] | None = None) -> Model:
+def fit_model_files(tables_dir: Paths, models_dir: Paths, out: str | os.PathLike,
+                    policies: list[str] | None = None) -> Model:
     """``fit-model``: train on the tables in ``tables_dir``, write the model file."""
     runs, tasks, networks, descriptions = read_tables(tables_dir, models_dir)
     model = train(runs, tasks, networks, descriptions, policies)

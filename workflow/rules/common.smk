@@ -146,9 +146,12 @@ TABLES = ["runs", "tasks", "networks", "samples", "reconcile", "speedup", "summa
 # The slowdown model (workflow/rules/model.smk): its file, the cross-validation and
 # per-layer residual tables, the scores advise states, and two figures.
 MODEL_FILE = f"{RESULTS}/model/model.json"
-MODEL_TABLES = expand(f"{RESULTS}/tables/{{table}}.parquet",
-                      table=["runs", "tasks", "networks"])
+# model.campaigns: other campaigns' results folders whose tables the model also learns
+# from (a network's description from the first campaign that has it)
 MODEL_CONFIG = config["model"]
+MODEL_CAMPAIGNS = [str(c) for c in MODEL_CONFIG.get("campaigns", [])]
+MODEL_TABLES = [f"{folder}/tables/{table}.parquet" for folder in [RESULTS, *MODEL_CAMPAIGNS]
+                for table in ("runs", "tasks", "networks")]
 MODEL_OUTPUTS = expand(f"{RESULTS}/model/{{table}}.{{ext}}",
                        table=["cv_predictions", "cv_scores", "cv_folds", "cv_targets",
                               "layer_residuals"],
@@ -246,8 +249,16 @@ def output_dir(wildcards, output):
 
 
 def tables_dir(wildcards, input):
-    """The folder of the aggregate tables a model job reads."""
-    return os.path.dirname(input.tables[0])
+    """The folder(s) of the aggregate tables a model job reads, one per campaign."""
+    return " ".join(dict.fromkeys(os.path.dirname(t) for t in input.tables))
+
+
+def model_splits(wildcards, input):
+    """The description folders of a model job's campaigns: this workflow's split stage
+    output, then each other campaign's ``split`` beside its ``tables``."""
+    tables = list(dict.fromkeys(os.path.dirname(t) for t in input.tables))
+    others = [os.path.join(os.path.dirname(t), "split") for t in tables[1:]]
+    return " ".join([os.path.dirname(input.descriptions[0]), *others])
 
 
 def split_dir(wildcards, input):
@@ -367,5 +378,5 @@ def vm_recipe(wildcards):
 for _function in (output_dir, split_dir, model_files, run_vm_guest, reconcile_vm_guest,
                   vm_env, run_policy, run_limit_args, run_seed, run_code, run_mem,
                   run_priority, vm_recipe, caption_facts, set_runs, tables_dir,
-                  model_caption_facts, model_figure_tables):
+                  model_caption_facts, model_figure_tables, model_splits):
     overwrite_function_params(_function, inspect.signature(_function).parameters)

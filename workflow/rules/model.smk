@@ -14,7 +14,7 @@ rule fit_model:
         MODEL_FILE,
     params:
         tables=tables_dir,
-        models=split_dir,
+        models=model_splits,
         policies=" ".join(POLICIES.values()),
         code=CODE_MODEL,
     log:
@@ -35,7 +35,7 @@ rule evaluate_model:
         MODEL_OUTPUTS,
     params:
         tables=tables_dir,
-        models=split_dir,
+        models=model_splits,
         out=output_dir,
         code=CODE_MODEL,
     log:
@@ -56,7 +56,7 @@ rule reconstruct_model:
         RECONSTRUCTION_OUTPUTS,
     params:
         tables=tables_dir,
-        models=split_dir,
+        models=model_splits,
         out=output_dir,
         resamples=MODEL_CONFIG["resamples"],
         code=CODE_MODEL,
