@@ -694,3 +694,23 @@ def test_calibrate_refuses_a_limit_nothing_enforced(calibration_runs, tmp_path, 
                  str(tmp_path / "d.json"), "--models", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "no split model of AgeNet" in err
+
+
+def test_two_campaigns_are_read_together_with_their_pipelines_named_apart(tiny, tmp_path):
+    """Two campaigns both call their pipeline p000: read together, each pipeline and run
+    carries its campaign's name, so the model never takes them for one."""
+    from engine.analysis.tables import write_tables
+    from engine.model.train import read_tables
+    from tests.model_fixtures import campaign
+
+    runs, tasks, networks = campaign({"Tiny": tiny}, {"p000": ["Tiny"]}, ("linear",), 1)
+    for name in ("default", "fidelity"):
+        write_tables({"runs": runs.assign(child_cpus=1.0), "tasks": tasks,
+                      "networks": networks}, tmp_path / name / "tables")
+    split = Path(tiny.path).parent
+    both = read_tables([tmp_path / "default" / "tables", tmp_path / "fidelity" / "tables"],
+                       [split])
+    assert sorted(both[0]["pipeline"]) == ["default:p000", "fidelity:p000"]
+    assert set(both[1]["run_id"].str.split(":").str[0]) == {"default", "fidelity"}
+    assert set(both[2]["pipeline"]) == {"default:p000", "fidelity:p000"}
+    assert list(both[3]) == ["Tiny"]
