@@ -714,3 +714,26 @@ def test_two_campaigns_are_read_together_with_their_pipelines_named_apart(tiny, 
     assert set(both[1]["run_id"].str.split(":").str[0]) == {"default", "fidelity"}
     assert set(both[2]["pipeline"]) == {"default:p000", "fidelity:p000"}
     assert list(both[3]) == ["Tiny"]
+
+
+def test_the_targets_say_met_or_missed_and_the_report_quotes_them():
+    """A makespan MAPE of 20 % misses the <= 10 % target; a Kendall tau of 0.7 meets the
+    >= 0.6 one; a target without cells says so; model-report prints them."""
+    from engine.model.evaluate import target_table
+    from engine.model.report import targets_table
+
+    table = pd.DataFrame([
+        {"mode": "native/lean", "scheme": "leave-pipeline-out", "metric": "makespan MAPE %",
+         "scope": "unconstrained", "value": 20.0, "ci_low": 15.0, "ci_high": 25.0, "n": 9,
+         "pipelines": 3, "note": ""},
+        {"mode": "native/lean", "scheme": "leave-pipeline-out",
+         "metric": "Kendall tau (median)", "scope": "limited, per pipeline and limit",
+         "value": 0.7, "ci_low": 0.5, "ci_high": 0.9, "n": 4, "pipelines": 2, "note": ""}])
+    targets = target_table(table).set_index(["metric", "scope"])
+    assert targets.loc[("makespan MAPE %", "unconstrained"), "met"] == "missed"
+    assert targets.loc[("Kendall tau (median)", "limited, per pipeline and limit"),
+                       "met"] == "met"
+    assert targets.loc[("OOM predicted correctly (share)", "limited cells"), "met"] == \
+        "no cells"
+    text = targets_table(targets.reset_index())
+    assert "20.0 [15.0, 25.0] **missed** (n = 9)" in text and "0.70 [0.50, 0.90] met" in text
