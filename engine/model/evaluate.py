@@ -24,7 +24,9 @@ and per fold the same errors (``cv_folds``):
   for the multi-worker policies, whose peak depends on how concurrent tasks interleave,
   the model also replays ``ORDERINGS`` orderings (each task's work scaled by a
   log-normal factor of the spread the training runs showed, ``duration_sigma``) and the
-  measured peak is scored against their 5-95 % range;
+  measured peak is scored against their 5-95 % range, and against that range widened by
+  the baseline's 5-95 % spread over the training cells (``baseline_spread_bytes``: what
+  the allocator keeps varies too), the peak's prediction interval;
 - ranking: Kendall's tau between predicted and measured makespans of the policies, per
   (pipeline, limit), its median; how often the predicted best policy is the measured
   best, and how often its measured median lies within the measured best's CI;
@@ -69,7 +71,8 @@ PREDICTION_COLUMNS = [
     "predicted_makespan_s", "makespan_error_pct", "measured_slowdown", "predicted_slowdown",
     "slowdown_error_pct", "measured_hwm_rss_bytes", "measured_cg_peak_bytes",
     "predicted_peak_ram_bytes", "predicted_peak_p05_bytes", "predicted_peak_p95_bytes",
-    "peak_in_range", "peak_error_pct", "peak_cg_error_pct", "predicted_peak_swap_bytes",
+    "peak_in_range", "predicted_peak_pi_low_bytes", "predicted_peak_pi_high_bytes",
+    "peak_in_pi", "peak_error_pct", "peak_cg_error_pct", "predicted_peak_swap_bytes",
     "predicted_swap_out_bytes", "measured_swap_out_bytes", "measured_oom", "predicted_oom",
 ]
 SCORE_COLUMNS = ["mode", "scheme", "metric", "scope", "value", "ci_low", "ci_high", "n",
@@ -139,6 +142,7 @@ def predict_cells(model: Model, key: str, cells: pd.DataFrame, pipelines: dict,
                                    swap)
             low, high = np.percentile(peaks, PEAK_RANGE)
         measured = c.measured_hwm_rss_bytes
+        pi_low, pi_high = low + m.baseline_spread_bytes[0], high + m.baseline_spread_bytes[1]
         out.append({"predicted_makespan_s": pred.makespan_s,
                     "predicted_slowdown": (pred.makespan_s / free.makespan_s
                                            if limit is not None else np.nan),
@@ -146,6 +150,10 @@ def predict_cells(model: Model, key: str, cells: pd.DataFrame, pipelines: dict,
                     "predicted_peak_p05_bytes": low, "predicted_peak_p95_bytes": high,
                     "peak_in_range": (bool(low <= measured <= high)
                                       if np.isfinite(measured) else None),
+                    "predicted_peak_pi_low_bytes": pi_low,
+                    "predicted_peak_pi_high_bytes": pi_high,
+                    "peak_in_pi": (bool(pi_low <= measured <= pi_high)
+                                   if np.isfinite(measured) else None),
                     "predicted_peak_swap_bytes": pred.peak_swap_bytes,
                     "predicted_swap_out_bytes": pred.swap_out_bytes,
                     "predicted_oom": pred.oom})
@@ -310,6 +318,14 @@ def scores(pred: pd.DataFrame, notes: list[tuple[str, str, str]] = ()) -> pd.Dat
         rows.append(_row(mode, scheme, "peak RSS in the orderings' 5-95 % range (share)",
                          "multi-worker cells", multi["peak_in_range"].astype(float),
                          multi["pipeline"], "mean", note))
+        rows.append(_row(mode, scheme, "peak RSS in the 5-95 % prediction interval (share)",
+                         "multi-worker cells", multi["peak_in_pi"].astype(float),
+                         multi["pipeline"], "mean",
+                         f"the orderings' range widened by the baseline's spread; {note}"))
+        every = p[p["peak_in_pi"].notna()]
+        rows.append(_row(mode, scheme, "peak RSS in the 5-95 % prediction interval (share)",
+                         "all cells", every["peak_in_pi"].astype(float), every["pipeline"],
+                         "mean", note))
         for scope, part in (("unconstrained", free), ("limited", lim)):
             ranks = _rankings(part)
             rows.append(_row(mode, scheme, "Kendall tau (median)",

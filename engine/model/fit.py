@@ -10,10 +10,12 @@ Per execution mode (native, or the sandbox that ran the runs: never mixed) and r
   FLOPs for the element-wise layers; the elements copied for Concat. LOAD seconds = a +
   b x weight bytes, for a layer's partial file and for a whole caffemodel (bulk) apart;
   INIT seconds = a + b x input bytes; a whole forward pass (bulk EXEC) = a + b x the sum
-  of its layers' predictions. Least squares on the median duration of each (network,
-  layer, task) over the unconstrained runs, from tasks that ran alone (``overlap == 0``:
-  a task that shared the CPU with another took longer than its work); coefficients kept
-  non-negative by backward elimination (``fit_linear``).
+  of its layers' predictions. A whole-network fit with too few networks for a slope
+  borrows it (``borrow_slope``: the layer LOADs' per byte, slope 1 on the layers' sum).
+  Least squares on the median duration of each (network, layer, task) over the
+  unconstrained runs, from tasks that ran alone (``overlap == 0``: a task that shared
+  the CPU with another took longer than its work); coefficients kept non-negative by
+  backward elimination (``fit_linear``).
 - **dispatch gap**: the mean time between a task's end and the next one's start on a
   single worker (recording the task, releasing its dependants).
 - **start RSS**: the runtime's resident memory (interpreter, numpy, the engine, the
@@ -252,6 +254,19 @@ def duration_sigma(runs: pd.DataFrame, tasks: pd.DataFrame) -> float:
     return round(float(1.4826 * dev.abs().median()), 4) if len(dev) >= 2 else 0.0
 
 
+def borrow_slope(line: Linear | None, rows: pd.DataFrame, feature: str,
+                 slope: float | None) -> Linear | None:
+    """A fit too short of points for a slope of its own (an intercept alone: bulk's LOAD
+    of a whole caffemodel when two networks ran bulk, the same seconds for 87 and 262 MB)
+    takes ``slope`` from where the same work was fitted (a layer's LOAD: the same bytes
+    read; a forward pass: the sum of its layers, slope 1) and keeps its own intercept, the
+    median of what the slope leaves. Marked ``r2 = None``, ``n`` its own points."""
+    if line is None or line.coef or not slope:
+        return line
+    rest = rows["duration_s"] - slope * rows[feature]
+    return Linear(max(float(rest.median()), 0.0), {feature: slope}, line.n, None)
+
+
 def intercept_only(model: ModeModel) -> list[str]:
     """The parts of the time model fitted with an intercept alone."""
     parts = {"init": model.init, "load_layer": model.load_layer,
@@ -281,7 +296,9 @@ def fit_mode(runs: pd.DataFrame, tasks: pd.DataFrame,
     layer = med["layer"] >= 0
     init = linear(med[med["task_type"] == "INIT"], ("input_bytes",))
     load_layer = linear(med[(med["task_type"] == "LOAD") & layer], ("bytes",))
-    load_whole = linear(med[(med["task_type"] == "LOAD") & ~layer], ("bytes",))
+    wholes = med[(med["task_type"] == "LOAD") & ~layer]
+    load_whole = borrow_slope(linear(wholes, ("bytes",)), wholes, "bytes",
+                              (load_layer.coef.get("bytes") if load_layer else None))
     execs = med[(med["task_type"] == "EXEC") & layer]
     exec_types = {t: linear(rows, exec_features(t)) for t, rows in execs.groupby("ltype")}
     if init is None or load_layer is None or not exec_types:
@@ -303,7 +320,10 @@ def fit_mode(runs: pd.DataFrame, tasks: pd.DataFrame,
         feats = {n: network_features(descriptions[n], batch) for n in whole["network"]}
         summed = whole["network"].map(
             lambda n: sum(exec_layer_s(model, feats[n], i) for i in range(len(feats[n].types))))
-        model.exec_whole = fit_linear(pd.DataFrame({"layers_s": summed}), whole["duration_s"])
+        x = pd.DataFrame({"layers_s": summed.to_numpy(), "duration_s": whole["duration_s"]
+                          .to_numpy()})
+        model.exec_whole = borrow_slope(fit_linear(x[["layers_s"]], x["duration_s"]), x,
+                                        "layers_s", 1.0)
     model.swap = fit_swap_cost(runs, tasks)
     limited = ok[ok["limit"] != "none"]
     model.domain = Domain(

@@ -95,6 +95,10 @@ class ModeModel:
     # log(duration / its median)): how far orderings of concurrent workers vary
     # (engine.model.evaluate)
     duration_sigma: float = 0.0
+    # the 5 and 95 % points of (measured peak RSS - the replay's) over the training cells,
+    # less their median (the baseline): how far a run's peak strays from the replay's
+    # besides the orderings (what the allocator keeps of freed blocks varies)
+    baseline_spread_bytes: list[float] = field(default_factory=lambda: [0.0, 0.0])
     domain: Domain | None = None
 
     @property
@@ -198,6 +202,9 @@ class Model:
             if not isinstance(m.mode, str) or not m.mode or m.runtime not in RUNTIMES:
                 raise ValueError(f"unknown execution mode or runtime {name!r}")
             _number(m.duration_sigma, f"{name}.duration_sigma", 0, high=5.0)
+            lo, hi = m.baseline_spread_bytes
+            _number(-lo, f"{name}.baseline_spread_bytes[0]", 0)
+            _number(hi, f"{name}.baseline_spread_bytes[1]", 0)
             for field_name, low in (("start_rss_bytes", 0), ("baseline_bytes", 0),
                                     ("gap_s", 0)):
                 _number(getattr(m, field_name), f"{name}.{field_name}", low)

@@ -12,7 +12,7 @@ training runs (unconstrained, finished):
   counts: the interpreter, numpy and the engine (``start_rss_bytes``, measured at the
   first task) plus what the allocator keeps of freed blocks as the run goes. Measured
   as the median over the training cells of measured peak RSS - the replay's peak
-  (never below 0).
+  (never below 0); its 5-95 % spread over them is ``baseline_spread_bytes``.
 
 The pipelines come from the networks table (each instance's arrival), so training needs
 only the tables and the network descriptions.
@@ -125,6 +125,9 @@ def calibrate(mode: ModeModel, cells: pd.DataFrame, pipelines: dict[str, Pipelin
                                                r.policy)[0].peak_ram_bytes
             for r in free.itertuples() if np.isfinite(r.measured_hwm_rss_bytes)]
     mode.baseline_bytes = max(float(np.median(gaps)), 0.0) if gaps else mode.start_rss_bytes
+    if len(gaps) >= 2:
+        lo, mid, hi = np.percentile(gaps, [5, 50, 95])
+        mode.baseline_spread_bytes = [float(min(lo - mid, 0.0)), float(max(hi - mid, 0.0))]
     return mode
 
 
