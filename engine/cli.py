@@ -357,7 +357,8 @@ def _cmd_advise(args: argparse.Namespace) -> None:
     if args.swap is not None and limit is None:
         raise EdgeprofError("--swap is the swap allowed on top of --limit; give a --limit too")
     print(run_advise(args.pipeline, args.model, args.models, limit, _swap(args.swap),
-                     args.policies, args.mode, args.find_limit, args.json))
+                     args.policies, args.mode, args.find_limit, args.json, args.runtime,
+                     args.swap_cost, args.strict))
 
 
 def _cmd_fit_model(args: argparse.Namespace) -> None:
@@ -382,10 +383,73 @@ def _cmd_evaluate_model(args: argparse.Namespace) -> None:
     from engine.model.evaluate import evaluate_files
 
     t0 = time.perf_counter()
-    summary = evaluate_files(args.tables, args.models, args.model, args.out)
+    summary = evaluate_files(args.tables, args.models, args.model, args.out, args.orderings)
     for mode, scores in summary.items():
         print(f"{mode}: {scores}", file=sys.stderr)
     print(f"-> {args.out} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+
+
+def _cmd_reconstruct_model(args: argparse.Namespace) -> None:
+    from engine.model.reconstruct import reconstruct_files
+
+    t0 = time.perf_counter()
+    tables = reconstruct_files(args.tables, args.models, args.model, args.out,
+                               args.resamples)
+    for row in tables["reconstruction_scores"].itertuples():
+        print(f"{row.sandbox}/{row.runtime} {row.scope}: {row.metric} {row.value:.1f} "
+              f"[{row.ci_low:.1f}, {row.ci_high:.1f}] over {row.n} values of "
+              f"{row.pipelines} pipelines", file=sys.stderr)
+    print(f"-> {args.out} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> None:
+    from engine.model.calibrate import calibrate
+
+    limit = _size(args.limit, "--limit")
+    _positive(args.repetitions, "--repetitions", most=100)
+    out = Path(args.out)
+    work = Path(args.work) if args.work else out.with_name(out.stem + ".runs")
+    device = calibrate(args.models, args.network, format_size(limit), args.backend,
+                       args.repetitions, work, out, args.name or out.stem)
+    print(f"{device.name}: {device.per_page_in_s * 1e6:.1f} us per page in, "
+          f"{device.per_page_out_s * 1e6:.1f} us out ({device.source}) -> {out}",
+          file=sys.stderr)
+
+
+def _cmd_model_report(args: argparse.Namespace) -> None:
+    from engine.model.report import report
+
+    print(report(args.dir))
+
+
+def _cmd_score_holdout(args: argparse.Namespace) -> None:
+    from engine.model.evaluate import score_holdout_files
+
+    t0 = time.perf_counter()
+    table = score_holdout_files(args.tables, args.models, args.model, args.out,
+                                args.orderings)
+    for row in table.dropna(subset=["value"]).itertuples():
+        if "," not in row.scope:
+            print(f"{row.mode} {row.metric} ({row.scope}): {row.value:.3g}", file=sys.stderr)
+    print(f"-> {args.out} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+
+
+def _tables_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tables", nargs="+", default=["results/tables"],
+                   help="folder(s) of runs/tasks/networks.parquet, one per campaign "
+                   "(default results/tables)")
+    p.add_argument("--models", nargs="+", default=["results/split"],
+                   help="folder(s) of the networks' *.description.json: one, or one per "
+                   "--tables folder (default results/split)")
+
+
+def _model_tables_parser(sub, name: str, what: str, writes: str) -> argparse.ArgumentParser:
+    """A command that reads a campaign's tables and a model file and writes tables."""
+    p = sub.add_parser(name, help=what)
+    _tables_options(p)
+    p.add_argument("--model", default="results/model/model.json")
+    p.add_argument("--out", default="results/model", help=f"folder for {writes}")
+    return p
 
 
 class _Parser(argparse.ArgumentParser):
@@ -506,30 +570,32 @@ def build_parser() -> argparse.ArgumentParser:
                    help="folder of the networks' *.description.json (default results/split)")
     p.add_argument("--policies", nargs="+", help="policies to rank (default: the ones the "
                    "model was fitted on)")
-    p.add_argument("--mode", choices=["native", "emulated"],
-                   help="execution mode whose fit to use (default native)")
+    p.add_argument("--mode", help="execution mode whose fit to use: native, a sandbox "
+                   "(vm, uml) or emulated (the only sandbox fitted); default native")
+    p.add_argument("--runtime", choices=RUNTIMES,
+                   help="runtime whose fit to use (default lean, or the only one fitted)")
+    p.add_argument("--swap-cost", help="price the swap traffic on a device: a profile ("
+                   "zram-rpi4, nvme, sd-a2, sd-a1), a sandbox the model measured (vm, uml), "
+                   "a file of python -m engine calibrate, or a time per page (50us)")
+    p.add_argument("--strict", action="store_true", help="refuse (exit 2) a pipeline, "
+                   "policy or limit outside what the model was fitted on")
     p.add_argument("--find-limit", action="store_true",
                    help="the smallest limit at which each policy runs without swapping")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=_cmd_advise)
 
     p = sub.add_parser("fit-model", help="fit the slowdown model on the aggregate tables")
-    p.add_argument("--tables", default="results/tables",
-                   help="folder of runs/tasks/networks.parquet (default results/tables)")
-    p.add_argument("--models", default="results/split",
-                   help="folder of the networks' *.description.json (default results/split)")
+    _tables_options(p)
     p.add_argument("--out", default="results/model/model.json", help="model file to write")
     p.add_argument("--policies", nargs="+", help="what advise ranks by default (default: "
                    "the policies of the runs)")
     p.set_defaults(func=_cmd_fit_model)
 
-    p = sub.add_parser("evaluate-model", help="cross-validate the model (leave pipelines "
-                       "out) and tabulate its per-layer residuals")
-    p.add_argument("--tables", default="results/tables")
-    p.add_argument("--models", default="results/split")
-    p.add_argument("--model", default="results/model/model.json")
-    p.add_argument("--out", default="results/model", help="folder for the cv_* tables, "
-                   "layer_residuals and cv.json")
+    p = _model_tables_parser(sub, "evaluate-model", "cross-validate the model (leave "
+                             "pipelines out, leave networks out) and tabulate its per-layer "
+                             "residuals", "the cv_* tables, layer_residuals and cv.json")
+    p.add_argument("--orderings", type=int, default=40, help="orderings replayed per "
+                   "multi-worker cell for its peak's range (default 40)")
     p.set_defaults(func=_cmd_evaluate_model)
 
     p = sub.add_parser("doctor", help="is this machine quiet enough to measure? (load, CPU "
@@ -537,6 +603,41 @@ def build_parser() -> argparse.ArgumentParser:
                        "noise floor and load)")
     p.add_argument("--tables", help="a campaign's aggregate tables (results/tables)")
     p.set_defaults(func=_cmd_doctor)
+
+    p = _model_tables_parser(sub, "reconstruct-model", "native-speed times under each "
+                             "limit from native task times and the sandbox's page traffic; "
+                             "its validation in the sandbox; the swap-cost axis",
+                             "the reconstruction and swap_cost_* tables")
+    p.add_argument("--resamples", type=int, default=200, help="bootstrap resamples of "
+                   "each CI (default 200)")
+    p.set_defaults(func=_cmd_reconstruct_model)
+
+    p = sub.add_parser("calibrate", help="measure a device's per-page swap costs from "
+                       "short limited runs (for advise --swap-cost)")
+    p.add_argument("--limit", required=True, help="a limit that makes the network swap, "
+                   "e.g. 48M for AgeNet")
+    p.add_argument("--backend", choices=BACKENDS, default="auto",
+                   help="how the limit is enforced (default auto; none and inherit set none)")
+    p.add_argument("--network", default="AgeNet", help="the network run (default AgeNet)")
+    p.add_argument("--models", default="results/split",
+                   help="folder of the networks' *.description.json (default results/split)")
+    p.add_argument("--repetitions", type=int, default=3,
+                   help="runs unconstrained and under the limit, each (default 3)")
+    p.add_argument("--out", required=True, help="device file to write (.json)")
+    p.add_argument("--name", help="the device's name (default: --out's stem)")
+    p.add_argument("--work", help="folder for the runs (default: <out stem>.runs beside it)")
+    p.set_defaults(func=_cmd_calibrate)
+
+    p = sub.add_parser("model-report", help="the model's results as the Markdown tables "
+                       "docs/model.md quotes")
+    p.add_argument("--dir", default="results/model", help="the model's results folder")
+    p.set_defaults(func=_cmd_model_report)
+
+    p = _model_tables_parser(sub, "score-holdout", "score the fitted model on pipelines "
+                             "drawn with a seed never used in fitting (--tables: the "
+                             "held-out runs, aggregated apart)", "the holdout_* tables")
+    p.add_argument("--orderings", type=int, default=40)
+    p.set_defaults(func=_cmd_score_holdout)
 
     p = sub.add_parser("graph", help="draw a policy's task graph (DOT, or SVG with Graphviz)")
     p.add_argument("--policy", required=True)

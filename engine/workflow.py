@@ -207,6 +207,11 @@ def check_config(config: Config) -> None:
                                  f"size; list each limit once")
             seen[size] = limit
     _check_run_extras(config)
+    holdout = holdout_config(config)
+    if holdout and holdout["seed"] == config["seed"]:
+        raise ValueError(f"config: model.holdout.seed {holdout['seed']} is the campaign's "
+                         f"seed: the held-out pipelines must be drawn with a seed never "
+                         f"used in fitting; choose another")
     reconcile = config["run"]["reconcile"]
     if reconcile_in_vm(config) and not vm_enabled(config):
         raise ValueError("config: run.reconcile.vm is true (config/config.yaml's default, "
@@ -286,18 +291,22 @@ def vm_runs_main(config: Config) -> bool:
     return vm_enabled(config) and config["vm"].get("pipelines") == "main"
 
 
-def vm_pipeline_names(config: Config) -> list[str]:
-    """The ``vNNN`` pipelines of the ``vm:`` block, when it is enabled with its own."""
+def vm_pipeline_names(config: Config, holdout: bool = False) -> list[str]:
+    """The ``vNNN`` pipelines of the ``vm:`` block, when it is enabled with its own
+    (``holdout``: the model's held-out ``hvNNN`` ones)."""
     if not vm_enabled(config) or vm_runs_main(config):
         return []
+    if holdout:
+        return pipeline_names(holdout_config(config).get("vm_pipelines", 0), HOLDOUT_VM_PREFIX)
     return pipeline_names(config["vm"]["pipelines"]["count"], "v")
 
 
 # The kind of a run: its folder under results/ and its tidy tables' (runs/p000/...):
 # "runs"; "sandbox" for a main pipeline's runs in the sandbox (vm.pipelines: main), and
-# "sandbox_<runtime>" for those of a vm.also entry with a runtime of its own; "unprobed"
-# for the probe-overhead twins.
-RUNS, SANDBOX = "runs", "sandbox"
+# "sandbox_<runtime>" for those of a vm.also entry with a runtime of its own; "native"
+# for a vm pipeline's native unconstrained twins (vm.native_baseline: the same pipeline,
+# policy and limit as its guest baseline); "unprobed" for the probe-overhead twins.
+RUNS, SANDBOX, NATIVE = "runs", "sandbox", "native"
 
 
 def kind_runtime(config: Config, kind: str) -> str:
@@ -310,7 +319,8 @@ def kind_runtime(config: Config, kind: str) -> str:
 @dataclass(frozen=True)
 class RunSet:
     """Runs whose product is every run of a config (times the repetitions): these
-    pipelines under these policies and limits, all in the guest (``in_vm``) or none."""
+    pipelines under these policies and limits, all in the guest (``in_vm``) or none.
+    ``holdout``: the model's held-out pipelines (``model.holdout``), never fitted on."""
 
     pipelines: list[str]
     policies: list[str]  # canonical names
@@ -318,6 +328,7 @@ class RunSet:
     in_vm: bool
     repetitions: int
     kind: str = RUNS
+    holdout: bool = False
 
 
 def vm_policies(config: Config) -> list[str]:
@@ -326,25 +337,39 @@ def vm_policies(config: Config) -> list[str]:
 
 
 def run_sets(config: Config) -> list[RunSet]:
-    """Every run, as run sets.
+    """Every run, as run sets; the first is the main pipelines'.
 
     With ``vm.enabled`` the main pipelines run only unconstrained (natively) and the vm
     pipelines run in the guest under ``vm.limits`` and, as their like-for-like baseline,
     unconstrained in the same guest (emulated runs are 15-60x slower: their slowdowns are
-    taken over emulated baselines, never native ones). Otherwise the main pipelines run
-    under every limit of ``run.limits`` with ``run.backend``."""
-    main = pipeline_names(config["pipelines"]["count"])
+    taken over emulated baselines, never native ones); with ``vm.native_baseline`` the
+    vm pipelines also run unconstrained natively (kind ``native``: the model's
+    native-speed reconstruction pairs them with the guest's page traffic). Otherwise the
+    main pipelines run under every limit of ``run.limits`` with ``run.backend``. The
+    model's held-out pipelines (``model.holdout``) run the same sets under their own
+    names."""
+    holdout = holdout_config(config)
+    sets = _run_sets(config, pipeline_names(config["pipelines"]["count"]),
+                     vm_pipeline_names(config), False)
+    if holdout:
+        sets += _run_sets(config, pipeline_names(holdout["pipelines"], HOLDOUT_PREFIX),
+                          vm_pipeline_names(config, holdout=True), True)
+    return [rs for rs in sets if rs.pipelines]
+
+
+def _run_sets(config: Config, main: list[str], vm_pipes: list[str],
+              holdout: bool) -> list[RunSet]:
     policies = [parse_policy(p).name for p in config["run"]["policies"]]
     reps = config["run"]["repetitions"]
     if vm_enabled(config):
         vm = config["vm"]
         vm_limits = [UNLIMITED, *(str(lim) for lim in vm["limits"] if str(lim) != UNLIMITED)]
         vm_reps = vm.get("repetitions") or reps
+        vm_pols = [parse_policy(p).name for p in vm_policies(config)]
         on_main = vm_runs_main(config)
-        pipelines, kind = (main, SANDBOX) if on_main else (vm_pipeline_names(config), RUNS)
-        sets = [RunSet(main, policies, [UNLIMITED], False, reps),
-                RunSet(pipelines, [parse_policy(p).name for p in vm_policies(config)],
-                       vm_limits, True, vm_reps, kind)]
+        pipelines, kind = (main, SANDBOX) if on_main else (vm_pipes, RUNS)
+        sets = [RunSet(main, policies, [UNLIMITED], False, reps, holdout=holdout),
+                RunSet(pipelines, vm_pols, vm_limits, True, vm_reps, kind, holdout)]
         # further policies under some limits only (the workers experiment), or another
         # runtime on the first few pipelines
         for extra in vm.get("also") or []:
@@ -355,11 +380,26 @@ def run_sets(config: Config) -> list[RunSet]:
             sets.append(RunSet(pipelines[:extra.get("pipelines", len(pipelines))],
                                [parse_policy(p).name for p in extra["policies"]],
                                [str(lim) for lim in extra["limits"]], True, vm_reps,
-                               f"{SANDBOX}_{runtime}" if own else kind))
+                               f"{SANDBOX}_{runtime}" if own else kind, holdout))
+        # a main pipeline's native runs are its own baseline already
+        if vm.get("native_baseline") and not on_main:
+            sets.append(RunSet(vm_pipes, vm_pols, [UNLIMITED], False, vm_reps, NATIVE,
+                               holdout))
         return sets
     limits = [str(limit) for limit in config["run"]["limits"]]
     # run.backend vm: every run in the guest, the unconstrained baseline too
-    return [RunSet(main, policies, limits, config["run"]["backend"] in SANDBOXES, reps)]
+    return [RunSet(main, policies, limits, config["run"]["backend"] in SANDBOXES, reps,
+                   holdout=holdout)]
+
+
+# The model's held-out pipelines: hp000, ... drawn as the main pipelines are, hv000, ...
+# as the vm pipelines, both with model.holdout.seed instead of the campaign's seed.
+HOLDOUT_PREFIX, HOLDOUT_VM_PREFIX = "hp", "hv"
+
+
+def holdout_config(config: Config) -> dict:
+    """``model.holdout`` (``{}`` when the config has none)."""
+    return dict((config.get("model") or {}).get("holdout") or {})
 
 
 SANDBOXES = ("uml", "vm")
@@ -437,9 +477,9 @@ def run_order(config: Config) -> list[tuple[str, str, str, str, int]]:
         keys = list(blocks)
         rng = np.random.default_rng([config["seed"], rep])
         for b in rng.permutation(len(keys)):
-            _, in_vm, pipeline, limit = keys[b]
+            kind, in_vm, pipeline, limit = keys[b]
             members = blocks[keys[b]]
-            if limit == UNLIMITED and not in_vm:
+            if limit == UNLIMITED and not in_vm and kind == RUNS:
                 members += [(UNPROBED, pol) for pipe, pol in twins if pipe == pipeline]
             for m in np.random.default_rng([config["seed"], rep, int(b)]).permutation(
                     len(members)):
@@ -516,24 +556,38 @@ def bins_args(config: Config) -> list[object]:
     return ["--bins-mb" if cfg.get("bin_unit") == "MB" else "--bins", *cfg["bins"]]
 
 
-def pipelines_args(config: Config, networks: Iterable[str]) -> str:
+def pipelines_args(config: Config, networks: Iterable[str], holdout: bool = False) -> str:
     """``python -m engine pipelines``'s arguments for the main pipelines (``pNNN``), drawn
-    from ``networks`` (display names)."""
+    from ``networks`` (display names); ``holdout``: the model's held-out ones (``hpNNN``,
+    ``model.holdout``'s count and seed; empty without ``model.holdout``)."""
     cfg = config["pipelines"]
+    count, seed, prefix = cfg["count"], config["seed"], []
+    if holdout:
+        hold = holdout_config(config)
+        if not hold:
+            return ""
+        count, seed, prefix = hold.get("pipelines", 0), hold["seed"], ["--prefix",
+                                                                        HOLDOUT_PREFIX]
     return " ".join(filter(None, [
-        _join(["--count", cfg["count"], "--seed", config["seed"], "--length", *cfg["length"]]),
+        _join(["--count", count, "--seed", seed, *prefix, "--length", *cfg["length"]]),
         arrival_args(cfg["arrival"]),
         _join([*bins_args(config), "--networks", *networks]),
     ]))
 
 
-def vm_pipelines_args(config: Config) -> str:
+def vm_pipelines_args(config: Config, holdout: bool = False) -> str:
     """The same for the vm block's smaller pipelines (``vNNN``, batch arrival, its own
-    networks); empty when the vm block is not enabled or runs the main pipelines."""
-    if not vm_enabled(config) or vm_runs_main(config):
+    networks; ``holdout``: ``hvNNN``); empty when the vm block is not enabled or runs the
+    main pipelines."""
+    if (not vm_enabled(config) or vm_runs_main(config)
+            or (holdout and not holdout_config(config))):
         return ""
     cfg = config["vm"]["pipelines"]
-    return _join(["--count", cfg["count"], "--seed", config["seed"], "--prefix", "v",
+    count, seed, prefix = cfg["count"], config["seed"], "v"
+    if holdout:
+        hold = holdout_config(config)
+        count, seed, prefix = hold.get("vm_pipelines", 0), hold["seed"], HOLDOUT_VM_PREFIX
+    return _join(["--count", count, "--seed", seed, "--prefix", prefix,
                   "--length", *cfg["length"], *bins_args(config),
                   "--networks", *cfg["networks"]])
 

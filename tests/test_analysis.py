@@ -22,6 +22,7 @@ from PIL import Image
 
 from engine.analysis import plots, tables
 from engine.errors import EdgeprofError
+from tests.fabricated import edit_meta, record_tables
 
 REPO = Path(__file__).resolve().parents[1]
 MIB = 2**20
@@ -39,21 +40,6 @@ def _wait(procs: list[subprocess.Popen]) -> None:
         assert p.returncode == 0, err[-2000:]
 
 
-def _edit_meta(folder: Path, **changes) -> dict:
-    meta = json.loads((folder / "meta.json").read_text()) | changes
-    (folder / "meta.json").write_text(json.dumps(meta))
-    return meta
-
-
-def _record_tables(folder: Path) -> None:
-    """A fabricated run records its edited tables' digests, as a run records its own."""
-    from engine.files import sha256_file
-
-    _edit_meta(folder, table_digests={name: sha256_file(folder / name)
-                                      for name in ("tasks.csv", "networks.csv", "samples.csv")
-                                      if (folder / name).is_file()})
-
-
 def _fake_samples(folder: Path, t0: int, n: int, peak: int) -> None:
     """A sampler series of n rows over the run's span, peaking at ``peak`` bytes."""
     end = pd.read_csv(folder / "tasks.csv")["end_ns"].max()
@@ -62,8 +48,8 @@ def _fake_samples(folder: Path, t0: int, n: int, peak: int) -> None:
     pd.DataFrame({"t_ns": t0 + t.astype(np.int64), "rss_bytes": rss, "uss_bytes": "",
                   "swap_bytes": 0, "cg_current_bytes": "", "cg_swap_current_bytes": ""}
                  ).to_csv(folder / "samples.csv", index=False)
-    _edit_meta(folder, sampler={"samples": n})
-    _record_tables(folder)
+    edit_meta(folder, sampler={"samples": n})
+    record_tables(folder)
 
 
 def _fabricate_oom(real: Path, out: Path) -> None:
@@ -75,7 +61,7 @@ def _fabricate_oom(real: Path, out: Path) -> None:
     nets = pd.read_csv(out / "networks.csv").iloc[:1]
     nets.assign(end_ns=np.nan, response_ns=np.nan, complete=False).to_csv(
         out / "networks.csv", index=False)
-    meta = _edit_meta(out, limit_bytes=128 * MIB, limit_enforced=True, backend="cgroup2",
+    meta = edit_meta(out, limit_bytes=128 * MIB, limit_enforced=True, backend="cgroup2",
                       termination="memory", running_at_end=["0:AgeNet EXEC"],
                       tasks_finished=len(kept),
                       gnu_time={"gt_max_rss_bytes": 131072 * 1024})
@@ -85,7 +71,7 @@ def _fabricate_oom(real: Path, out: Path) -> None:
 def _fabricate_limited(real: Path, out: Path) -> None:
     """Linear finishing under the enforced 128M limit, with a long sampler series."""
     shutil.copytree(real, out)
-    meta = _edit_meta(out, limit_bytes=128 * MIB, limit_enforced=True, backend="cgroup2",
+    meta = edit_meta(out, limit_bytes=128 * MIB, limit_enforced=True, backend="cgroup2",
                       gnu_time={"gt_max_rss_bytes": 120_000 * 1024})
     _fake_samples(out, meta["t0_monotonic_ns"], 5000, 110 * MIB)
 
@@ -110,7 +96,7 @@ def campaign(tmp_path_factory) -> Path:
     _fabricate_limited(runs / "linear" / "none" / "rep0", runs / "linear" / "128M" / "rep0")
     emulated = runs / "linear" / "none" / "rep1"
     shutil.copytree(runs / "linear" / "none" / "rep0", emulated)
-    _edit_meta(emulated, emulated=True)
+    edit_meta(emulated, emulated=True)
     return root
 
 

@@ -81,6 +81,10 @@ def test_limited_runs_go_to_the_vm_with_its_smaller_pipelines(tmp_path):
     cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     cfg["results"] = str(tmp_path / "r")
     cfg["run"]["backend"] = "vm"
+    # the model's runs (the vm pipelines' native twins, the held-out pipelines) are
+    # counted in tests/test_workflow_args.py
+    cfg["vm"]["native_baseline"] = False
+    cfg["model"]["holdout"].update(pipelines=0, vm_pipelines=0)
     cfg["vm"]["sandbox"] = "vm"  # the qemu guest, wherever user-mode Linux works
     path = tmp_path / "vm.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -122,6 +126,7 @@ def test_with_the_vm_disabled_every_limit_runs_natively_with_run_backend(tmp_pat
     cfg["vm"]["enabled"] = False
     cfg["run"]["reconcile"] = {"pipeline": "p000", "policy": "linear", "limit": "none",
                                "vm": False}
+    cfg["model"]["holdout"].update(pipelines=0)  # the model's: tests/test_workflow_args.py
     path = tmp_path / "native.yaml"
     path.write_text(yaml.safe_dump(cfg))
     r = _snakemake("--configfile", str(path), "--dry-run", "--printshellcmds")
@@ -161,7 +166,8 @@ def test_building_the_dag_probes_nothing_on_the_host(tmp_path):
     # and the workflow builds the qemu guest only for the qemu guest's runs
     in_uml = uml_status()[0]
     assert job_counts(r.stdout).get("vm_guest", 0) == (0 if in_uml else 1)
-    runs = [c for c in _shell_commands(r.stdout) if "/pipelines/v0" in c]
+    # (the vm pipelines' native twins, vm.native_baseline, run natively)
+    runs = [c for c in _shell_commands(r.stdout) if "/pipelines/v0" in c and "/native/" not in c]
     assert runs and all(f"--backend {'uml' if in_uml else 'vm'}" in c for c in runs)
     assert not marker.exists(), marker.read_text()
     imported = {line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines()

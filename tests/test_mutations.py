@@ -12,6 +12,9 @@ sort done here), chosen so that specific plausible mistakes in the code are caug
   instead of copying into INIT's; a layer reset that frees the parameters or the tops,
   or keeps the layer's own buffers; a bulk forward pass that frees the layers' own
   buffers as it goes; an instance that outlives its network.
+- engine/model/evaluate.py training a fold's model on its held-out pipeline too;
+- engine/model/simulate.py without the shared swap device (``io_rate = 1.0``);
+- engine/model/fit.py keeping overlapped tasks in the time fit.
 """
 
 from __future__ import annotations
@@ -384,3 +387,95 @@ def test_the_networks_end_frees_all_it_held(zoo_split):
     gc.collect()
     assert all(r() is None for r in kept)
     assert out["prob"].shape == (1, 8)
+
+
+# ---------------------------------------------------------------------------------------
+# engine/model: the cross-validation never trains on what it tests; one swap device; the
+# time fit only from tasks that ran alone
+
+
+@pytest.fixture(scope="module")
+def two_networks(tmp_path_factory) -> dict[str, splitter.Description]:
+    from tests.model_fixtures import TINY, WIDE, write_network
+
+    root = tmp_path_factory.mktemp("nets")
+    return {d.network: d for d in (write_network(root, TINY), write_network(root, WIDE))}
+
+
+def test_cross_validation_never_trains_on_a_held_out_pipeline_or_network(two_networks):
+    """Four pipelines of two networks, both schemes: every fold's training runs, tasks
+    and networks rows hold none of its test pipelines, and in leave-network-out none of
+    their networks hold the held-out network; every pipeline is tested."""
+    from engine.model.evaluate import LNO, LPO, cross_validate
+    from engine.model.train import train
+    from tests.model_fixtures import campaign
+
+    pipelines = {"p0": ["Tiny", "Tiny"], "p1": ["Tiny", "Wide"], "p2": ["Wide"],
+                 "p3": ["Wide", "Wide", "Wide"]}
+    runs, tasks, networks = campaign(two_networks, pipelines)
+    seen = []
+
+    def recording(train_runs, train_tasks, train_networks, descriptions):
+        seen.append((set(train_runs["pipeline"]), set(train_tasks["run_id"]),
+                     set(train_networks["run_id"]),
+                     set(train_runs["networks"].str.split().explode())))
+        return train(train_runs, train_tasks, train_networks, descriptions)
+
+    pred, notes = cross_validate(runs, tasks, networks, two_networks, orderings=0,
+                                 trainer=recording)
+    folds = pred.drop_duplicates(["scheme", "fold"])
+    assert len(seen) == len(folds) == 4 + 2 and not notes
+    for (pipes, task_runs, net_runs, nets), fold in zip(seen, folds.itertuples()):
+        test = pred[(pred["scheme"] == fold.scheme) & (pred["fold"] == fold.fold)]
+        test_runs = set(runs.loc[runs["pipeline"].isin(test["pipeline"]), "run_id"])
+        assert not pipes & set(test["pipeline"]), fold
+        assert not task_runs & test_runs and not net_runs & test_runs, fold
+        if fold.scheme == LNO:
+            assert fold.fold not in nets
+            holding = {p for p, members in pipelines.items() if fold.fold in members}
+            assert set(test["pipeline"]) == holding
+    assert set(pred.loc[pred["scheme"] == LPO, "pipeline"]) == set(pipelines)
+
+
+def test_tasks_waiting_for_swap_share_one_device():
+    """Two LOADs that each wait 1 s for swap at the same time, on two workers, with no
+    work: one device serves both at half speed, so both end at 2 s (not 1 s); a wait
+    beside a task that computes 1 s shares nothing: 1 s."""
+    from engine.model.simulate import simulate
+
+    policy = parse_policy("partial:2")
+    instances = [Instance(0, "A", 0, 1, 1), Instance(1, "B", 0, 1, 1)]
+    g = policy.build(instances)
+    loads = [t.id for t in g.tasks if t.kind == Kind.LOAD]
+    both = simulate(g, policy, {0: 0.0, 1: 0.0}, lambda t: 0.0,
+                    on_start=lambda t: 1.0 if t.kind == Kind.LOAD else 0.0)
+    assert [both.end_s[i] for i in loads] == [pytest.approx(2.0)] * 2
+    assert both.makespan_s == pytest.approx(2.0)
+    g = policy.build(instances)
+    mixed = simulate(g, policy, {0: 0.0, 1: 0.0},
+                     lambda t: 1.0 if t.kind == Kind.LOAD and t.instance == 1 else 0.0,
+                     on_start=lambda t: 1.0 if t.kind == Kind.LOAD and t.instance == 0
+                     else 0.0, cpus=1.0)
+    assert mixed.makespan_s == pytest.approx(1.0)
+
+
+def test_the_time_fit_takes_only_the_tasks_that_ran_alone():
+    """One LOAD timed alone at 1, 2 and 3 ms and overlapped (slowed by a neighbour) at
+    10, 20, 30 and 40 ms: its median is 2 ms; a line fitted through such medians of
+    four layers (1 + 1 ms/MB, alone) recovers the solo line."""
+    from engine.model.fit import fit_linear, solo_medians
+
+    rows = []
+    for layer, mb in enumerate([1.0, 2.0, 4.0, 8.0]):
+        solo = 1e-3 + 1e-3 * mb
+        for seconds, overlap in ([(solo * f, 0) for f in (0.5, 1.0, 1.5)]
+                                 + [(solo * f, 1) for f in (10, 20, 30, 40)]):
+            rows.append({"network": "N", "layer": layer, "task_type": "LOAD", "ltype": "",
+                         "duration_s": seconds, "overlap": overlap, "bytes": mb * 1e6,
+                         **{c: 0.0 for c in ("macs", "flops", "weight_bytes", "scratch_bytes",
+                                             "elements", "input_bytes")}})
+    med = solo_medians(pd.DataFrame(rows))
+    assert med.loc[med["layer"] == 0, "duration_s"].item() == pytest.approx(2e-3)
+    assert list(med["n"]) == [3, 3, 3, 3]
+    line = fit_linear(med[["bytes"]], med["duration_s"])
+    assert line.intercept == pytest.approx(1e-3) and line.coef["bytes"] == pytest.approx(1e-9)

@@ -213,3 +213,18 @@ def test_a_double_sigint_in_the_first_seconds_leaves_no_swap_image(uml_kernel, t
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 130, err
         assert list(tmp_path.iterdir()) == [], (delay, sorted(tmp_path.iterdir()))
+
+
+def test_calibrate_measures_the_sandboxes_per_page_costs(uml_kernel, tiny, tmp_path):
+    """python -m engine calibrate in the sandbox: AgeNet (45.7 MB of weights) under 48M
+    swaps, and the fit gives positive costs per page in and out from the guest's
+    counters."""
+    out = tmp_path / "uml.json"
+    r = subprocess.run([sys.executable, "-m", "engine", "calibrate", "--backend", "uml",
+                        "--limit", "48M", "--models", str(tiny["models"]), "--repetitions",
+                        "2", "--out", str(out)], cwd=REPO, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    device = json.loads(out.read_text())
+    assert device["per_page_in_s"] > 0 and device["per_page_out_s"] >= 0
+    assert "uml backend" in device["source"] and "guest_pswpin_delta" in device["source"]

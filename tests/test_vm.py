@@ -255,7 +255,8 @@ def test_vmstat_windows_give_swap_and_fault_deltas(tmp_path):
     token = probe.open()
     vmstat.write_text("pgfault 99\npswpin 6\npswpout 17\npgmajfault 4\n")
     assert probe.close(token) == {"guest_pswpin_delta": 1, "guest_pswpout_delta": 10,
-                                  "guest_pgmajfault_delta": 3}
+                                  "guest_pgmajfault_delta": 3, "guest_pswpin_end": 6,
+                                  "guest_pswpout_end": 17, "guest_pgmajfault_end": 4}
     assert set(COLUMNS) == set(probe.close(token))
 
 

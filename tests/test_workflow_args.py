@@ -93,7 +93,7 @@ def test_policy_ids_are_path_safe():
 def test_vm_enabled_runs_limited_runs_in_the_vm_on_its_pipelines(cfg):
     cfg = with_(cfg, vm__sandbox="vm")
     assert wf.vm_enabled(cfg)
-    main, vm = wf.run_sets(cfg)
+    main, vm, *_ = wf.run_sets(cfg)
     assert (main.pipelines, main.limits, main.in_vm) == (["p000", "p001", "p002"], ["none"],
                                                          False)
     assert len(main.policies) == 10
@@ -131,7 +131,7 @@ def test_the_vm_blocks_sandbox_is_uml_where_it_was_built_else_the_qemu_guest(cfg
 
 
 def test_vm_disabled_runs_every_limit_with_run_backend(cfg):
-    cfg = with_(cfg, vm__enabled=False)
+    cfg = with_(cfg, vm__enabled=False, model={})
     assert not wf.vm_enabled(cfg) and wf.vm_pipeline_names(cfg) == []
     [main] = wf.run_sets(cfg)
     assert (main.pipelines, main.limits, main.in_vm) == (
@@ -156,8 +156,43 @@ def test_vm_disabled_runs_every_limit_with_run_backend(cfg):
     assert wf.limit_args(capped, "none", False) == "--backend auto"
 
 
+def test_vm_native_baseline_runs_the_vm_pipelines_natively_too(cfg):
+    """The model's native-speed reconstruction needs the vm pipelines' native task times:
+    vm.native_baseline adds them as their own kind (same pipeline, policy and limit as
+    the guest's baseline, another folder), started in the same blocks."""
+    twin = with_(cfg, vm__native_baseline=True, model={})
+    main, vm, native = wf.run_sets(twin)
+    assert (native.pipelines, native.policies, native.limits, native.in_vm, native.kind) == (
+        vm.pipelines, vm.policies, ["none"], False, "native")
+    assert wf.limit_args(twin, "none", native.in_vm) == "--backend auto"
+    kinds = {(kind, pipeline) for kind, pipeline, *_ in wf.run_order(twin)}
+    assert ("native", "v000") in kinds and ("runs", "v000") in kinds
+    assert ("native", "p000") not in kinds
+    assert len(wf.run_sets(with_(twin, vm__native_baseline=False))) == 2
+
+
+def test_the_model_holdout_runs_like_the_campaign_under_names_and_a_seed_of_its_own(cfg):
+    held = with_(cfg, vm__native_baseline=True,
+                 model__holdout={"seed": 1000, "pipelines": 2, "vm_pipelines": 1})
+    sets = wf.run_sets(held)
+    assert [(rs.pipelines, rs.kind, rs.holdout) for rs in sets] == [
+        (["p000", "p001", "p002"], "runs", False), (["v000", "v001"], "runs", False),
+        (["v000", "v001"], "native", False), (["hp000", "hp001"], "runs", True),
+        (["hv000"], "runs", True), (["hv000"], "native", True)]
+    assert "--seed 1000 --prefix hp" in wf.pipelines_args(held, ["AgeNet"], holdout=True)
+    assert "--seed 1000 --prefix hv" in wf.vm_pipelines_args(held, holdout=True)
+    assert "--seed 0 " in wf.pipelines_args(held, ["AgeNet"])
+    with pytest.raises(ValueError, match="seed never used in fitting"):
+        wf.check_config(with_(held, model__holdout={"seed": 0, "pipelines": 1}))
+    off = with_(held, vm__enabled=False, run__reconcile__vm=False,
+                run__reconcile__pipeline="p000")
+    wf.check_config(off)  # without the vm block no held-out vm pipeline runs
+    assert [rs.pipelines for rs in wf.run_sets(off) if rs.holdout] == [["hp000", "hp001"]]
+
+
 def test_a_config_without_a_vm_block_runs_nothing_in_the_vm(cfg):
     del cfg["vm"]
+    cfg["model"] = {}
     assert not wf.vm_enabled(cfg)
     assert wf.run_sets(cfg)[0].limits == ["none", "1G", "512M", "256M"]
 
@@ -227,8 +262,10 @@ def test_the_slurm_step_prefix_runs_the_engine_in_a_step_of_its_limit(tmp_path):
 def test_paper_config_runs_nothing_in_the_vm():
     paper = load_config("paper.yaml")
     assert not wf.vm_enabled(paper) and paper["run"]["backend"] == "inherit"
-    [main] = wf.run_sets(paper)
+    main, held = wf.run_sets(paper)
     assert len(main.pipelines) == 100 and main.limits == ["none", "1G", "512M", "256M"]
+    # config.yaml's held-out seed: two more pipelines, run as the main ones, never fitted
+    assert held.holdout and held.pipelines == ["hp000", "hp001"] and held.limits == main.limits
     # seed 004's setup: memory + swap capped at 8 GB, deploy batches, one pinned CPU
     assert wf.limit_args(paper, "256M", False) == (
         f"--limit 256M --swap {8 * 2**30 - 256 * 2**20} --backend inherit")
@@ -294,7 +331,7 @@ def test_both_configs_validate_and_vm_needs_its_pipelines_when_enabled(cfg):
     no_vm = copy.deepcopy(cfg)
     del no_vm["vm"]
     validate(no_vm, schema)  # fills in the default
-    assert no_vm["vm"] == {"enabled": False, "sandbox": "auto"}
+    assert no_vm["vm"] == {"enabled": False, "sandbox": "auto", "native_baseline": False}
 
 
 def _resolved(node: dict) -> dict:

@@ -84,6 +84,30 @@ def cluster_bootstrap_ci(values: Sequence[float] | np.ndarray,
     return (float(np.median(x)), *_percentiles(boot, level))
 
 
+def cluster_mean_ci(values: Sequence[float] | np.ndarray, clusters: Sequence[object] | np.ndarray,
+                    level: float = CI_LEVEL, n_boot: int = N_BOOT, seed: int = 0
+                    ) -> tuple[float, float, float]:
+    """(mean, ci_low, ci_high) of values grouped in clusters (a model's errors, cells
+    grouped by pipeline): the clusters are resampled whole, with replacement, and the
+    mean of each resample's values taken (a MAPE's CI over pipelines). Fewer than two
+    clusters: no CI."""
+    x = np.asarray(values, dtype=float)
+    c = np.asarray(clusters, dtype=object)
+    keep = np.isfinite(x)
+    x, c = x[keep], c[keep]
+    if len(x) == 0:
+        return np.nan, np.nan, np.nan
+    labels = list(dict.fromkeys(c.tolist()))
+    if len(labels) < 2:
+        return float(x.mean()), np.nan, np.nan
+    sums = np.array([x[c == label].sum() for label in labels])
+    counts = np.array([(c == label).sum() for label in labels])
+    rng = np.random.default_rng(seed)
+    draw = rng.integers(0, len(labels), size=(n_boot, len(labels)))
+    boot = sums[draw].sum(axis=1) / counts[draw].sum(axis=1)
+    return (float(x.mean()), *_percentiles(boot, level))
+
+
 def ci_scope(n_clusters: int) -> str:
     """What a cluster bootstrap's CI is about (``cluster_bootstrap_ci``)."""
     return "pipelines of the bin" if n_clusters >= MIN_CLUSTERS else "these pipelines"

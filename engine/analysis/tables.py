@@ -320,7 +320,8 @@ def tidy_run_table(tidy_dir: str | os.PathLike) -> pd.DataFrame:
     return pd.read_parquet(Path(tidy_dir) / "runs.parquet")
 
 
-def _read_tidy(tidy_dirs: Iterable[str | os.PathLike]) -> dict[str, pd.DataFrame]:
+def read_tidy(tidy_dirs: Iterable[str | os.PathLike]) -> dict[str, pd.DataFrame]:
+    """The tidy tables (``TIDY_TABLES``) of these per-run tidy folders, concatenated."""
     parts: dict[str, list[pd.DataFrame]] = {name: [] for name in TIDY_TABLES}
     for d in tidy_dirs:
         for name in TIDY_TABLES:
@@ -621,7 +622,7 @@ def aggregate(tidy_dirs: Iterable[str | os.PathLike],
     MAX_SAMPLES_PER_RUN per run), reconcile, speedup (per pair), and the statistics over
     repetitions: summary, speedup_summary, noise_floor, probe_overhead (the probed runs
     against the unprobed twins in ``unprobed_dirs``)."""
-    tables = _read_tidy(tidy_dirs)
+    tables = read_tidy(tidy_dirs)
     tables["samples"] = downsample(tables["samples"])
     tables["reconcile"] = _reconcile(reconcile_dir)
     runs = tables["runs"]

@@ -3,11 +3,16 @@ much slower than unconstrained; or (``--find-limit``) the smallest limit at whic
 policy runs without swapping.
 
 Every policy is simulated twice (unconstrained and under the limit) with the fitted
-model of one execution mode; the answer ranks them by predicted makespan, marks those
-predicted to be killed (more swap than allowed), and states the model's cross-validated
-error from the ``cv.json`` beside the model file, so that a prediction never goes out
-without its expected error. A mode fitted without limited runs has no swap cost: it
-says so, and its slowdowns count only what the schedule changes, not the swapping.
+model of one execution mode and runtime; the answer ranks them by predicted makespan,
+marks those predicted to be killed (more swap than allowed), gives each makespan a 95 %
+prediction interval from the held-out errors of the cross-validation, checks the
+question against the model's domain (``engine.model.domain``: warned, or refused with
+``--strict``), and states the model's cross-validated errors from the ``cv.json`` beside
+the model file, so that a prediction never goes out without its expected error.
+``--swap-cost`` prices the swap traffic with a device's per-page costs
+(``engine.model.devices``): the native model's times under a limit at native speed. A
+mode without a swap cost (no limited runs) and no ``--swap-cost`` says so, and its
+slowdowns count only what the schedule changes, not the swapping.
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ from pathlib import Path
 from engine.caffe.splitter import description_index
 from engine.errors import EdgeprofError
 from engine.files import parse_json, sha256_file
-from engine.model.params import Model, ModeModel
+from engine.model.devices import Device, parse_swap_cost
+from engine.model.domain import outside
+from engine.model.params import Model, ModeModel, describe_mode
 from engine.model.predict import (
     Networks,
     Prediction,
@@ -34,6 +41,7 @@ from engine.schedule.policies import parse_policy
 from engine.units import MIB, format_size
 
 CV_FILE = "cv.json"  # beside the model file: evaluate_model's scores
+REBUILT_FILE = "reconstruction.csv"  # beside it too: reconstruct_model's native-speed times
 
 
 @dataclass
@@ -43,6 +51,8 @@ class Advice:
     rank: int | None  # None: predicted to be killed
     prediction: Prediction
     unconstrained: Prediction
+    interval: tuple[float, float] | None = None  # 95 % prediction interval of the makespan
+    rebuilt: dict | None = None  # this pipeline measured: its native-speed reconstruction
 
     @property
     def slowdown(self) -> float:
@@ -67,15 +77,58 @@ def read_cv(model_path: str | os.PathLike) -> dict:
     return data
 
 
+def error_quantiles(cv: dict, mode: ModeModel, limited: bool
+                    ) -> tuple[list[float] | None, str]:
+    """The held-out log(predicted / measured makespan) quantiles that give a prediction
+    its interval, and whose they are: the mode's own (unconstrained, or limited); under a
+    limit without limited cells of its own (native), a sandbox's of the same runtime."""
+    scope = "limited" if limited else "unconstrained"
+    own = (cv.get(mode.key) or {}).get("makespan_log_error_q", {})
+    if scope in own:
+        return own[scope], f"{mode.key}'s held-out {scope} cells"
+    for key, entry in cv.items():
+        if (isinstance(entry, dict) and key.endswith(f"/{mode.runtime}")
+                and scope in entry.get("makespan_log_error_q", {})):
+            return entry["makespan_log_error_q"][scope], f"{key}'s held-out {scope} cells"
+    return None, f"no held-out {scope} cells in the cross-validation"
+
+
+def read_rebuilt(model_path: str | os.PathLike, pipeline: str, runtime: str,
+                 limit_bytes: int | None, device: Device | None) -> dict[str, dict]:
+    """Policy -> the campaign's native-speed reconstruction of this pipeline under this
+    limit on this device profile (``engine.model.reconstruct``), from the table beside the
+    model file; empty when it has none (another pipeline, limit or device)."""
+    import csv
+
+    path = Path(model_path).with_name(REBUILT_FILE)
+    if device is None or limit_bytes is None or not path.is_file():
+        return {}
+    out = {}
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            if (row["pipeline"], row["runtime"], row["limit"], row["device"]) == (
+                    pipeline, runtime, format_size(limit_bytes), device.name):
+                out[row["policy"]] = row
+    return out
+
+
 def advise(mode: ModeModel, pipeline: Pipeline, networks: Networks, policies: list[str],
-           limit_bytes: int | None, swap_bytes: int | None) -> list[Advice]:
-    """Every policy predicted under the limit; ranked by predicted makespan, the ones
-    predicted to be killed last and unranked."""
+           limit_bytes: int | None, swap_bytes: int | None, device: Device | None = None,
+           quantiles: list[float] | None = None) -> list[Advice]:
+    """Every policy predicted under the limit (priced with ``device``'s per-page costs
+    when given); ranked by predicted makespan, the ones predicted to be killed last and
+    unranked. ``quantiles`` of the held-out log errors give each makespan its
+    interval."""
     out = []
+    cost = device.swap_cost() if device is not None else None
     for name in policies:
         pred, free = predict_against_unconstrained(mode, pipeline, networks, name,
-                                                   limit_bytes, swap_bytes)
-        out.append(Advice(None, pred, free))
+                                                   limit_bytes, swap_bytes, cost)
+        interval = None
+        if quantiles is not None:
+            interval = (pred.makespan_s / math.exp(quantiles[1]),
+                        pred.makespan_s / math.exp(quantiles[0]))
+        out.append(Advice(None, pred, free, interval))
     alive = sorted((a for a in out if not a.prediction.oom),
                    key=lambda a: a.prediction.makespan_s)
     for i, a in enumerate(alive, 1):
@@ -101,81 +154,135 @@ def _mib(value: float) -> str:
 
 
 def cv_sentence(cv: dict, mode: str) -> str:
-    scores = cv.get(mode)
-    if not scores:
+    """The cross-validated errors of ``mode`` (a model key), one sentence per scheme."""
+    entry = cv.get(mode)
+    if not entry:
         why = cv.get("note") or (f"no {CV_FILE} beside the model file: run `snakemake "
                                  f"results/model/{CV_FILE}`")
         return f"The {mode} model's cross-validated error is unknown: {why}."
-    if "makespan MAPE % (unconstrained)" not in scores:
-        return f"The {mode} model's cross-validated error is unknown: {scores.get('note')}."
+    lines = []
+    for scheme in ("leave-pipeline-out", "leave-network-out"):
+        scores = entry.get(scheme) or {}
+        if "makespan MAPE % (unconstrained)" not in scores:
+            notes = "; ".join(scores.get("notes", [])) or "not run"
+            lines.append(f"{scheme}: unknown ({notes}).")
+            continue
 
-    def pct(key: str) -> str:
-        v = scores.get(key)
-        return "n/a" if v is None else f"{v:.1f} %"
+        def pct(key: str, s=scores) -> str:
+            v = s.get(key)
+            return "n/a" if v is None else f"{v:.1f} %"
 
-    worst = scores.get("peak RSS median abs error % (unconstrained, worst policy)")
-    worst_text = "" if worst is None else (
-        f", {worst:.1f} % for the worst policy "
-        f"({scores.get('worst policy', '?')})")
-    return (f"Cross-validated error of the {mode} model ({scores.get('note', '')}): "
-            f"makespan MAPE {pct('makespan MAPE % (unconstrained)')} unconstrained, "
+        worst = scores.get("peak RSS median abs error % (unconstrained, worst policy)")
+        worst_text = "" if worst is None else (
+            f", {worst:.1f} % for the worst policy ({scores.get('worst policy', '?')})")
+        tau = scores.get("Kendall tau (median) (limited, per pipeline and limit)")
+        lines.append(
+            f"{scheme} ({scores.get('note', '')}): makespan MAPE "
+            f"{pct('makespan MAPE % (unconstrained)')} unconstrained, "
             f"{pct('makespan MAPE % (limited)')} under a limit; slowdown MAPE "
             f"{pct('slowdown MAPE % (limited)')}; peak RSS median absolute error "
-            f"{pct('peak RSS median abs error % (unconstrained)')}{worst_text}.")
+            f"{pct('peak RSS median abs error % (unconstrained)')}{worst_text}; Kendall "
+            f"tau under a limit {'n/a' if tau is None else f'{tau:.2f}'}.")
+    return f"Cross-validated error of the {mode} model: " + " ".join(lines)
+
+
+def domain_lines(problems: list[str]) -> list[str]:
+    if not problems:
+        return ["domain: inside what the model was fitted on"]
+    return ["outside the model's domain (an extrapolation; --strict refuses):",
+            *(f"  - {p}" for p in problems)]
 
 
 def format_advice(rows: list[Advice], pipeline: Pipeline, mode: ModeModel,
-                  limit_bytes: int | None, swap_bytes: int | None, cv: dict) -> str:
+                  limit_bytes: int | None, swap_bytes: int | None, cv: dict,
+                  device: Device | None = None, problems: list[str] = (),
+                  interval_source: str = "") -> str:
     limit = "unconstrained" if limit_bytes is None else f"limit {format_size(limit_bytes)}"
     swap = "unlimited swap" if swap_bytes is None else f"swap {format_size(swap_bytes)}"
     lines = [f"pipeline {pipeline.name}: {' '.join(pipeline.networks())}; {limit}, {swap}; "
-             f"{mode.mode} model (batch {mode.batch or 'deploy'}, fitted on {mode.runs} "
-             f"run(s) of {len(mode.pipelines)} pipeline(s))",
-             f"{'rank':>4}  {'policy':<18}{'makespan':>10}{'vs unconstr.':>14}"
-             f"{'peak RSS':>11}{'peak swap':>11}"]
+             f"{describe_mode(mode.mode)} model, {mode.runtime} runtime (batch "
+             f"{mode.batch or 'deploy'}, fitted on {mode.runs} run(s) of "
+             f"{len(mode.pipelines)} pipeline(s))"]
+    if device is not None and limit_bytes is not None:
+        lines.append(f"swap priced on {device.name}: {device.per_page_in_s * 1e6:.1f} us per "
+                     f"page in, {device.per_page_out_s * 1e6:.1f} us out ({device.source})"
+                     + ("; at native speed" if mode.mode == "native" else ""))
+    lines.append(f"{'rank':>4}  {'policy':<18}{'makespan':>10}{'95 % PI':>18}"
+                 f"{'vs unconstr.':>14}{'peak RSS':>11}{'peak swap':>11}")
     for a in rows:
         p = a.prediction
         if p.oom:
             lines.append(f"{'OOM':>4}  {p.policy:<18}predicted to be killed: {p.why}")
             continue
-        lines.append(f"{a.rank:>4}  {p.policy:<18}{p.makespan_s:>9.3f}s{a.slowdown:>13.2f}x"
+        pi = ("n/a" if a.interval is None
+              else f"{a.interval[0]:.3f}-{a.interval[1]:.3f}s")
+        lines.append(f"{a.rank:>4}  {p.policy:<18}{p.makespan_s:>9.3f}s{pi:>18}"
+                     f"{a.slowdown:>13.2f}x"
                      f"{_mib(p.peak_ram_bytes):>11}{_mib(p.peak_swap_bytes):>11}")
+    lines.append(f"PI: the 95 % prediction interval, the prediction divided by the "
+                 f"2.5-97.5 % range of predicted/measured on {interval_source}")
+    rebuilt = [a for a in rows if a.rebuilt]
+    if rebuilt:
+        sandbox = rebuilt[0].rebuilt["sandbox"]
+        lines.append(f"measured: this pipeline's native-speed time rebuilt from its native "
+                     f"unconstrained task times and the {sandbox} sandbox's page traffic "
+                     f"under this limit, priced on {device.name} (95 % CI: repetitions of "
+                     f"both resampled; {REBUILT_FILE}):")
+        for a in rebuilt:
+            r = a.rebuilt
+            if r["oom"] == "True":
+                lines.append(f"      {a.prediction.policy:<18}killed in the sandbox")
+            elif r["native_makespan_s"]:
+                lo, hi = r["native_makespan_ci_low"], r["native_makespan_ci_high"]
+                ci = f" [{float(lo):.3f}-{float(hi):.3f}s]" if lo and hi else ""
+                lines.append(f"      {a.prediction.policy:<18}"
+                             f"{float(r['native_makespan_s']):>9.3f}s{ci}")
     if limit_bytes is not None and any(a.prediction.peak_ram_bytes > limit_bytes
                                        for a in rows if not a.prediction.oom):
         lines.append(f"note: RSS counts the runtime's file-backed pages "
                      f"({_mib(mode.baseline_file_bytes)}: libraries), which the limit "
                      f"reclaims and the process maps again: it can exceed the limit by them")
-    if limit_bytes is not None and mode.swap is None:
+    if limit_bytes is not None and mode.swap is None and device is None:
         lines.append(f"note: the {mode.mode} model has no swap cost (no limited {mode.mode} "
                      f"runs to fit it from): its slowdowns leave out the time swapping "
-                     f"costs; the swap it predicts is shown")
-    lines.append(cv_sentence(cv, mode.mode))
+                     f"costs; the swap it predicts is shown (price it with --swap-cost)")
+    lines += domain_lines(list(problems))
+    lines.append(cv_sentence(cv, mode.key))
     return "\n".join(lines)
 
 
 def format_limits(rows: list[tuple[str, int, float]], pipeline: Pipeline, mode: ModeModel,
                   cv: dict) -> str:
-    lines = [f"pipeline {pipeline.name}: {' '.join(pipeline.networks())}; {mode.mode} "
-             f"model: the smallest limit at which each policy is predicted not to swap",
+    lines = [f"pipeline {pipeline.name}: {' '.join(pipeline.networks())}; "
+             f"{describe_mode(mode.mode)} model, {mode.runtime} runtime: the smallest limit "
+             f"at which each policy is predicted not to swap",
              f"{'policy':<18}{'limit':>10}{'makespan':>11}"]
     lines += [f"{policy:<18}{mib:>7} MiB{makespan:>10.3f}s" for policy, mib, makespan in rows]
-    lines.append(cv_sentence(cv, mode.mode))
+    lines.append(cv_sentence(cv, mode.key))
     return "\n".join(lines)
 
 
 def run_advise(pipeline_path: str, model_path: str, models_dir: str, limit_bytes: int | None,
                swap_bytes: int | None, policies: list[str] | None, mode_name: str | None,
-               find_limit: bool, as_json: bool) -> str:
-    """What ``python -m engine advise`` prints; bad input raises EdgeprofError."""
+               find_limit: bool, as_json: bool, runtime: str | None = None,
+               swap_cost: str | None = None, strict: bool = False) -> str:
+    """What ``python -m engine advise`` prints; bad input (and with ``strict`` a question
+    outside the model's domain) raises EdgeprofError before anything is printed."""
     model = Model.read(model_path)
-    mode = model.mode(mode_name)
+    mode = model.mode(mode_name, runtime)
+    device = parse_swap_cost(swap_cost, model) if swap_cost is not None else None
     pipeline = load_pipeline(pipeline_path)
     descriptions = resolve_descriptions(pipeline, description_index(models_dir),
                                         check_files=False)
     names = list(dict.fromkeys(parse_policy(p).name for p in (policies or model.policies)))
     if not names:
         raise EdgeprofError("no policies to rank: give --policies")
-    networks = Networks(descriptions, mode.batch)
+    networks = Networks(descriptions, mode.batch, mode.runtime)
+    problems = outside(mode, pipeline, {n: set(networks.features(n).types)
+                                        for n in descriptions}, names, limit_bytes)
+    if strict and problems:
+        raise EdgeprofError(f"outside the {mode.key} model's domain: {'; '.join(problems)} "
+                            f"(drop --strict to be answered anyway)")
     cv = read_cv(model_path)
     if find_limit:
         rows = find_limits(mode, pipeline, networks, names)
@@ -183,12 +290,24 @@ def run_advise(pipeline_path: str, model_path: str, models_dir: str, limit_bytes
             return json.dumps([{"policy": p, "limit_mib": m, "makespan_s": t}
                                for p, m, t in rows], indent=1)
         return format_limits(rows, pipeline, mode, cv)
-    advice = advise(mode, pipeline, networks, names, limit_bytes, swap_bytes)
+    quantiles, source = error_quantiles(cv, mode, limit_bytes is not None)
+    advice = advise(mode, pipeline, networks, names, limit_bytes, swap_bytes, device,
+                    quantiles)
+    if mode.mode == "native":
+        rebuilt = read_rebuilt(model_path, pipeline.name, mode.runtime, limit_bytes, device)
+        for a in advice:
+            a.rebuilt = rebuilt.get(a.prediction.policy)
     if as_json:
         return json.dumps({"pipeline": pipeline.name, "mode": mode.mode,
-                           "limit_bytes": limit_bytes, "swap_bytes": swap_bytes,
+                           "runtime": mode.runtime, "limit_bytes": limit_bytes,
+                           "swap_bytes": swap_bytes,
                            "swap_cost_fitted": mode.swap is not None,
+                           "device": asdict(device) if device is not None else None,
+                           "outside_domain": problems, "interval_from": source,
                            "policies": [{"rank": a.rank, "slowdown": a.slowdown,
+                                         "makespan_pi_95": a.interval,
+                                         "rebuilt_from_measurements": a.rebuilt,
                                          **asdict(a.prediction)} for a in advice],
-                           "cross_validation": cv.get(mode.mode)}, indent=1)
-    return format_advice(advice, pipeline, mode, limit_bytes, swap_bytes, cv)
+                           "cross_validation": cv.get(mode.key)}, indent=1)
+    return format_advice(advice, pipeline, mode, limit_bytes, swap_bytes, cv, device,
+                         problems, source)

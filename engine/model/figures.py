@@ -150,7 +150,83 @@ def model_residuals(tables: dict[str, pd.DataFrame], style: dict,
     return fig
 
 
-FIGURES = {"model_predictions": model_predictions, "model_residuals": model_residuals}
+def _limit_bytes(limit: str) -> float:
+    from engine.units import parse_size
+
+    return np.inf if limit == "none" else parse_size(limit)
+
+
+def swap_cost(tables: dict[str, pd.DataFrame], style: dict,
+              context: dict | None = None) -> Figure:
+    """Each policy's speed-up over Bulk at native speed per size bin (the median over
+    the bin's pipelines), against the per-page swap cost on a log axis; one row per
+    runtime, sandbox (whose page traffic it is) and limit. Dotted lines: the costs where
+    the fastest policy changes; ticks on top: the named device profiles."""
+    from engine.model.devices import PROFILES
+
+    curves = tables.get("swap_cost_curves", pd.DataFrame())
+    cross = tables.get("swap_cost_crossovers", pd.DataFrame())
+    if curves.empty:
+        return no_data("Speed-up over Bulk against the swap cost",
+                       "no sandbox limited runs with native unconstrained twins to rebuild "
+                       "(vm.native_baseline, docs/model.md)")
+    curves = curves.assign(row=curves["runtime"] + " runtime, " + curves["sandbox"]
+                           + " traffic, limit " + curves["limit"])
+    rows = sorted(curves["row"].unique(), key=lambda r: (
+        r.split(",")[0], -_limit_bytes(r.rsplit(" ", 1)[1])))
+    bins = list(dict.fromkeys(curves.sort_values("size_bin")["size_bin"]))
+    policies = sorted(curves["policy"].unique(), key=policy_key)
+    colors = colors_for(policies, style)
+    fig, axes = grid(len(rows), len(bins), sharey="row")
+    for i, row in enumerate(rows):
+        for j, size_bin in enumerate(bins):
+            ax = axes[i, j]
+            part = curves[(curves["row"] == row) & (curves["size_bin"] == size_bin)]
+            if part.empty:
+                ax.set_axis_off()
+                continue
+            for policy, g in part.groupby("policy"):
+                g = g.sort_values("per_page_s")
+                ax.plot(g["per_page_s"], g["speedup_over_bulk"], color=colors[policy],
+                        linewidth=1.2, linestyle="--" if policy == "bulk" else "-")
+            first = part.iloc[0]
+            here = cross[(cross["sandbox"] == first["sandbox"])
+                         & (cross["runtime"] == first["runtime"])
+                         & (cross["limit"] == first["limit"])
+                         & (cross["size_bin"] == size_bin)] if not cross.empty else cross
+            for c in here.itertuples():
+                if c.what == "fastest policy":
+                    ax.axvline(c.per_page_s, color="0.4", linestyle=":", linewidth=0.8)
+                    ax.annotate(f" {c.to} from {c.per_page_s * 1e6:.3g} us",
+                                (c.per_page_s, 0.02), xycoords=("data", "axes fraction"),
+                                fontsize="x-small", va="bottom", ha="left", rotation=90,
+                                color="0.3")
+            ax.axhline(1.0, color="0.3", linewidth=0.6)
+            ax.set_xscale("log")
+            ax.set_xlim(COST_RANGE)
+            top = ax.secondary_xaxis("top")
+            top.set_xticks([d.per_page_in_s for d in PROFILES.values()],
+                           list(PROFILES), fontsize="x-small", rotation=45, ha="left")
+            n = int(part["pipelines"].max())
+            ax.set_title(f"{row}\nsize bin {size_bin} ({n} pipeline{'s' * (n != 1)})",
+                         fontsize="small")
+            ax.set_xlabel("swap cost per 4 KiB page (s)")
+            if j == 0:
+                ax.set_ylabel("speed-up over Bulk (x)")
+    handles = [Line2D([], [], color=colors[p], linestyle="--" if p == "bulk" else "-",
+                      label=p) for p in policies]
+    handles.append(Line2D([], [], color="0.4", linestyle=":",
+                          label="fastest policy changes"))
+    fig.legend(handles=handles, loc="outside right center", fontsize="small")
+    fig.set_figwidth(max(fig.get_figwidth(), 4.2 * len(bins) + 2.2))
+    fig.suptitle("Speed-up over Bulk at native speed\nagainst the swap cost per page "
+                 "(top: device profiles)", fontsize="medium")
+    return fig
+
+
+COST_RANGE = (1e-6, 1e-2)
+FIGURES = {"model_predictions": model_predictions, "model_residuals": model_residuals,
+           "swap_cost": swap_cost}
 
 
 def caption_facts(model_dir: str) -> dict[str, str]:
@@ -179,6 +255,15 @@ def caption_facts(model_dir: str) -> dict[str, str]:
             elif "," not in str(r.scope) and pd.notna(r.value):
                 parts.append(f"{r.mode} {r.metric} ({r.scope}) {r.value:.2f} (n = {r.n})")
         facts["scores"] = "; ".join(parts)
+    cross_path = folder / "swap_cost_crossovers.parquet"
+    facts["crossovers"] = ""
+    if cross_path.is_file():
+        cross = pd.read_parquet(cross_path)
+        best = cross[cross["what"] == "fastest policy"]
+        facts["crossovers"] = "; ".join(
+            f"{r.runtime} runtime, {r.sandbox} traffic, limit {r.limit}, bin {r.size_bin}: "
+            f"{r['from']} -> {r.to} at {r.per_page_s * 1e6:.3g} us"
+            for _, r in best.iterrows()) or "the fastest policy does not change over the axis"
     resid_path = folder / "layer_residuals.parquet"
     if resid_path.is_file():
         resid = pd.read_parquet(resid_path)

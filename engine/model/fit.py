@@ -1,6 +1,7 @@
 """The model's fit from the tidy tables (its parameters and file: ``engine.model.params``).
 
-Per execution mode (native, emulated: never mixed), from the runs that finished:
+Per execution mode (native, or the sandbox that ran the runs: never mixed) and runtime
+(lean, caffe: ``engine.runtime``), from the runs that finished:
 
 - **time**, SyNERGY-style: per layer type, EXEC seconds = a + a non-negative linear
   combination of the layer's features (``EXEC_FEATURES``): MACs, and for the layers
@@ -9,12 +10,14 @@ Per execution mode (native, emulated: never mixed), from the runs that finished:
   FLOPs for the element-wise layers; the elements copied for Concat. LOAD seconds = a +
   b x weight bytes, for a layer's partial file and for a whole caffemodel (bulk) apart;
   INIT seconds = a + b x input bytes; a whole forward pass (bulk EXEC) = a + b x the sum
-  of its layers' predictions. Least squares on the median duration of each (network,
-  layer, task) over the unconstrained runs, from tasks that ran alone (``overlap == 0``:
-  a task that shared the CPU with another took longer than its work); coefficients kept
-  non-negative by backward elimination (``fit_linear``).
-- **dispatch gap**: the median time between a task's end and the next one's start on
-  a single worker (recording the task, releasing its dependants).
+  of its layers' predictions. A whole-network fit with too few networks for a slope
+  borrows it (``borrow_slope``: the layer LOADs' per byte, slope 1 on the layers' sum).
+  Least squares on the median duration of each (network, layer, task) over the
+  unconstrained runs, from tasks that ran alone (``overlap == 0``: a task that shared
+  the CPU with another took longer than its work); coefficients kept non-negative by
+  backward elimination (``fit_linear``).
+- **dispatch gap**: the mean time between a task's end and the next one's start on a
+  single worker (recording the task, releasing its dependants).
 - **start RSS**: the runtime's resident memory (interpreter, numpy, the engine, the
   probes) at the first task's start, before any network exists: reported beside the
   baseline the simulator uses, which ``engine.model.train`` measures from the runs'
@@ -25,6 +28,11 @@ Per execution mode (native, emulated: never mixed), from the runs that finished:
   pages it swapped in and out (the guest's pswpin/pswpout, or the cgroup's) and its
   other major faults (file pages read again), least squares through the origin; only
   from limited runs, so a mode without any has none.
+- **duration spread**: how much a task's duration varies between repetitions of the
+  multi-worker runs (a robust sd of log(duration / its median)), from which the
+  evaluation draws orderings of concurrent workers.
+- **domain**: the networks, layer types, policies, batch and limits it saw, and which
+  parts were fitted with an intercept alone (``params.Domain``).
 """
 
 from __future__ import annotations
@@ -36,14 +44,17 @@ from engine.caffe.splitter import Description
 from engine.errors import EdgeprofError
 from engine.model.params import (
     DEFAULT_FEATURES,
+    Domain,
     Linear,
     Model,
     ModeModel,
     SwapCost,
     exec_features,
     exec_layer_s,
+    mode_key,
     network_features,
 )
+from engine.runtime import DEFAULT_RUNTIME
 
 # Swap counters per task window, best first: (pages in, pages out); major faults.
 SWAP_COLUMNS = [("guest_pswpin_delta", "guest_pswpout_delta"),
@@ -94,8 +105,27 @@ def fit_linear(x: pd.DataFrame, y: pd.Series | np.ndarray, intercept: bool = Tru
     return Linear(float(np.median(y)) if intercept else 0.0, {}, len(y), None)
 
 
-def _mode_name(emulated: bool) -> str:
-    return "emulated" if emulated else "native"
+def execution_modes(runs: pd.DataFrame) -> pd.Series:
+    """Each run's execution mode: ``native``, or the sandbox that ran it (its ``sandbox``
+    column where the tables have one, else its backend: ``vm``)."""
+    sandbox = pd.Series("emulated", index=runs.index)
+    for column in ("backend", "sandbox"):  # the sandbox column where a run has one
+        if column in runs:
+            sandbox = runs[column].where(runs[column].notna(), sandbox)
+    emulated = runs["emulated"].astype(bool).to_numpy()
+    return pd.Series(np.where(emulated, sandbox.astype(str), "native"), index=runs.index)
+
+
+def runtimes(runs: pd.DataFrame) -> pd.Series:
+    """Each run's runtime (tables written before runs had one ran the lean runtime)."""
+    if "runtime" not in runs:
+        return pd.Series(DEFAULT_RUNTIME, index=runs.index)
+    return runs["runtime"].fillna(DEFAULT_RUNTIME).astype(str)
+
+
+def mode_keys(runs: pd.DataFrame) -> pd.Series:
+    """Each run's model key (``params.mode_key``): its execution mode and runtime."""
+    return execution_modes(runs) + "/" + runtimes(runs)
 
 
 def _batch_of(runs: pd.DataFrame) -> int | None:
@@ -146,16 +176,19 @@ def solo_medians(tasks: pd.DataFrame) -> pd.DataFrame:
             .agg(**agg).reset_index())
 
 
-def _gap(runs: pd.DataFrame, tasks: pd.DataFrame) -> float:
-    """The median time a single worker takes from one task's end to its next task's
-    start (INITs left out: they may wait for their network's arrival)."""
+def dispatch_gap(runs: pd.DataFrame, tasks: pd.DataFrame) -> float:
+    """The mean time a single worker takes from one task's end to its next task's start
+    (INITs left out: they may wait for their network's arrival). The mean, not the
+    median: a makespan adds the gaps up, and on a busy host their tail (a dispatcher
+    thread woken late) is what it pays (three runs under a load of 10 on 2 CPUs: median
+    25 us, mean 0.8 ms)."""
     single = runs.loc[runs["workers"] == 1, "run_id"]
     t = tasks[tasks["run_id"].isin(single)].sort_values(["run_id", "start_ns"])
     if t.empty:
         return 0.0
     gap = t["start_ns"] - t.groupby("run_id")["end_ns"].shift()
     gap = gap[(t["task_type"] != "INIT") & gap.notna()]
-    return float(max(gap.median() / 1e9, 0.0)) if len(gap) else 0.0
+    return float(max(gap.mean() / 1e9, 0.0)) if len(gap) else 0.0
 
 
 def _start_rss(tasks: pd.DataFrame) -> tuple[float, float]:
@@ -170,11 +203,15 @@ def _start_rss(tasks: pd.DataFrame) -> tuple[float, float]:
     return rss, float(min(np.median(files), rss)) if len(files) else 0.0
 
 
-def _swap_cost(runs: pd.DataFrame, tasks: pd.DataFrame, base_tasks: pd.DataFrame
-               ) -> SwapCost | None:
+def fit_swap_cost(runs: pd.DataFrame, tasks: pd.DataFrame) -> SwapCost | None:
+    """The per-page costs (module docstring: swap cost) from the finished limited runs
+    of ``runs`` and the same pipelines' unconstrained runs, ``tasks`` carrying their
+    ``duration_s``; None without limited runs or counters."""
     limited = runs[(runs["limit"] != "none") & (runs["termination"] == "ok")]
+    free = runs[(runs["limit"] == "none") & (runs["termination"] == "ok")]
     if limited.empty:
         return None
+    base_tasks = tasks[tasks["run_id"].isin(free["run_id"])]
     cols = next((c for c in SWAP_COLUMNS if c[0] in tasks and tasks[c[0]].notna().any()),
                 None)
     if cols is None:
@@ -198,9 +235,50 @@ def _swap_cost(runs: pd.DataFrame, tasks: pd.DataFrame, base_tasks: pd.DataFrame
                     "/".join([*cols, *([faults] if faults else [])]))
 
 
+def duration_sigma(runs: pd.DataFrame, tasks: pd.DataFrame) -> float:
+    """The spread of log(duration / its median) of the tasks of the finished
+    unconstrained multi-worker runs, each task against the same task of the other
+    repetitions (same pipeline, policy, instance, layer and task type), as a robust sd
+    (1.4826 x the median absolute deviation): a task the host delayed tenfold once is
+    an outlier, not the typical jitter that reorders concurrent workers (under a load of
+    10 on 2 CPUs the plain sd was 0.87, this 0.12); 0 without such runs."""
+    multi = runs[(runs["workers"] > 1) & (runs["limit"] == "none")
+                 & (runs["termination"] == "ok")]
+    t = tasks[tasks["run_id"].isin(multi["run_id"]) & (tasks["duration_ns"] > 0)]
+    if t.empty:
+        return 0.0
+    key = ["pipeline", "policy", "instance", "layer", "task_type"]
+    logd = np.log(t["duration_ns"].astype(float))
+    groups = logd.groupby([t[k] for k in key])
+    dev = (logd - groups.transform("median"))[groups.transform("size") >= 2]
+    return round(float(1.4826 * dev.abs().median()), 4) if len(dev) >= 2 else 0.0
+
+
+def borrow_slope(line: Linear | None, rows: pd.DataFrame, feature: str,
+                 slope: float | None) -> Linear | None:
+    """A fit too short of points for a slope of its own (an intercept alone: bulk's LOAD
+    of a whole caffemodel when two networks ran bulk, the same seconds for 87 and 262 MB)
+    takes ``slope`` from where the same work was fitted (a layer's LOAD: the same bytes
+    read; a forward pass: the sum of its layers, slope 1) and keeps its own intercept, the
+    median of what the slope leaves. Marked ``r2 = None``, ``n`` its own points."""
+    if line is None or line.coef or not slope:
+        return line
+    rest = rows["duration_s"] - slope * rows[feature]
+    return Linear(max(float(rest.median()), 0.0), {feature: slope}, line.n, None)
+
+
+def intercept_only(model: ModeModel) -> list[str]:
+    """The parts of the time model fitted with an intercept alone."""
+    parts = {"init": model.init, "load_layer": model.load_layer,
+             "load_whole": model.load_whole, "exec_whole": model.exec_whole,
+             **{f"exec_types.{t}": line for t, line in model.exec_types.items()}}
+    return sorted(name for name, line in parts.items() if line is not None and not line.coef)
+
+
 def fit_mode(runs: pd.DataFrame, tasks: pd.DataFrame,
-             descriptions: dict[str, Description], mode: str) -> ModeModel:
-    """The model of one execution mode from its runs and their tasks."""
+             descriptions: dict[str, Description], mode: str,
+             runtime: str = DEFAULT_RUNTIME) -> ModeModel:
+    """The model of one execution mode and runtime from its runs and their tasks."""
     batch = _batch_of(runs)
     ok = runs[runs["termination"] == "ok"]
     free = ok[ok["limit"] == "none"]
@@ -218,7 +296,9 @@ def fit_mode(runs: pd.DataFrame, tasks: pd.DataFrame,
     layer = med["layer"] >= 0
     init = linear(med[med["task_type"] == "INIT"], ("input_bytes",))
     load_layer = linear(med[(med["task_type"] == "LOAD") & layer], ("bytes",))
-    load_whole = linear(med[(med["task_type"] == "LOAD") & ~layer], ("bytes",))
+    wholes = med[(med["task_type"] == "LOAD") & ~layer]
+    load_whole = borrow_slope(linear(wholes, ("bytes",)), wholes, "bytes",
+                              (load_layer.coef.get("bytes") if load_layer else None))
     execs = med[(med["task_type"] == "EXEC") & layer]
     exec_types = {t: linear(rows, exec_features(t)) for t, rows in execs.groupby("ltype")}
     if init is None or load_layer is None or not exec_types:
@@ -229,34 +309,44 @@ def fit_mode(runs: pd.DataFrame, tasks: pd.DataFrame,
     model = ModeModel(
         mode=mode, start_rss_bytes=start_rss, baseline_bytes=start_rss,
         cpus=cpus, parallel_cpus=cpus, baseline_file_bytes=start_file,
-        gap_s=_gap(free, base_tasks), init=init, load_layer=load_layer,
+        gap_s=dispatch_gap(free, base_tasks), init=init, load_layer=load_layer,
         load_whole=load_whole, exec_types=exec_types,
         exec_any=linear(execs, DEFAULT_FEATURES),
         exec_whole=None, swap=None, runs=len(ok),
-        pipelines=sorted(ok["pipeline"].astype(str).unique()), batch=batch)
+        pipelines=sorted(ok["pipeline"].astype(str).unique()), batch=batch, runtime=runtime,
+        duration_sigma=duration_sigma(ok, tasks))
     whole = med[(med["task_type"] == "EXEC") & ~layer]
     if not whole.empty:
         feats = {n: network_features(descriptions[n], batch) for n in whole["network"]}
         summed = whole["network"].map(
             lambda n: sum(exec_layer_s(model, feats[n], i) for i in range(len(feats[n].types))))
-        model.exec_whole = fit_linear(pd.DataFrame({"layers_s": summed}), whole["duration_s"])
-    model.swap = _swap_cost(runs, tasks, base_tasks)
+        x = pd.DataFrame({"layers_s": summed.to_numpy(), "duration_s": whole["duration_s"]
+                          .to_numpy()})
+        model.exec_whole = borrow_slope(fit_linear(x[["layers_s"]], x["duration_s"]), x,
+                                        "layers_s", 1.0)
+    model.swap = fit_swap_cost(runs, tasks)
+    limited = ok[ok["limit"] != "none"]
+    model.domain = Domain(
+        networks=sorted(set(ok["networks"].str.split().explode())),
+        layer_types=sorted(exec_types), policies=sorted(ok["policy"].unique()), batch=batch,
+        limits=list(limited.sort_values("limit_bytes")["limit"].unique()),
+        pipelines=model.pipelines, intercept_only=intercept_only(model))
     return model
 
 
 def fit(runs: pd.DataFrame, tasks: pd.DataFrame, descriptions: dict[str, Description],
         policies: list[str] | None = None) -> Model:
-    """One ``ModeModel`` per execution mode found in ``runs`` that has what a fit needs
-    (a mode that has not is named in ``unfitted`` with the reason); limits the backend
-    could not enforce are left out (they would count as unconstrained time under a
-    label)."""
+    """One ``ModeModel`` per execution mode and runtime found in ``runs`` that has what
+    a fit needs (one that has not is named in ``unfitted`` with the reason); limits the
+    backend could not enforce are left out (they would count as unconstrained time under
+    a label)."""
     runs = runs[runs["limit_enforced"].astype(bool) | (runs["limit"] == "none")]
     modes, unfitted = {}, {}
-    for emulated, part in runs.groupby("emulated"):
-        name = _mode_name(bool(emulated))
+    for (mode, runtime), part in runs.groupby([execution_modes(runs), runtimes(runs)]):
+        name = mode_key(mode, runtime)
         try:
             modes[name] = fit_mode(part, tasks[tasks["run_id"].isin(part["run_id"])],
-                                   descriptions, name)
+                                   descriptions, mode, runtime)
         except EdgeprofError as exc:
             unfitted[name] = str(exc)
     return Model(modes, policies or sorted(runs["policy"].unique()),

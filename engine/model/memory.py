@@ -1,12 +1,26 @@
 """The memory model: what a network instance holds at each task, and what a limit does.
 
-``network_memory`` replays a network's deploy graph the way ``engine.network.Network``
-runs it: INIT creates the input blobs; LOAD of layer i brings its weights in; EXEC of
-layer i reads its bottoms, creates its tops (unless the operator returns its input
-itself: Split, Dropout, in-place ReLU), holds the operator's scratch while it runs
-(``engine.ops.scratch_bytes``), then frees its weights and every array no later layer
-reads. The network's output blobs are kept until the run ends (the run keeps them to
-check that policies agree).
+``network_memory`` replays a network's deploy graph stage by stage the way its runtime
+(``engine.runtime``) runs it; what each stage allocates and frees is the runtime's, and
+lives in one function per runtime (``REPLAYS``):
+
+- ``lean``: INIT creates the input blobs; LOAD of layer i brings its weights in; EXEC of
+  layer i reads its bottoms, creates its tops (unless the operator returns its input
+  itself: Split, Dropout, in-place ReLU), holds the operator's scratch while it runs
+  (``engine.ops.scratch_bytes``), then frees its weights and every array no later layer
+  reads.
+- ``caffe`` (Caffe 1.0 under EdgeCaffe): INIT allocates and fills every parameter blob
+  besides the inputs; a LOAD parses its file into a message (``message_peak_bytes``: up
+  to about twice a blob while its RepeatedField grows, three to four times the weights
+  for a V1 file upgraded), copies it into the parameters (touching them) and frees it;
+  an EXEC creates
+  its tops, holds the operator's scratch, then the buffers the layer object owns
+  (``engine.runtime.caffe.layer_buffers``: im2col, max pooling's argmax, LRN's scale),
+  which its reset frees and a bulk forward pass keeps; nothing else is freed until the
+  network ends.
+
+In both, the network's outputs are kept until the run ends (the run keeps them to check
+that policies agree), and everything else of an instance is gone once its last EXEC ends.
 
 ``Memory`` is the resident set of one run under a limit: blocks (a layer's weights, an
 array) in least-recently-used order. When the blocks no longer fit in the capacity the
@@ -20,27 +34,33 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
 
 from engine import ops
 from engine.caffe import graph
 from engine.caffe.splitter import Description
 from engine.network import deploy_graph
 from engine.ops.workspace import F32
+from engine.runtime import DEFAULT_RUNTIME, RUNTIMES
 from engine.schedule.tasks import WHOLE_NET, Kind, Task
 
 
 @dataclass(frozen=True)
 class Step:
-    """What EXEC of one layer does to memory (array ids are the network's own)."""
+    """What LOAD and EXEC of one layer do to memory (array ids are the network's own)."""
 
     layer: int
-    weights: int  # bytes its LOAD brought in; freed once it has run
+    weights: int  # bytes of the layer's parameters
     reads: tuple[int, ...]  # arrays it reads
     allocs: tuple[tuple[int, int], ...]  # (array, bytes) it creates and keeps
-    scratch: int  # temporaries while it runs
-    frees: tuple[int, ...]  # arrays no later layer reads, freed once it has run
+    scratch: int  # the operator's temporaries while it runs
+    frees: tuple[int, ...]  # arrays freed once it has run
+    owned: int = 0  # buffers the layer object keeps after its forward (caffe)
+    load_transient: int = 0  # what its LOAD holds besides the weights (caffe: the message)
 
 
 @dataclass(frozen=True)
@@ -48,6 +68,11 @@ class NetworkMemory:
     network: str
     inputs: tuple[tuple[int, int], ...]  # (array, bytes) INIT creates
     steps: tuple[Step, ...]  # one per runtime layer, in order
+    outputs: tuple[int, ...] = ()  # arrays kept to the run's end
+    runtime: str = DEFAULT_RUNTIME
+    weights_at_init: bool = False  # INIT allocates every parameter; a LOAD fills them
+    frees_weights: bool = True  # an EXEC frees its layer's weights
+    whole_load_transient: int = 0  # a bulk LOAD's message (the whole caffemodel)
 
     @property
     def weight_bytes(self) -> int:
@@ -63,15 +88,23 @@ def description_graph(desc: Description, batch: int | None) -> graph.NetGraph:
     return deploy_graph(desc.resolve(desc.prototxt), batch)
 
 
-def network_memory(desc: Description, batch: int | None) -> NetworkMemory:
-    """Replay ``desc``'s layers at ``batch`` (see the module docstring)."""
-    g = description_graph(desc, batch)
+@dataclass
+class _Arrays:
+    """The arrays of a graph replayed layer by layer: which blob names which array, when
+    each is created, read and (with ``free_dead``) freed after its last reader."""
+
+    inputs: list[tuple[int, int]]
+    steps: list[tuple[graph.Layer, tuple[int, ...], list[tuple[int, int]], int, tuple[int, ...]]]
+    outputs: tuple[int, ...]
+
+
+def _arrays(g: graph.NetGraph, free_dead: bool) -> _Arrays:
     last = g.last_readers()
     names: dict[str, int] = {}  # blob name -> array
     shapes: dict[str, tuple[int, ...]] = {}
     next_id = 0
     inputs: list[tuple[int, int]] = []
-    steps: list[Step] = []
+    steps = []
     for layer in g.layers:
         before = set(names.values())
         reads = tuple(dict.fromkeys(names[b] for b in layer.bottoms))
@@ -92,14 +125,102 @@ def network_memory(desc: Description, batch: int | None) -> NetworkMemory:
             shapes[top] = shape
         scratch = ops.scratch_bytes(layer.type, layer.args, layer.param_shapes,
                                     [shapes[b] for b in layer.bottoms])
-        for b in set(layer.bottoms):
-            if last.get(b) == layer.index and b not in layer.tops and b not in g.outputs:
-                del names[b]
-        alive = set(names.values())
-        frees = tuple(sorted((before | {a for a, _ in allocs}) - alive))
-        steps.append(Step(layer.index, layer.param_bytes, reads, tuple(allocs), scratch,
-                          frees))
-    return NetworkMemory(desc.network, tuple(inputs), tuple(steps))
+        frees: tuple[int, ...] = ()
+        if free_dead:
+            for b in set(layer.bottoms):
+                if last.get(b) == layer.index and b not in layer.tops and b not in g.outputs:
+                    del names[b]
+            alive = set(names.values())
+            frees = tuple(sorted((before | {a for a, _ in allocs}) - alive))
+        steps.append((layer, reads, allocs, scratch, frees))
+    outputs = tuple(dict.fromkeys(names[b] for b in g.outputs))
+    return _Arrays(inputs, steps, outputs)
+
+
+def lean_memory(desc: Description, g: graph.NetGraph) -> NetworkMemory:
+    """The lean runtime's stages (module docstring)."""
+    a = _arrays(g, free_dead=True)
+    steps = tuple(Step(layer.index, layer.param_bytes, reads, tuple(allocs), scratch, frees)
+                  for layer, reads, allocs, scratch, frees in a.steps)
+    return NetworkMemory(desc.network, tuple(a.inputs), steps, a.outputs, "lean")
+
+
+def message_peak_bytes(path: Path | None, blob_bytes: list[int], v1: bool) -> int:
+    """The most Caffe 1.0's parse of a caffemodel holds at once, allocation by allocation
+    as ``engine.runtime.protobuf.Message`` makes it (measured against real Caffe): each
+    packed blob grows a RepeatedField chunk by chunk (the old buffer beside the grown
+    one at each growth, the last buffer kept at its capacity), every buffer with its
+    8-byte header; a V1 file is then copied whole (the upgrade's ``original_param``) and
+    copied again into V2 layers while the parsed buffers stay: the peak is the parsed
+    buffers plus two exact copies. The blobs' file offsets decide where the growths
+    fall: read from ``path`` (headers only); without the file, taken as the first blob
+    of a small partial file (64 bytes in)."""
+    from engine.caffe import wire
+    from engine.runtime.protobuf import REP_HEADER, repeated_capacities
+
+    if path is not None and path.is_file():
+        size = path.stat().st_size
+        blobs = [(b.offset, b.nbytes, not b.unpacked and b.dtype == "<f4")
+                 for rec in wire.scan(path) for b in rec.blobs]
+    else:
+        offset, blobs = 64, []
+        for nbytes in blob_bytes:
+            blobs.append((offset, nbytes, True))
+            offset += nbytes + 16
+        size = offset
+    held = peak = exact = 0
+    for offset, nbytes, packed in blobs:
+        exact += REP_HEADER + nbytes
+        if not packed:  # not what Caffe writes: read in one piece
+            held += nbytes
+            peak = max(peak, held)
+            continue
+        old = REP_HEADER
+        for _, cap in repeated_capacities(offset, nbytes, size):
+            new = REP_HEADER + F32 * cap
+            peak = max(peak, held + old + new)
+            old = new
+        held += old
+    if v1:
+        peak = max(peak, held + 2 * exact)
+    return max(peak, held)
+
+
+def caffe_memory(desc: Description, g: graph.NetGraph) -> NetworkMemory:
+    """The Caffe-faithful runtime's stages (module docstring)."""
+    from engine.runtime.caffe import layer_buffers
+
+    a = _arrays(g, free_dead=False)
+    v1 = desc.format == "V1"
+    steps = []
+    for (layer, reads, allocs, scratch, frees), info in zip(a.steps, desc.layers):
+        blobs = [F32 * math.prod(s) for s in layer.param_shapes]
+        owned = sum(n * np.dtype(dtype).itemsize for n, dtype in layer_buffers(layer))
+        partial = desc.resolve(info.partial) if info.partial else None
+        steps.append(Step(layer.index, layer.param_bytes, reads, tuple(allocs), scratch, frees,
+                          owned, message_peak_bytes(partial, blobs, v1) if blobs else 0))
+    whole = message_peak_bytes(desc.resolve(desc.caffemodel),
+                               [F32 * math.prod(s) for layer in g.layers
+                                for s in layer.param_shapes], v1)
+    return NetworkMemory(desc.network, tuple(a.inputs), tuple(steps), a.outputs, "caffe",
+                         weights_at_init=True, frees_weights=False, whole_load_transient=whole)
+
+
+# runtime -> its replay: what plugs in a runtime's stage semantics
+REPLAYS: dict[str, Callable[[Description, graph.NetGraph], NetworkMemory]] = {
+    "lean": lean_memory,
+    "caffe": caffe_memory,
+}
+assert set(REPLAYS) == set(RUNTIMES)
+
+
+def network_memory(desc: Description, batch: int | None,
+                   runtime: str = DEFAULT_RUNTIME) -> NetworkMemory:
+    """Replay ``desc``'s layers at ``batch`` in ``runtime`` (see the module docstring)."""
+    if runtime not in REPLAYS:
+        raise ValueError(f"no memory replay for runtime {runtime!r}; one of "
+                         f"{', '.join(REPLAYS)}")
+    return REPLAYS[runtime](desc, description_graph(desc, batch))
 
 
 class Memory:
@@ -195,11 +316,13 @@ class TaskMemory:
 class RunMemory:
     """The memory effects of a run's tasks, for the simulator. ``start(task)`` applies
     what it reads and allocates as it begins (an EXEC's weights and inputs, its outputs
-    and scratch; an INIT's input) and returns the swap traffic (in, out) that causes;
-    ``finish(task)`` what exists once its computing is done (a LOAD's weights) and the
-    bytes that pushes out; ``end(task)`` what it frees. ``effects`` keeps each task's
-    ``TaskMemory``. Bulk LOAD brings every weight in; bulk EXEC runs every step in
-    turn, each freeing what it may before the next allocates."""
+    and scratch; an INIT's input, and in caffe every parameter; a LOAD's message in
+    caffe, and the parameters it fills) and returns the swap traffic (in, out) that
+    causes; ``finish(task)`` what exists once its computing is done (a lean LOAD's
+    weights) and the bytes that pushes out; ``end(task)`` what it frees. ``effects``
+    keeps each task's ``TaskMemory``. Bulk LOAD brings every weight in; bulk EXEC runs
+    every step in turn, each freeing what it may before the next allocates. An
+    instance's last EXEC frees everything of it but its outputs."""
 
     def __init__(self, profiles: dict[int, NetworkMemory], capacity: int | None) -> None:
         self.profiles = profiles  # instance -> its network's replay
@@ -210,46 +333,74 @@ class RunMemory:
     def _demand(self) -> int:
         return self.mem.resident + self.mem.swapped
 
-    def _exec_step(self, inst: int, step: Step) -> tuple[int, int, int, list[tuple]]:
+    def _exec_step(self, inst: int, prof: NetworkMemory, step: Step, bulk: bool
+                   ) -> tuple[int, int, int, list[tuple]]:
         """(in, out, the step's transient peak of demand, what it frees)."""
         w = (inst, "w", step.layer)
         reads = [w] + [(inst, "a", a) for a in step.reads]
         swap_in, swap_out = self.mem.touch(reads)
         for array, nbytes in step.allocs:
             swap_out += self.mem.alloc((inst, "a", array), nbytes, reads)
-        swap_out += self.mem.transient(step.scratch, reads)
-        return (swap_in, swap_out, self._demand() + step.scratch,
-                [w] + [(inst, "a", a) for a in step.frees])
+        # the operator's scratch while it computes, then (caffe) the layer's own buffers
+        # once its temporaries are gone: kept by a bulk pass, freed by a layer's reset
+        transient = step.scratch if bulk else max(step.scratch, step.owned)
+        swap_out += self.mem.transient(transient, reads)
+        peak = self._demand() + transient
+        if bulk and step.owned:
+            swap_out += self.mem.alloc((inst, "o", step.layer), step.owned, reads)
+            peak = max(peak, self._demand())
+        frees = ([w] if prof.frees_weights else []) + [(inst, "a", a) for a in step.frees]
+        return swap_in, swap_out, peak, frees
+
+    def _weight_keys(self, inst: int, prof: NetworkMemory, layer: int) -> list[tuple]:
+        steps = prof.steps if layer == WHOLE_NET else (prof.steps[layer],)
+        return [(inst, "w", s.layer) for s in steps if s.weights]
 
     def start(self, task: Task) -> tuple[int, int]:
         prof = self.profiles[task.instance]
         inst = task.instance
         before = self._demand()
-        effect = self.effects[task.id] = TaskMemory(ramp=task.kind == Kind.LOAD)
+        effect = self.effects[task.id] = TaskMemory(
+            ramp=task.kind == Kind.LOAD and not prof.weights_at_init)
         if task.kind == Kind.LOAD:
-            return 0, 0
+            if not prof.weights_at_init:
+                return 0, 0  # lean: the weights arrive over the LOAD (finish)
+            keys = self._weight_keys(inst, prof, task.layer)
+            swap_in, swap_out = self.mem.touch(keys)  # the copy writes the parameters
+            effect.transient = (prof.whole_load_transient if task.layer == WHOLE_NET
+                                else prof.steps[task.layer].load_transient)
+            swap_out += self.mem.transient(effect.transient, keys)
+            effect.held = self._demand() - before
+            return swap_in, swap_out
         if task.kind == Kind.INIT:
             out = sum(self.mem.alloc((inst, "a", a), b) for a, b in prof.inputs)
+            if prof.weights_at_init:
+                out += sum(self.mem.alloc((inst, "w", s.layer), s.weights)
+                           for s in prof.steps if s.weights)
             effect.held = self._demand() - before
             return 0, out
-        steps = prof.steps if task.layer == WHOLE_NET else (prof.steps[task.layer],)
+        bulk = task.layer == WHOLE_NET
+        steps = prof.steps if bulk else (prof.steps[task.layer],)
         swap_in = swap_out = peak = 0
         frees: list[tuple] = []
         for step in steps:
             for key in frees:  # the previous layer's, within one bulk forward pass
                 self.mem.free(key)
-            i, o, top, frees = self._exec_step(inst, step)
+            i, o, top, frees = self._exec_step(inst, prof, step, bulk)
             swap_in, swap_out, peak = swap_in + i, swap_out + o, max(peak, top)
+        if bulk or task.layer == len(prof.steps) - 1:  # the network's end
+            kept = {(inst, "a", a) for a in prof.outputs}
+            frees = [k for k in self.mem.blocks if k[0] == inst and k not in kept]
         self._pending[task.id] = frees
         effect.held = self._demand() - before
         effect.transient = max(peak - self._demand(), 0)
         return swap_in, swap_out
 
     def finish(self, task: Task) -> int:
-        """A LOAD's weights are in: returns the bytes that pushes out."""
-        if task.kind != Kind.LOAD:
-            return 0
+        """A lean LOAD's weights are in: returns the bytes that pushes out."""
         prof = self.profiles[task.instance]
+        if task.kind != Kind.LOAD or prof.weights_at_init:
+            return 0
         steps = prof.steps if task.layer == WHOLE_NET else (prof.steps[task.layer],)
         before = self._demand()
         out = sum(self.mem.alloc((task.instance, "w", s.layer), s.weights)

@@ -17,7 +17,7 @@ from engine.errors import EdgeprofError
 from engine.files import parse_json, read_regular, write_text_atomic
 from engine.model.memory import description_graph
 
-MODEL_VERSION = 1
+MODEL_VERSION = 2  # 2: keyed by execution mode and runtime; the domain; duration spread
 
 
 class ModelFileError(EdgeprofError):
@@ -54,10 +54,26 @@ class SwapCost:
 
 
 @dataclass
-class ModeModel:
-    """Everything the simulator needs for one execution mode."""
+class Domain:
+    """What a mode's model was fitted on: a prediction outside it is an extrapolation
+    (``engine.model.domain``)."""
 
-    mode: str  # native | emulated
+    networks: list[str]
+    layer_types: list[str]  # layer types with an EXEC time fit of their own
+    policies: list[str]
+    batch: int | None
+    limits: list[str]  # of the finished limited runs (none: no swap cost fitted)
+    pipelines: list[str]
+    # parts of the time model fitted with an intercept alone: the same seconds whatever
+    # the size ("load_whole": bulk's LOAD of a whole caffemodel; "exec_types.LRN"; ...)
+    intercept_only: list[str]
+
+
+@dataclass
+class ModeModel:
+    """Everything the simulator needs for one execution mode and runtime."""
+
+    mode: str  # native, or the sandbox that ran the runs (vm, uml): engine.model.keys
     start_rss_bytes: float  # resident at the first task's start (median over runs)
     baseline_bytes: float  # the runtime's own resident bytes (engine.model.train)
     cpus: float  # CPUs the measured child could run on
@@ -74,9 +90,34 @@ class ModeModel:
     runs: int
     pipelines: list[str]
     batch: int | None  # the runs' batch (None: each network's deploy batch)
+    runtime: str = "lean"  # engine.runtime: what each stage allocates and frees
+    # the spread of a task's duration in the multi-worker runs (a robust sd of
+    # log(duration / its median)): how far orderings of concurrent workers vary
+    # (engine.model.evaluate)
+    duration_sigma: float = 0.0
+    # the 5 and 95 % points of (measured peak RSS - the replay's) over the training cells,
+    # less their median (the baseline): how far a run's peak strays from the replay's
+    # besides the orderings (what the allocator keeps of freed blocks varies)
+    baseline_spread_bytes: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    domain: Domain | None = None
+
+    @property
+    def key(self) -> str:
+        return mode_key(self.mode, self.runtime)
 
     def exec_model(self, layer_type: str) -> Linear:
         return self.exec_types.get(layer_type, self.exec_any)
+
+
+def mode_key(mode: str, runtime: str) -> str:
+    """How a model file names one execution mode's fit in one runtime: ``native/lean``,
+    ``vm/caffe``, ..."""
+    return f"{mode}/{runtime}"
+
+
+def describe_mode(mode: str) -> str:
+    """``native``, or ``emulated (vm)``: the sandbox that ran it is always named."""
+    return mode if mode == "native" else f"emulated ({mode})"
 
 
 @dataclass
@@ -87,18 +128,30 @@ class Model:
     unfitted: dict[str, str] = field(default_factory=dict)  # mode -> why it has no fit
     version: int = MODEL_VERSION
 
-    def mode(self, name: str | None) -> ModeModel:
+    def mode(self, name: str | None, runtime: str | None = None) -> ModeModel:
+        """The fit of execution mode ``name`` (native, a sandbox, or ``emulated`` for the
+        only sandbox fitted; None: native if fitted, else the first) in ``runtime``
+        (None: lean if fitted, else the only one)."""
+        fitted = [(m.mode, m.runtime) for m in self.modes.values()]
+        modes = list(dict.fromkeys(m for m, _ in fitted))
         if name is None:
-            name = "native" if "native" in self.modes else next(iter(self.modes), "")
-        if name not in self.modes:
-            why = self.unfitted.get(name) or ", ".join(f"{m}: {w}"
-                                                      for m, w in self.unfitted.items())
-            hint = (f": use --mode {next(iter(self.modes))}" if self.modes
+            name = "native" if "native" in modes else (modes[0] if modes else "native")
+        elif name == "emulated":
+            sandboxes = [m for m in modes if m != "native"]
+            name = sandboxes[0] if len(sandboxes) == 1 else name
+        runtimes = [r for m, r in fitted if m == name]
+        if runtime is None:
+            runtime = "lean" if "lean" in runtimes or not runtimes else runtimes[0]
+        key = mode_key(name, runtime)
+        if key not in self.modes:
+            why = self.unfitted.get(key) or ", ".join(f"{m}: {w}"
+                                                     for m, w in self.unfitted.items())
+            hint = (": use --mode/--runtime for one of them" if self.modes
                     else ": fit it on runs that finished")
-            raise ModelFileError(f"the model has no fitted '{name or 'native'}' mode (it has: "
+            raise ModelFileError(f"the model has no fitted '{key}' mode (it has: "
                                  f"{', '.join(self.modes) or 'none'}"
                                  f"{'; ' + why if why else ''}){hint}")
-        return self.modes[name]
+        return self.modes[key]
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
@@ -128,7 +181,10 @@ class Model:
                     m[key] = Linear(**m[key]) if m[key] is not None else None
                 m["exec_types"] = {t: Linear(**v) for t, v in m["exec_types"].items()}
                 m["swap"] = SwapCost(**m["swap"]) if m["swap"] is not None else None
+                m["domain"] = Domain(**m["domain"]) if m.get("domain") is not None else None
                 modes[name] = ModeModel(**m)
+                if modes[name].key != name:
+                    raise ValueError(f"mode {name!r} holds the fit of {modes[name].key!r}")
             model = cls(modes, list(data["policies"]), dict(data.get("trained_on", {})),
                         dict(data.get("unfitted", {})))
             model.check()
@@ -140,9 +196,15 @@ class Model:
     def check(self) -> None:
         """Every number where the simulator can use it (ValueError otherwise): a damaged
         file must not hang or crash a prediction."""
+        from engine.runtime import RUNTIMES
+
         for name, m in self.modes.items():
-            if name not in ("native", "emulated"):
-                raise ValueError(f"unknown execution mode {name!r}")
+            if not isinstance(m.mode, str) or not m.mode or m.runtime not in RUNTIMES:
+                raise ValueError(f"unknown execution mode or runtime {name!r}")
+            _number(m.duration_sigma, f"{name}.duration_sigma", 0, high=5.0)
+            lo, hi = m.baseline_spread_bytes
+            _number(-lo, f"{name}.baseline_spread_bytes[0]", 0)
+            _number(hi, f"{name}.baseline_spread_bytes[1]", 0)
             for field_name, low in (("start_rss_bytes", 0), ("baseline_bytes", 0),
                                     ("gap_s", 0)):
                 _number(getattr(m, field_name), f"{name}.{field_name}", low)

@@ -6,6 +6,7 @@ that takes no CPU."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from engine.caffe.splitter import Description
@@ -13,12 +14,14 @@ from engine.model.memory import NetworkMemory, RunMemory, demand_peak, network_m
 from engine.model.params import (
     ModeModel,
     NetworkFeatures,
+    SwapCost,
     exec_layer_s,
     exec_whole_s,
     load_whole_s,
     network_features,
 )
 from engine.model.simulate import SimResult, simulate
+from engine.runtime import DEFAULT_RUNTIME
 from engine.schedule.pipelines import Pipeline
 from engine.schedule.plan import plan
 from engine.schedule.policies import Policy, parse_policy
@@ -40,10 +43,12 @@ class Prediction:
 
 
 class Networks:
-    """Each network's features and memory replay at one batch, computed once."""
+    """Each network's features and memory replay at one batch in one runtime, computed
+    once."""
 
-    def __init__(self, descriptions: dict[str, Description], batch: int | None) -> None:
-        self.descriptions, self.batch = descriptions, batch
+    def __init__(self, descriptions: dict[str, Description], batch: int | None,
+                 runtime: str = DEFAULT_RUNTIME) -> None:
+        self.descriptions, self.batch, self.runtime = descriptions, batch, runtime
         self._features: dict[str, NetworkFeatures] = {}
         self._memory: dict[str, NetworkMemory] = {}
         self._work: dict[tuple, float] = {}
@@ -62,7 +67,8 @@ class Networks:
 
     def memory(self, net: str) -> NetworkMemory:
         if net not in self._memory:
-            self._memory[net] = network_memory(self.descriptions[net], self.batch)
+            self._memory[net] = network_memory(self.descriptions[net], self.batch,
+                                               self.runtime)
         return self._memory[net]
 
 
@@ -83,10 +89,14 @@ def task_work_s(mode: ModeModel, feats: NetworkFeatures, kind: Kind | str, layer
 
 def predict(mode: ModeModel, pipeline: Pipeline, networks: Networks, policy: Policy | str,
             limit_bytes: int | None = None, swap_bytes: int | None = None,
-            budget: int | None = None) -> tuple[Prediction, SimResult]:
+            budget: int | None = None, swap_cost: SwapCost | None = None,
+            work_scale: Callable[[Task], float] | None = None
+            ) -> tuple[Prediction, SimResult]:
     """``pipeline`` under ``policy`` with ``limit_bytes`` of RAM (None: unconstrained) and
     ``swap_bytes`` of swap on top (None: unlimited); masa's budget defaults to the limit,
-    as ``python -m engine run`` does."""
+    as ``python -m engine run`` does. ``swap_cost``: a device's per-page costs instead of
+    the mode's fitted ones (``engine.model.devices``); ``work_scale``: a factor on each
+    task's work (orderings of concurrent workers: ``engine.model.evaluate``)."""
     policy = parse_policy(policy) if isinstance(policy, str) else policy
     planned = plan(pipeline, policy, networks.descriptions)
     nets = {i.id: i.network for i in planned.instances}
@@ -95,7 +105,7 @@ def predict(mode: ModeModel, pipeline: Pipeline, networks: Networks, policy: Pol
     capacity = None if limit_bytes is None else int(limit_bytes - anon_baseline)
     memory = RunMemory({i: networks.memory(n) for i, n in nets.items()},
                        None if capacity is None else max(capacity, 0))
-    swap = mode.swap
+    swap = swap_cost if swap_cost is not None else mode.swap
     per_in = swap.per_page_in_s / PAGE if swap else 0.0
     per_out = swap.per_page_out_s / PAGE if swap else 0.0
 
@@ -105,8 +115,11 @@ def predict(mode: ModeModel, pipeline: Pipeline, networks: Networks, policy: Pol
 
     result = simulate(planned.graph, policy,
                       {i: t / 1e9 for i, t in planned.arrivals_ns.items()},
-                      lambda task: networks.work_s(mode, nets[task.instance], task.kind,
-                                                   task.layer),
+                      (lambda task: networks.work_s(mode, nets[task.instance], task.kind,
+                                                    task.layer))
+                      if work_scale is None else
+                      (lambda task: networks.work_s(mode, nets[task.instance], task.kind,
+                                                    task.layer) * work_scale(task)),
                       budget=budget if budget is not None else limit_bytes,
                       network_time=planned.network_time, cpus=mode.parallel_cpus,
                       on_start=on_start, on_finish=lambda task: memory.finish(task) * per_out,
@@ -132,11 +145,13 @@ def predict(mode: ModeModel, pipeline: Pipeline, networks: Networks, policy: Pol
 
 def predict_against_unconstrained(mode: ModeModel, pipeline: Pipeline, networks: Networks,
                                   policy: str, limit_bytes: int | None,
-                                  swap_bytes: int | None) -> tuple[Prediction, Prediction]:
+                                  swap_bytes: int | None, swap_cost: SwapCost | None = None
+                                  ) -> tuple[Prediction, Prediction]:
     """(under the limit, unconstrained): the two sides of a slowdown; one simulation when
     there is no limit. Masa's budget is the limit, so its schedule changes too."""
     free, _ = predict(mode, pipeline, networks, policy)
     if limit_bytes is None:
         return free, free
-    limited, _ = predict(mode, pipeline, networks, policy, limit_bytes, swap_bytes)
+    limited, _ = predict(mode, pipeline, networks, policy, limit_bytes, swap_bytes,
+                         swap_cost=swap_cost)
     return limited, free

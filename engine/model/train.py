@@ -12,7 +12,7 @@ training runs (unconstrained, finished):
   counts: the interpreter, numpy and the engine (``start_rss_bytes``, measured at the
   first task) plus what the allocator keeps of freed blocks as the run goes. Measured
   as the median over the training cells of measured peak RSS - the replay's peak
-  (never below 0).
+  (never below 0); its 5-95 % spread over them is ``baseline_spread_bytes``.
 
 The pipelines come from the networks table (each instance's arrival), so training needs
 only the tables and the network descriptions.
@@ -30,7 +30,7 @@ import pandas as pd
 
 from engine.caffe.splitter import Description, description_index
 from engine.errors import EdgeprofError
-from engine.model.fit import fit
+from engine.model.fit import fit, mode_keys
 from engine.model.params import Model, ModeModel
 from engine.model.predict import Networks, predict
 from engine.schedule.pipelines import Arrival, Pipeline
@@ -125,26 +125,64 @@ def calibrate(mode: ModeModel, cells: pd.DataFrame, pipelines: dict[str, Pipelin
                                                r.policy)[0].peak_ram_bytes
             for r in free.itertuples() if np.isfinite(r.measured_hwm_rss_bytes)]
     mode.baseline_bytes = max(float(np.median(gaps)), 0.0) if gaps else mode.start_rss_bytes
+    if len(gaps) >= 2:
+        lo, mid, hi = np.percentile(gaps, [5, 50, 95])
+        mode.baseline_spread_bytes = [float(min(lo - mid, 0.0)), float(max(hi - mid, 0.0))]
     return mode
 
 
 def train(runs: pd.DataFrame, tasks: pd.DataFrame, networks: pd.DataFrame,
           descriptions: dict[str, Description], policies: list[str] | None = None) -> Model:
-    """Fit every execution mode of ``runs`` and calibrate it through the simulator."""
+    """Fit every execution mode and runtime of ``runs`` and calibrate each through the
+    simulator."""
     model = fit(runs, tasks, descriptions, policies)
     pipelines = pipelines_from_networks(networks[networks["run_id"].isin(runs["run_id"])])
+    keys = mode_keys(runs)
     for name, mode in model.modes.items():
-        part = runs[runs["emulated"] == (name == "emulated")]
-        calibrate(mode, measured_cells(part), pipelines, Networks(descriptions, mode.batch))
+        calibrate(mode, measured_cells(runs[keys == name]), pipelines,
+                  Networks(descriptions, mode.batch, mode.runtime))
     for policy in model.policies:
         parse_policy(policy)  # a policy name this engine no longer knows fails here
     return model
 
 
-def read_tables(tables_dir: str | os.PathLike, models_dir: str | os.PathLike
-                ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict[str, Description]]:
+Paths = str | os.PathLike | list[str | os.PathLike]
+Tables = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict[str, Description]]
+
+
+def read_tables(tables_dir: Paths, models_dir: Paths) -> Tables:
     """The runs, tasks and networks tables of an aggregate (Parquet) and the descriptions
-    of the networks they ran; a missing table names the stage that writes it."""
+    of the networks they ran; a missing table names the stage that writes it. Several
+    campaigns (a list of table folders, each with its split folder, or one for all):
+    their tables together, each pipeline and run named after its campaign (the table
+    folder's parent: ``fidelity:p000``), since two campaigns' ``p000`` are other
+    pipelines; a network's description is the first campaign's that has it."""
+    dirs = [tables_dir] if isinstance(tables_dir, (str, os.PathLike)) else list(tables_dir)
+    models = [models_dir] if isinstance(models_dir, (str, os.PathLike)) else list(models_dir)
+    models = models * len(dirs) if len(models) == 1 else models
+    if len(models) != len(dirs):
+        raise EdgeprofError(f"{len(dirs)} table folders and {len(models)} --models folders: "
+                            f"give one split folder, or one per table folder")
+    parts = [_read_campaign(d, m) for d, m in zip(dirs, models)]
+    if len(parts) == 1:
+        return parts[0]
+    labels = [Path(d).resolve().parent.name for d in dirs]
+    if len(set(labels)) < len(labels):
+        raise EdgeprofError(f"table folders {', '.join(map(str, dirs))} do not name their "
+                            f"campaigns apart (their parent folders: {', '.join(labels)})")
+    frames: list[list[pd.DataFrame]] = [[], [], []]
+    descriptions: dict[str, Description] = {}
+    for label, (runs, tasks, networks, descs) in zip(labels, parts):
+        for i, df in enumerate((runs, tasks, networks)):
+            frames[i].append(df.assign(pipeline=label + ":" + df["pipeline"].astype(str),
+                                       run_id=label + ":" + df["run_id"].astype(str)))
+        for name, desc in descs.items():
+            descriptions.setdefault(name, desc)
+    runs, tasks, networks = (pd.concat(f, ignore_index=True) for f in frames)
+    return runs, tasks, networks, descriptions
+
+
+def _read_campaign(tables_dir: str | os.PathLike, models_dir: str | os.PathLike) -> Tables:
     folder = Path(tables_dir)
     frames = []
     for name in ("runs", "tasks", "networks"):
@@ -174,8 +212,8 @@ def read_tables(tables_dir: str | os.PathLike, models_dir: str | os.PathLike
     return runs, tasks, networks, descriptions
 
 
-def fit_model_files(tables_dir: str | os.PathLike, models_dir: str | os.PathLike,
-                    out: str | os.PathLike, policies: list[str] | None = None) -> Model:
+def fit_model_files(tables_dir: Paths, models_dir: Paths, out: str | os.PathLike,
+                    policies: list[str] | None = None) -> Model:
     """``fit-model``: train on the tables in ``tables_dir``, write the model file."""
     runs, tasks, networks, descriptions = read_tables(tables_dir, models_dir)
     model = train(runs, tasks, networks, descriptions, policies)

@@ -4,6 +4,11 @@ Linux 6.12's per-cgroup memory.stat has no pswpin/pswpout, so inside the VM gues
 swap traffic of a LOAD/EXEC window comes from /proc/vmstat. It is exact for the run
 because the guest runs nothing else (the supervisor and sampler barely fault or swap).
 The cgroup's own workingset_refault_anon stays in the cgroup columns as a cross-check.
+
+Each window also records the counters' values at its end (``guest_*_end``): windows of
+concurrent workers overlap, and a delta alone cannot say how much of the traffic fell
+before, during or after another window; the values at every window's start and end
+place it between any two task boundaries (``engine.model.traffic``).
 """
 
 from __future__ import annotations
@@ -13,7 +18,8 @@ from pathlib import Path
 
 GUEST_ENV = "EDGEPROF_VM_GUEST"  # set to "1" by the guest's job script
 WINDOW_KEYS = ("pswpin", "pswpout", "pgmajfault")
-COLUMNS = tuple(f"guest_{k}_delta" for k in WINDOW_KEYS)
+COLUMNS = (tuple(f"guest_{k}_delta" for k in WINDOW_KEYS)
+           + tuple(f"guest_{k}_end" for k in WINDOW_KEYS))
 PROC_VMSTAT = Path("/proc/vmstat")
 
 
@@ -46,5 +52,6 @@ class VmstatWindows:
 
     def close(self, before: dict[str, int]) -> dict[str, int | None]:
         after = read_vmstat(WINDOW_KEYS, self.path)
-        return {f"guest_{k}_delta": after[k] - before[k] if k in after and k in before
-                else None for k in WINDOW_KEYS}
+        return {**{f"guest_{k}_delta": after[k] - before[k] if k in after and k in before
+                   else None for k in WINDOW_KEYS},
+                **{f"guest_{k}_end": after.get(k) for k in WINDOW_KEYS}}

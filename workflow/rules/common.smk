@@ -20,6 +20,7 @@ from engine.workflow import (
     reconcile_in_vm,
     reconcile_limit_args,
     code_fingerprint,
+    holdout_config,
     job_environ,
     kind_runtime,
     limit_args,
@@ -86,9 +87,15 @@ DESCRIPTIONS = expand(f"{SPLIT_DIR}/{{stem}}.description.json", stem=NETWORKS)
 
 PIPELINES = pipeline_names(config["pipelines"]["count"])
 # With vm.enabled the limited runs go to the VM on the vm block's smaller pipelines (vNNN)
-# and limits, beside their unconstrained baseline in the same guest; the main pipelines
-# run unconstrained, natively (engine.workflow.run_sets).
+# and limits, beside their unconstrained baseline in the same guest (and, with
+# vm.native_baseline, natively unconstrained: kind "native"); the main pipelines run
+# unconstrained, natively (engine.workflow.run_sets).
 VM_PIPELINES = vm_pipeline_names(config)
+# The model's held-out pipelines (model.holdout): drawn with a seed of their own, run as
+# the main (hpNNN) and vm (hvNNN) pipelines are, aggregated apart, never fitted on.
+HOLDOUT = holdout_config(config)
+HOLDOUT_PIPELINES = pipeline_names(HOLDOUT.get("pipelines", 0), "hp") if HOLDOUT else []
+HOLDOUT_VM_PIPELINES = vm_pipeline_names(config, holdout=True) if HOLDOUT else []
 RUN_SETS = run_sets(config)
 # path-safe id ("partial_2") -> name ("partial:2"), of every run set's policies
 POLICIES = policy_ids([p for rs in RUN_SETS for p in rs.policies])
@@ -110,8 +117,13 @@ RUN_SET_REPS.update({
     for pipeline, policy in unprobed_runs(config)
 })
 # the tidy folders the aggregate reads, one per run set (a rep<N> folder per run)
+_HELD_OUT = set(HOLDOUT_PIPELINES) | set(HOLDOUT_VM_PIPELINES)
 TIDY_DIRS = [f"{RESULTS}/tidy/{kind}/{pipeline}/{policy}/{limit}"
-             for (kind, pipeline, policy, limit) in RUN_SET_REPS if kind != "unprobed"]
+             for (kind, pipeline, policy, limit) in RUN_SET_REPS
+             if kind != "unprobed" and pipeline not in _HELD_OUT]
+HOLDOUT_TIDY_DIRS = [f"{RESULTS}/tidy/{kind}/{pipeline}/{policy}/{limit}"
+                     for (kind, pipeline, policy, limit) in RUN_SET_REPS
+                     if kind != "unprobed" and pipeline in _HELD_OUT]
 UNPROBED_TIDY_DIRS = [f"{RESULTS}/tidy/{kind}/{pipeline}/{policy}/{limit}"
                       for (kind, pipeline, policy, limit) in RUN_SET_REPS
                       if kind == "unprobed"]
@@ -136,24 +148,46 @@ TABLES = ["runs", "tasks", "networks", "samples", "reconcile", "speedup", "summa
 # The slowdown model (workflow/rules/model.smk): its file, the cross-validation and
 # per-layer residual tables, the scores advise states, and two figures.
 MODEL_FILE = f"{RESULTS}/model/model.json"
-MODEL_TABLES = expand(f"{RESULTS}/tables/{{table}}.parquet",
-                      table=["runs", "tasks", "networks"])
+# model.campaigns: other campaigns' results folders whose tables the model also learns
+# from (a network's description from the first campaign that has it)
+MODEL_CONFIG = config["model"]
+MODEL_CAMPAIGNS = [str(c) for c in MODEL_CONFIG.get("campaigns", [])]
+MODEL_TABLES = [f"{folder}/tables/{table}.parquet" for folder in [RESULTS, *MODEL_CAMPAIGNS]
+                for table in ("runs", "tasks", "networks")]
 MODEL_OUTPUTS = expand(f"{RESULTS}/model/{{table}}.{{ext}}",
-                       table=["cv_predictions", "cv_scores", "layer_residuals"],
+                       table=["cv_predictions", "cv_scores", "cv_folds", "cv_targets",
+                              "layer_residuals"],
                        ext=["csv", "parquet"]) + [f"{RESULTS}/model/cv.json"]
-MODEL_FIGURES = ["model_predictions", "model_residuals"]
+RECONSTRUCTION_OUTPUTS = expand(f"{RESULTS}/model/{{table}}.{{ext}}",
+                                table=["reconstruction", "reconstruction_validation",
+                                       "reconstruction_scores", "swap_cost_curves",
+                                       "swap_cost_crossovers"],
+                                ext=["csv", "parquet"])
+HOLDOUT_TABLES = expand(f"{RESULTS}/holdout/tables/{{table}}.{{ext}}",
+                        table=["runs", "tasks", "networks"], ext=["csv", "parquet"])
+HOLDOUT_OUTPUTS = expand(f"{RESULTS}/model/{{table}}.{{ext}}",
+                         table=["holdout_predictions", "holdout_scores", "holdout_targets"],
+                         ext=["csv", "parquet"])
+# figure -> the model tables it is drawn from
+MODEL_FIGURE_TABLES = {
+    "model_predictions": ["cv_predictions"],
+    "model_residuals": ["layer_residuals"],
+    "swap_cost": ["swap_cost_curves", "swap_cost_crossovers"],
+}
+MODEL_FIGURES = list(MODEL_FIGURE_TABLES)
 TARGETS = (
     expand(f"{RESULTS}/plots/{{fig}}.{{ext}}", fig=FIGURES, ext=["png", "pdf"])
     + expand(f"{RESULTS}/tables/{{table}}.{{ext}}", table=TABLES, ext=["csv", "parquet"])
-    + [MODEL_FILE] + MODEL_OUTPUTS
+    + [MODEL_FILE] + MODEL_OUTPUTS + RECONSTRUCTION_OUTPUTS
+    + (HOLDOUT_OUTPUTS if HOLDOUT_PIPELINES or HOLDOUT_VM_PIPELINES else [])
     + expand(f"{RESULTS}/model/{{fig}}.{{ext}}", fig=MODEL_FIGURES, ext=["png", "pdf"])
 )
 
 
 wildcard_constraints:
     stem="|".join(map(re.escape, NETWORKS)) or "(?!)",
-    pipeline=r"[pv]\d\d\d+",
-    kind="runs|unprobed|sandbox(_[a-z]+)?",
+    pipeline=r"(hp|hv|p|v)\d\d\d+",
+    kind="runs|unprobed|native|sandbox(_[a-z]+)?",
     policy="|".join(POLICIES),
     limit=r"none|\d+(\.\d+)?[KMGT]?",
     rep=r"\d+",
@@ -165,6 +199,8 @@ wildcard_constraints:
 # Argument strings the rules pass to `python -m engine` (engine.workflow builds them).
 PIPELINES_ARGS = pipelines_args(config, NETWORKS.values())
 VM_PIPELINES_ARGS = vm_pipelines_args(config)
+HOLDOUT_PIPELINES_ARGS = pipelines_args(config, NETWORKS.values(), holdout=True)
+HOLDOUT_VM_PIPELINES_ARGS = vm_pipelines_args(config, holdout=True)
 BATCH_ARGS = batch_args(RUN)
 # Only the settings a run depends on, so editing e.g. the limit list reruns only new runs.
 RUN_OPTIONS = run_options(RUN)
@@ -183,7 +219,7 @@ STEP_PREFIX = {key: slurm_step_prefix(run_step_mem_mb(config, key[1], key[0]))
 # Run jobs take the built qemu guest as input only where some run boots it (a uml run's
 # kernel is setup.sh's: python -m engine.vm build).
 ANY_RUN_IN_QEMU = any(needs_vm_guest(config, limit, in_vm) for in_vm, limit in _LIMITS)
-VM_SET = set(VM_PIPELINES)
+VM_SET = set(VM_PIPELINES) | set(HOLDOUT_VM_PIPELINES)
 
 
 # Code fingerprints (params, so a change reruns exactly the jobs that run that code): each
@@ -216,8 +252,16 @@ def output_dir(wildcards, output):
 
 
 def tables_dir(wildcards, input):
-    """The folder of the aggregate tables a model job reads."""
-    return os.path.dirname(input.tables[0])
+    """The folder(s) of the aggregate tables a model job reads, one per campaign."""
+    return " ".join(dict.fromkeys(os.path.dirname(t) for t in input.tables))
+
+
+def model_splits(wildcards, input):
+    """The description folders of a model job's campaigns: this workflow's split stage
+    output, then each other campaign's ``split`` beside its ``tables``."""
+    tables = list(dict.fromkeys(os.path.dirname(t) for t in input.tables))
+    others = [os.path.join(os.path.dirname(t), "split") for t in tables[1:]]
+    return " ".join([os.path.dirname(input.descriptions[0]), *others])
 
 
 def split_dir(wildcards, input):
@@ -237,7 +281,9 @@ def _limit_key(wildcards):
     """(in_vm, limit) of a run job, or of the reconciliation run (no limit wildcard)."""
     if not hasattr(wildcards, "limit"):
         return (reconcile_in_vm(config), str(REC["limit"]))
-    return (wildcards.kind.startswith("sandbox") or wildcards.pipeline in VM_SET,
+    # a vm pipeline's native twins (kind "native") run natively
+    return (wildcards.kind.startswith("sandbox")
+            or (wildcards.pipeline in VM_SET and wildcards.kind != "native"),
             wildcards.limit)
 
 
@@ -315,6 +361,11 @@ def caption_facts(wildcards, input):
     return facts(os.path.dirname(input[0]))
 
 
+def model_figure_tables(wildcards):
+    return [f"{RESULTS}/model/{table}.parquet"
+            for table in MODEL_FIGURE_TABLES[wildcards.model_fig]]
+
+
 def model_caption_facts(wildcards, input):
     """The model figures' caption facts (n, the cross-validated scores), from the tables
     they are drawn from."""
@@ -336,5 +387,5 @@ def vm_recipe(wildcards):
 for _function in (output_dir, split_dir, model_files, run_vm_guest, reconcile_vm_guest,
                   vm_env, run_policy, run_limit_args, run_runtime, run_seed, run_code, run_mem,
                   run_priority, vm_recipe, caption_facts, set_runs, tables_dir,
-                  model_caption_facts):
+                  model_caption_facts, model_figure_tables, model_splits):
     overwrite_function_params(_function, inspect.signature(_function).parameters)

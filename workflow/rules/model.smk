@@ -1,7 +1,9 @@
-# Stage 7: the slowdown model (engine/model, README "Slowdown model and policy advisor"):
-# fit on the aggregate tables, then leave-pipelines-out cross-validation and the per-layer
-# residuals, then their figures. The model file is versioned JSON; Snakemake refits it
-# only when its input tables, the descriptions or the model code change.
+# Stage 7: the slowdown model (engine/model, docs/model.md): fit on the aggregate tables
+# (one fit per execution mode and runtime), then the cross-validation (leave-pipeline-out
+# and leave-network-out) and the per-layer residuals, the native-speed reconstruction
+# with its validation in the sandbox and the swap-cost axis, the held-out seed's scores,
+# and their figures. The model file is versioned JSON; Snakemake refits it only when its
+# input tables, the descriptions or the model code change.
 
 
 rule fit_model:
@@ -12,7 +14,7 @@ rule fit_model:
         MODEL_FILE,
     params:
         tables=tables_dir,
-        models=split_dir,
+        models=model_splits,
         policies=" ".join(POLICIES.values()),
         code=CODE_MODEL,
     log:
@@ -33,7 +35,7 @@ rule evaluate_model:
         MODEL_OUTPUTS,
     params:
         tables=tables_dir,
-        models=split_dir,
+        models=model_splits,
         out=output_dir,
         code=CODE_MODEL,
     log:
@@ -45,10 +47,68 @@ rule evaluate_model:
         " --model {input.model} --out {params.out} 2> {log}"
 
 
+rule reconstruct_model:
+    input:
+        tables=MODEL_TABLES,
+        descriptions=DESCRIPTIONS,
+        model=MODEL_FILE,
+    output:
+        RECONSTRUCTION_OUTPUTS,
+    params:
+        tables=tables_dir,
+        models=model_splits,
+        out=output_dir,
+        resamples=MODEL_CONFIG["resamples"],
+        code=CODE_MODEL,
+    log:
+        f"{RESULTS}/logs/model/reconstruct.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "python -m engine reconstruct-model --tables {params.tables} --models {params.models}"
+        " --model {input.model} --out {params.out} --resamples {params.resamples} 2> {log}"
+
+
+# The held-out seed's runs (model.holdout), aggregated apart: the fit never reads them.
+rule aggregate_holdout:
+    input:
+        tidy=HOLDOUT_TIDY_DIRS,
+    output:
+        HOLDOUT_TABLES,
+    params:
+        code=CODE_ANALYSIS,
+    log:
+        f"{RESULTS}/logs/holdout/aggregate.log",
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/aggregate_holdout.py"
+
+
+rule score_holdout:
+    input:
+        tables=[t for t in HOLDOUT_TABLES if t.endswith(".parquet")],
+        descriptions=DESCRIPTIONS,
+        model=MODEL_FILE,
+    output:
+        HOLDOUT_OUTPUTS,
+    params:
+        tables=tables_dir,
+        models=split_dir,
+        out=output_dir,
+        code=CODE_MODEL,
+    log:
+        f"{RESULTS}/logs/model/holdout.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "python -m engine score-holdout --tables {params.tables} --models {params.models}"
+        " --model {input.model} --out {params.out} 2> {log}"
+
+
 rule model_plot:
     input:
-        f"{RESULTS}/model/cv_predictions.parquet",
-        f"{RESULTS}/model/layer_residuals.parquet",
+        model_figure_tables,
     output:
         png=report(
             f"{RESULTS}/model/{{model_fig}}.png",

@@ -38,3 +38,43 @@ rule vm_pipelines:
     shell:
         "python -m engine pipelines --models {params.models} --out {params.out} {params.args}"
         " 2> {log}"
+
+
+# The model's held-out pipelines (model.holdout): the same generators with a seed never
+# used in fitting.
+rule holdout_pipelines:
+    input:
+        descriptions=DESCRIPTIONS,
+    output:
+        expand(f"{PIPELINES_DIR}/{{name}}.json", name=HOLDOUT_PIPELINES),
+    params:
+        models=split_dir,
+        out=output_dir,
+        args=HOLDOUT_PIPELINES_ARGS,
+        code=CODE_PIPELINES,
+    log:
+        f"{RESULTS}/logs/holdout_pipelines.log",
+    conda:
+        "../../envs/run.yaml"
+    shell:
+        "python -m engine pipelines --models {params.models} --out {params.out} {params.args}"
+        " 2> {log}"
+
+
+rule holdout_vm_pipelines:
+    input:
+        descriptions=DESCRIPTIONS,
+    output:
+        expand(f"{PIPELINES_DIR}/{{name}}.json", name=HOLDOUT_VM_PIPELINES),
+    params:
+        models=split_dir,
+        out=output_dir,
+        args=HOLDOUT_VM_PIPELINES_ARGS,
+        code=CODE_PIPELINES,
+    log:
+        f"{RESULTS}/logs/holdout_vm_pipelines.log",
+    conda:
+        "../../envs/run.yaml"
+    shell:
+        "python -m engine pipelines --models {params.models} --out {params.out} {params.args}"
+        " 2> {log}"

@@ -1,0 +1,616 @@
+"""Native-speed time under a limit, reconstructed from measurements.
+
+This project's machines cannot limit a native run; a sandbox can (a real kernel with
+its own cgroup and swap) but distorts one phase (TCG slows compute 15-63x, user-mode
+Linux slows page faults). Each phase is taken where it is measured undistorted:
+
+- a task's **compute**: its native unconstrained time (the median of the same task's
+  windows that ran alone, ``overlap == 0``: same instance of the pipeline, layer and task
+  type, over the pipeline's native unconstrained runs of every policy, since a layer's
+  work does not depend on the policy; the run's first INIT also builds the input image),
+  plus the dispatch gap measured in the same runs (``engine.model.fit.dispatch_gap``:
+  it grows with the host's load as the task times do);
+- its **page traffic** under the limit: pages swapped in and out and other major faults,
+  measured in the sandbox's real kernel in the same runtime, pipeline, policy and limit
+  (``engine.model.traffic``: each task's own share);
+- a **device's per-page costs** (``engine.model.devices``).
+
+The policy's real task graph is replayed with them on the simulator's virtual clock
+(``engine.model.simulate``): swap waits take no CPU, concurrent waits share one device,
+concurrent computing shares the CPUs as the native mode's model calibrated
+(``parallel_cpus``), masa's admission budget is the limit. A cell whose sandbox runs were
+all OOM-killed is reconstructed as killed.
+
+A task's time is the median over the repetitions of its median in each repetition (over
+that repetition's runs of every policy), its traffic the median over the limited runs.
+The 95 % CI resamples the repetitions of both measured parts: each bootstrap draw takes
+the native repetitions and the sandbox's limited runs with replacement, takes those
+medians over the drawn ones and replays; the CI is the 2.5-97.5 % range of the draws.
+
+**Validation** where every part is measured: the sandbox's own limited makespans rebuilt
+from the sandbox's unconstrained task times, its page traffic and its per-page costs
+fitted on its other pipelines' limited runs (``engine.model.fit.fit_swap_cost``: the
+pipeline being rebuilt is never in that fit). Its MAPE, with a bootstrap CI over
+pipelines, says how much of a limited makespan this decomposition explains.
+
+**The swap-cost axis**: each native reconstruction replayed over per-page costs from
+1 us to 10 ms (``COST_GRID``, the same cost in and out), each policy's speed-up over Bulk
+per size bin (the median over the bin's pipelines of Bulk's makespan / the policy's) and
+the costs where it crosses 1 or where the fastest policy changes (bisected).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from engine.analysis.stats import cell_seed, cluster_mean_ci, summarize
+from engine.caffe.splitter import Description
+from engine.model.devices import Device
+from engine.model.fit import dispatch_gap, execution_modes, fit_swap_cost, runtimes
+from engine.model.params import Model, ModeModel, SwapCost, mode_key
+from engine.model.simulate import simulate
+from engine.model.traffic import TRAFFIC_COLUMNS, run_traffic
+from engine.model.train import Paths, pipelines_from_networks
+from engine.schedule.pipelines import Pipeline
+from engine.schedule.plan import plan
+from engine.schedule.policies import parse_policy
+
+COST_GRID = np.logspace(-6, -2, 17)  # seconds per 4 KiB page: 1 us .. 10 ms, 4 per decade
+WORK_KEY = ["instance", "layer", "task_type"]
+CI_LOW, CI_HIGH = 2.5, 97.5
+
+
+class ReconstructionError(ValueError):
+    """A cell whose measurements cannot be combined (a task never timed natively)."""
+
+
+@dataclass
+class Compute:
+    """What each task costs without a limit, and how concurrent tasks share the CPU."""
+
+    work: dict[tuple[int, int, str], float]  # (instance, layer, task type) -> seconds
+    parallel_cpus: float
+    gap_s: float
+
+
+def solo_work(tasks: pd.DataFrame) -> dict[tuple[int, int, str], float]:
+    """Median seconds per (instance, layer, task type) of one pipeline's runs over the
+    tasks that ran alone; a task that never ran alone, over all of its windows."""
+    t = tasks.assign(seconds=tasks["duration_ns"] / 1e9,
+                     alone=tasks["overlap"].fillna(0) == 0)
+    t = t.sort_values("alone")  # a key's solo median wins below
+    out: dict[tuple[str, int, str], float] = {}
+    for alone in (False, True):
+        part = t[t["alone"] == alone]
+        med = part.groupby(WORK_KEY)["seconds"].median()
+        out.update({(int(i), int(layer), str(k)): float(v)
+                    for (i, layer, k), v in med.items()})
+    return out
+
+
+class Replay:
+    """One pipeline under one policy, planned once (the graph, arrivals and admission
+    keys), replayed with per-task arrays of seconds."""
+
+    def __init__(self, pipeline: Pipeline, policy: str, descriptions: dict[str, Description],
+                 parallel_cpus: float, gap_s: float, limit_bytes: int | None = None) -> None:
+        self.pipeline, self.policy = pipeline, parse_policy(policy)
+        self.planned = plan(pipeline, self.policy, descriptions)
+        self.keys = [(t.instance, t.layer, t.kind.name) for t in self.planned.graph.tasks]
+        self.nets = {i.id: i.network for i in self.planned.instances}
+        self.arrivals = {i: t / 1e9 for i, t in self.planned.arrivals_ns.items()}
+        self.parallel_cpus, self.gap_s, self.limit_bytes = parallel_cpus, gap_s, limit_bytes
+
+    def work_of(self, work: dict[tuple[int, int, str], float]) -> np.ndarray:
+        """Each task's seconds from a (instance, layer, task type) table; NaN where it
+        has none."""
+        return np.array([work.get(k, np.nan) for k in self.keys])
+
+    def check(self, work: np.ndarray) -> None:
+        missing = np.flatnonzero(~np.isfinite(work))
+        if len(missing):
+            i, layer, kind = self.keys[missing[0]]
+            raise ReconstructionError(f"{self.pipeline.name}: no unconstrained run timed "
+                                      f"{kind} of instance {i} ({self.nets[i]}) layer {layer}")
+
+    def makespan(self, work: np.ndarray, waits: np.ndarray | None = None,
+                 gap_s: float | None = None) -> float:
+        """The makespan with ``work`` seconds of computing per task, ``gap_s`` after it
+        (default: the model's) and ``waits`` seconds of swap before it."""
+        self.check(work)
+        seconds = work + (self.gap_s if gap_s is None else gap_s)
+        result = simulate(self.planned.graph, self.policy, self.arrivals,
+                          lambda t: seconds[t.id], budget=self.limit_bytes,
+                          network_time=self.planned.network_time, cpus=self.parallel_cpus,
+                          on_start=None if waits is None else (lambda t: waits[t.id]))
+        return result.makespan_s
+
+
+def _per_page(cost: SwapCost) -> np.ndarray:
+    return np.array([cost.per_page_in_s, cost.per_page_out_s, cost.per_major_fault_s])
+
+
+def replay(pipeline: Pipeline, policy: str, descriptions: dict[str, Description],
+           compute: Compute, traffic: dict[int, np.ndarray] | None = None,
+           cost: SwapCost | None = None, limit_bytes: int | None = None) -> float:
+    """The makespan of ``pipeline`` under ``policy`` with these task times and, under a
+    limit, each task's traffic (task id -> pages in, out, refaults) waiting for
+    ``cost`` per page before it computes."""
+    r = Replay(pipeline, policy, descriptions, compute.parallel_cpus, compute.gap_s,
+               limit_bytes)
+    waits = None
+    if traffic and cost is not None:
+        pages = np.zeros((len(r.keys), 3))
+        for tid, v in traffic.items():
+            pages[tid] = v
+        waits = pages @ _per_page(cost)
+    return r.makespan(r.work_of(compute.work), waits)
+
+
+@dataclass
+class Cell:
+    """One (pipeline, policy, limit) to rebuild: per repetition of the unconstrained
+    runs each task's time (the median over that repetition's runs of its windows that
+    ran alone), per finished limited run each task's traffic."""
+
+    replay: Replay
+    limit: str
+    work: np.ndarray  # (repetitions, tasks) seconds
+    gaps: np.ndarray  # (repetitions,) the dispatch gap, seconds
+    pages: np.ndarray  # (limited runs, tasks, 3): pages in, out, refaults
+
+    def makespan(self, cost: SwapCost | None, reps: np.ndarray | None = None,
+                 runs: np.ndarray | None = None) -> float:
+        """With the given repetitions and limited runs (all: None): each task's time and
+        the gap the median over the repetitions, its traffic the median over the runs
+        (no cost: unconstrained)."""
+        reps = slice(None) if reps is None else reps
+        pages = self.pages if runs is None else self.pages[runs]
+        waits = None if cost is None else np.median(pages, axis=0) @ _per_page(cost)
+        return self.replay.makespan(np.nanmedian(self.work[reps], axis=0), waits,
+                                    float(np.nanmedian(self.gaps[reps])))
+
+
+def estimate(cell: Cell, cost: SwapCost, resamples: int) -> tuple[float, float, float]:
+    """(makespan, CI low, CI high): all repetitions, and the bootstrap over both parts'
+    repetitions (module docstring)."""
+    point = cell.makespan(cost)
+    rng = np.random.default_rng(cell_seed((cell.replay.pipeline.name, cell.replay.policy.name,
+                                           cell.limit)))
+    nc, nt = len(cell.work), len(cell.pages)
+    draws = [cell.makespan(cost, rng.integers(0, nc, nc), rng.integers(0, nt, nt))
+             for _ in range(resamples if nc * nt > 1 else 0)]
+    if not draws:
+        return point, np.nan, np.nan
+    lo, hi = np.percentile(draws, [CI_LOW, CI_HIGH])
+    return point, float(lo), float(hi)
+
+
+# ---- which runs make a cell ----
+
+def _ok(runs: pd.DataFrame) -> pd.DataFrame:
+    return runs[runs["termination"] == "ok"]
+
+
+def _reps(runs: pd.DataFrame, tasks: pd.DataFrame) -> list[tuple[int, pd.DataFrame]]:
+    """(repetition, the tasks of all its runs) of ``runs``."""
+    t = tasks[tasks["run_id"].isin(runs["run_id"])]
+    rep_of = runs.set_index("run_id")["rep"]
+    reps = t["run_id"].map(rep_of)
+    return [(int(rep), g) for rep, g in t.groupby(reps, sort=True)]
+
+
+@dataclass
+class Campaign:
+    """The tables split by execution mode and runtime, with each limited run's
+    traffic."""
+
+    runs: pd.DataFrame
+    tasks: pd.DataFrame
+    pipelines: dict[str, Pipeline]
+    descriptions: dict[str, Description]
+    traffic: pd.DataFrame  # run_id, task_id, TRAFFIC_COLUMNS of the limited runs
+
+    @classmethod
+    def of(cls, runs: pd.DataFrame, tasks: pd.DataFrame, networks: pd.DataFrame,
+           descriptions: dict[str, Description]) -> Campaign:
+        runs = runs[runs["limit_enforced"].astype(bool) | (runs["limit"] == "none")]
+        runs = runs.assign(pipeline=runs["pipeline"].astype(str), mode=execution_modes(runs),
+                           runtime=runtimes(runs))
+        limited = _ok(runs[runs["limit"] != "none"])
+        return cls(runs, tasks, pipelines_from_networks(networks), descriptions,
+                   run_traffic(tasks, limited))
+
+    def free(self, mode: str, runtime: str, pipeline: str) -> pd.DataFrame:
+        r = self.runs
+        return _ok(r[(r["mode"] == mode) & (r["runtime"] == runtime)
+                     & (r["pipeline"] == pipeline) & (r["limit"] == "none")])
+
+    def limited_cells(self) -> pd.DataFrame:
+        """The sandboxes' limited cells: mode, runtime, pipeline, policy, limit, its
+        limit bytes, runs, finished runs."""
+        r = self.runs[(self.runs["mode"] != "native") & (self.runs["limit"] != "none")]
+        return (r.assign(ok=r["termination"] == "ok")
+                .groupby(["mode", "runtime", "pipeline", "policy", "limit"])
+                .agg(limit_bytes=("limit_bytes", "first"), runs=("run_id", "size"),
+                     runs_ok=("ok", "sum"), size_bin=("size_bin", "first"))
+                .reset_index())
+
+    def cell(self, row, compute_mode: str, mode_model: ModeModel) -> Cell | str:
+        """The cell of a limited sandbox cell ``row``, its task times from
+        ``compute_mode``'s unconstrained runs; or why it cannot be rebuilt."""
+        free = self.free(compute_mode, row.runtime, row.pipeline)
+        if free.empty:
+            return f"no {compute_mode} unconstrained run of {row.pipeline} ({row.runtime})"
+        r = self.runs
+        lim = _ok(r[(r["mode"] == row.mode) & (r["runtime"] == row.runtime)
+                    & (r["pipeline"] == row.pipeline) & (r["policy"] == row.policy)
+                    & (r["limit"] == row.limit)])
+        traffic = self.traffic[self.traffic["run_id"].isin(lim["run_id"])]
+        if traffic.empty:
+            return "no finished limited run whose traffic each task can be given"
+        replay_ = Replay(self.pipelines[row.pipeline], row.policy, self.descriptions,
+                         mode_model.parallel_cpus, mode_model.gap_s, int(row.limit_bytes))
+        work, gaps = self.rep_work(free, replay_)
+        n = len(replay_.keys)
+        pages = []
+        for _, t in traffic.groupby("run_id", sort=True):
+            a = np.zeros((n, 3))
+            a[t["task_id"].to_numpy(dtype=int)] = t[TRAFFIC_COLUMNS].to_numpy(dtype=float)
+            pages.append(a)
+        return Cell(replay_, row.limit, work, gaps, np.array(pages))
+
+    def rep_work(self, free: pd.DataFrame, replay_: Replay) -> tuple[np.ndarray, np.ndarray]:
+        """Per repetition of the unconstrained runs ``free``: each task's time (its
+        median over the repetition's runs, the windows that ran alone) and the dispatch
+        gap (the mean end-to-start of its single-worker runs: measured with the same
+        host load as the task times; the model's where none ran)."""
+        work, gaps = [], []
+        for rep, t in _reps(free, self.tasks):
+            work.append(replay_.work_of(solo_work(t)))
+            gap = dispatch_gap(free[free["rep"] == rep], t)
+            gaps.append(gap if (free[free["rep"] == rep]["workers"] == 1).any()
+                        else replay_.gap_s)
+        return np.array(work), np.array(gaps)
+
+
+# ---- the three products ----
+
+RECONSTRUCTION_COLUMNS = [
+    "sandbox", "runtime", "pipeline", "size_bin", "policy", "limit", "device",
+    "per_page_in_s", "per_page_out_s", "native_makespan_s", "native_makespan_ci_low",
+    "native_makespan_ci_high", "oom", "sandbox_runs", "sandbox_runs_ok",
+    "native_unconstrained_s", "replayed_unconstrained_s", "note"]
+
+
+def _free_median(free: pd.DataFrame, policy: str) -> float:
+    times = free.loc[free["policy"] == policy, "makespan_s"].dropna()
+    return float(times.median()) if len(times) else np.nan
+
+
+def reconstruct_native(campaign: Campaign, model: Model, devices: list[Device],
+                       resamples: int, progress: Callable[[str], None] = lambda s: None
+                       ) -> pd.DataFrame:
+    """Every sandbox limited cell at native speed on each device (module docstring),
+    beside the measured native unconstrained makespan and its replay without a limit (a
+    check of the replay itself)."""
+    rows = []
+    cells = campaign.limited_cells()
+    for i, row in enumerate(cells.itertuples()):
+        progress(f"native-speed reconstruction: cell {i + 1}/{len(cells)}")
+        base = {"sandbox": row.mode, "runtime": row.runtime, "pipeline": row.pipeline,
+                "size_bin": row.size_bin, "policy": row.policy, "limit": row.limit,
+                "sandbox_runs": row.runs, "sandbox_runs_ok": row.runs_ok}
+        native = model.modes.get(mode_key("native", row.runtime))
+        if native is None:
+            rows.append({**base, "note": f"no native {row.runtime} model fitted"})
+            continue
+        free = campaign.free("native", row.runtime, row.pipeline)
+        measured_free = _free_median(free, row.policy)
+        if row.runs_ok == 0:
+            rows += [{**base, "device": d.name, "oom": True,
+                      "native_unconstrained_s": measured_free,
+                      "note": "every sandbox run under this limit was OOM-killed"}
+                     for d in devices]
+            continue
+        cell = campaign.cell(row, "native", native)
+        if isinstance(cell, str):
+            rows.append({**base, "note": cell})
+            continue
+        try:
+            replayed_free = Cell(Replay(cell.replay.pipeline, row.policy,
+                                        campaign.descriptions, cell.replay.parallel_cpus,
+                                        cell.replay.gap_s), "none", cell.work, cell.gaps,
+                                 cell.pages).makespan(None)
+            for d in devices:
+                t, lo, hi = estimate(cell, d.swap_cost(), resamples)
+                rows.append({**base, "device": d.name, "per_page_in_s": d.per_page_in_s,
+                             "per_page_out_s": d.per_page_out_s, "native_makespan_s": t,
+                             "native_makespan_ci_low": lo, "native_makespan_ci_high": hi,
+                             "oom": False, "native_unconstrained_s": measured_free,
+                             "replayed_unconstrained_s": replayed_free,
+                             "note": "" if row.runs_ok == row.runs else
+                             f"{row.runs - row.runs_ok} of {row.runs} sandbox runs killed"})
+        except ReconstructionError as exc:
+            rows.append({**base, "note": str(exc)})
+    return pd.DataFrame(rows, columns=RECONSTRUCTION_COLUMNS)
+
+
+VALIDATION_COLUMNS = [
+    "sandbox", "runtime", "pipeline", "policy", "limit", "runs_ok",
+    "measured_makespan_s", "measured_makespan_ci_low", "measured_makespan_ci_high",
+    "rebuilt_makespan_s", "rebuilt_makespan_ci_low", "rebuilt_makespan_ci_high",
+    "error_pct", "per_page_in_s", "per_page_out_s", "per_major_fault_s", "cost_fitted_on",
+    "note"]
+
+
+def validate(campaign: Campaign, model: Model, resamples: int,
+             progress: Callable[[str], None] = lambda s: None) -> pd.DataFrame:
+    """The sandboxes' own limited makespans rebuilt from their unconstrained task times,
+    their traffic and per-page costs fitted on the other pipelines (module docstring);
+    and, with no limit, each sandbox's and the native unconstrained makespans replayed
+    from their own task times (the replay alone)."""
+    rows = []
+    runs, tasks = campaign.runs, campaign.tasks
+    tasks_s = tasks.assign(duration_s=tasks["duration_ns"] / 1e9)
+    cells = campaign.limited_cells()
+    measured = summarize(_ok(runs), ["mode", "runtime", "pipeline", "policy", "limit"],
+                         "makespan_s", prefix="m")
+    measured = measured.set_index(["mode", "runtime", "pipeline", "policy", "limit"])
+    costs: dict[tuple[str, str, str], tuple[SwapCost | None, str]] = {}
+    for i, row in enumerate(cells.itertuples()):
+        progress(f"validation in the sandbox: cell {i + 1}/{len(cells)}")
+        key = (row.mode, row.runtime, row.pipeline, row.policy, row.limit)
+        m = measured.loc[key] if key in measured.index else None
+        base = {"sandbox": row.mode, "runtime": row.runtime, "pipeline": row.pipeline,
+                "policy": row.policy, "limit": row.limit, "runs_ok": row.runs_ok,
+                "measured_makespan_s": np.nan if m is None else m["m_median"],
+                "measured_makespan_ci_low": np.nan if m is None else m["m_ci_low"],
+                "measured_makespan_ci_high": np.nan if m is None else m["m_ci_high"]}
+        sandbox = model.modes.get(mode_key(row.mode, row.runtime))
+        if sandbox is None or row.runs_ok == 0:
+            rows.append({**base, "note": "no sandbox model" if sandbox is None
+                         else "every run was OOM-killed"})
+            continue
+        ckey = (row.mode, row.runtime, row.pipeline)
+        if ckey not in costs:
+            same = runs[(runs["mode"] == row.mode) & (runs["runtime"] == row.runtime)]
+            others = same[same["pipeline"] != row.pipeline]
+            cost = fit_swap_cost(others, tasks_s)
+            where = f"{others['pipeline'].nunique()} other pipeline(s)"
+            if cost is None:  # no other pipeline ran limited: in-sample, and said so
+                cost, where = fit_swap_cost(same, tasks_s), "all pipelines (in-sample)"
+            costs[ckey] = (cost, where)
+        cost, where = costs[ckey]
+        cell = campaign.cell(row, row.mode, sandbox)
+        if cost is None or isinstance(cell, str):
+            rows.append({**base, "note": "no per-page cost could be fitted" if cost is None
+                         else cell})
+            continue
+        try:
+            t, lo, hi = estimate(cell, cost, resamples)
+        except ReconstructionError as exc:
+            rows.append({**base, "note": str(exc)})
+            continue
+        rows.append({**base, "rebuilt_makespan_s": t, "rebuilt_makespan_ci_low": lo,
+                     "rebuilt_makespan_ci_high": hi,
+                     "error_pct": (t / base["measured_makespan_s"] - 1) * 100,
+                     "per_page_in_s": cost.per_page_in_s, "per_page_out_s": cost.per_page_out_s,
+                     "per_major_fault_s": cost.per_major_fault_s, "cost_fitted_on": where,
+                     "note": ""})
+    # the replay alone: unconstrained makespans from their own task times
+    free_cells = _ok(runs[runs["limit"] == "none"]).groupby(
+        ["mode", "runtime", "pipeline", "policy"]).size().index
+    for mode, runtime, pipeline, policy in free_cells:
+        mm = model.modes.get(mode_key(mode, runtime))
+        m = measured.loc[(mode, runtime, pipeline, policy, "none")]
+        base = {"sandbox": mode, "runtime": runtime, "pipeline": pipeline, "policy": policy,
+                "limit": "none", "runs_ok": int(m["m_n"]), "measured_makespan_s": m["m_median"],
+                "measured_makespan_ci_low": m["m_ci_low"],
+                "measured_makespan_ci_high": m["m_ci_high"]}
+        if mm is None:
+            continue
+        try:
+            r = Replay(campaign.pipelines[pipeline], policy, campaign.descriptions,
+                       mm.parallel_cpus, mm.gap_s)
+            work, gaps = campaign.rep_work(campaign.free(mode, runtime, pipeline), r)
+            t = Cell(r, "none", work, gaps, np.zeros((1, len(r.keys), 3))).makespan(None)
+        except ReconstructionError as exc:
+            rows.append({**base, "note": str(exc)})
+            continue
+        rows.append({**base, "rebuilt_makespan_s": t,
+                     "error_pct": (t / m["m_median"] - 1) * 100, "note": ""})
+    return pd.DataFrame(rows, columns=VALIDATION_COLUMNS)
+
+
+SCORE_COLUMNS = ["sandbox", "runtime", "scope", "metric", "value", "ci_low", "ci_high", "n",
+                 "pipelines", "target", "met", "note"]
+VALIDATION_TARGET = 15.0  # % MAPE of the rebuilt limited makespans
+
+
+def repetition_noise(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per mode, runtime, pipeline, policy and limit, each finished run's makespan
+    against the median of the cell's other repetitions (|x / median - 1|, %): what even
+    a perfect rebuild would miss of a single repetition, the measurements' own noise."""
+    rows = []
+    ok = _ok(runs).dropna(subset=["makespan_s"])
+    for key, g in ok.groupby(["mode", "runtime", "pipeline", "policy", "limit"]):
+        m = g["makespan_s"].to_numpy()
+        for i in range(len(m)):
+            others = np.delete(m, i)
+            if len(others):
+                rows.append((*key, abs(m[i] / np.median(others) - 1) * 100))
+    return pd.DataFrame(rows, columns=["sandbox", "runtime", "pipeline", "policy", "limit",
+                                       "error_pct"])
+
+
+def validation_scores(table: pd.DataFrame, noise: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per sandbox and runtime: the MAPE of the rebuilt limited makespans (and of the
+    unconstrained replay) with a bootstrap CI over pipelines, against the target; beside
+    them the repetitions' own noise (``repetition_noise``) in the same cells."""
+    rows = []
+    if noise is not None and not noise.empty:
+        cells = table.dropna(subset=["error_pct"])[["sandbox", "runtime", "pipeline",
+                                                     "policy", "limit"]]
+        noise = noise.merge(cells, on=list(cells.columns))
+        for (sandbox, runtime), g in noise.groupby(["sandbox", "runtime"]):
+            for scope, part in (("limited", g[g["limit"] != "none"]),
+                                ("unconstrained", g[g["limit"] == "none"])):
+                if part.empty:
+                    continue
+                value, lo, hi = cluster_mean_ci(part["error_pct"], part["pipeline"],
+                                                seed=cell_seed((sandbox, runtime, scope, 1)))
+                rows.append({"sandbox": sandbox, "runtime": runtime, "scope": scope,
+                             "metric": "repetition noise %", "value": value, "ci_low": lo,
+                             "ci_high": hi, "n": len(part),
+                             "pipelines": part["pipeline"].nunique(), "target": np.nan,
+                             "met": None, "note": "a repetition's makespan against the "
+                             "median of the cell's others: what a perfect rebuild misses"})
+    done = table.dropna(subset=["error_pct"])
+    for (sandbox, runtime), g in done.groupby(["sandbox", "runtime"]):
+        for scope, part in (("limited", g[g["limit"] != "none"]),
+                            ("unconstrained", g[g["limit"] == "none"])):
+            if part.empty:
+                continue
+            value, lo, hi = cluster_mean_ci(part["error_pct"].abs(), part["pipeline"],
+                                            seed=cell_seed((sandbox, runtime, scope)))
+            target = VALIDATION_TARGET if scope == "limited" else np.nan
+            rows.append({"sandbox": sandbox, "runtime": runtime, "scope": scope,
+                         "metric": "makespan MAPE %", "value": value, "ci_low": lo,
+                         "ci_high": hi, "n": len(part), "pipelines": part["pipeline"].nunique(),
+                         "target": target,
+                         "met": bool(value <= target) if np.isfinite(target) else None,
+                         "note": "mean over cells; CI: pipelines resampled"})
+    return pd.DataFrame(rows, columns=SCORE_COLUMNS)
+
+
+def _bisect(f: Callable[[float], float], lo: float, hi: float, steps: int = 8) -> float:
+    """A root of f between lo and hi (f changes sign), bisected in log cost."""
+    flo = f(lo)
+    for _ in range(steps):
+        mid = math.sqrt(lo * hi)
+        fm = f(mid)
+        if (fm > 0) == (flo > 0):
+            lo, flo = mid, fm
+        else:
+            hi = mid
+    return math.sqrt(lo * hi)
+
+
+def _speedup_of(makespan: Callable[[tuple, float], float], by_policy: dict[str, list[tuple]]
+                ) -> Callable[[str, float], tuple[float, int]]:
+    """policy, cost -> (the median over pipelines of Bulk's makespan / the policy's, the
+    pipelines it is taken over)."""
+    bulk = {k[4]: k for k in by_policy["bulk"]}
+
+    def speedup(policy: str, c: float) -> tuple[float, int]:
+        ratios = [makespan(bulk[k[4]], c) / makespan(k, c)
+                  for k in by_policy[policy] if k[4] in bulk]
+        ratios = [r for r in ratios if np.isfinite(r)]
+        return (float(np.median(ratios)), len(ratios)) if ratios else (np.nan, 0)
+
+    return speedup
+
+
+def cost_curves(campaign: Campaign, model: Model, grid: np.ndarray = COST_GRID,
+                progress: Callable[[str], None] = lambda s: None
+                ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(curves, crossovers): per sandbox, runtime, limit, size bin, policy and per-page
+    cost, the median over the bin's pipelines of the speed-up over Bulk at native speed;
+    and the costs where a policy's curve crosses 1 and where the fastest policy
+    changes."""
+    cells = campaign.limited_cells()
+    cells = cells[cells["runs_ok"] > 0]
+    built: dict[tuple, Cell] = {}
+    for row in cells.itertuples():
+        native = model.modes.get(mode_key("native", row.runtime))
+        cell = campaign.cell(row, "native", native) if native is not None else "no model"
+        if not isinstance(cell, str):
+            built[(row.mode, row.runtime, row.limit, row.size_bin, row.pipeline,
+                   row.policy)] = cell
+    cache: dict[tuple, float] = {}
+
+    def makespan(key: tuple, c: float) -> float:
+        if (key, c) not in cache:
+            try:
+                cache[(key, c)] = built[key].makespan(SwapCost(c, c, c, 0, "axis"))
+            except ReconstructionError:
+                cache[(key, c)] = np.nan
+        return cache[(key, c)]
+
+    groups: dict[tuple, dict[str, list[tuple]]] = {}
+    for key in built:
+        groups.setdefault(key[:4], {}).setdefault(key[5], []).append(key)
+    curves, crossings = [], []
+    for gi, (group, by_policy) in enumerate(sorted(groups.items())):
+        progress(f"swap-cost axis: group {gi + 1}/{len(groups)}")
+        if "bulk" not in by_policy:
+            continue
+        speedup = _speedup_of(makespan, by_policy)
+
+        for policy in sorted(by_policy):
+            values = [speedup(policy, c) for c in grid]
+            curves += [{"sandbox": group[0], "runtime": group[1], "limit": group[2],
+                        "size_bin": group[3], "policy": policy, "per_page_s": c,
+                        "speedup_over_bulk": v, "pipelines": n}
+                       for c, (v, n) in zip(grid, values)]
+            if policy == "bulk":
+                continue
+            for (c0, (v0, _)), (c1, (v1, _)) in zip(zip(grid, values),
+                                                    zip(grid[1:], values[1:])):
+                if np.isfinite(v0) and np.isfinite(v1) and (v0 - 1) * (v1 - 1) < 0:
+                    at = _bisect(lambda c, p=policy, f=speedup: f(p, c)[0] - 1, c0, c1)
+                    crossings.append({"sandbox": group[0], "runtime": group[1],
+                                      "limit": group[2], "size_bin": group[3],
+                                      "what": f"{policy} against bulk",
+                                      "from": policy if v0 > 1 else "bulk",
+                                      "to": "bulk" if v0 > 1 else policy, "per_page_s": at})
+        best = [max(by_policy, key=lambda p, c=c: np.nan_to_num(speedup(p, c)[0], nan=-1))
+                for c in grid]
+        for (c0, b0), (c1, b1) in zip(zip(grid, best), zip(grid[1:], best[1:])):
+            if b0 != b1:
+                at = _bisect(lambda c, a=b0, b=b1, f=speedup: f(a, c)[0] - f(b, c)[0],
+                             c0, c1)
+                crossings.append({"sandbox": group[0], "runtime": group[1], "limit": group[2],
+                                  "size_bin": group[3], "what": "fastest policy",
+                                  "from": b0, "to": b1, "per_page_s": at})
+    cols = ["sandbox", "runtime", "limit", "size_bin", "what", "from", "to", "per_page_s"]
+    return pd.DataFrame(curves), pd.DataFrame(crossings, columns=cols)
+
+
+def _progress(message: str) -> None:
+    import sys
+
+    print(message, file=sys.stderr, flush=True)
+
+
+def reconstruct_files(tables_dir: Paths, models_dir: Paths, model_path: str, out_dir: str,
+                      resamples: int = 200) -> dict[str, pd.DataFrame]:
+    """``reconstruct-model``: the native-speed reconstruction on every named device
+    profile, its validation in the sandboxes and the swap-cost axis, written to
+    ``out_dir`` (reconstruction, reconstruction_validation, reconstruction_scores,
+    swap_cost_curves, swap_cost_crossovers as CSV + Parquet)."""
+    from pathlib import Path
+
+    from engine.analysis.tables import write_tables
+    from engine.model.devices import PROFILES
+    from engine.model.train import read_tables
+
+    runs, tasks, networks, descriptions = read_tables(tables_dir, models_dir)
+    model = Model.read(model_path)
+    campaign = Campaign.of(runs, tasks, networks, descriptions)
+    table = reconstruct_native(campaign, model, list(PROFILES.values()), resamples,
+                               _progress)
+    check = validate(campaign, model, resamples, _progress)
+    curves, crossovers = cost_curves(campaign, model, progress=_progress)
+    tables = {"reconstruction": table, "reconstruction_validation": check,
+              "reconstruction_scores": validation_scores(check,
+                                                         repetition_noise(campaign.runs)),
+              "swap_cost_curves": curves, "swap_cost_crossovers": crossovers}
+    write_tables(tables, Path(out_dir))
+    return tables

@@ -1,0 +1,16 @@
+"""Snakemake script: the model's held-out runs' tidy tables -> runs, tasks and networks,
+aggregated apart from the campaign the model is fitted on."""
+
+# ruff: noqa: F821  (`snakemake` is injected by Snakemake's script directive)
+
+import sys
+from pathlib import Path
+
+from engine.analysis.tables import read_tidy, write_tables
+
+sys.stderr = open(snakemake.log[0], "w")  # pandas/pyarrow warnings go to the rule's log
+runs = [run for folder in snakemake.input.tidy for run in sorted(Path(folder).glob("rep*"))]
+tables = read_tidy(runs)
+write_tables({name: tables[name] for name in ("runs", "tasks", "networks")},
+             Path(snakemake.output[0]).parent)
+print(f"{len(tables['runs'])} held-out runs", file=sys.stderr)
