@@ -3,7 +3,7 @@
 # Debian packages (GNU time, tcmalloc/gperftools, qemu + busybox for the vm backend), the
 # Python package with its deps and the workflow, test and slurm extras (Snakemake, pytest,
 # the SLURM executor plugin), and the vm backend's guest (kernel + initramfs, cached).
-# tests/test_slurm.py apt-gets SLURM itself (slurm-wlm, munge, mariadb-server, slurmdbd).
+# tests/integration/slurm/test_slurm.py apt-gets SLURM itself (slurm-wlm, munge, mariadb-server, slurmdbd).
 set -euo pipefail
 cd "$(dirname "$0")"
 

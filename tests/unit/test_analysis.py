@@ -23,7 +23,7 @@ from PIL import Image
 from engine.analysis import plots, tables
 from engine.errors import EdgeprofError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MIB = 2**20
 PARAM_BYTES = 4 * (11_415_048 + 11_411_970)  # AgeNet + GenderNet weights, float32
 

@@ -13,7 +13,7 @@ import pytest
 
 from engine.limits import cgroupfs as fs
 from engine.limits.cgroupfs import CgroupV1Reader, CgroupV2Reader, reader_for
-from tests.test_cgroup_counters import write
+from tests.unit.test_cgroup_counters import write
 
 UNLIMITED = "9223372036854771712\n"  # v1's "no limit" with 4 KiB pages
 EVENTS = "low 0\nhigh 0\nmax {max}\noom 0\noom_kill {oom_kill}\noom_group_kill 0\n"

@@ -16,7 +16,7 @@ import pytest
 
 from engine.schedule.pipelines import Arrival, Pipeline, save_pipeline
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # moments after the start: interpreter start-up, sampler start, loading, executing
 _RNG = random.Random(14)
 DELAYS = sorted(_RNG.uniform(0.02, 3.0) for _ in range(5))

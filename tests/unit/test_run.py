@@ -23,7 +23,7 @@ from engine.runner.supervise import run_supervised
 from engine.schedule.pipelines import Arrival, Pipeline, save_pipeline
 from engine.schedule.policies import parse_policy
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 POLICIES = ["bulk", "linear", "partial:1", "partial:2", "partial:3", "deepeye",
             "deepeye-frugal", "execprio:2", "execprio-inter:2", "masa:2"]
 

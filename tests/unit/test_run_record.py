@@ -16,7 +16,7 @@ from engine.runner.folder import _overlaps
 from engine.runner.meta import SCHEMA_VERSION, PipelineInfo, RunMeta, describe
 from engine.runner.request import LimitOptions, RunRequest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MiB = 2**20
 
 

@@ -12,7 +12,7 @@ from google.protobuf import text_format
 from engine.caffe import io, schema, splitter, wire
 from engine.errors import ModelError
 from engine.network import Network, run_standalone
-from tests.test_zoo_graph import PARAMS
+from tests.unit.test_zoo_graph import PARAMS
 
 
 def test_partial_names_follow_edgecaffe():

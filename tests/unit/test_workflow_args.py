@@ -14,7 +14,7 @@ import yaml
 from engine import workflow as wf
 from engine.limits import BACKENDS
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCHEMA = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
 
 

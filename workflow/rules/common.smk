@@ -1,7 +1,7 @@
 # Config (validated against its JSON schema before any job runs), the paths and lists
 # every stage expands over, the jobs' environment, and the code fingerprints that decide
 # which jobs a code change reruns. Argument strings, job lists and resources come from
-# engine.workflow (pure functions of the config, unit-tested in tests/test_workflow_args.py);
+# engine.workflow (pure functions of the config, unit-tested in tests/unit/test_workflow_args.py);
 # nothing here probes the host, so building the DAG on a submit host is cheap.
 import inspect
 import os

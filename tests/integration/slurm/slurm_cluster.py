@@ -1,4 +1,4 @@
-"""A throwaway single-node SLURM 22.05 for tests/test_slurm.py (and by hand).
+"""A throwaway single-node SLURM 22.05 for tests/integration/slurm/test_slurm.py (and by hand).
 
 Everything lives in one private folder: munge key and socket, a MariaDB data directory,
 slurm.conf / slurmdbd.conf, spool, state and logs. The one thing outside it is a symlink
@@ -15,8 +15,8 @@ installed with apt-get when missing.
 
 By hand (root)::
 
-    .venv/bin/python -m tests.slurm_cluster up /tmp/slurm    # prints the SLURM_CONF to export
-    .venv/bin/python -m tests.slurm_cluster down /tmp/slurm  # stops the daemons by PID
+    .venv/bin/python -m tests.integration.slurm.slurm_cluster up /tmp/slurm    # prints the SLURM_CONF to export
+    .venv/bin/python -m tests.integration.slurm.slurm_cluster down /tmp/slurm  # stops the daemons by PID
 """
 
 from __future__ import annotations
@@ -386,7 +386,7 @@ def _stop_pid(pid: int, proc: subprocess.Popen | None, timeout: float) -> bool:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2 or argv[0] not in ("up", "down"):
-        print("usage: python -m tests.slurm_cluster up|down FOLDER", file=sys.stderr)
+        print("usage: python -m tests.integration.slurm.slurm_cluster up|down FOLDER", file=sys.stderr)
         return 2
     root = Path(argv[1]).resolve()
     cluster = SlurmCluster(root)

@@ -32,10 +32,10 @@ import pytest
 import yaml
 
 from engine.workflow import SLURM_JOB_OVERHEAD_MB, UNLIMITED_MEM_MB
-from tests.slurm_cluster import ClusterUnavailable, SlurmCluster, _alive
-from tests.test_workflow import tiny_config as workflow_config
+from tests.integration.slurm.slurm_cluster import ClusterUnavailable, SlurmCluster, _alive
+from tests.integration.workflow.test_workflow import tiny_config as workflow_config
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 FIGURES = ["speedup", "memory", "partial_workers", "layer_times", "reconciliation",
            "memory_over_time", "attribution"]
 TABLES = ["runs", "tasks", "networks", "samples", "reconcile", "speedup"]

@@ -30,7 +30,7 @@ from engine.vm import boot as vmboot
 
 pytestmark = pytest.mark.vm
 MiB = 2**20
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 QEMU_COMM = "qemu-system-x86"  # /proc/<pid>/comm is cut to 15 characters
 ALLOC_200MB = """
 import numpy as np

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import yaml
 
-from tests.snakemake_output import job_counts
+from tests.integration.snakemake_output import job_counts
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _engine(*args: str) -> subprocess.CompletedProcess:

@@ -16,9 +16,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.snakemake_output import job_counts
+from tests.integration.snakemake_output import job_counts
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 FIGURES = ["speedup", "memory", "partial_workers", "layer_times", "reconciliation",
            "memory_over_time", "attribution"]
 TABLES = ["runs", "tasks", "networks", "samples", "reconcile", "speedup", "summary",
