@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Installs everything edgeprof needs on a Debian/Ubuntu machine into ./.venv:
-# Debian packages (GNU time, tcmalloc/gperftools, qemu + busybox for the vm backend), the
+# Debian packages (GNU time, tcmalloc/gperftools, qemu + busybox for the vm backend,
+# mmdebstrap for the real-Caffe reference), the
 # Python package with its deps and the workflow, test and slurm extras (Snakemake, pytest,
-# the SLURM executor plugin), and the vm backend's guest (kernel + initramfs, cached).
+# the SLURM executor plugin), the vm backend's guest (kernel + initramfs, cached) and the
+# real-Caffe reference the tests compare the caffe runtime with (a Debian bullseye chroot
+# with libcaffe-dev, cached; root only, else the tests marked caffe skip and say why).
 # tests/integration/slurm/test_slurm.py apt-gets SLURM itself (slurm-wlm, munge, mariadb-server, slurmdbd).
 set -euo pipefail
 cd "$(dirname "$0")"
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-APT_PACKAGES="time libgoogle-perftools4 qemu-system-x86 busybox-static"
+APT_PACKAGES="time libgoogle-perftools4 qemu-system-x86 busybox-static mmdebstrap patchelf"
 PY="${PYTHON:-python3}"
 
 if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
@@ -38,4 +41,5 @@ fi
 # The guest for the vm backend: a Debian backports kernel package fetched with apt-get
 # download (never installed on this host) and a busybox initramfs; cached, built once.
 .venv/bin/python -m engine.vm build
+.venv/bin/python -m engine.realcaffe build
 echo "setup.sh: ready (.venv/bin/python, .venv/bin/snakemake)" >&2

@@ -10,7 +10,7 @@
 Every timing runs in a fresh child process of this script, engine and torch alternately,
 so the figures of one line were measured side by side in one run. Engine and torch are
 never timed in the same process: on 2 cores their thread pools (OpenBLAS, OpenMP) spin
-against each other and give 2-10x outliers (reference/perf-anchors.md section 3).
+against each other and give 2-10x outliers.
 
 Usage: python benchmarks/bench_core.py [--models DIR] [--rounds 4] [--reps 15]
            [--load-repeats 9] [--parts forward load generate] [--profile]

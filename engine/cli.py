@@ -16,7 +16,13 @@ from typing import TYPE_CHECKING, NoReturn
 from engine.errors import EdgeprofError
 from engine.files import write_text_atomic
 from engine.limits import BACKENDS
+from engine.runtime import DEFAULT_RUNTIME, RUNTIMES
 from engine.units import format_size
+
+# Upper bounds of counts a user gives (each is documented in --help): far above any sweep
+# this project runs, low enough that a typo (1e12) is refused at once, not after an hour
+MAX_PIPELINES = 100_000
+MAX_GRAPH_INSTANCES = 1_000
 
 if TYPE_CHECKING:
     from engine.runner.request import RunRequest
@@ -26,6 +32,7 @@ def _cmd_models(args: argparse.Namespace) -> None:
     from engine.caffe import generate, zoo
 
     _positive(args.seed, "--seed", allow_zero=True)
+    _output_dir(args.out, "--out")
     names = args.networks or list(zoo.ZOO)
     for name in names:
         if name not in zoo.ZOO:
@@ -43,9 +50,13 @@ def _cmd_split(args: argparse.Namespace) -> None:
 
     model = Path(args.model)
     prototxt = Path(args.prototxt) if args.prototxt else model.with_suffix(".prototxt")
+    from engine.files import file_kind
+
     for path in (model, prototxt):
-        if not path.is_file():
-            raise EdgeprofError(f"{path} does not exist (a split needs a .caffemodel and its "
+        kind = file_kind(path)
+        if kind != "a regular file":
+            what = "does not exist" if kind == "missing" else f"is {kind}, not a file"
+            raise EdgeprofError(f"{path} {what} (a split needs a .caffemodel and its "
                                 "deploy .prototxt side by side, or --prototxt)")
     stem = model.name.removesuffix(".caffemodel")
     # A zoo file keeps its zoo name and conv|fc split even when --network is not given.
@@ -64,10 +75,15 @@ def _cmd_split(args: argparse.Namespace) -> None:
 def _cmd_forward(args: argparse.Namespace) -> None:
     import numpy as np
 
+    from engine.caffe.splitter import Description
     from engine.network import run_standalone
 
+    if args.out is not None:
+        _output_file(args.out, "--out")  # before the forward pass, not after it
+    desc = Description.load_checked(args.description)
     t0 = time.perf_counter()
-    outputs = run_standalone(args.description, seed=args.seed, batch=args.batch, bulk=args.bulk)
+    outputs = run_standalone(desc, seed=args.seed, batch=args.batch, bulk=args.bulk,
+                             runtime_name=args.runtime)
     elapsed = time.perf_counter() - t0
     for name, value in outputs.items():
         flat = value.reshape(value.shape[0], -1)[0]
@@ -98,7 +114,7 @@ def _cmd_pipelines(args: argparse.Namespace) -> None:
         arrival["rate"] = args.rate
     elif args.arrival == "normal":
         arrival.update(mean=args.mean, sd=args.sd)
-    _positive(args.count, "--count", allow_zero=True)
+    _positive(args.count, "--count", most=MAX_PIPELINES)
     made = pipelines.generate_pipelines(args.seed, args.count, sizes, tuple(args.length),
                                         arrival, args.bins_mb or args.bins, prefix=args.prefix,
                                         bin_unit="MB" if args.bins_mb else "MiB")
@@ -122,10 +138,10 @@ def _positive(value: float | None, flag: str, allow_zero: bool = False,
 
 def _estimates(path: str) -> dict[str, int]:
     """masa's --estimates file: {network: peak bytes}."""
-    from engine.files import parse_json
+    from engine.files import parse_json, read_regular
 
     try:
-        data = parse_json(Path(path).read_text())
+        data = parse_json(read_regular(path, "estimates file", 2**20))
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
         estimates = {str(k): int(v) for k, v in data.items()}
@@ -158,6 +174,36 @@ def _swap(text: str | None) -> int | None:
     return _size(text, "--swap")
 
 
+def _output_file(path: str, option: str) -> Path:
+    """An output file checked before the work (engine.files.check_output_file)."""
+    from engine.files import check_output_file
+
+    try:
+        return check_output_file(path, option)
+    except ValueError as exc:
+        raise EdgeprofError(str(exc)) from None
+
+
+def _output_dir(path: str, option: str) -> Path:
+    """An output folder, checked before the work: not empty, not a file."""
+    from engine.files import file_kind
+
+    if not path.strip():
+        raise EdgeprofError(f"{option} is empty; name the folder to write into")
+    kind = file_kind(path)
+    if kind not in ("missing", "a folder"):
+        raise EdgeprofError(f"{option} {path} is {kind}; name a folder")
+    return Path(path)
+
+
+def _runtime_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--runtime", choices=RUNTIMES, default=DEFAULT_RUNTIME,
+                   help="what each stage allocates and frees: lean (the engine's own: "
+                        "weights from their LOAD to their EXEC) or caffe (as Caffe 1.0 "
+                        "under EdgeCaffe: every parameter at INIT, a parsed message per "
+                        "LOAD, activations kept to the network's end); default lean")
+
+
 def run_request(args: argparse.Namespace) -> RunRequest:
     """The RunRequest of ``run``'s arguments, checked (sizes, ranges, the policy)."""
     from engine.runner.request import LimitOptions, ProbeOptions, RunOptions, RunRequest
@@ -173,12 +219,16 @@ def run_request(args: argparse.Namespace) -> RunRequest:
     _positive(args.sample_hz, "--sample-hz", allow_zero=True, most=10_000)
     if args.swap is not None and args.limit is None:
         raise EdgeprofError("--swap is the swap allowed on top of --limit; give a --limit too")
+    if (args.budget or args.estimates) and not policy.admission:
+        raise EdgeprofError(f"--budget and --estimates set masa's admission; {policy.name} "
+                            f"admits every network: drop them or use masa")
     estimates = None
     if args.estimates:
         estimates = _estimates(args.estimates)
     options = RunOptions(blas_threads=args.blas_threads, seed=args.seed, batch=args.batch,
                          budget=_size(args.budget, "--budget") if args.budget else limit,
-                         timeout_s=args.timeout, estimates=estimates, pin_cpu=args.pin_cpu)
+                         timeout_s=args.timeout, estimates=estimates, pin_cpu=args.pin_cpu,
+                         runtime=args.runtime)
     on = not args.no_probes
     probes = ProbeOptions(process=on, cgroup=on, gnu_time=on, heap_profile=args.heap_profile,
                           cpu_profile=args.cpu_profile, sample_hz=args.sample_hz if on else 0,
@@ -211,7 +261,7 @@ def _run(request: RunRequest) -> int:
             from engine.vm import run_in_vm
 
             session.close()  # nothing to close here: the guest opens its own
-            meta = run_in_vm(request, auto=session.notes.get("auto"))
+            meta = run_in_vm(request, auto=session.notes.get("auto"), sandbox=session.backend)
         else:
             meta = run_supervised(request, session)  # closes the session
     except Interrupted as exc:
@@ -248,6 +298,22 @@ def _cmd_child(args: argparse.Namespace) -> int:
     return child_main(args.spec)
 
 
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from engine.analysis.noise import host_checks, table_warnings
+
+    worst = 0
+    for what, fine, meaning in host_checks():
+        print(f"{'ok  ' if fine else 'WARN'} {what}" + ("" if fine else f": {meaning}"))
+        worst = worst or (0 if fine else 1)
+    if args.tables:
+        for warning in table_warnings(args.tables):
+            print(f"WARN {warning}")
+            worst = 1
+    print("quiet enough to measure" if not worst else
+          "not quiet: timing results would say more about this machine than the policies")
+    return worst
+
+
 def _cmd_graph(args: argparse.Namespace) -> None:
     import shutil
     import subprocess
@@ -258,15 +324,18 @@ def _cmd_graph(args: argparse.Namespace) -> None:
     from engine.schedule.tasks import Instance
 
     policy = parse_policy(args.policy)
-    _positive(args.count, "--count")
-    desc = Description.load(args.description)
+    _positive(args.count, "--count", most=MAX_GRAPH_INSTANCES)
+    out = _output_file(args.out, "--out")
+    if out.suffix not in (".dot", ".gv", ".svg"):
+        raise EdgeprofError(f"--out {out}: graph writes DOT (.dot, .gv) or SVG (.svg); "
+                            f"name the file so")
+    desc = Description.load_checked(args.description, files=False)
     instances = [Instance(i, desc.network, 0, len(desc.layers), desc.num_conv_layers)
                  for i in range(args.count)]
     graph = policy.build(instances)
     names = {(i.id, layer.index): layer.name for i in instances for layer in desc.layers}
     dot = to_dot(graph, f"{policy.name}: {args.count} x {desc.network}",
                  {i.id: i.network for i in instances}, names)
-    out = Path(args.out)
     if out.suffix == ".svg":
         if shutil.which("dot") is None:
             raise EdgeprofError("writing SVG needs Graphviz's 'dot' (apt-get install graphviz); "
@@ -297,6 +366,7 @@ def _cmd_fit_model(args: argparse.Namespace) -> None:
 
     for policy in args.policies or ():
         parse_policy(policy)  # before the fit, not after it
+    _output_file(args.out, "--out")
 
     t0 = time.perf_counter()
     model = fit_model_files(args.tables, args.models, args.out, args.policies)
@@ -349,13 +419,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bulk", action="store_true", help="load the whole caffemodel at once")
     p.add_argument("--batch", type=int, help="override the deploy batch size")
     p.add_argument("--seed", type=int, default=0, help="input image seed")
+    _runtime_option(p)
     p.add_argument("--out", help="write the output blobs to this .npz")
     p.set_defaults(func=_cmd_forward)
 
     p = sub.add_parser("pipelines", help="generate seeded multi-network pipelines")
     p.add_argument("--models", required=True, help="folder of *.description.json (split stage)")
     p.add_argument("--out", required=True, help="folder for <prefix>NNN.json pipeline files")
-    p.add_argument("--count", type=int, default=5)
+    p.add_argument("--count", type=int, default=5,
+                   help=f"pipelines to write, 1 to {MAX_PIPELINES:,} (default 5)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--length", type=int, nargs=2, default=[2, 5], metavar=("MIN", "MAX"),
                    help="networks per pipeline (default 2 5)")
@@ -394,6 +466,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "policies: the thread count changes float rounding)")
     p.add_argument("--seed", type=int, default=0, help="input image seed")
     p.add_argument("--batch", type=int, help="override every network's batch size")
+    _runtime_option(p)
     p.add_argument("--timeout", type=float, help="wall-clock limit in seconds (termination "
                    "'timeout')")
     p.add_argument("--heap-profile", action="store_true",
@@ -459,10 +532,17 @@ def build_parser() -> argparse.ArgumentParser:
                    "layer_residuals and cv.json")
     p.set_defaults(func=_cmd_evaluate_model)
 
+    p = sub.add_parser("doctor", help="is this machine quiet enough to measure? (load, CPU "
+                       "frequency, hugepages, swap; with --tables, a finished campaign's "
+                       "noise floor and load)")
+    p.add_argument("--tables", help="a campaign's aggregate tables (results/tables)")
+    p.set_defaults(func=_cmd_doctor)
+
     p = sub.add_parser("graph", help="draw a policy's task graph (DOT, or SVG with Graphviz)")
     p.add_argument("--policy", required=True)
     p.add_argument("--description", required=True, help="<stem>.description.json")
-    p.add_argument("--count", type=int, default=1, help="instances of the network (default 1)")
+    p.add_argument("--count", type=int, default=1,
+                   help=f"instances of the network, 1 to {MAX_GRAPH_INSTANCES:,} (default 1)")
     p.add_argument("--out", required=True, help="output .dot or .svg")
     p.set_defaults(func=_cmd_graph)
     return parser

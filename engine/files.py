@@ -29,7 +29,10 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     normal_mode(tmp)
     try:
         yield Path(tmp)
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)
+        except OSError as exc:  # name the caller's path, not the hidden temporary file
+            raise OSError(exc.errno, exc.strerror, os.fspath(path)) from None
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
@@ -64,3 +67,58 @@ def sha256_file(path: str | os.PathLike) -> str:
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(text)
+
+
+def file_kind(path: str | os.PathLike) -> str:
+    """What ``path`` is, as a message says it: "a regular file", "a folder", "a FIFO",
+    "a device", "a socket", or "missing"."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "missing"
+    except NotADirectoryError:
+        return "missing"
+    for test, name in ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a folder"),
+                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def read_regular(path: str | os.PathLike, what: str, max_bytes: int) -> bytes:
+    """The bytes of ``path``, which must be a regular file of at most ``max_bytes``:
+    checked before opening (a FIFO would block, a device never end), so a wrong input is
+    one ValueError naming the path, ``what`` it should be and what it is instead."""
+    kind = file_kind(path)
+    if kind == "missing":
+        raise ValueError(f"{what} {os.fspath(path)} does not exist")
+    if kind != "a regular file":
+        raise ValueError(f"{what} {os.fspath(path)} is {kind}, not a regular file")
+    with open(path, "rb") as f:
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ValueError(f"{what} {os.fspath(path)} is larger than {max_bytes // 2**20} MiB; "
+                         f"not a {what}")
+    return data
+
+
+def check_output_file(path: str | os.PathLike, what: str) -> Path:
+    """``path`` as a file a command may write at its end, checked before any work: a
+    ValueError naming ``what`` and the fix when it is empty, a folder or something else
+    that is not a file, or its folder cannot be created or written."""
+    text = os.fspath(path)
+    if not text.strip():
+        raise ValueError(f"{what} is empty; name the file to write")
+    out = Path(text)
+    kind = file_kind(out)
+    if kind not in ("missing", "a regular file"):
+        raise ValueError(f"{what} {out} is {kind}; name a file")
+    parent = out.parent
+    existing = next((p for p in (parent, *parent.parents) if p.exists()), None)
+    if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"{what} {out}: cannot write into {existing or parent}; name a "
+                         f"writable place")
+    return out

@@ -1,11 +1,9 @@
-"""One network instance at run time: per-layer LOAD and EXEC over a split model.
+"""One network instance at run time: INIT, per-layer LOAD and EXEC over a split model.
 
-LOAD reads a layer's partial file into aligned arrays (``engine.caffe.wire``); EXEC runs
-the layer with the numpy operators, then frees its weights and every blob no later layer
-reads. Bulk loading reads all weights from the whole caffemodel instead. Deviation from
-EdgeCaffe, on purpose: its INIT (``new caffe::Net``) allocates and zero-fills every
-parameter up front, so its memory grows at INIT; here memory for a layer's weights is
-allocated by its LOAD, which is what layer-wise loading policies are about.
+What each stage allocates and frees is the runtime's (``engine.runtime``: ``lean``, the
+engine's own, or ``caffe``, Caffe 1.0's); this class runs the layers with the numpy
+operators and holds the instance's weights and blobs. Bulk loading reads all weights
+from the whole caffemodel instead of the partials.
 """
 
 from __future__ import annotations
@@ -16,9 +14,10 @@ from pathlib import Path
 import numpy as np
 
 from engine import ops
-from engine.caffe import graph, io, wire
+from engine.caffe import graph, io
 from engine.caffe.splitter import Description
 from engine.errors import ModelError
+from engine.runtime import DEFAULT_RUNTIME, runtime
 
 # Caffe's ImageNet BGR means, as EdgeCaffe's descriptions use for mean subtraction.
 MEAN_BGR = (104.0, 117.0, 123.0)
@@ -35,11 +34,15 @@ def synthetic_image(height: int, width: int, seed: int) -> np.ndarray:
     return np.clip(base + noise, 0, 255).astype(np.uint8)
 
 
-def input_blob(shape: tuple[int, ...], seed: int) -> np.ndarray:
+def input_blob(shape: tuple[int, ...], seed: int, touched: bool = False) -> np.ndarray:
     """The network input as EdgeCaffe fills it: image 0 of the batch holds the
-    mean-subtracted image, the other N-1 images stay zero (but are still computed)."""
+    mean-subtracted image, the other N-1 images stay zero (but are still computed).
+    ``touched``: the zeros are written, as Caffe's blob memory is on first use, instead
+    of left to the kernel's zero page (numpy's calloc)."""
     n, c, h, w = shape
     blob = np.zeros(shape, dtype=np.float32)
+    if touched:
+        blob.fill(0.0)
     image = synthetic_image(h, w, seed).astype(np.float32)
     for ch in range(min(c, 3)):
         blob[0, ch] = image[:, :, ch] - MEAN_BGR[ch]
@@ -63,7 +66,7 @@ class Network:
     """A network instance built from a split model's description file."""
 
     def __init__(self, description: Description | str | Path, batch: int | None = None,
-                 instance: str = "") -> None:
+                 instance: str = "", runtime_name: str = DEFAULT_RUNTIME) -> None:
         self.desc = (description if isinstance(description, Description)
                      else Description.load(description))
         self.instance = instance or self.desc.network
@@ -74,8 +77,11 @@ class Network:
                 f"{self.desc.path}: describes {len(self.desc.layers)} layers but "
                 f"{prototxt} now has {len(self.graph.layers)}; re-run the split stage"
             )
+        self.runtime = runtime(runtime_name)
         self.weights: dict[int, list[np.ndarray]] = {}
         self.blobs: dict[str, np.ndarray] = {}
+        self.layer_state: dict[int, list[np.ndarray]] = {}  # caffe: what bulk layers keep
+        self.layer_index = {layer.name: layer.index for layer in self.graph.layers}
         self._last_reader = self.graph.last_readers()
         self.outputs = self.graph.outputs
 
@@ -83,12 +89,17 @@ class Network:
     def layers(self) -> tuple[graph.Layer, ...]:
         return self.graph.layers
 
+    def init(self, seed: int = 0) -> None:
+        """INIT: the runtime's allocations (caffe: ``new Net``), then the input image."""
+        self.runtime.init(self)
+        self.set_input(seed)
+
     def set_input(self, seed: int = 0) -> None:
-        """INIT: place the deterministic input image in every Input layer's tops."""
+        """Place the deterministic input image in every Input layer's tops."""
         for layer in self.graph.layers:
             if layer.type == "Input":
                 for top, shape in zip(layer.tops, layer.top_shapes):
-                    self.blobs[top] = input_blob(shape, seed)
+                    self.blobs[top] = input_blob(shape, seed, self.runtime.touches_memory)
 
     def load_layer(self, index: int) -> int:
         """LOAD: read layer ``index``'s partial file; returns the bytes of weights read."""
@@ -101,23 +112,15 @@ class Network:
                 f"partial file {path} of layer {index} '{info.name}' is missing; "
                 "re-run the split stage"
             )
-        _, blobs = wire.load_partial(path)
-        return self._keep(index, blobs, path)
+        return self.runtime.load_layer(self, index, path)
 
     def load_all(self) -> int:
         """Bulk LOAD: every layer's weights from the whole caffemodel, in one pass."""
-        path = self.desc.resolve(self.desc.caffemodel)
-        records = wire.scan(path)
-        total = 0
-        for info in self.desc.layers:
-            if info.model_index is not None:
-                if info.model_index >= len(records) or records[info.model_index].name != info.name:
-                    raise ModelError(f"{path} no longer matches its description; re-run split")
-                blobs = wire.read_blobs(path, records[info.model_index])
-                total += self._keep(info.index, blobs, path)
-        return total
+        return self.runtime.load_all(self, self.desc.resolve(self.desc.caffemodel))
 
-    def _keep(self, index: int, blobs: list[np.ndarray], path: Path) -> int:
+    def keep(self, index: int, blobs: list[np.ndarray], path: Path) -> int:
+        """Hold ``blobs`` read from ``path`` as layer ``index``'s weights, checked against
+        the layer's parameter shapes; returns their bytes."""
         layer = self.graph.layers[index]
         if len(blobs) != len(layer.param_shapes):
             raise ModelError(
@@ -134,8 +137,10 @@ class Network:
         self.weights[index] = shaped
         return sum(b.nbytes for b in shaped)
 
-    def exec_layer(self, index: int) -> None:
-        """EXEC: run layer ``index``, then free its weights and blobs no one reads later."""
+    def exec_layer(self, index: int, bulk: bool = False) -> None:
+        """EXEC: run layer ``index``, then free what the runtime frees (lean: its weights
+        and the blobs no later layer reads; caffe: the layer's own buffers, unless
+        ``bulk``, Caffe's whole forward pass, which frees nothing)."""
         layer = self.graph.layers[index]
         if layer.type == "Input":
             missing = [t for t in layer.tops if t not in self.blobs]
@@ -151,9 +156,12 @@ class Network:
                 f"{self.instance}: layer {index} '{layer.name}' needs blob {exc} which is "
                 "not computed yet (layers must execute in order)"
             ) from None
-        tops = self._run(layer, x, self.weights.pop(index, []))
+        tops = self._run(layer, x, self.runtime.weights_for_exec(self, index))
         for name, value in zip(layer.tops, tops):
             self.blobs[name] = value
+        self.runtime.after_exec(self, layer, bulk)
+        if self.runtime.keeps_activations:
+            return
         for b in set(layer.bottoms):
             if self._last_reader.get(b) == index and b not in layer.tops and b not in self.outputs:
                 del self.blobs[b]
@@ -189,20 +197,24 @@ class Network:
         return any(v is arr for k, v in self.blobs.items() if k != name)
 
     def forward(self) -> dict[str, np.ndarray]:
-        """EXEC every layer in order (weights must be loaded); returns the output blobs."""
+        """Bulk EXEC: every layer in order (weights must be loaded); returns the outputs."""
         for layer in self.graph.layers:
-            self.exec_layer(layer.index)
+            self.exec_layer(layer.index, bulk=True)
         return self.result()
 
     def result(self) -> dict[str, np.ndarray]:
-        return {name: self.blobs[name] for name in self.outputs}
+        """The output blobs, as arrays of their own (nothing else of the net stays alive
+        through them once the instance is dropped)."""
+        return {name: np.array(self.blobs[name], copy=True) for name in self.outputs}
 
 
-def run_standalone(description: str | Path, seed: int = 0, batch: int | None = None,
-                   bulk: bool = False) -> dict[str, np.ndarray]:
+def run_standalone(description: Description | str | Path, seed: int = 0,
+                   batch: int | None = None,
+                   bulk: bool = False,
+                   runtime_name: str = DEFAULT_RUNTIME) -> dict[str, np.ndarray]:
     """Load and run one network alone (layer by layer, or bulk); returns its outputs."""
-    net = Network(description, batch=batch)
-    net.set_input(seed)
+    net = Network(description, batch=batch, runtime_name=runtime_name)
+    net.init(seed)
     if bulk:
         net.load_all()
         return net.forward()

@@ -36,8 +36,10 @@ def _join(args: Iterable[object]) -> str:
 # --- which code a job runs ------------------------------------------------------------------
 
 # The CLI imports every stage's modules inside its command functions: follow only its
-# top-level imports, and name each stage's own modules as entries instead.
-SHALLOW = frozenset({"engine.cli"})
+# top-level imports, and name each stage's own modules as entries instead. Likewise the
+# engine.vm package, whose names are lazy re-exports of engine.vm.run (the run job names
+# that module): importing engine.vm.uml to read its build record is not running a guest.
+SHALLOW = frozenset({"engine.cli", "engine.vm"})
 # What each kind of job runs, as engine modules; their imports are followed (function-level
 # ones too: they run when the job does).
 JOB_ENTRIES = {
@@ -146,6 +148,20 @@ def check_config(config: Config) -> None:
     one line naming the key and the fix."""
     if not str(config["results"]).strip():
         raise ValueError("config: results is empty; name the folder for all outputs")
+    _check_results_folder(str(config["results"]))
+    arrival = config["pipelines"]["arrival"]
+    needs = {"poisson": ("rate",), "normal": ("mean", "sd")}.get(arrival["mode"], ())
+    missing = [k for k in needs if k not in arrival]
+    if missing:
+        raise ValueError(f"config: pipelines.arrival mode {arrival['mode']} needs "
+                         f"{' and '.join(missing)}; add {', '.join(f'{k}: ...' for k in missing)}")
+    palette = config.get("plots", {}).get("palette")
+    if palette is not None:
+        from matplotlib import colormaps
+
+        if palette not in colormaps:
+            raise ValueError(f"config: plots.palette {palette!r} is not a matplotlib colormap "
+                             f"(e.g. tab10, viridis)")
     run = config["run"]
     for key in ("timeout_s", "sample_hz"):
         if not math.isfinite(run[key]):
@@ -155,7 +171,7 @@ def check_config(config: Config) -> None:
         raise ValueError("config: models.zoo and models.user are both empty; name at least "
                          "one network for the pipelines to draw from")
     blocks = [("pipelines", config["pipelines"])]
-    if vm_enabled(config):
+    if vm_enabled(config) and not vm_runs_main(config):
         blocks.append(("vm.pipelines", config["vm"]["pipelines"]))
         unknown = sorted(set(config["vm"]["pipelines"]["networks"])
                          - set(models["zoo"]) - set(models["user"]))
@@ -175,6 +191,8 @@ def check_config(config: Config) -> None:
     lists = [("run.limits", config["run"]["limits"])]
     if vm_enabled(config):
         lists.append(("vm.limits", config["vm"]["limits"]))
+        lists += [(f"vm.also[{i}].limits", extra["limits"])
+                  for i, extra in enumerate(config["vm"].get("also") or [])]
     for key, limits in lists:
         seen: dict[int, str] = {}
         for limit in map(str, limits):
@@ -194,12 +212,31 @@ def check_config(config: Config) -> None:
         raise ValueError("config: run.reconcile.vm is true (config/config.yaml's default, "
                          "merged into yours) but vm.enabled is false: set run.reconcile to "
                          "{pipeline: p000, policy: linear, limit: none, vm: false}")
-    names = vm_pipeline_names(config) if reconcile_in_vm(config) else pipeline_names(
-        config["pipelines"]["count"])
+    names = (vm_pipeline_names(config) if reconcile_in_vm(config) and not vm_runs_main(config)
+             else pipeline_names(config["pipelines"]["count"]))
     if reconcile["pipeline"] not in names:
         raise ValueError(f"config: run.reconcile.pipeline {reconcile['pipeline']!r} is not one "
                          f"of the {'vm ' if reconcile_in_vm(config) else ''}pipelines "
                          f"({', '.join(names[:3])}, ...)")
+
+
+def _check_results_folder(results: str) -> None:
+    """``results`` must be a folder this user can create or write into (not a file, not a
+    read-only or pseudo filesystem such as /proc): said before any job starts."""
+    path = Path(results)
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if existing is not None and existing != path and not existing.is_dir():
+        raise ValueError(f"config: results {results}: {existing} is not a folder")
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"config: results {results} is a file; name a folder")
+    real = (existing or Path(".")).resolve()
+    if real == Path("/proc") or Path("/proc") in real.parents or Path("/sys") in (
+            real, *real.parents):
+        raise ValueError(f"config: results {results} is on a kernel pseudo filesystem; "
+                         f"name a folder on disk")
+    if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"config: results {results}: {existing} is not writable; name a "
+                         f"writable folder")
 
 
 def _check_run_extras(config: Config) -> None:
@@ -243,9 +280,31 @@ def vm_enabled(config: Config) -> bool:
     return bool((config.get("vm") or {}).get("enabled", False))
 
 
+def vm_runs_main(config: Config) -> bool:
+    """Whether the ``vm:`` block runs the main pipelines themselves (``vm.pipelines:
+    main``) in the sandbox, beside their native runs, instead of pipelines of its own."""
+    return vm_enabled(config) and config["vm"].get("pipelines") == "main"
+
+
 def vm_pipeline_names(config: Config) -> list[str]:
-    """The ``vNNN`` pipelines of the ``vm:`` block, when it is enabled."""
-    return pipeline_names(config["vm"]["pipelines"]["count"], "v") if vm_enabled(config) else []
+    """The ``vNNN`` pipelines of the ``vm:`` block, when it is enabled with its own."""
+    if not vm_enabled(config) or vm_runs_main(config):
+        return []
+    return pipeline_names(config["vm"]["pipelines"]["count"], "v")
+
+
+# The kind of a run: its folder under results/ and its tidy tables' (runs/p000/...):
+# "runs"; "sandbox" for a main pipeline's runs in the sandbox (vm.pipelines: main), and
+# "sandbox_<runtime>" for those of a vm.also entry with a runtime of its own; "unprobed"
+# for the probe-overhead twins.
+RUNS, SANDBOX = "runs", "sandbox"
+
+
+def kind_runtime(config: Config, kind: str) -> str:
+    """The runtime of a run of ``kind``: its own for ``sandbox_<runtime>``, else
+    ``run.runtime``."""
+    prefix = f"{SANDBOX}_"
+    return kind.removeprefix(prefix) if kind.startswith(prefix) else config["run"]["runtime"]
 
 
 @dataclass(frozen=True)
@@ -258,6 +317,7 @@ class RunSet:
     limits: list[str]
     in_vm: bool
     repetitions: int
+    kind: str = RUNS
 
 
 def vm_policies(config: Config) -> list[str]:
@@ -277,32 +337,61 @@ def run_sets(config: Config) -> list[RunSet]:
     policies = [parse_policy(p).name for p in config["run"]["policies"]]
     reps = config["run"]["repetitions"]
     if vm_enabled(config):
-        vm_limits = [UNLIMITED, *(str(lim) for lim in config["vm"]["limits"]
-                                  if str(lim) != UNLIMITED)]
-        return [RunSet(main, policies, [UNLIMITED], False, reps),
-                RunSet(vm_pipeline_names(config),
-                       [parse_policy(p).name for p in vm_policies(config)], vm_limits, True,
-                       config["vm"].get("repetitions") or reps)]
+        vm = config["vm"]
+        vm_limits = [UNLIMITED, *(str(lim) for lim in vm["limits"] if str(lim) != UNLIMITED)]
+        vm_reps = vm.get("repetitions") or reps
+        on_main = vm_runs_main(config)
+        pipelines, kind = (main, SANDBOX) if on_main else (vm_pipeline_names(config), RUNS)
+        sets = [RunSet(main, policies, [UNLIMITED], False, reps),
+                RunSet(pipelines, [parse_policy(p).name for p in vm_policies(config)],
+                       vm_limits, True, vm_reps, kind)]
+        # further policies under some limits only (the workers experiment), or another
+        # runtime on the first few pipelines
+        for extra in vm.get("also") or []:
+            runtime = extra.get("runtime", config["run"]["runtime"])
+            own = runtime != config["run"]["runtime"]
+            if own and not on_main:
+                raise ValueError("config: vm.also[].runtime needs vm.pipelines: main")
+            sets.append(RunSet(pipelines[:extra.get("pipelines", len(pipelines))],
+                               [parse_policy(p).name for p in extra["policies"]],
+                               [str(lim) for lim in extra["limits"]], True, vm_reps,
+                               f"{SANDBOX}_{runtime}" if own else kind))
+        return sets
     limits = [str(limit) for limit in config["run"]["limits"]]
     # run.backend vm: every run in the guest, the unconstrained baseline too
-    return [RunSet(main, policies, limits, config["run"]["backend"] == "vm", reps)]
+    return [RunSet(main, policies, limits, config["run"]["backend"] in SANDBOXES, reps)]
+
+
+SANDBOXES = ("uml", "vm")
+
+
+def vm_sandbox(config: Config) -> str:
+    """The sandbox of the ``vm:`` block's runs: ``vm.sandbox``, where ``auto`` is uml if
+    a user-mode Linux kernel was built and works on this host (its build record says so:
+    nothing is booted while the DAG is built), else the qemu guest."""
+    choice = (config.get("vm") or {}).get("sandbox", "auto")
+    if choice != "auto":
+        return choice
+    from engine.limits.vm import uml_status
+
+    return "uml" if uml_status()[0] else "vm"
 
 
 def run_backend(config: Config, limit: str, in_vm: bool) -> str:
-    """The ``--backend`` of a run under ``limit``: ``vm`` for every run of a vm pipeline
-    (``in_vm``: its baseline too); for the main pipelines, ``run.backend``, with ``none``
-    for the unconstrained runs where that is ``vm``."""
-    if in_vm:
-        return "vm"
+    """The ``--backend`` of a run under ``limit``: the sandbox (``vm_sandbox``) for every
+    run of a vm pipeline (``in_vm``: its baseline too); for the main pipelines,
+    ``run.backend``, with ``none`` for the unconstrained runs where that is a sandbox."""
     backend = config["run"]["backend"]
-    if limit == UNLIMITED and backend == "vm":
+    if in_vm:  # a vm pipeline, or every run where run.backend names a sandbox
+        return vm_sandbox(config) if vm_enabled(config) else backend
+    if limit == UNLIMITED and backend in SANDBOXES:
         return "none"
     return backend
 
 
 def runs_in_vm(config: Config, limit: str, in_vm: bool) -> bool:
-    """Whether a run under ``limit`` runs in the guest (so needs the built guest)."""
-    return run_backend(config, limit, in_vm) == "vm"
+    """Whether a run under ``limit`` runs in a sandbox (so needs the built sandboxes)."""
+    return run_backend(config, limit, in_vm) in SANDBOXES
 
 
 # Runs that measure the probes' own cost: the same pipeline and repetition as a probed
@@ -335,13 +424,21 @@ def run_order(config: Config) -> list[tuple[str, str, str, str, int]]:
     sets = run_sets(config)
     order = []
     for rep in range(max(rs.repetitions for rs in sets)):
-        blocks = [(rs, pipeline, limit) for rs in sets if rep < rs.repetitions
-                  for pipeline in rs.pipelines for limit in rs.limits]
+        # a block: one pipeline under one limit, in one place; run sets that share a
+        # block (the workers experiment's policies) interleave in it
+        blocks: dict[tuple, list[tuple[str, str]]] = {}
+        for rs in sets:
+            if rep < rs.repetitions:
+                for pipeline in rs.pipelines:
+                    for limit in rs.limits:
+                        blocks.setdefault((rs.kind, rs.in_vm, pipeline, limit), []).extend(
+                            (rs.kind, policy) for policy in rs.policies)
+        keys = list(blocks)
         rng = np.random.default_rng([config["seed"], rep])
-        for b in rng.permutation(len(blocks)):
-            rs, pipeline, limit = blocks[b]
-            members = [("runs", policy) for policy in rs.policies]
-            if limit == UNLIMITED and not rs.in_vm:
+        for b in rng.permutation(len(keys)):
+            _, in_vm, pipeline, limit = keys[b]
+            members = blocks[keys[b]]
+            if limit == UNLIMITED and not in_vm:
                 members += [(UNPROBED, pol) for pipe, pol in twins if pipe == pipeline]
             for m in np.random.default_rng([config["seed"], rep, int(b)]).permutation(
                     len(members)):
@@ -431,8 +528,8 @@ def pipelines_args(config: Config, networks: Iterable[str]) -> str:
 
 def vm_pipelines_args(config: Config) -> str:
     """The same for the vm block's smaller pipelines (``vNNN``, batch arrival, its own
-    networks); empty when the vm block is not enabled."""
-    if not vm_enabled(config):
+    networks); empty when the vm block is not enabled or runs the main pipelines."""
+    if not vm_enabled(config) or vm_runs_main(config):
         return ""
     cfg = config["vm"]["pipelines"]
     return _join(["--count", cfg["count"], "--seed", config["seed"], "--prefix", "v",
@@ -472,8 +569,9 @@ def run_mem_mb(config: Config, limit: str, in_vm: bool) -> int:
     if step is not None:
         return step + SLURM_JOB_OVERHEAD_MB
     mib = None if limit == UNLIMITED else parse_size(limit) // 2**20
-    if run_backend(config, limit, in_vm) == "vm":
-        return max(1024, (mib or 1024) + 768) + 512  # engine.vm.run.plan's guest RAM
+    if run_backend(config, limit, in_vm) in SANDBOXES:
+        guest = 4096 if mib is None else max(1024, mib + 768)  # engine.vm.run.plan's RAM
+        return guest + 512
     return UNLIMITED_MEM_MB if mib is None else mib + 1024
 
 

@@ -1,10 +1,12 @@
-"""Shared fixtures: the five zoo networks generated and split once per test session."""
+"""Shared fixtures: the zoo networks generated and split once per test session, and the
+sandboxes' tiny pipeline."""
 
 from __future__ import annotations
 
 import pytest
 
 from engine.caffe import generate, splitter, zoo
+from engine.schedule.pipelines import Arrival, Pipeline, save_pipeline
 
 SEED = 7
 
@@ -20,3 +22,16 @@ def zoo_split(tmp_path_factory) -> dict[str, splitter.Description]:
                                     fc_start=entry.fc_start)
         out[name] = splitter.Description.load(path)
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory) -> dict:
+    """AgeNet + GenderNet, split, and a pipeline of both (the smallest zoo networks): the
+    sandboxes' runs (tests/test_vm.py, tests/test_uml.py)."""
+    root = tmp_path_factory.mktemp("tiny")
+    for name in ("AgeNet", "GenderNet"):
+        prototxt, model = generate.write_zoo_model(name, root / "models", 7)
+        splitter.split_model(model, prototxt, root / "split", network=name,
+                             fc_start=zoo.ZOO[name].fc_start)
+    save_pipeline(Pipeline("tiny", [Arrival(0.0, ["AgeNet", "GenderNet"])]), root / "p.json")
+    return {"models": root / "split", "pipeline": root / "p.json"}

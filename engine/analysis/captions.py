@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from engine.analysis.noise import table_warnings
 from engine.analysis.stats import CI_METHOD
 
 MAX_LISTED = 12  # cells named in a caption; more are counted
@@ -46,7 +47,8 @@ def caption_facts(tables_dir: str | os.PathLike) -> dict[str, str]:
     """n per execution mode, the CI method and the significant cells, from the aggregate
     tables in ``tables_dir``; empty strings before the tables exist (a DAG being built)."""
     folder = Path(tables_dir)
-    facts = {"n": "", "ci": CI_METHOD, "speedup_significant": "", "slowdown_significant": ""}
+    facts = {"n": "", "ci": CI_METHOD, "speedup_significant": "", "slowdown_significant": "",
+             "host": ""}
     runs_path, summary_path = folder / "runs.parquet", folder / "speedup_summary.parquet"
     if not (runs_path.is_file() and summary_path.is_file()):
         return facts
@@ -55,4 +57,5 @@ def caption_facts(tables_dir: str | os.PathLike) -> dict[str, str]:
     facts["n"] = "; ".join(filter(None, (_n(runs, False), _n(runs, True))))
     facts["speedup_significant"] = _cells(summary, "speedup")
     facts["slowdown_significant"] = _cells(summary, "slowdown")
+    facts["host"] = " ".join(f"WARNING, {w}." for w in table_warnings(folder))
     return facts

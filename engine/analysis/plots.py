@@ -78,7 +78,11 @@ def _with_panel(df: pd.DataFrame) -> pd.DataFrame:
     label = df["limit"].where(df["limit"] != "none", "unconstrained")
     enforced = df["limit_enforced"].astype(bool) | (df["limit"] == "none")
     label = label.where(enforced, label + " (not enforced)")
-    label = label.where(~df["emulated"].astype(bool), label + ", emulated")
+    sandbox = df["sandbox"] if "sandbox" in df else pd.Series("vm", index=df.index)
+    label = label.where(~df["emulated"].astype(bool),
+                        label + ", emulated (" + sandbox.astype(str) + ")")
+    if "runtime" in df:
+        label = label.where(df["runtime"] == "lean", label + ", " + df["runtime"] + " runtime")
     return df.assign(panel=label)
 
 

@@ -159,7 +159,7 @@ def noise_floor(runs: pd.DataFrame, cell: list[str], metrics: dict[str, str],
         if col not in runs:
             continue
         ok = runs[runs[col].notna()]
-        for emulated, part in ok.groupby(mode, sort=True):
+        for label_mode, part in ok.groupby(mode, sort=True):
             stats = part.groupby(cell)[col].agg(["mean", "std", "min", "max", "median",
                                                  "count"])
             stats = stats[stats["count"] >= 2]
@@ -168,7 +168,9 @@ def noise_floor(runs: pd.DataFrame, cell: list[str], metrics: dict[str, str],
             cv = (stats["std"] / stats["mean"]).to_numpy()
             rel = ((stats["max"] - stats["min"]) / stats["median"]).to_numpy()
             med, lo, hi = bootstrap_ci(cv)
-            rows.append(["emulated" if emulated else "native", label, len(stats),
+            if isinstance(label_mode, (bool, np.bool_)):
+                label_mode = "emulated" if label_mode else "native"
+            rows.append([label_mode, label, len(stats),
                          int(stats["count"].sum()), med, lo, hi, float(np.nanmax(cv)),
                          float(np.nanmedian(rel))])
     return pd.DataFrame(rows, columns=cols)

@@ -26,7 +26,7 @@ from engine.units import format_size
 TIDY_TABLES = ("runs", "tasks", "networks", "samples")
 # Columns that say which run a row belongs to, repeated in every tidy table.
 IDENTITY = ["run_id", "pipeline", "policy", "limit", "limit_enforced", "backend", "emulated",
-            "rep", "termination"]
+            "sandbox", "runtime", "rep", "termination"]
 SAMPLE_VALUES = ["rss_bytes", "uss_bytes", "swap_bytes", "cg_current_bytes",
                  "cg_swap_current_bytes"]
 # Enough points to draw a run's memory curve; the aggregate keeps at most this many per run.
@@ -48,10 +48,22 @@ def _identity(meta: RunMeta, folder: Path) -> dict:
     pipeline = meta.pipeline.name
     limit = limit_label(meta.limit_bytes)
     rep = _rep(folder)
-    run_id = f"{pipeline}/{meta.policy}/{limit}" + ("" if rep is None else f"/rep{rep}")
+    sandbox = sandbox_of(meta)
+    run_id = (f"{pipeline}/{meta.policy}/{limit}"
+              + ("" if sandbox == "none" else f"/{sandbox}")
+              + ("" if meta.runtime == "lean" else f"/{meta.runtime}")
+              + ("" if rep is None else f"/rep{rep}"))
     return {"run_id": run_id, "pipeline": pipeline, "policy": meta.policy, "limit": limit,
             "limit_enforced": bool(meta.limit_enforced), "backend": meta.backend,
-            "emulated": bool(meta.emulated), "rep": rep, "termination": meta.termination}
+            "emulated": bool(meta.emulated), "sandbox": sandbox, "runtime": meta.runtime,
+            "rep": rep, "termination": meta.termination}
+
+
+def sandbox_of(meta: RunMeta) -> str:
+    """Which sandbox kernel ran the run: uml, vm (qemu), or none (the host's)."""
+    if meta.vm:
+        return meta.vm.get("sandbox", "vm")  # vm records from before uml existed
+    return "none"
 
 
 def _with_identity(df: pd.DataFrame, ident: dict) -> pd.DataFrame:
@@ -137,6 +149,7 @@ def _run_row(meta: RunMeta, folder: Path, tasks: pd.DataFrame, networks: pd.Data
         "param_bytes": pipe.param_bytes, "policy_family": meta.policy_family,
         "workers": meta.workers, "limit_bytes": meta.limit_bytes,
         "swap_bytes": meta.swap_bytes,
+        "limit_enforced_why": _enforced_why(meta),
         "termination_detail": meta.termination_detail,
         "running_at_end": "; ".join(meta.running_at_end),
         "networks_complete": int(networks["complete"].sum()),
@@ -175,6 +188,18 @@ SWAP_EVIDENCE = ["guest_pswpout", "cg_window_swap_peak_bytes", "peak_swap_bytes"
                  "peak_cg_swap_current_bytes"]
 
 
+def _enforced_why(meta: RunMeta) -> str:
+    """Why the run's limit bound it or not, in words (meta.json's ``limits`` has the
+    backend's facts): "" for an unconstrained run."""
+    if meta.limit_bytes is None:
+        return ""
+    limits = meta.limits or {}
+    if meta.limit_enforced:
+        where = limits.get("cgroup") or limits.get("guest_backend") or meta.backend
+        return f"enforced by {meta.backend}" + (f" ({where})" if where != meta.backend else "")
+    return str(limits.get("unenforced_reason") or "not enforced (no reason recorded)")
+
+
 def _swapped(row: dict) -> bool | None:
     """Whether any instrument saw the run's pages in swap (pages swapped out in the guest,
     a cgroup swap peak, the process's VmSwap); None when none of them was measured."""
@@ -182,13 +207,56 @@ def _swapped(row: dict) -> bool | None:
     return any(v > 0 for v in seen) if seen else None
 
 
+def _check_digests(folder: Path, meta: RunMeta) -> None:
+    """Every table the run recorded a digest of must be that table, byte for byte."""
+    from engine.files import sha256_file
+
+    for name, digest in meta.table_digests.items():
+        path = folder / name
+        if not path.is_file() or sha256_file(path) != digest:
+            raise EdgeprofError(f"{path} is not the table this run wrote (its SHA-256 "
+                                f"differs from meta.json's table_digests): replaced or "
+                                f"edited; rerun the run")
+
+
+def _check_identity(folder: Path, meta: RunMeta, tasks: pd.DataFrame,
+                    networks: pd.DataFrame) -> None:
+    """The tables' content against the run record (runs written before table digests,
+    and whatever a digest cannot say): each instance's network in pipeline order, the
+    instances within the pipeline, the workers within the policy's."""
+    names = meta.pipeline.networks
+    for path, df in ((folder / "tasks.csv", tasks), (folder / "networks.csv", networks)):
+        if df.empty or not {"instance", "network"} <= set(df):
+            continue
+        inst = df["instance"].astype(int)
+        if (inst < 0).any() or (inst >= len(names)).any():
+            raise EdgeprofError(f"{path} has instances outside this run's {len(names)} "
+                                f"networks: not this run's table; rerun the run")
+        expected = inst.map(dict(enumerate(names)))
+        wrong = df["network"] != expected
+        if wrong.any():
+            row = df[wrong].iloc[0]
+            raise EdgeprofError(f"{path}: instance {int(row['instance'])} is "
+                                f"{row['network']}, but this run's pipeline "
+                                f"{meta.pipeline.name} has {names[int(row['instance'])]} "
+                                f"there: not this run's table; rerun the run")
+    if "worker" in tasks and meta.workers is not None and not tasks.empty:
+        if int(tasks["worker"].max()) >= meta.workers:
+            raise EdgeprofError(f"{folder / 'tasks.csv'} has tasks on worker "
+                                f"{int(tasks['worker'].max())}, but {meta.policy} has "
+                                f"{meta.workers}: not this run's table; rerun the run")
+
+
 def tidy_run(folder: str | os.PathLike) -> dict[str, pd.DataFrame]:
-    """The tidy tables (runs, tasks, networks, samples) of one run folder."""
+    """The tidy tables (runs, tasks, networks, samples) of one run folder, each checked
+    against the run record: its digest, its row count, and what its rows say."""
     folder = Path(folder)
     meta = RunMeta.read(folder)
+    _check_digests(folder, meta)
     tasks = _read_csv(folder / "tasks.csv")
     _check_rows(folder / "tasks.csv", tasks, meta.tasks_finished, "tasks_finished")
     networks = _networks(folder, meta)
+    _check_identity(folder, meta, tasks, networks)
     samples = _samples(folder, meta)
     _check_rows(folder / "samples.csv", samples, (meta.sampler or {}).get("samples"),
                 "sampler.samples")
@@ -261,9 +329,9 @@ def _read_tidy(tidy_dirs: Iterable[str | os.PathLike]) -> dict[str, pd.DataFrame
 
 # Runs compared for the speed-up: same pipeline, repetition and (enforced) limit, in the
 # same execution mode (a native run is never paired with an emulated one).
-SPEEDUP_KEY = ["pipeline", "limit", "limit_enforced", "emulated", "rep"]
+SPEEDUP_KEY = ["pipeline", "limit", "limit_enforced", "emulated", "sandbox", "runtime", "rep"]
 # ... and for the slowdown under a limit: the same policy unconstrained, same mode.
-SLOWDOWN_KEY = ["pipeline", "policy", "emulated", "rep"]
+SLOWDOWN_KEY = ["pipeline", "policy", "emulated", "sandbox", "runtime", "rep"]
 
 
 def _speedup_reason(row: pd.Series) -> str:
@@ -288,12 +356,25 @@ def _slowdown_reason(row: pd.Series) -> str:
     return ""
 
 
+def with_runtime(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with its ``runtime`` and ``sandbox`` columns; tables written before runs had
+    them ran the lean runtime, emulated ones in the qemu guest."""
+    if df.empty:
+        return df
+    if "runtime" not in df:
+        df = df.assign(runtime="lean")
+    if "sandbox" not in df:
+        df = df.assign(sandbox=df["emulated"].map({True: "vm", False: "none"}))
+    return df
+
+
 def speedup_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Per pipeline x limit x repetition x policy (one pair per repetition): makespan,
     speed-up over Bulk (bulk makespan / policy makespan, the two runs of one interleaved
     block) and slowdown under the limit (makespan / the same policy's unconstrained
     makespan in the same repetition and execution mode). NaN, with the reason, when a run
     of the pair did not finish."""
+    runs = with_runtime(runs)
     cols = SPEEDUP_KEY + ["size_bin", "n_networks", "param_bytes", "limit_bytes", "policy",
                           "policy_family", "workers", "termination", "makespan_s"]
     extra = ["bulk_makespan_s", "bulk_termination", "speedup", "reason",
@@ -331,7 +412,7 @@ TIME_METRICS = ["makespan_s", "wall_s", "cpu_s"]
 MEMORY_METRICS = ["peak_rss_bytes", "mean_rss_bytes", "peak_swap_bytes", "mean_swap_bytes",
                   "hwm_rss_bytes", "cg_window_peak_bytes", "cg_window_swap_peak_bytes"]
 # A cell: one policy on one pipeline (or size bin) under one limit, in one execution mode.
-CELL = ["emulated", "limit", "limit_enforced", "size_bin", "policy"]
+CELL = ["emulated", "sandbox", "runtime", "limit", "limit_enforced", "size_bin", "policy"]
 
 
 def _levels(df: pd.DataFrame, value: str, prefix: str) -> pd.DataFrame:
@@ -380,6 +461,7 @@ def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Every time and memory metric of the finished runs: median and 95 % CI per policy,
     pipeline and limit (over repetitions) and per size bin (over pipelines and
     repetitions), with how many runs did not finish."""
+    runs = with_runtime(runs)
     if runs.empty:
         return pd.DataFrame()
     runs = runs.assign(pipeline=runs["pipeline"].astype(str))
@@ -389,9 +471,12 @@ def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
     runs = runs.assign(not_ok=runs["termination"] != "ok",
                        ended=runs["termination"].where(runs["termination"] != "ok"),
                        swap_seen=runs["swapped"].eq(True) if "swapped" in runs else False)
+    if "limit_enforced_why" not in runs:
+        runs = runs.assign(limit_enforced_why="")
     counts = _count_levels(runs, runs=("run_id", "size"), runs_not_ok=("not_ok", "sum"),
                            ended=("ended", _most_frequent),
-                           runs_swapped=("swap_seen", "sum"))
+                           runs_swapped=("swap_seen", "sum"),
+                           limit_enforced_why=("limit_enforced_why", _most_frequent))
     return _merge_levels([*parts, counts])
 
 
@@ -399,6 +484,7 @@ def speedup_summary(pairs: pd.DataFrame) -> pd.DataFrame:
     """The paired ratios of ``speedup_table`` per cell: the median speed-up over Bulk and
     slowdown under the limit with their 95 % CIs, and whether each CI excludes 1
     (``*_significance``: higher, lower, no difference, too few runs)."""
+    pairs = with_runtime(pairs)
     from engine.analysis.stats import significance
 
     if pairs.empty:
@@ -431,13 +517,27 @@ def noise_floor_table(runs: pd.DataFrame) -> pd.DataFrame:
 
     if runs.empty:
         return pd.DataFrame()
-    ok = runs[runs["termination"] == "ok"]
+    ok = with_runtime(runs[runs["termination"] == "ok"])
+    ok = ok.assign(execution_mode=execution_mode(ok))
     return noise_floor(ok, ["pipeline", "policy", "limit", "limit_enforced"],
                        {"makespan": "makespan_s", "cpu time": "cpu_s",
-                        "run max RSS": "hwm_rss_bytes", "sampled peak RSS": "peak_rss_bytes"})
+                        "run max RSS": "hwm_rss_bytes", "sampled peak RSS": "peak_rss_bytes"},
+                       mode="execution_mode")
 
 
-PAIR_KEY = ["pipeline", "policy", "limit", "emulated", "rep"]
+def execution_mode(runs: pd.DataFrame) -> pd.Series:
+    """Each run's execution mode as tables and figures name it: native or emulated with
+    the sandbox that ran it (``emulated (uml)``), and the runtime where it is not the
+    default (``native, caffe runtime``): runs of two modes are never aggregated
+    together."""
+    runs = with_runtime(runs)
+    mode = ("emulated (" + runs["sandbox"].astype(str) + ")").where(runs["emulated"],
+                                                                    "native")
+    return mode.where(runs["runtime"] == "lean",
+                      mode + ", " + runs["runtime"].astype(str) + " runtime")
+
+
+PAIR_KEY = ["pipeline", "policy", "limit", "emulated", "sandbox", "runtime", "rep"]
 
 
 def probe_overhead_table(runs: pd.DataFrame, unprobed: pd.DataFrame) -> pd.DataFrame:
@@ -445,6 +545,7 @@ def probe_overhead_table(runs: pd.DataFrame, unprobed: pd.DataFrame) -> pd.DataF
     started next to each other): per pair the overhead (probed / unprobed makespan - 1)
     and its cost per task boundary; per pipeline and over all pipelines the median with
     its 95 % CI and whether the CI excludes no overhead."""
+    runs, unprobed = with_runtime(runs), with_runtime(unprobed)
     from engine.analysis.stats import bootstrap_ci, cluster_bootstrap_ci, significance
 
     cols = ["pipeline", "pairs", "pairs_missing", "overhead_pct_median",

@@ -20,9 +20,10 @@ from pathlib import Path
 
 from engine.caffe import graph, io, wire
 from engine.errors import ModelError
-from engine.files import normal_mode, parse_json, sha256_file, write_text_atomic
+from engine.files import normal_mode, parse_json, read_regular, sha256_file, write_text_atomic
 
 DESCRIPTION_VERSION = 1
+MAX_FILE_BYTES = 16 * 2**20  # a description of a few thousand layers is a few MiB
 
 
 @dataclass
@@ -78,7 +79,7 @@ class Description:
     def load(cls, path: str | os.PathLike) -> Description:
         path = os.fspath(path)
         try:
-            data = parse_json(Path(path).read_text())
+            data = parse_json(read_regular(path, "network description", MAX_FILE_BYTES))
         except (OSError, ValueError) as exc:
             raise ModelError(f"cannot read network description {path}: {exc}") from None
         if not isinstance(data, dict):
@@ -91,10 +92,57 @@ class Description:
             )
         try:
             data["layers"] = [LayerInfo(**layer) for layer in data["layers"]]
-            return cls(**data, path=path)
+            desc = cls(**data, path=path)
+            _check_types(desc)
+            return desc
         except (KeyError, TypeError, AttributeError) as exc:
             raise ModelError(f"{path} is not a network description ({exc}); re-run the "
                              f"split stage") from None
+
+    @classmethod
+    def load_checked(cls, path: str | os.PathLike, files: bool = True) -> Description:
+        """``load``, then the description against its prototxt (``check_prototxt``) and,
+        with ``files``, its model files (``check_files``): every verb that reads a
+        description reads it through this, so a hand-edited one that contradicts its
+        model is refused before anything runs or is written."""
+        desc = cls.load(path)
+        desc.check_prototxt()
+        if files:
+            desc.check_files()
+        return desc
+
+    def check_prototxt(self) -> None:
+        """Refuse a description whose layers are not its prototxt's at the deploy batch:
+        their number, order, names, types, output shapes and parameter counts and bytes
+        (one line naming the first difference and the fix)."""
+        fix = "re-run the split stage"
+        prototxt = self.resolve(self.prototxt)
+        if not prototxt.is_file():
+            raise ModelError(f"{prototxt}, the deploy prototxt of {self.network}, is missing; "
+                             f"{fix}")
+        try:
+            g = graph.build_graph(io.read_prototxt(prototxt), source=str(prototxt))
+        except (ValueError, KeyError) as exc:
+            raise ModelError(f"{prototxt}: {exc}") from None
+        if len(g.layers) != len(self.layers):
+            raise ModelError(f"{self.path}: describes {len(self.layers)} layers but "
+                             f"{prototxt} has {len(g.layers)}; {fix}")
+        for info, layer in zip(self.layers, g.layers):
+            theirs = (layer.index, layer.name, layer.type,
+                      [list(s) for s in layer.top_shapes], layer.param_count,
+                      layer.param_bytes)
+            ours = (info.index, info.name, info.type, info.output_shapes, info.param_count,
+                    info.param_bytes)
+            for what, a, b in zip(("index", "name", "type", "output shapes",
+                                   "parameter count", "parameter bytes"), ours, theirs):
+                if a != b:
+                    raise ModelError(f"{self.path}: layer {info.index} '{info.name}' has "
+                                     f"{what} {a!r} but {prototxt} says {b!r}; {fix}")
+        totals = (sum(x.param_count for x in self.layers), sum(x.param_bytes for x in self.layers))
+        if (self.param_count, self.param_bytes) != totals:
+            raise ModelError(f"{self.path}: totals {self.param_count} parameters, "
+                             f"{self.param_bytes} bytes, but its layers add up to {totals[0]}, "
+                             f"{totals[1]}; {fix}")
 
     def check_files(self) -> None:
         """Refuse model files that changed since the split (one line naming the file and
@@ -119,6 +167,40 @@ class Description:
             if size is not None and actual != size:
                 raise ModelError(f"{path} is {actual} bytes, not the {size} it had when "
                                  f"{self.network} was split (truncated or replaced); {fix}")
+
+
+_INT = int
+_TYPES = {"index": _INT, "name": str, "type": str, "kind": str, "part": str,
+          "param_count": _INT, "param_bytes": _INT, "file_bytes": _INT, "macs": _INT,
+          "flops": _INT}
+
+
+def _check_types(desc: Description) -> None:
+    """TypeError naming the first field of a wrong type (JSON gives what it is given)."""
+    def need(value: object, kind: type, where: str) -> None:
+        if not isinstance(value, kind) or isinstance(value, bool) or (
+                kind is _INT and value < 0):
+            raise TypeError(f"{where} is {value!r}, not a{' non-negative' if kind is _INT else ''}"
+                            f" {kind.__name__}")
+
+    for key in ("network", "stem", "prototxt", "caffemodel", "format"):
+        need(getattr(desc, key), str, key)
+    for key in ("param_count", "param_bytes", "num_conv_layers", "num_fc_layers"):
+        need(getattr(desc, key), _INT, key)
+    for layer in desc.layers:
+        where = f"layer {layer.index!r}"
+        for key, kind in _TYPES.items():
+            need(getattr(layer, key), kind, f"{where} {key}")
+        for key in ("model_index",):
+            if getattr(layer, key) is not None:
+                need(getattr(layer, key), _INT, f"{where} {key}")
+        if layer.partial is not None:
+            need(layer.partial, str, f"{where} partial")
+        if not isinstance(layer.output_shapes, list) or not all(
+                isinstance(s, list) and all(isinstance(d, int) and not isinstance(d, bool)
+                                            and d > 0 for d in s)
+                for s in layer.output_shapes):
+            raise TypeError(f"{where} output_shapes is {layer.output_shapes!r}")
 
 
 def description_index(folder: str | os.PathLike) -> dict[str, Path]:
@@ -180,6 +262,7 @@ def split_model(caffemodel: str | os.PathLike, prototxt: str | os.PathLike,
     by_name = {}
     for rec in records:
         by_name.setdefault(rec.name, rec)
+    created = not out_dir.exists()
     out_dir.mkdir(parents=True, exist_ok=True)
     final = out_dir / f"{stem}_partials"
     tmp = Path(tempfile.mkdtemp(prefix=f".{stem}_partials.", dir=out_dir))
@@ -226,6 +309,8 @@ def split_model(caffemodel: str | os.PathLike, prototxt: str | os.PathLike,
         os.replace(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        if created and not any(out_dir.iterdir()):  # a failed split leaves no empty --out
+            out_dir.rmdir()
         raise
     path = out_dir / f"{stem}.description.json"
     write_text_atomic(path, desc.to_json())

@@ -1,7 +1,7 @@
 """Fast caffemodel weight loading: scan the protobuf wire format, read payloads in place.
 
 The generic protobuf parse of a caffemodel holds the file bytes and a decoded copy at
-once (2x the weights, see reference/perf-anchors.md section 2). Here only the tags and
+once (2x the weights). Here only the tags and
 lengths are decoded, through an mmap that touches just the header pages; each packed
 float payload is then ``readinto`` its own freshly allocated, aligned numpy array, so
 loading costs one copy and 1x the weight bytes. The scanner validates every length
@@ -21,7 +21,7 @@ import numpy as np
 from engine.caffe import schema
 from engine.errors import CorruptModelError, ModelError
 
-# Field numbers from caffe.proto (reference/edgecaffe.md section 14).
+# Field numbers from caffe.proto (BVLC Caffe 1.0, the schema in engine/caffe/schema.py).
 NET_NAME, NET_LAYER, NET_LAYERS_V1 = 1, 100, 2
 LAYER_NAME, LAYER_TYPE, LAYER_BLOBS = 1, 2, 7
 V1_NAME, V1_TYPE, V1_BLOBS = 4, 5, 6
@@ -184,28 +184,32 @@ def read_blobs(path: str | os.PathLike, layer: LayerRecord) -> list[np.ndarray]:
     """The layer's blobs as float32 arrays, each read straight from the file into its own
     aligned buffer (no intermediate bytes object)."""
     path = os.fspath(path)
-    arrays = []
     with open(path, "rb", buffering=0) as f:
-        for blob in layer.blobs:
-            if blob.unpacked:
-                arrays.append(_read_unpacked(f, blob).reshape(blob.shape))
-                continue
-            arr = np.empty(blob.nbytes // np.dtype(blob.dtype).itemsize, blob.dtype)
-            if blob.nbytes == 0:  # a blob without values: nothing to read
-                arrays.append(arr.astype(np.float32).reshape(blob.shape))
-                continue
-            f.seek(blob.offset)
-            view = memoryview(arr).cast("B")
-            got = 0
-            while got < blob.nbytes:  # readinto may return short counts
-                n = f.readinto(view[got:])
-                if not n:
-                    raise CorruptModelError(path, blob.offset + got, "file ended inside a blob")
-                got += n
-            if blob.dtype != "<f4":
-                arr = arr.astype(np.float32)  # double_data: Caffe nets compute in float
-            arrays.append(arr.reshape(blob.shape))
-    return arrays
+        return [read_blob(f, blob, path) for blob in layer.blobs]
+
+
+def read_blob(f, blob: BlobRecord, path: str) -> np.ndarray:
+    """One blob as a float32 array of its shape, read from the open file ``f``."""
+    if blob.unpacked:
+        return _read_unpacked(f, blob).reshape(blob.shape)
+    arr = np.empty(blob.nbytes // np.dtype(blob.dtype).itemsize, blob.dtype)
+    if blob.nbytes == 0:  # a blob without values: nothing to read
+        return arr.astype(np.float32).reshape(blob.shape)
+    readinto_at(f, memoryview(arr).cast("B"), blob.offset, path)
+    if blob.dtype != "<f4":
+        arr = arr.astype(np.float32)  # double_data: Caffe nets compute in float
+    return arr.reshape(blob.shape)
+
+
+def readinto_at(f, view: memoryview, offset: int, path: str) -> None:
+    """Fill ``view`` from the file ``f`` at ``offset`` (readinto may return short counts)."""
+    f.seek(offset)
+    got = 0
+    while got < len(view):
+        n = f.readinto(view[got:])
+        if not n:
+            raise CorruptModelError(path, offset + got, "file ended inside a blob")
+        got += n
 
 
 def _read_unpacked(f, blob: BlobRecord) -> np.ndarray:

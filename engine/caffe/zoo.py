@@ -1,7 +1,8 @@
 """The five EdgeCaffe networks as deploy ``NetParameter``s, layer for layer.
 
-Sources (reference/edgecaffe.md section 15): AgeNet/GenderNet are Levi & Hassner's V1
-deploy nets (legacy ``input_dim``), FaceNet is DDFD's fully-convolutional CaffeNet
+Sources (EdgeCaffe's deploy prototxts; tests/test_zoo_graph.py checks the parameter
+counts): AgeNet/GenderNet are Levi & Hassner's V1 deploy nets (legacy ``input_dim``),
+FaceNet is DDFD's fully-convolutional CaffeNet
 (V2 layers, legacy input, 227x227 as in EdgeCaffe's copy), AlexNet and GoogLeNet are
 BVLC's ``deploy.prototxt`` files (V2, ``Input`` layer). Batch sizes are the deploy
 files' own (GenderNet, AlexNet and GoogLeNet keep N=10 as EdgeCaffe ran them).

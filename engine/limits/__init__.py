@@ -1,11 +1,12 @@
 """Memory-limit backends: each opens a ``Session`` that confines one run's process tree.
 
 ``open_session(backend, request, run_id)`` returns a session for ``cgroup2``, ``cgroup1``,
-``systemd``, ``inherit``, ``none``, ``vm`` or ``auto`` (the first that works here). A limit
-that cannot be enforced is an error unless ``allow_unenforced`` (``none``/``auto``/
+``systemd``, ``inherit``, ``none``, ``uml``, ``vm`` or ``auto`` (the first that works here). A
+limit that cannot be enforced is an error unless ``allow_unenforced`` (``none``/``auto``/
 ``inherit``: runner.supervise.RECORDS_UNENFORCED), and then the session says
-``enforced = False``. A ``vm`` session ``runs_elsewhere``: the
-caller hands the run to ``engine.vm.run_in_vm``, where it uses cgroup2.
+``enforced = False``. A ``uml`` or ``vm`` session ``runs_elsewhere``: the caller hands the
+run to ``engine.vm.run_in_vm`` (a user-mode Linux kernel, or a qemu guest), where it uses
+cgroup2.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from engine.limits.base import LimitRequest, Session
 from engine.limits.none import NoneSession
 
 # The one list of backends: the CLI's choices and the workflow schema's enum follow it.
-BACKENDS = ("auto", "cgroup2", "cgroup1", "systemd", "inherit", "none", "vm")
+BACKENDS = ("auto", "cgroup2", "cgroup1", "systemd", "inherit", "none", "uml", "vm")
 
 __all__ = ["BACKENDS", "LimitRequest", "Session", "open_session"]
 
@@ -29,10 +30,10 @@ def open_session(backend: str, request: LimitRequest, run_id: str,
                             f"{', '.join(BACKENDS)}")
     if backend == "none":
         return NoneSession(request)
-    if backend == "vm":
-        from engine.limits.vm import VmSession
+    if backend in ("vm", "uml"):
+        from engine.limits.vm import sandbox_session
 
-        return VmSession(request)
+        return sandbox_session(backend, request)
     from engine.limits.select import open_backend
 
     return open_backend(backend, request, run_id, allow_unenforced)

@@ -2,8 +2,9 @@
 
 ``auto`` tries, in order: (a) the cgroup root the user designated with
 ``EDGEPROF_CGROUP_ROOT``; (b) a systemd user manager; (c) a finite limit inherited from
-the process's own cgroup; (d) when a limit is asked for, the vm backend if qemu is
-installed; (e) no limit, marked unenforced with the reason. It never
+the process's own cgroup; (d) when a limit is asked for, the uml backend if a user-mode
+Linux kernel is built and works here, else the vm backend if qemu is installed; (e) no
+limit, marked unenforced with the reason. It never
 creates a cgroup outside the designated root, and without one it writes nothing.
 """
 
@@ -21,7 +22,7 @@ from engine.limits.cgroup2 import Cgroup2Session
 from engine.limits.inherit import InheritSession, open_inherit
 from engine.limits.none import NoneSession
 from engine.limits.systemd import SystemdSession, user_manager_status
-from engine.limits.vm import QEMU, VmSession, qemu_installed
+from engine.limits.vm import QEMU, UmlSession, VmSession, qemu_installed, uml_status
 
 _ALTERNATIVES = "or use --backend systemd/vm/none"
 
@@ -146,6 +147,12 @@ def _auto(request: LimitRequest, run_id: str, allow_unenforced: bool,
                 session = inherited
             else:
                 skipped.append(f"inherit: {inherited.notes['unenforced_reason']}")
+    if session is None and request.ram_bytes is not None:
+        ok, why = uml_status()
+        if ok:
+            session = UmlSession(request)
+        else:
+            skipped.append(f"uml: {why}")
     if session is None and request.ram_bytes is not None:
         if qemu_installed():
             session = VmSession(request)

@@ -1,13 +1,15 @@
-"""``vm``: the run goes to a throwaway qemu guest with its own cgroup v2 and swap device
-(``engine.vm``). This session only marks that: the supervisor of this process starts
-nothing, and ``runs_elsewhere`` tells the caller to hand the run to the guest. ``auto``
-falls back to it when a limit is asked for, nothing on the host can enforce it and qemu
-is installed."""
+"""``uml`` and ``vm``: the run goes to a sandbox kernel with its own cgroup v2 and swap
+device (``engine.vm``): a user-mode Linux kernel run as a host process, or a throwaway
+qemu guest. This session only marks that: the supervisor of this process starts nothing,
+and ``runs_elsewhere`` tells the caller to hand the run to the sandbox. ``auto`` falls
+back to them when a limit is asked for and nothing on the host can enforce it: to uml
+where it is built and works on this host, else to the vm when qemu is installed."""
 
 from __future__ import annotations
 
 import shutil
 
+from engine.errors import EdgeprofError
 from engine.limits.base import LimitRequest, Session
 
 QEMU = "qemu-system-x86_64"
@@ -26,3 +28,29 @@ class VmSession(Session):
     def __init__(self, request: LimitRequest) -> None:
         super().__init__(request)
         self.enforced = request.ram_bytes is not None
+
+
+class UmlSession(VmSession):
+    backend = "uml"
+
+
+def uml_status() -> tuple[bool, str]:
+    """(True, kernel) when a user-mode Linux kernel was built and works on this host
+    (reads the build's record; boots nothing), else (False, why)."""
+    from engine.vm.uml import load_uml, why_none
+
+    built = load_uml()
+    if built is not None:
+        return True, f"Linux {built.kernel_version} ({built.suite})"
+    return False, why_none() or "not built"
+
+
+def sandbox_session(backend: str, request: LimitRequest) -> VmSession:
+    """The session of an explicitly chosen ``uml`` or ``vm`` backend."""
+    if backend == "uml":
+        ok, why = uml_status()
+        if not ok:
+            raise EdgeprofError(f"uml: {why}; build it with python -m engine.vm build, or use "
+                                f"--backend vm")
+        return UmlSession(request)
+    return VmSession(request)

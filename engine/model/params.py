@@ -14,7 +14,7 @@ from engine import ops
 from engine.caffe import graph
 from engine.caffe.splitter import Description
 from engine.errors import EdgeprofError
-from engine.files import parse_json, write_text_atomic
+from engine.files import parse_json, read_regular, write_text_atomic
 from engine.model.memory import description_graph
 
 MODEL_VERSION = 1
@@ -110,7 +110,7 @@ class Model:
     def read(cls, path: str | os.PathLike) -> Model:
         path = Path(path)
         try:
-            data = parse_json(path.read_text(), finite=True)
+            data = parse_json(read_regular(path, "model file", 64 * 2**20), finite=True)
         except (OSError, ValueError) as exc:
             raise ModelFileError(f"cannot read model file {path}: {exc}; fit one with "
                                  f"`snakemake results/model/model.json`") from None

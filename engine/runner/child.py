@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -14,7 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from engine.caffe.splitter import Description
-from engine.files import write_text_atomic
+from engine.errors import EdgeprofError
+from engine.files import parse_json, read_regular, write_text_atomic
 from engine.runner.execute import PipelineRun, ProbeSet
 from engine.runner.meta import numpy_hugepage_advice
 from engine.runner.request import RunOptions
@@ -61,8 +63,26 @@ class _Adapter:
         self.open, self.close = open_fn, close_fn
 
 
+def read_spec(spec_path: str) -> dict:
+    """The measured child's spec (the supervisor writes it): one EdgeprofError naming the
+    file for anything that is not one."""
+    try:
+        spec = parse_json(read_regular(spec_path, "child spec", 2**20))
+        if not isinstance(spec, dict):
+            raise TypeError("not a JSON object")
+        for key, kind in (("out", str), ("pipeline", str), ("policy", str),
+                          ("models", dict), ("options", dict)):
+            if not isinstance(spec.get(key), kind):
+                raise TypeError(f"{key!r} missing or not a {kind.__name__}")
+        RunOptions(**spec["options"])
+    except (OSError, ValueError, TypeError) as exc:
+        raise EdgeprofError(f"{spec_path} is not a child spec ({exc}); the child runs what "
+                            f"'python -m engine run' writes") from None
+    return spec
+
+
 def child_main(spec_path: str) -> int:
-    spec = json.loads(Path(spec_path).read_text())
+    spec = read_spec(spec_path)
     out = Path(spec["out"])
     pipeline = load_pipeline(spec["pipeline"])
     policy = parse_policy(spec["policy"])
@@ -94,6 +114,7 @@ def child_main(spec_path: str) -> int:
         # host stretches it far less than wall_s
         "blas": state.blas,
         "numpy_hugepage_advice": numpy_hugepage_advice(),
+        "glibc_tunables": os.environ.get("GLIBC_TUNABLES"),
         "probes": probe_meta,
         "tasks": len(state.graph.tasks),
         "edges": len(state.graph.edges()),

@@ -102,8 +102,9 @@ class PipelineRun:
         inst = self.instances[task.instance]
         if task.kind == Kind.INIT:
             net = Network(self.descs[inst.network], batch=self.options.batch,
-                          instance=self.instance_key(task.instance))
-            net.set_input(self.options.seed)
+                          instance=self.instance_key(task.instance),
+                          runtime_name=self.options.runtime)
+            net.init(self.options.seed)
             with self.lock:
                 self.nets[task.instance] = net
             return {}

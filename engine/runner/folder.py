@@ -14,7 +14,7 @@ from bisect import bisect_left, bisect_right
 from collections import Counter
 from pathlib import Path
 
-from engine.files import parse_json
+from engine.files import parse_json, sha256_file
 from engine.probes.process import COLUMNS as PROC_COLUMNS
 from engine.probes.process import PACKED_KEY
 from engine.runner.meta import RunMeta
@@ -159,6 +159,10 @@ def run_peak_bytes(ends: list[dict], gnu_time: dict | None) -> int | None:
     return max(values) if values else None
 
 
+# the tables a run writes and tidy reads: each one's digest is in meta.json
+DIGESTED = ("tasks.csv", "networks.csv", "samples.csv")
+
+
 def assemble(folder: Path, meta: RunMeta) -> None:
     """Write tasks.csv, networks.csv and heap/heap.csv into ``folder``, fill in what
     ``meta`` learns from them, and write it as meta.json."""
@@ -184,4 +188,6 @@ def assemble(folder: Path, meta: RunMeta) -> None:
 
         meta.gnu_time = parse_gnu_time(gnu.read_text())
     meta.hwm_rss_bytes = run_peak_bytes(events["end"], meta.gnu_time)
+    meta.table_digests = {name: sha256_file(folder / name) for name in DIGESTED
+                          if (folder / name).is_file()}
     meta.write(folder)

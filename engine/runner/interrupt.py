@@ -1,6 +1,8 @@
 """Unwinding a run on a signal, shared by the host supervisor and the vm backend.
 
-Inside ``signals_unwind()`` SIGINT, SIGTERM and SIGHUP raise ``Signalled``, so the
+Inside ``signals_unwind()`` SIGINT, SIGTERM and SIGHUP (each unless the process was
+started with it ignored, as ``nohup`` and a shell's background jobs do) raise
+``Signalled``, so the
 ``finally`` blocks kill the run's processes (or qemu) and remove its files; the command
 then reports ``Interrupted`` (exit 130). ``ignore_signals()`` is called once the cleanup
 starts: the run is ending anyway, so a second Ctrl-C must not cut the cleanup short.
@@ -36,6 +38,9 @@ _signalled = False  # a signal began unwinding a run: this process is ending
 def _raise(signum: int, frame: object) -> None:
     global _signalled
     _signalled = True
+    # the first signal starts the unwinding; one arriving a few ms later, before any
+    # cleanup code could say so, must not cut that cleanup short
+    ignore_signals()
     raise Signalled(signal.Signals(signum).name)
 
 
@@ -46,7 +51,10 @@ def signals_unwind() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = {sig: signal.signal(sig, _raise) for sig in UNWIND_SIGNALS}
+    # a signal this process was started with ignored stays ignored (nohup, a shell's
+    # background job): the caller asked for the run to survive it
+    old = {sig: signal.signal(sig, _raise) for sig in UNWIND_SIGNALS
+           if signal.getsignal(sig) is not signal.SIG_IGN}
     try:
         yield
     finally:
@@ -63,3 +71,15 @@ def ignore_signals() -> None:
     if threading.current_thread() is threading.main_thread():
         for sig in UNWIND_SIGNALS:
             signal.signal(sig, signal.SIG_IGN)
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold UNWIND_SIGNALS back for the block (a cleanup that must not be cut short: a
+    machine's kill and its swap image's removal); one that arrived meanwhile is delivered
+    when the block ends."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, UNWIND_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)

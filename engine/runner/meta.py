@@ -21,7 +21,7 @@ from pathlib import Path
 from engine.errors import EdgeprofError
 from engine.files import atomic_path, parse_json
 
-SCHEMA_VERSION = 2  # 2: started_at, host_load, cpu_affinity
+SCHEMA_VERSION = 4  # 2: started_at, host_load, cpu_affinity; 3: runtime; 4: table_digests
 FILE = "meta.json"
 
 
@@ -53,6 +53,8 @@ class RunMeta:
     blas_threads: int | None = _f("BLAS threads per operation")
     seed: int | None = _f("input image seed")
     batch: int | None = _f("batch size override (None: each network's deploy batch)")
+    runtime: str = _f("what each stage allocates and frees: lean (the engine's own) or "
+                      "caffe (as Caffe 1.0 under EdgeCaffe); records before it: lean", "lean")
     budget_bytes: int | None = _f("masa's admission budget")
     limit_bytes: int | None = _f("the requested RAM limit (None: unconstrained)")
     swap_bytes: int | None = _f("swap allowed on top of the limit (None: unlimited)")
@@ -86,10 +88,13 @@ class RunMeta:
     child: dict | None = _f("the measured child's summary (status, wall_s and cpu_s of the "
                             "pipeline, BLAS, task count, probes: process_windows_chained, "
                             "process_status; numpy_hugepage_advice: whether numpy asked "
-                            "for transparent hugepages)")
+                            "for transparent hugepages; glibc_tunables: the malloc "
+                            "settings it ran with)")
     gnu_time: dict | None = _f("GNU time's report as gt_* columns")
     hwm_rss_bytes: int | None = _f("the run's resident high-water mark: max of GNU time "
                                    "and every window's VmHWM")
+    table_digests: dict = _f("SHA-256 of each table the run wrote (tasks.csv, networks.csv, "
+                             "samples.csv): the tables refuse one that differs", {})
     vm: dict | None = _f("vm backend only: accelerator, guest kernel and RAM, swap device, "
                          "boot time, guest-wide vmstat deltas, a boot retried after an "
                          "emulation fault (retried_boot: why, the first console's tail)")

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from engine.errors import EdgeprofError
-from engine.files import parse_json
+from engine.files import parse_json, read_regular
 
 
 @dataclass
@@ -27,6 +27,7 @@ class RunOptions:
     timeout_s: float | None = None
     estimates: dict[str, int] | None = None  # network -> peak bytes from a profiling run
     pin_cpu: bool = False  # the child alone on one CPU, supervisor and sampler on the rest
+    runtime: str = "lean"  # engine.runtime: what each stage allocates and frees
 
 
 @dataclass
@@ -79,4 +80,8 @@ class RunRequest:
 
     @classmethod
     def read(cls, path: str | Path) -> RunRequest:
-        return cls.from_json(Path(path).read_text())
+        try:
+            text = read_regular(path, "run request", 2**20)
+        except (OSError, ValueError) as exc:
+            raise EdgeprofError(f"cannot read the run request: {exc}") from None
+        return cls.from_json(text)

@@ -43,13 +43,24 @@ RECORDS_UNENFORCED = ("none", "auto", "inherit")
 # (benchmarks/bench_first_touch.py): a LOAD's time would depend on the host's state.
 # The measured child gets 4 KiB pages unless the variable is set explicitly.
 HUGEPAGE_ENV = "NUMPY_MADVISE_HUGEPAGE"
+# glibc raises its mmap threshold (up to 32 MiB) each time it frees a large mapped block,
+# so whether a later buffer is mapped (and given back when freed) or carved from the heap
+# (and kept resident when freed) depends on every earlier free: a few KiB decide whether
+# 40-64 MiB of freed heap stays resident (seen with real Caffe loading FaceNet, and in the
+# engine alike). Fixed at its default 128 KiB, every buffer of 128 KiB or more is mapped
+# and given back at once, in both runtimes and in the real-Caffe reference
+# (engine/realcaffe), so their resident sets compare stage by stage.
+MALLOC_ENV = "GLIBC_TUNABLES"
+MALLOC_TUNABLES = "glibc.malloc.mmap_threshold=131072"
 
 
 def child_env() -> dict[str, str]:
-    """The measured child's environment: ours, its supervisor named, and numpy's
-    hugepage advice off unless the caller set ``NUMPY_MADVISE_HUGEPAGE``."""
+    """The measured child's environment: ours, its supervisor named, numpy's hugepage
+    advice off and glibc's mmap threshold fixed, unless the caller set
+    ``NUMPY_MADVISE_HUGEPAGE`` or ``GLIBC_TUNABLES``."""
     env = dict(os.environ, **{SUPERVISOR_ENV: str(os.getpid())})
     env.setdefault(HUGEPAGE_ENV, "0")
+    env.setdefault(MALLOC_ENV, MALLOC_TUNABLES)
     return env
 
 
@@ -73,7 +84,7 @@ def request_meta(request: RunRequest, pipeline: Pipeline, policy: Policy) -> Run
                               param_bytes=pipeline.param_bytes, networks=pipeline.networks()),
         policy=policy.name, policy_family=policy.family, workers=policy.workers,
         blas_threads=options.blas_threads, seed=options.seed, batch=options.batch,
-        budget_bytes=options.budget, limit_bytes=limits.ram_bytes,
+        runtime=options.runtime, budget_bytes=options.budget, limit_bytes=limits.ram_bytes,
         swap_bytes=limits.swap_bytes, backend=limits.backend, probes=asdict(request.probes),
         host=host_facts(), versions=versions())
 

@@ -15,12 +15,11 @@ import math
 import os
 import re
 from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
 
 import numpy as np
 
 from engine.errors import EdgeprofError
-from engine.files import parse_json, write_text_atomic
+from engine.files import parse_json, read_regular, write_text_atomic
 
 ARRIVAL_MODES = ("batch", "poisson", "normal")
 MAX_ARRIVAL_S = 1e6  # eleven days: far beyond any run, and still exact in nanoseconds
@@ -82,13 +81,7 @@ def load_pipeline(path: str | os.PathLike) -> Pipeline:
     """A pipeline file, checked: one-line errors name the file and what is wrong."""
     path = os.fspath(path)
     try:
-        if not Path(path).is_file():  # a folder, a FIFO that would block, a device...
-            raise ValueError("not a regular file")
-        with open(path, "rb") as f:
-            text = f.read(MAX_FILE_BYTES + 1)
-        if len(text) > MAX_FILE_BYTES:
-            raise ValueError(f"larger than {MAX_FILE_BYTES // 2**20} MiB; not a pipeline")
-        data = parse_json(text, finite=True)
+        data = parse_json(read_regular(path, "pipeline", MAX_FILE_BYTES), finite=True)
         if not isinstance(data, dict) or not isinstance(data.get("arrivals"), list):
             raise TypeError("not a pipeline: a JSON object with an \"arrivals\" list")
         unknown = sorted(set(data) - {f.name for f in fields(Pipeline)})
@@ -97,6 +90,9 @@ def load_pipeline(path: str | os.PathLike) -> Pipeline:
         arrivals = [_arrival(a) for a in data.pop("arrivals")]
         if not isinstance(data.get("name"), str) or not data["name"]:
             raise TypeError("the pipeline has no name")
+        if not re.fullmatch(r"[A-Za-z0-9_-]+", data["name"]):
+            raise ValueError(f"pipeline name {data['name']!r}: letters, digits, _ and - only "
+                             f"(it names folders)")
         pipeline = Pipeline(arrivals=arrivals, **data)
     except (OSError, ValueError, KeyError, TypeError) as exc:  # UnicodeError is a ValueError
         raise PipelineError(f"cannot read pipeline {path}: {exc}") from None

@@ -39,11 +39,8 @@ def resolve_descriptions(pipeline: Pipeline, models: dict[str, Path],
             f"{', '.join(missing)} (available: {', '.join(sorted(models)) or 'none'}); "
             "run the split stage for them or point --models at the right folder"
         )
-    descs = {net: Description.load(models[net]) for net in set(pipeline.networks())}
-    if check_files:
-        for desc in descs.values():
-            desc.check_files()
-    return descs
+    return {net: Description.load_checked(models[net], files=check_files)
+            for net in set(pipeline.networks())}
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Loading policies: each one is a task graph, a set of pools with an order, and workers.
 
-Semantics follow EdgeCaffe (reference/edgecaffe.md sections 2.3 and 3):
+Semantics follow EdgeCaffe's task graphs (its InferenceNetwork and Orchestrator):
 
 - ``bulk``: INIT -> LOAD(whole model) -> EXEC(whole forward); networks run one after another.
 - ``linear``: one chain INIT -> LOAD_0 -> EXEC_0 -> LOAD_1 -> ...; networks one after another.

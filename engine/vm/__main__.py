@@ -1,4 +1,5 @@
-"""``python -m engine.vm build [--cache DIR]`` (the Snakemake rule) and ``check``."""
+"""``python -m engine.vm build [--cache DIR]`` (setup.sh, the Snakemake rule): the qemu
+guest and the user-mode Linux kernel; ``check``: what each sandbox can do here."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import sys
 from pathlib import Path
 
 from engine.errors import EdgeprofError
-from engine.vm import boot, guest
+from engine.vm import boot, guest, uml
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,13 +23,21 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.action == "build":
             g = guest.ensure_guest(cache, log=log, force=args.force)
-            print(f"{g.kernel_version}: {g.kernel} {g.initrd}")
+            print(f"vm: {g.kernel_version}: {g.kernel} {g.initrd}")
+            try:  # a host where no UML kernel works keeps the vm backend
+                u = uml.ensure_uml(log=log, force=args.force)
+                print(f"uml: {u.kernel_version} ({u.suite}): {u.binary}")
+            except EdgeprofError as exc:
+                print(f"uml: unavailable here ({exc}); the vm backend stays", file=sys.stderr)
         else:
             qemu = boot.qemu_binary()
             g = guest.load_guest(cache)
             accel, why = boot.kvm_status(g)
+            u = uml.load_uml()
             print(f"qemu: {qemu}\nguest: {g.kernel_version if g else 'not built'} ({cache})"
-                  f"\naccelerator: {accel} ({why})")
+                  f"\naccelerator: {accel} ({why})\numl: "
+                  + (f"Linux {u.kernel_version} ({u.suite}) {u.binary}" if u
+                     else uml.why_none() or "not built"))
     except EdgeprofError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -25,7 +25,9 @@ from pathlib import Path
 from engine.errors import EdgeprofError
 from engine.limits.vm import QEMU
 from engine.procs import preexec, stamped_tempdir
+from engine.runner.interrupt import signals_deferred
 from engine.runner.outdir import SWAP_PREFIX
+from engine.vm import uml
 from engine.vm.guest import INSTALL_HINT, Guest
 
 START_MARK = "VM_CMD_START"
@@ -80,7 +82,8 @@ def kvm_status(guest: Guest | None = None, probe: bool = True) -> tuple[str, str
 
 def qemu_argv(guest: Guest, share: Path, accel: str, ram_mb: int, smp: int,
               swap_image: Path | None, sd_card: bool) -> list[str]:
-    """The qemu command line (the recipe of reference/vm-sandbox.md)."""
+    """The qemu command line: the host's / read-only over 9p, the share read-write, swap
+    as a virtio disk."""
     if accel == "kvm":
         accel_args = ["-accel", "kvm", "-cpu", "host"]
     else:  # -cpu max: numpy needs x86-64-v2; MTTCG scales over host cores
@@ -102,12 +105,14 @@ def qemu_argv(guest: Guest, share: Path, accel: str, ram_mb: int, smp: int,
     return argv
 
 
-def boot(guest: Guest, share: Path, *, accel: str = "tcg", ram_mb: int = 1024,
+def boot(guest: Guest | uml.Uml, share: Path, *, accel: str = "tcg", ram_mb: int = 1024,
          smp: int | None = None, swap_bytes: int = 0, sd_card: bool = False,
          boot_timeout_s: float = 120, timeout_s: float | None = None,
          on_line: Callable[[str], None] | None = None) -> BootResult:
-    """Boot once, run ``share``/job.sh, power off. qemu is killed by its PID on a timeout
-    or any exception (KeyboardInterrupt included); the swap image is always removed."""
+    """Boot once, run ``share``/job.sh, power off: a qemu ``Guest``, or a user-mode Linux
+    kernel (``uml.Uml``; ``accel`` "uml"). The machine's process group (qemu, or UML and
+    the host processes it runs its guest's processes in) is killed on a timeout or any
+    exception (KeyboardInterrupt included); the swap image is always removed."""
     share = Path(share)
     (share / "rc").unlink(missing_ok=True)
     smp = smp or min(2, os.cpu_count() or 1)
@@ -120,16 +125,21 @@ def boot(guest: Guest, share: Path, *, accel: str = "tcg", ram_mb: int = 1024,
     try:
         swap_image = None
         if swap_bytes > 0:
-            # beside the share, not in it: the guest must not see its own swap as a file
-            swap_dir = stamped_tempdir(SWAP_PREFIX, share.parent)
+            # beside the share, not in it: the guest must not see its own swap as a file;
+            # created and named at once (a signal in between would orphan it)
+            with signals_deferred():
+                swap_dir = stamped_tempdir(SWAP_PREFIX, share.parent)
             swap_image = swap_dir / "swap.img"
             with open(swap_image, "wb") as f:
                 f.truncate(swap_bytes)  # sparse; the guest runs mkswap at every boot
-        argv = qemu_argv(guest, share, accel, ram_mb, smp, swap_image, sd_card)
+        if isinstance(guest, uml.Uml):
+            argv, env = uml.boot_argv(guest.binary, share, ram_mb, swap_image), uml.environ()
+        else:
+            argv, env = qemu_argv(guest, share, accel, ram_mb, smp, swap_image, sd_card), None
         lines.append(f"[{0:9.3f}] host: {shlex.join(argv)}")  # the post-mortem starts here
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, start_new_session=True,
-                                preexec_fn=preexec())  # qemu never outlives its supervisor
+                                stderr=subprocess.STDOUT, start_new_session=True, env=env,
+                                preexec_fn=preexec())  # it never outlives its supervisor
 
         def read() -> None:
             for raw in proc.stdout:
@@ -161,15 +171,17 @@ def boot(guest: Guest, share: Path, *, accel: str = "tcg", ram_mb: int = 1024,
                 timed_out = "job"
                 error = f"the guest job exceeded the {timeout_s:.0f} s timeout"
     finally:
-        if proc is not None:
-            _kill(proc)
-        if reader is not None:
-            reader.join(timeout=5)
-        if swap_dir is not None:
-            shutil.rmtree(swap_dir, ignore_errors=True)
+        with signals_deferred():  # a second Ctrl-C must not leave the swap image behind
+            if proc is not None:
+                _kill(proc)
+            if reader is not None:
+                reader.join(timeout=5)
+            if swap_dir is not None:
+                shutil.rmtree(swap_dir, ignore_errors=True)
     total = time.monotonic() - t0
     if proc is not None:
-        lines.append(f"[{total:9.3f}] host: qemu (pid {proc.pid}) ended with "
+        name = "uml" if isinstance(guest, uml.Uml) else "qemu"
+        lines.append(f"[{total:9.3f}] host: {name} (pid {proc.pid}) ended with "
                      f"{proc.returncode}{', killed: ' + error if timed_out else ''}")
     rc_file = share / "rc"
     rc = int(rc_file.read_text()) if rc_file.is_file() and timed_out is None else None
@@ -184,10 +196,18 @@ def boot(guest: Guest, share: Path, *, accel: str = "tcg", ram_mb: int = 1024,
 
 
 def _kill(proc: subprocess.Popen) -> None:
-    """SIGKILL qemu by its PID (it runs in its own session; nothing else is touched)."""
-    if proc.poll() is None:
-        try:
-            os.kill(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    """SIGKILL the machine's process group: the session we started it in (qemu alone, or
+    UML and its host processes); nothing else is touched. Returns once the group is gone
+    (UML's other processes are reaped by init, a moment after the kernel process)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
     proc.wait()
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.01)

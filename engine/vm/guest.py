@@ -142,29 +142,46 @@ def _apt_args(state: Path) -> list[str]:
 
 def fetch_kernel_deb(folder: Path, log: Log = print) -> Path:
     """The backports kernel .deb in ``folder``, downloaded once with a private apt config."""
-    folder = folder.resolve()  # apt reads relative Dir:: options under /etc/apt
-    folder.mkdir(parents=True, exist_ok=True)
     pinned = os.environ.get(KERNEL_ENV)
+    folder = folder.resolve()
     have = sorted(folder.glob(f"{pinned or 'linux-image-*'}_*.deb"))
     if have:
         return have[-1]
+    apt = apt_state(folder, SUITE, log)
+    package = pinned or _resolve_kernel(apt)
+    return download_deb(folder, apt, package, SUITE, log,
+                        hint=f" (set {MIRROR_ENV} for another mirror, {KERNEL_ENV} for "
+                             "another package)")
+
+
+def apt_state(folder: Path, suite: str, log: Log = print) -> list[str]:
+    """apt-get options for a private configuration of ``suite`` under ``folder`` (the
+    host's sources, lists and cache are never touched), its package lists updated."""
+    folder = folder.resolve()  # apt reads relative Dir:: options under /etc/apt
     if shutil.which("apt-get") is None:
-        raise EdgeprofError("the vm backend fetches its kernel with apt-get (Debian/Ubuntu "
-                            f"hosts); put a linux-image-6.12 .deb into {folder} by hand")
+        raise EdgeprofError(f"fetching {suite} packages needs apt-get (Debian/Ubuntu hosts); "
+                            f"put the .deb files into {folder} by hand")
     state = folder / "apt"
     for sub in ("lists/partial", "cache/archives/partial", "parts"):
         (state / sub).mkdir(parents=True, exist_ok=True)
     mirror = os.environ.get(MIRROR_ENV, DEFAULT_MIRROR)
-    (state / "sources.list").write_text(f"deb [signed-by={KEYRING}] {mirror} {SUITE} main\n")
+    (state / "sources.list").write_text(f"deb [signed-by={KEYRING}] {mirror} {suite} main\n")
     apt = _apt_args(state)
-    log(f"vm guest: apt-get update ({SUITE}, private lists in {state})")
-    _run(["apt-get", *apt, "update"], f"read the {SUITE} package lists from {mirror}")
-    package = pinned or _resolve_kernel(apt)
-    log(f"vm guest: apt-get download {package}")
+    log(f"apt-get update ({suite}, private lists in {state})")
+    _run(["apt-get", *apt, "update"], f"read the {suite} package lists from {mirror}")
+    return apt
+
+
+def download_deb(folder: Path, apt: list[str], package: str, suite: str, log: Log = print,
+                 hint: str = "") -> Path:
+    """``package``'s .deb from ``suite`` in ``folder`` (``apt_state``'s options)."""
+    folder = folder.resolve()
+    have = sorted(folder.glob(f"{package}_*.deb"))
+    if have:
+        return have[-1]
+    log(f"apt-get download {package} ({suite})")
     _run(["apt-get", *apt, "download", package],
-         f"download the guest kernel with 'apt-get download {package}' from {SUITE} at "
-         f"{mirror} (set {MIRROR_ENV} for another mirror, {KERNEL_ENV} for another package)",
-         cwd=folder)
+         f"apt-get download {package} from {suite}{hint}", cwd=folder)
     have = sorted(folder.glob(f"{package}_*.deb"))
     if not have:
         raise EdgeprofError(f"apt-get download {package} wrote no .deb into {folder}")

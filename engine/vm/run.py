@@ -1,6 +1,7 @@
-"""Host side of the vm backend: size the guest, boot it, collect the run folder.
+"""Host side of the vm and uml backends: size the guest, boot it, collect the run folder.
 
-``run_in_vm`` is ``python -m engine run --backend vm``: the guest runs the same command
+``run_in_vm`` is ``python -m engine run --backend vm`` (a qemu guest) or ``--backend uml``
+(a user-mode Linux kernel, ``engine.vm.uml``): the guest runs the same command
 with ``--backend cgroup2`` under its own cgroup root and writes the run folder into the
 writable share, a hidden folder beside ``--out``; the host adds the VM facts to meta.json
 (accelerator, guest kernel, guest RAM, swap device, ``emulated``) and renames the folder
@@ -33,10 +34,17 @@ from engine.schedule.pipelines import Pipeline
 from engine.schedule.policies import Policy
 from engine.units import MIB, parse_size
 from engine.vm import boot as vmboot
-from engine.vm.guest import Guest, ensure_guest
+from engine.vm import uml
+from engine.vm.guest import CACHE_ENV, Guest, default_cache, load_guest
+
+SANDBOXES = ("vm", "uml")
 
 GUEST_OVERHEAD = 768 * MIB  # kernel, tmpfs root overlay, the supervisor's own Python+numpy
 GUEST_RESERVE = 256 * MIB  # the least the guest needs beside the run's cgroup
+# An unconstrained (baseline) run's guest: far above what any pipeline here holds (a
+# Caffe-faithful 1.6 GB pipeline under DeepEye peaks at 1.7 GB); both sandboxes allocate
+# a guest's RAM as it is touched, so the rest costs nothing
+BASELINE_RAM = 4096 * MIB
 DEVICE_SLACK = 64 * MIB  # swap device a bit larger than memory.swap.max: the cgroup limits
 GUEST_OUT = "/run/vmout/run"  # --out as the guest sees it (inside the share)
 GUEST_REQUEST = "request.json"  # the RunRequest the guest runs, in the share
@@ -108,9 +116,10 @@ def _host_ram() -> int:
     return 0
 
 
-def plan(cfg: VmConfig, limit: int | None, swap: int | None, guest: Guest) -> Plan:
+def plan(cfg: VmConfig, limit: int | None, swap: int | None, guest: Guest | uml.Uml) -> Plan:
     """Guest RAM comfortably above the limit (the cgroup, not the guest, must constrain the
-    run) and a swap device large enough that memory.swap.max is what limits swap."""
+    run) and a swap device large enough that memory.swap.max is what limits swap. A UML
+    kernel runs on the host CPU (accelerator "uml")."""
     if cfg.ram is not None:
         ram = cfg.ram
         if limit is not None and limit + GUEST_RESERVE > ram:
@@ -118,14 +127,22 @@ def plan(cfg: VmConfig, limit: int | None, swap: int | None, guest: Guest) -> Pl
                 f"vm: the limit ({limit // MIB} MiB) is above the guest RAM minus what the "
                 f"guest itself needs ({ram // MIB} - {GUEST_RESERVE // MIB} MiB): raise "
                 f"EDGEPROF_VM_RAM to at least {(limit + GUEST_OVERHEAD) // MIB}M or unset it")
+    elif limit is None:  # a baseline: the guest's RAM must never be what limits it
+        ram = BASELINE_RAM
     else:
-        ram = max(1024 * MIB, (limit or 1024 * MIB) + GUEST_OVERHEAD)
+        ram = max(1024 * MIB, limit + GUEST_OVERHEAD)
     ram = -(-ram // (64 * MIB)) * 64 * MIB
     host = _host_ram()
     if host and ram > host:
         raise EdgeprofError(f"vm: the guest would need {ram // MIB} MiB of RAM for this limit "
                             f"but the host has {host // MIB} MiB; lower --limit")
     device = 0 if swap == 0 else cfg.swap_device if swap is None else swap + DEVICE_SLACK
+    if isinstance(guest, uml.Uml):
+        if cfg.sd_card:
+            raise EdgeprofError("EDGEPROF_VM_SD_CARD: the uml backend cannot throttle its "
+                                "swap device; use --backend vm or unset it")
+        return Plan(ram, device, "uml", f"user-mode Linux {guest.kernel_version} "
+                                        f"({guest.suite}'s {guest.package})")
     if cfg.accel in ("kvm", "tcg"):
         accel, why = cfg.accel, "set by EDGEPROF_VM_ACCEL"
     elif cfg.accel == "auto":
@@ -153,13 +170,12 @@ def job_script(py_args: list[str], accel: str, cwd: Path) -> str:
 
 def boot_job(py_args: list[str], share: Path, limit: int | None, swap: int | None,
              cfg: VmConfig | None = None, timeout_s: float | None = None,
-             log: Callable[[str], None] | None = None,
-             ) -> tuple[vmboot.BootResult, Plan, Guest, dict | None]:
-    """Boot once running ``python -m engine.vm.job PY_ARGS`` with ``share`` as /run/vmout.
-    Returns the boot result, the plan, the guest and the guest's guest.json (or None)."""
+             sandbox: str = "vm") -> tuple[vmboot.BootResult, Plan, Guest | uml.Uml, dict | None]:
+    """Boot once running ``python -m engine.vm.job PY_ARGS`` with ``share`` as /run/vmout,
+    in ``sandbox`` ("vm": qemu, "uml": user-mode Linux). Returns the boot result, the
+    plan, the guest and the guest's guest.json (or None)."""
     cfg = cfg or VmConfig.from_env()
-    vmboot.qemu_binary()
-    guest = ensure_guest(log=log or (lambda m: print(m, file=sys.stderr)))
+    guest = built_sandbox(sandbox)
     p = plan(cfg, limit, swap, guest)
     (share / "job.sh").write_text(job_script(py_args, p.accel, Path.cwd()))
     res = vmboot.boot(guest, share, accel=p.accel, ram_mb=p.ram_bytes // MIB, smp=cfg.smp,
@@ -170,9 +186,27 @@ def boot_job(py_args: list[str], share: Path, limit: int | None, swap: int | Non
     return res, p, guest, facts
 
 
+def built_sandbox(sandbox: str) -> Guest | uml.Uml:
+    """The built kernel of ``sandbox``; a run never builds one (a download of hundreds of
+    MB into wherever the cache variable points): that is ``python -m engine.vm build``."""
+    if sandbox == "uml":
+        built = uml.load_uml()
+        if built is None:
+            raise EdgeprofError(f"uml: {uml.why_none()}; build it with python -m engine.vm "
+                                f"build (setup.sh does), or use --backend vm")
+        return built
+    vmboot.qemu_binary()
+    built = load_guest()
+    if built is None:
+        raise EdgeprofError(f"the vm guest is not built in {default_cache()} "
+                            f"(${CACHE_ENV}); build it with python -m engine.vm build "
+                            f"(setup.sh does)")
+    return built
+
+
 def run_command_in_vm(argv: list[str], limit: int | None, swap: int | None,
                       cfg: VmConfig | None = None, timeout_s: float | None = None,
-                      workdir: Path | None = None) -> dict:
+                      workdir: Path | None = None, sandbox: str = "vm") -> dict:
     """ARGV in the guest under a cgroup2 session with memory.max=limit and memory.swap.max=
     swap (None: no limit). Returns {"guest": guest.json, "boot": boot facts, "vm": the
     meta.json "vm" facts, "job_log", "console"}. Nothing is left behind."""
@@ -182,7 +216,7 @@ def run_command_in_vm(argv: list[str], limit: int | None, swap: int | None,
             res, p, guest, facts = boot_job(
                 ["command", "max" if limit is None else str(limit),
                  "max" if swap is None else str(swap), *argv],
-                share, limit, swap, cfg, timeout_s)
+                share, limit, swap, cfg, timeout_s, sandbox=sandbox)
         log = share / "job.log"
         boot_facts = asdict(res)
         boot_facts.pop("console")
@@ -192,22 +226,29 @@ def run_command_in_vm(argv: list[str], limit: int | None, swap: int | None,
         shutil.rmtree(share, ignore_errors=True)
 
 
-def vm_facts(res: vmboot.BootResult, p: Plan, guest: Guest, facts: dict | None) -> dict:
+def vm_facts(res: vmboot.BootResult, p: Plan, guest: Guest | uml.Uml,
+             facts: dict | None) -> dict:
     """What meta.json records under "vm"."""
     facts = facts or {}
     start = facts.get("job_start_uptime_s")
     cmd_start = res.guest_marks.get("guest_VM_CMD_START")
     job_start = (None if None in (start, cmd_start, res.boot_s)
                  else res.boot_s + start - cmd_start)  # guest clock -> host seconds
-    return {"accelerator": p.accel, "accelerator_reason": p.accel_reason,
-            "emulated": p.accel == "tcg",
+    in_uml = isinstance(guest, uml.Uml)
+    device = ("ubd /dev/ubda (sparse file on the host)" if in_uml
+              else "virtio-blk /dev/vda (sparse file on the host)")
+    return {"sandbox": "uml" if in_uml else "vm",
+            "uml_userspace": uml.userspace_mode(res.console) if in_uml else None,
+            "accelerator": p.accel, "accelerator_reason": p.accel_reason,
+            # UML runs on the host CPU but its page faults and system calls go through
+            # its kernel: its times are not native either (docs/sandboxes.md)
+            "emulated": p.accel in ("tcg", "uml"),
             "guest_kernel": facts.get("kernel", guest.kernel_version),
             "kernel_package": guest.package,
             "guest_ram_bytes": p.ram_bytes,
             "guest_mem_total_bytes": facts.get("MemTotal"),
             "swap_device": {"size_bytes": p.swap_device_bytes,
-                            "device": "virtio-blk /dev/vda (sparse file on the host)"
-                            if p.swap_device_bytes else None,
+                            "device": device if p.swap_device_bytes else None,
                             "sd_card_throttle": vmboot.SD_THROTTLE if p.sd_card else None},
             "boot_s": res.boot_s, "job_start_s": job_start, "vm_total_s": res.total_s,
             "guest_job_s": facts.get("job_s"), "vmstat_delta": facts.get("vmstat_delta"),
@@ -215,11 +256,11 @@ def vm_facts(res: vmboot.BootResult, p: Plan, guest: Guest, facts: dict | None) 
 
 
 def run_in_vm(request: RunRequest, cfg: VmConfig | None = None,
-              auto: dict | None = None) -> RunMeta:
-    """``engine run`` with ``--backend vm``; returns the written meta.json. The guest gets
-    ``request`` as JSON (its out in the share, backend cgroup2). ``auto``: auto's notes
-    when it chose the VM. Raises Interrupted on SIGINT/SIGTERM/SIGHUP, after killing qemu
-    and removing every file the run made."""
+              auto: dict | None = None, sandbox: str = "vm") -> RunMeta:
+    """``engine run`` with ``--backend vm`` or ``uml`` (``sandbox``); returns the written
+    meta.json. The guest gets ``request`` as JSON (its out in the share, backend
+    cgroup2). ``auto``: auto's notes when it chose the sandbox. Raises Interrupted on
+    SIGINT/SIGTERM/SIGHUP, after killing the guest and removing every file the run made."""
     from engine.runner.supervise import check_inputs
 
     policy, pipeline, _, _ = check_inputs(request)  # in a second, not after a guest boot
@@ -238,7 +279,8 @@ def run_in_vm(request: RunRequest, cfg: VmConfig | None = None,
             host_timeout = None if timeout is None else timeout * 1.5 + 300
             load_start, started_at = hostload.snapshot(), time.time()
             job = ["engine", f"/run/vmout/{GUEST_REQUEST}"]
-            res, p, guest, facts = boot_job(job, share, limit, swap, cfg, host_timeout)
+            res, p, guest, facts = boot_job(job, share, limit, swap, cfg, host_timeout,
+                                            sandbox=sandbox)
             retried = None
             why = _emulation_fault(share, res)
             if why:
@@ -250,7 +292,8 @@ def run_in_vm(request: RunRequest, cfg: VmConfig | None = None,
                            "qemu_exit": res.qemu_exit,
                            "console_tail": res.console.splitlines()[-40:]}
                 _clear_share(share)
-                res, p, guest, facts = boot_job(job, share, limit, swap, cfg, host_timeout)
+                res, p, guest, facts = boot_job(job, share, limit, swap, cfg, host_timeout,
+                                            sandbox=sandbox)
             load = hostload.host_load(load_start, hostload.snapshot())
             run = share / "run"
             if (run / "meta.json").is_file():
@@ -261,7 +304,7 @@ def run_in_vm(request: RunRequest, cfg: VmConfig | None = None,
             _add_vm_facts(meta, vm_facts(res, p, guest, facts) | {"retried_boot": retried},
                           load, started_at)
             if auto is not None:
-                meta.limits["auto"] = auto | {"chosen": "vm"}
+                meta.limits["auto"] = auto | {"chosen": sandbox}
             (run / "console.log").write_text(res.console)
             if (share / "job.log").is_file():
                 shutil.copyfile(share / "job.log", run / "guest_job.log")
@@ -288,7 +331,7 @@ def _add_vm_facts(meta: RunMeta, vm: dict, host_load: dict, started_at: float) -
     meta.vm = vm
     meta.host = host_facts()
     meta.limits["guest_backend"] = meta.limits.get("backend")
-    meta.limits["backend"] = meta.backend = "vm"
+    meta.limits["backend"] = meta.backend = vm["sandbox"]
     meta.emulated = vm["emulated"]
 
 

@@ -45,6 +45,15 @@ def _edit_meta(folder: Path, **changes) -> dict:
     return meta
 
 
+def _record_tables(folder: Path) -> None:
+    """A fabricated run records its edited tables' digests, as a run records its own."""
+    from engine.files import sha256_file
+
+    _edit_meta(folder, table_digests={name: sha256_file(folder / name)
+                                      for name in ("tasks.csv", "networks.csv", "samples.csv")
+                                      if (folder / name).is_file()})
+
+
 def _fake_samples(folder: Path, t0: int, n: int, peak: int) -> None:
     """A sampler series of n rows over the run's span, peaking at ``peak`` bytes."""
     end = pd.read_csv(folder / "tasks.csv")["end_ns"].max()
@@ -54,6 +63,7 @@ def _fake_samples(folder: Path, t0: int, n: int, peak: int) -> None:
                   "swap_bytes": 0, "cg_current_bytes": "", "cg_swap_current_bytes": ""}
                  ).to_csv(folder / "samples.csv", index=False)
     _edit_meta(folder, sampler={"samples": n})
+    _record_tables(folder)
 
 
 def _fabricate_oom(real: Path, out: Path) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from engine.schedule.pipelines import Arrival, Pipeline, save_pipeline
+from tests.signals import default_signals
 
 REPO = Path(__file__).resolve().parents[2]
 # moments after the start: interpreter start-up, sampler start, loading, executing
@@ -33,7 +34,8 @@ def _start(split_dir: Path, root: Path, nets: list[str], *extra: str) -> subproc
     return subprocess.Popen(
         [sys.executable, "-m", "engine", "run", "--pipeline", str(pipe), "--models",
          str(split_dir), "--policy", "linear", "--out", str(root / "run"), "--batch", "1",
-         "--backend", "none", *extra], cwd=REPO, stderr=subprocess.PIPE, text=True)
+         "--backend", "none", *extra], cwd=REPO, stderr=subprocess.PIPE, text=True,
+        preexec_fn=default_signals)
 
 
 def _wait_running(root: Path, timeout_s: float = 60.0) -> None:

@@ -22,6 +22,7 @@ from engine.runner.request import LimitOptions, ProbeOptions, RunOptions, RunReq
 from engine.runner.supervise import run_supervised
 from engine.schedule.pipelines import Arrival, Pipeline, save_pipeline
 from engine.schedule.policies import parse_policy
+from tests.signals import default_signals
 
 REPO = Path(__file__).resolve().parents[2]
 POLICIES = ["bulk", "linear", "partial:1", "partial:2", "partial:3", "deepeye",
@@ -187,7 +188,7 @@ def test_a_signal_stops_the_run_and_writes_nothing(models, tmp_path, sig, code):
     proc = subprocess.Popen([sys.executable, "-m", "engine", "run", "--pipeline", str(pipe),
                              "--models", str(models["AlexNet"].parent), "--policy", "linear",
                              "--out", str(tmp_path / "run")], cwd=REPO,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=default_signals)
     time.sleep(2.0)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)

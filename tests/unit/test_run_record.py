@@ -82,10 +82,10 @@ def test_a_record_without_a_version_is_read_and_a_foreign_one_refused(tmp_path):
         RunMeta.read(tmp_path)
 
 
-def test_the_readme_lists_every_field_of_the_record():
-    readme = (REPO / "README.md").read_text()
-    assert describe() in readme, "README's 'What a run writes' is out of date: paste " \
-                                 "the output of python -m engine.runner.meta"
+def test_the_docs_list_every_field_of_the_record():
+    page = (REPO / "docs" / "engine.md").read_text()
+    assert describe() in page, "docs/engine.md's 'What a run writes' is out of date: " \
+                               "paste the output of python -m engine.runner.meta"
 
 
 def _overlaps_by_definition(spans: list[tuple[int, int]]) -> list[int]:

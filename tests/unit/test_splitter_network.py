@@ -67,7 +67,7 @@ def test_descriptions_record_sizes_split_and_shapes(zoo_split):
 
 def test_the_paper_models_are_edgecaffes_sos_variants(zoo_split):
     """SoS-AlexNet and SoS-GoogleNet as EdgeCaffe's job lists and the paper's Table 1 use
-    them (reference/edgecaffe.md sections 5 and 15)."""
+    them (their published deploy prototxts)."""
     sos = zoo_split["SoS-AlexNet"]
     assert sos.format == "V1" and sos.input_shape == [1, 3, 227, 227]
     assert [x.name for x in sos.layers[14:]] == ["relu5", "pool5", "fc6", "relu6", "fc7",

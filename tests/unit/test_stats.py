@@ -183,7 +183,7 @@ def test_noise_floor_is_the_coefficient_of_variation_per_mode():
                   ("v0", "bulk", "none", True): [18.0, 20.0, 22.0]})
     floor = noise_floor_table(runs).set_index(["mode", "metric"])
     assert floor.loc[("native", "makespan"), "cv_median"] == pytest.approx(0.1)
-    assert floor.loc[("emulated", "makespan"), "cv_median"] == pytest.approx(0.1)
+    assert floor.loc[("emulated (vm)", "makespan"), "cv_median"] == pytest.approx(0.1)
     assert floor.loc[("native", "makespan"), "rel_range_median"] == pytest.approx(0.2)
 
 

@@ -64,6 +64,9 @@ def test_batch_and_run_options(cfg):
         "--blas-threads 1 --timeout 600 --sample-hz 100 --pin-cpu")
     assert wf.run_options(with_(cfg, run__pin_cpu=False)["run"]) == (
         "--blas-threads 1 --timeout 600 --sample-hz 100")
+    caffe = with_(cfg, run__runtime="caffe")
+    assert [wf.kind_runtime(caffe, k) for k in ("runs", "sandbox", "sandbox_lean")] == [
+        "caffe", "caffe", "lean"]
     assert wf.run_runtime_min(cfg["run"]) == 15
     assert wf.run_runtime_min({"timeout_s": 1800}) == 35
 
@@ -74,7 +77,7 @@ def test_pipelines_args_are_todays_command_lines(cfg):
         "--count 3 --seed 0 --length 2 4 --arrival batch --bins 150 400"
         " --networks AgeNet GenderNet FaceNet AlexNet GoogLeNet")
     assert wf.vm_pipelines_args(cfg) == (
-        "--count 1 --seed 0 --prefix v --length 1 1 --bins 150 400 --networks AgeNet")
+        "--count 2 --seed 0 --prefix v --length 1 3 --bins 150 400 --networks AgeNet GenderNet")
     assert wf.vm_pipelines_args(with_(cfg, vm__enabled=False)) == ""
 
 
@@ -88,6 +91,7 @@ def test_policy_ids_are_path_safe():
 
 
 def test_vm_enabled_runs_limited_runs_in_the_vm_on_its_pipelines(cfg):
+    cfg = with_(cfg, vm__sandbox="vm")
     assert wf.vm_enabled(cfg)
     main, vm = wf.run_sets(cfg)
     assert (main.pipelines, main.limits, main.in_vm) == (["p000", "p001", "p002"], ["none"],
@@ -95,7 +99,7 @@ def test_vm_enabled_runs_limited_runs_in_the_vm_on_its_pipelines(cfg):
     assert len(main.policies) == 10
     # the vm pipelines run under the vm limits and, as their baseline, in the guest unlimited
     assert (vm.pipelines, vm.policies, vm.limits, vm.in_vm) == (
-        ["v000"], ["bulk", "linear"], ["none", "48M"], True)
+        ["v000", "v001"], ["bulk", "linear", "partial:2", "deepeye"], ["none", "48M"], True)
     # the main pipelines' unconstrained runs stay native; every vm pipeline run goes to the
     # vm whatever run.backend says, its baseline too
     assert wf.limit_args(cfg, "none", False) == "--backend auto"
@@ -107,6 +111,20 @@ def test_vm_enabled_runs_limited_runs_in_the_vm_on_its_pipelines(cfg):
     assert wf.limit_args(explicit, "none", False) == "--backend none"
     # without vm.policies the guest runs every policy
     assert wf.run_sets(with_(cfg, vm__policies=None))[1].policies == main.policies
+
+
+def test_the_vm_blocks_sandbox_is_uml_where_it_was_built_else_the_qemu_guest(cfg,
+                                                                             monkeypatch):
+    from engine.limits import vm as vm_limits
+
+    assert wf.limit_args(with_(cfg, vm__sandbox="uml"), "48M", True) == (
+        "--limit 48M --swap max --backend uml")
+    auto = with_(cfg, vm__sandbox="auto")
+    monkeypatch.setattr(vm_limits, "uml_status", lambda: (True, "Linux 7.2.7 (sid)"))
+    assert wf.limit_args(auto, "none", True) == "--backend uml"
+    assert wf.runs_in_vm(auto, "48M", True) and not wf.runs_in_vm(auto, "none", False)
+    monkeypatch.setattr(vm_limits, "uml_status", lambda: (False, "not built"))
+    assert wf.limit_args(auto, "48M", True) == "--limit 48M --swap max --backend vm"
 
 
 def test_vm_disabled_runs_every_limit_with_run_backend(cfg):
@@ -145,7 +163,7 @@ def test_run_mem_mb(cfg):
     assert wf.run_mem_mb(cfg, "none", False) == 8192
     assert wf.run_mem_mb(cfg, "256M", True) == 1024 + 512  # guest RAM >= 1 GiB, plus qemu
     assert wf.run_mem_mb(cfg, "1G", True) == 1024 + 768 + 512
-    assert wf.run_mem_mb(cfg, "none", True) == 1024 + 768 + 512  # engine.vm.run.plan's
+    assert wf.run_mem_mb(cfg, "none", True) == 4096 + 512  # a baseline guest (vm.run.plan)
     native = with_(cfg, vm__enabled=False)
     assert wf.run_mem_mb(native, "512M", False) == 512 + 1024  # auto: room for the supervisor
     assert wf.run_step_mem_mb(native, "512M", False) is None  # auto sets its own cgroup
@@ -239,6 +257,18 @@ def test_schema_backends_are_engine_limits_backends():
     assert SCHEMA["properties"]["run"]["properties"]["backend"]["enum"] == list(BACKENDS)
 
 
+def test_schema_runtimes_are_engine_runtimes_and_the_cli_choices():
+    """One list of runtimes: the schema's enum and `run`/`forward --runtime`."""
+    from engine.cli import build_parser
+    from engine.runtime import RUNTIMES
+
+    assert SCHEMA["properties"]["run"]["properties"]["runtime"]["enum"] == list(RUNTIMES)
+    sub = next(a for a in build_parser()._actions if a.choices and "run" in a.choices)
+    for verb in ("run", "forward"):
+        option = next(a for a in sub.choices[verb]._actions if a.dest == "runtime")
+        assert list(option.choices) == list(RUNTIMES)
+
+
 def test_cli_backend_choices_are_engine_limits_backends():
     """One list of backends: the CLI's `run --backend` choices are engine.limits.BACKENDS."""
     from engine.cli import build_parser
@@ -261,12 +291,23 @@ def test_both_configs_validate_and_vm_needs_its_pipelines_when_enabled(cfg):
     no_vm = copy.deepcopy(cfg)
     del no_vm["vm"]
     validate(no_vm, schema)  # fills in the default
-    assert no_vm["vm"] == {"enabled": False}
+    assert no_vm["vm"] == {"enabled": False, "sandbox": "auto"}
+
+
+def _resolved(node: dict) -> dict:
+    """``node`` with a ``$ref`` to the schema's definitions, or a ``oneOf`` holding one
+    object schema, followed (the documented keys are that object's)."""
+    for option in node.get("oneOf", []):
+        if "$ref" in option or "properties" in option:
+            node = option
+    if "$ref" in node:
+        node = SCHEMA["definitions"][node["$ref"].rsplit("/", 1)[1]]
+    return node
 
 
 def _schema_keys(node: dict, prefix: str = "") -> list[str]:
     keys = []
-    for name, sub in node.get("properties", {}).items():
+    for name, sub in _resolved(node).get("properties", {}).items():
         key = f"{prefix}{name}"
         keys.append(key)
         keys += _schema_keys(sub, f"{key}.")
@@ -283,7 +324,7 @@ def test_config_readme_documents_every_schema_key_and_no_other():
 
 def test_schema_describes_every_key():
     def walk(node, key=""):
-        for name, sub in node.get("properties", {}).items():
+        for name, sub in _resolved(node).get("properties", {}).items():
             assert sub.get("description"), f"{key}{name}"
             walk(sub, f"{key}{name}.")
 
@@ -420,8 +461,9 @@ def test_run_jobs_import_the_whole_measured_path():
 
 def test_the_default_reconciliation_runs_in_the_guest_and_the_paper_one_natively(cfg):
     assert wf.reconcile_in_vm(cfg) and cfg["run"]["reconcile"]["pipeline"] == "v000"
-    assert wf.reconcile_limit_args(cfg) == "--backend vm"
-    limited = with_(cfg, run__reconcile__limit="256M")
+    assert wf.reconcile_limit_args(cfg) == f"--backend {wf.vm_sandbox(cfg)}"
+    assert wf.reconcile_limit_args(with_(cfg, vm__sandbox="vm")) == "--backend vm"
+    limited = with_(cfg, run__reconcile__limit="256M", vm__sandbox="vm")
     assert wf.reconcile_limit_args(limited) == "--limit 256M --swap max --backend vm"
     paper = load_config("paper.yaml")
     assert not wf.reconcile_in_vm(paper)

@@ -8,7 +8,7 @@ from google.protobuf import text_format
 from engine.caffe import graph, schema, zoo
 from engine.errors import ModelError
 
-# Parameter counts of the real models (reference/edgecaffe.md sections 5 and 15).
+# Parameter counts of the real models (their published deploy prototxts).
 PARAMS = {
     "AgeNet": 11_415_048,
     "GenderNet": 11_411_970,

@@ -21,6 +21,7 @@ from engine.workflow import (
     reconcile_limit_args,
     code_fingerprint,
     job_environ,
+    kind_runtime,
     limit_args,
     pipeline_names,
     pipelines_args,
@@ -91,13 +92,14 @@ VM_PIPELINES = vm_pipeline_names(config)
 RUN_SETS = run_sets(config)
 # path-safe id ("partial_2") -> name ("partial:2"), of every run set's policies
 POLICIES = policy_ids([p for rs in RUN_SETS for p in rs.policies])
-# kind: "runs", or "unprobed" for the probe-overhead twins (--no-probes)
+# kind: "runs"; "sandbox" for the main pipelines' runs in the sandbox (vm.pipelines:
+# main); "unprobed" for the probe-overhead twins (--no-probes)
 RUN_PATTERN = "{pipeline}/{policy}/{limit}/rep{rep}"
 KIND_PATTERN = f"{{kind}}/{RUN_PATTERN}"
 SET_PATTERN = "{pipeline}/{policy}/{limit}"
 # (kind, pipeline, policy id, limit) -> its repetitions: one tidy job per such run set
 RUN_SET_REPS = {
-    ("runs", pipeline, pid, limit): rs.repetitions
+    (rs.kind, pipeline, pid, limit): rs.repetitions
     for rs in RUN_SETS
     for pipeline in rs.pipelines
     for pid in policy_ids(rs.policies)
@@ -109,7 +111,7 @@ RUN_SET_REPS.update({
 })
 # the tidy folders the aggregate reads, one per run set (a rep<N> folder per run)
 TIDY_DIRS = [f"{RESULTS}/tidy/{kind}/{pipeline}/{policy}/{limit}"
-             for (kind, pipeline, policy, limit) in RUN_SET_REPS if kind == "runs"]
+             for (kind, pipeline, policy, limit) in RUN_SET_REPS if kind != "unprobed"]
 UNPROBED_TIDY_DIRS = [f"{RESULTS}/tidy/{kind}/{pipeline}/{policy}/{limit}"
                       for (kind, pipeline, policy, limit) in RUN_SET_REPS
                       if kind == "unprobed"]
@@ -151,7 +153,7 @@ TARGETS = (
 wildcard_constraints:
     stem="|".join(map(re.escape, NETWORKS)) or "(?!)",
     pipeline=r"[pv]\d\d\d+",
-    kind="runs|unprobed",
+    kind="runs|unprobed|sandbox(_[a-z]+)?",
     policy="|".join(POLICIES),
     limit=r"none|\d+(\.\d+)?[KMGT]?",
     rep=r"\d+",
@@ -234,7 +236,8 @@ def _limit_key(wildcards):
     """(in_vm, limit) of a run job, or of the reconciliation run (no limit wildcard)."""
     if not hasattr(wildcards, "limit"):
         return (reconcile_in_vm(config), str(REC["limit"]))
-    return (wildcards.pipeline in VM_SET, wildcards.limit)
+    return (wildcards.kind.startswith("sandbox") or wildcards.pipeline in VM_SET,
+            wildcards.limit)
 
 
 def run_vm_guest(wildcards):
@@ -270,6 +273,10 @@ def run_policy(wildcards):
 def run_limit_args(wildcards):
     args = LIMIT_ARGS[_limit_key(wildcards)]
     return f"{args} --no-probes" if wildcards.kind == "unprobed" else args
+
+
+def run_runtime(wildcards):
+    return f"--runtime {kind_runtime(config, wildcards.kind)}"
 
 
 def run_seed(wildcards):
@@ -326,7 +333,7 @@ def vm_recipe(wildcards):
 # Snakemake inspects the signature of an input, params or resources function every time
 # it calls one (inspect.signature, ~70 us; 12 per run job): tell it once per workflow.
 for _function in (output_dir, split_dir, model_files, run_vm_guest, reconcile_vm_guest,
-                  vm_env, run_policy, run_limit_args, run_seed, run_code, run_mem,
+                  vm_env, run_policy, run_limit_args, run_runtime, run_seed, run_code, run_mem,
                   run_priority, vm_recipe, caption_facts, set_runs, tables_dir,
                   model_caption_facts):
     overwrite_function_params(_function, inspect.signature(_function).parameters)

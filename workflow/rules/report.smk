@@ -29,3 +29,12 @@ rule plot:
         "../../envs/analysis.yaml"
     script:
         "../scripts/plot.py"
+
+
+# At the end of a workflow: a host too noisy for its results to mean much says so, with
+# its numbers (engine.analysis.noise; the figures' captions say it too).
+onsuccess:
+    from engine.analysis.noise import table_warnings
+
+    for _warning in table_warnings(f"{RESULTS}/tables"):
+        print(f"WARNING: {_warning}", file=sys.stderr)

@@ -20,6 +20,7 @@ rule run:
         models=SPLIT_DIR,
         limit=run_limit_args,
         batch=BATCH_ARGS,
+        runtime=run_runtime,
         seed=run_seed,
         options=RUN_OPTIONS,
         code=run_code,
@@ -37,7 +38,7 @@ rule run:
     shell:
         "{params.vm_env}python -m engine run --pipeline {input.pipeline}"
         " --policy {params.policy} --models {params.models} --out {output} {params.limit}"
-        " {params.batch} --seed {params.seed} {params.options} 2> {log}"
+        " {params.batch} {params.runtime} --seed {params.seed} {params.options} 2> {log}"
 
 
 # The reconciliation run: the same engine with tcmalloc preloaded and a heap profile
@@ -54,6 +55,7 @@ rule reconcile_run:
         models=split_dir,
         limit=REC_LIMIT_ARGS,
         batch=BATCH_ARGS,
+        runtime=f"--runtime {RUN['runtime']}",
         seed=config["seed"],
         options=RUN_OPTIONS,
         code=REC_CODE,
@@ -70,4 +72,5 @@ rule reconcile_run:
     shell:
         "{params.vm_env}python -m engine run --pipeline {input.pipeline}"
         " --policy {params.policy} --models {params.models} --out {output} {params.limit}"
-        " {params.batch} --seed {params.seed} {params.options} --heap-profile 2> {log}"
+        " {params.batch} {params.runtime} --seed {params.seed} {params.options} --heap-profile"
+        " 2> {log}"

@@ -9,7 +9,7 @@ place, as on a real cluster. Every
 daemon runs in the foreground as a child of this process, on free localhost ports, and
 is stopped by the PID it was started with. No cgroup plugin is configured
 (proctrack/linuxproc, task/none, no cgroup.conf), so SLURM creates no cgroup: it enforces
-no memory limit, and ``--mem`` is only bookkeeping (README, "Running the paper sweep on
+no memory limit, and ``--mem`` is only bookkeeping (docs/cluster.md, "Running the paper sweep on
 SLURM"). Debian's packages (slurm-wlm 22.05, munge, mariadb-server, slurmdbd) are
 installed with apt-get when missing.
 

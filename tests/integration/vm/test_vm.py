@@ -19,14 +19,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.caffe import generate, splitter, zoo
 from engine.cli import build_parser, run_request
 from engine.errors import EdgeprofError
 from engine.probes.vmstat import COLUMNS, VmstatWindows
 from engine.runner.request import RunRequest
-from engine.schedule.pipelines import Arrival, Pipeline, save_pipeline
 from engine.vm import VmConfig, guest, run_command_in_vm, run_in_vm
 from engine.vm import boot as vmboot
+from tests.signals import default_signals
 
 pytestmark = pytest.mark.vm
 MiB = 2**20
@@ -92,22 +91,12 @@ def _no_guest_files(folder: Path) -> None:
     assert not left, f"guest files left behind: {left}"
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> dict[str, Path]:
-    """AgeNet + GenderNet, split, and a pipeline of both (the smallest zoo networks)."""
-    root = tmp_path_factory.mktemp("tiny")
-    for name in ("AgeNet", "GenderNet"):
-        prototxt, model = generate.write_zoo_model(name, root / "models", 7)
-        splitter.split_model(model, prototxt, root / "split", network=name,
-                             fc_start=zoo.ZOO[name].fc_start)
-    save_pipeline(Pipeline("tiny", [Arrival(0.0, ["AgeNet", "GenderNet"])]), root / "p.json")
-    return {"models": root / "split", "pipeline": root / "p.json"}
-
-
-def _request(tiny: dict[str, Path], policy: str, out: Path, *extra: str) -> RunRequest:
+def _request(tiny: dict[str, Path], policy: str, out: Path, *extra: str,
+             backend: str = "vm") -> RunRequest:
     return run_request(build_parser().parse_args(
         ["run", "--pipeline", str(tiny["pipeline"]), "--models", str(tiny["models"]),
-         "--policy", policy, "--out", str(out), "--batch", "1", "--backend", "vm", *extra]))
+         "--policy", policy, "--out", str(out), "--batch", "1", "--backend", backend,
+         *extra]))
 
 
 def test_swap_allowed_run_completes_swaps_out_and_peaks_at_the_limit(vm_guest, tmp_path):
@@ -186,7 +175,8 @@ def test_an_interrupted_run_kills_qemu_and_leaves_nothing(vm_guest, tiny, tmp_pa
     proc = subprocess.Popen([sys.executable, "-c", script, "run", "--pipeline",
                              str(tiny["pipeline"]), "--models", str(tiny["models"]),
                              "--policy", "linear", "--out", str(out)],
-                            cwd=REPO, stderr=subprocess.PIPE, text=True)
+                            cwd=REPO, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_signals)
     try:
         deadline = time.monotonic() + 60
         qemu = set()
@@ -326,7 +316,7 @@ def _fake_boot(calls: list, *, start_a_task: bool, segfault: bool = False):
     from engine.runner.meta import RunMeta
     from engine.vm.run import GUEST_OUT
 
-    def boot(py_args, share, limit, swap, cfg=None, timeout_s=None, log=None):
+    def boot(py_args, share, limit, swap, cfg=None, timeout_s=None, sandbox="vm"):
         calls.append(sorted(p.name for p in share.iterdir()))
         if segfault and len(calls) == 1:
             (share / "run").mkdir()

@@ -1,0 +1,93 @@
+"""Is the host too noisy for its results to mean much? Said after a workflow, in every
+figure's caption, and before a sweep (``python -m engine doctor``).
+
+After: the noise floor of identical native runs (its median makespan CV) above
+``CV_LIMIT``, or the host's load during the runs above its CPUs (the runs record both),
+each warned with its numbers: then the machine, not the policies, may decide a result.
+Before: the load, the CPU frequency governors, the transparent hugepage mode and swap,
+each with what it means for the results.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pandas as pd
+
+CV_LIMIT = 0.10  # median makespan CV of identical native runs; ~3.5 % on a quiet machine
+
+
+def run_warnings(runs: pd.DataFrame, noise_floor: pd.DataFrame) -> list[str]:
+    """The warnings a finished campaign's tables give (empty when the host was quiet)."""
+    out = []
+    if not noise_floor.empty:
+        native = noise_floor[(noise_floor["mode"] == "native")
+                             & (noise_floor["metric"] == "makespan")]
+        if not native.empty and native["cv_median"].iloc[0] > CV_LIMIT:
+            r = native.iloc[0]
+            out.append(f"noisy host: identical native runs vary by {100 * r['cv_median']:.0f} % "
+                       f"(median makespan CV over {int(r['cells'])} cells, 95 % CI "
+                       f"{100 * r['cv_ci_low']:.0f}-{100 * r['cv_ci_high']:.0f} %; a quiet "
+                       f"machine: about 3.5 %): speed-ups within about "
+                       f"{141 * r['cv_median']:.0f} % of 1 are noise")
+    if not runs.empty and {"host_load1_start", "host_load1_end"} <= set(runs):
+        native = runs[~runs["emulated"].astype(bool)] if "emulated" in runs else runs
+        cpus = (native["child_cpus"].max() if "child_cpus" in native else None) or 1
+        host_cpus = os.cpu_count() or cpus
+        load = pd.concat([native["host_load1_start"], native["host_load1_end"]]).dropna()
+        if len(load) and load.median() > host_cpus:
+            out.append(f"loaded host: the 1-minute load average during the runs was "
+                       f"{load.median():.1f} (median; up to {load.max():.1f}) on "
+                       f"{host_cpus} CPUs: other work shared the CPUs with the runs")
+    return out
+
+
+def table_warnings(tables_dir: str | os.PathLike) -> list[str]:
+    """``run_warnings`` of the aggregate tables in ``tables_dir`` ([] before they exist)."""
+    folder = Path(tables_dir)
+    runs_path, floor_path = folder / "runs.parquet", folder / "noise_floor.parquet"
+    if not (runs_path.is_file() and floor_path.is_file()):
+        return []
+    return run_warnings(pd.read_parquet(runs_path), pd.read_parquet(floor_path))
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None
+
+
+def host_checks() -> list[tuple[str, bool, str]]:
+    """(what, fine, what it means) for this host, now: ``doctor``'s lines."""
+    cpus = os.cpu_count() or 1
+    checks = []
+    load1, load5, _ = os.getloadavg()
+    checks.append((f"load average {load1:.2f} (1 min), {load5:.2f} (5 min) on {cpus} CPUs",
+                   load5 < 0.5 * cpus,
+                   "other work shares the CPUs: times vary with it; wait for a quiet "
+                   "machine, or compare only runs interleaved in one sweep"))
+    governors = {_read(str(p)) for p in
+                 Path("/sys/devices/system/cpu").glob("cpu[0-9]*/cpufreq/scaling_governor")}
+    governors.discard(None)
+    if governors:
+        fixed = governors <= {"performance"}
+        checks.append((f"CPU frequency governor: {', '.join(sorted(governors))}", fixed,
+                       "frequency scaling changes a task's speed with the load: set "
+                       "'performance' for timing sweeps"))
+    else:
+        checks.append(("CPU frequency governor: not readable (a VM's virtual CPUs)", True,
+                       ""))
+    thp = _read("/sys/kernel/mm/transparent_hugepage/enabled") or "unknown"
+    mode = thp.split("[")[1].split("]")[0] if "[" in thp else thp
+    checks.append((f"transparent hugepages: {mode}", mode != "always",
+                   "'always' gives numpy and Caffe huge pages whose first touch can stall "
+                   "on a VM (benchmarks/bench_first_touch.py); runs ask for 4 KiB pages, "
+                   "but 'always' overrides that"))
+    swap = next((int(line.split()[1]) for line in (_read("/proc/meminfo") or "").splitlines()
+                 if line.startswith("SwapTotal:")), 0)
+    checks.append((f"host swap: {swap // 1024} MiB", True,
+                   "" if swap == 0 else "unconstrained native runs never need it; a "
+                   "sandbox's swap is its own"))
+    return checks

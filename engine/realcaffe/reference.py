@@ -1,0 +1,171 @@
+"""Real Caffe against the engine's runtimes, stage by stage, for one network.
+
+Both sides run the same two sequences in a fresh process (``probe.cpp`` in the bullseye
+chroot for Caffe, ``engine.realcaffe.stages`` for the engine), under the measured child's
+allocator settings (``engine.runner.supervise.child_env``), after a warm-up that leaves
+each library's once-per-process set-up in the baseline:
+
+- ``bulk``: construct (INIT), load the whole caffemodel, forward pass, delete;
+- ``layers``: construct, then per layer its partial's load and its forward + reset.
+
+``figures`` turns the stage records into the numbers compared, in MiB above the
+process's resident set at the start (its interpreter and libraries left out).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from engine.caffe.splitter import Description
+from engine.errors import EdgeprofError
+from engine.realcaffe import chroot
+from engine.units import MIB
+
+MODES = ("bulk", "layers")
+
+
+@dataclass(frozen=True)
+class Stage:
+    stage: str
+    layer: int
+    rss_kib: int
+    hwm_kib: int
+
+
+@dataclass
+class Measured:
+    """One side's stage records and output blobs (concatenated, in output order)."""
+
+    stages: list[Stage]
+    outputs: np.ndarray
+    seconds: float
+
+
+def _records(stdout: str) -> list[Stage]:
+    out = []
+    for line in stdout.splitlines():
+        if line.startswith("{"):
+            d = json.loads(line)
+            out.append(Stage(d["stage"], d["layer"], d["rss_kib"], d["hwm_kib"]))
+    if not out:
+        raise EdgeprofError("no stage records in the output")
+    return out
+
+
+def _measured_env() -> dict[str, str]:
+    from engine.runner.supervise import child_env
+
+    env = child_env()
+    return {k: env[k] for k in ("NUMPY_MADVISE_HUGEPAGE", "GLIBC_TUNABLES")}
+
+
+def _inside(path: Path, data: Path) -> str:
+    return f"{chroot.DATA}/{path.resolve().relative_to(data.resolve())}"
+
+
+def measure_caffe(description: str | Path, mode: str, data: Path, work: Path,
+                  seed: int = 0, cache: Path | None = None) -> Measured:
+    """Real Caffe's stage records for ``description``'s network; its model files must lie
+    under ``data`` (bound read-only); ``work`` receives the input and the outputs."""
+    from engine.network import Network, input_blob
+
+    desc = Description.load(description)
+    net = Network(desc)
+    shape = next(layer.top_shapes[0] for layer in net.layers if layer.type == "Input")
+    work.mkdir(parents=True, exist_ok=True)
+    input_blob(shape, seed).tofile(work / "input.bin")
+    prototxt, model = desc.resolve(desc.prototxt), desc.resolve(desc.caffemodel)
+    argv = [chroot.PROBE, mode, chroot.WARMUP, _inside(prototxt, data)]
+    out_name = f"{chroot.OUT}/outputs.bin"
+    if mode == "bulk":
+        argv += [_inside(model, data), f"{chroot.OUT}/input.bin", out_name]
+    else:
+        argv += [f"{chroot.OUT}/input.bin", out_name]
+        argv += [f"{info.index}={_inside(desc.resolve(info.partial), data)}"
+                 for info in desc.layers if info.partial is not None]
+    t0 = time.perf_counter()
+    proc = chroot.run(argv, data, work, env=_measured_env(), cache=cache)
+    seconds = time.perf_counter() - t0
+    return Measured(_records(proc.stdout), np.fromfile(work / "outputs.bin", np.float32),
+                    seconds)
+
+
+def measure_engine(description: str | Path, mode: str, runtime: str, work: Path,
+                   seed: int = 0) -> Measured:
+    """The engine's stage records for ``description`` under ``runtime``, in a fresh
+    process with the measured child's environment."""
+    work.mkdir(parents=True, exist_ok=True)
+    out = work / f"outputs-{runtime}-{mode}.npy"
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "engine.realcaffe.stages", mode, str(description),
+         "--runtime", runtime, "--seed", str(seed), "--outputs", str(out)],
+        capture_output=True, text=True, env={**os.environ, **_measured_env()})
+    seconds = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise EdgeprofError(f"engine stages of {description} failed: {proc.stderr.strip()}")
+    return Measured(_records(proc.stdout), np.load(out), seconds)
+
+
+def figures(stages: list[Stage], mode: str) -> dict[str, float | list[float]]:
+    """The compared numbers, MiB above the start: ``init`` (after construction), and for
+    bulk the whole-file load's ``load_peak`` and ``load_end``, ``forward`` (after the
+    forward pass); for layers ``partials_peak`` (the highest of the partial loads) and
+    ``resets`` (after each layer's forward and reset, in layer order); ``delete``."""
+    start = stages[0].rss_kib
+
+    def mib(kib: int) -> float:
+        return (kib - start) * 1024 / MIB
+
+    by = {}
+    for s in stages:
+        by.setdefault(s.stage, []).append(s)
+    out: dict[str, float | list[float]] = {"init": mib(by["init"][0].rss_kib)}
+    if mode == "bulk":
+        out["load_peak"] = mib(by["load"][0].hwm_kib)
+        out["load_end"] = mib(by["load"][0].rss_kib)
+        out["forward"] = mib(by["forward"][0].rss_kib)
+    else:
+        out["partials_peak"] = max(mib(s.hwm_kib) for s in by["load"])
+        out["resets"] = [mib(s.rss_kib) for s in by["reset"]]
+    out["delete"] = mib(by["delete"][0].rss_kib)
+    return out
+
+
+def tolerance(reference: float) -> float:
+    """How far the engine's figure may be from real Caffe's: 5 % or 4 MiB, whichever is
+    larger."""
+    return max(0.05 * abs(reference), 4.0)
+
+
+def mismatches(caffe: dict, engine: dict) -> list[str]:
+    """Every compared figure of the engine outside ``tolerance`` of Caffe's, named."""
+    bad = []
+    for key, ref in caffe.items():
+        got = engine[key]
+        pairs = (list(enumerate(zip(ref, got))) if isinstance(ref, list)
+                 else [(None, (ref, got))])
+        if isinstance(ref, list) and len(ref) != len(got):
+            bad.append(f"{key}: {len(ref)} layers in Caffe, {len(got)} in the engine")
+            continue
+        for i, (r, g) in pairs:
+            if abs(g - r) > tolerance(r):
+                where = key if i is None else f"{key}[layer {i}]"
+                bad.append(f"{where}: engine {g:.1f} MiB, Caffe {r:.1f} MiB")
+    return bad
+
+
+def relative_error(got: np.ndarray, reference: np.ndarray) -> float:
+    """max |got - reference| / max |reference| over the output blobs."""
+    if got.size != reference.size:
+        raise EdgeprofError(f"outputs of {got.size} and {reference.size} values")
+    scale = float(np.max(np.abs(reference))) or 1.0
+    return float(np.max(np.abs(got.reshape(-1) - reference.reshape(-1)))) / scale

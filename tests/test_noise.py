@@ -1,0 +1,43 @@
+"""A host too noisy to measure says so (engine.analysis.noise): after a campaign, from its
+own tables; before one, from the machine."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from engine.analysis.noise import CV_LIMIT, host_checks, run_warnings
+from engine.cli import main
+
+
+def _floor(cv: float) -> pd.DataFrame:
+    return pd.DataFrame([{"mode": "native", "metric": "makespan", "cells": 30, "runs": 180,
+                          "cv_median": cv, "cv_ci_low": cv * 0.8, "cv_ci_high": cv * 1.2,
+                          "cv_max": 2 * cv, "rel_range_median": 2 * cv}])
+
+
+def _runs(load: float) -> pd.DataFrame:
+    return pd.DataFrame({"emulated": [False] * 4, "child_cpus": [1] * 4,
+                         "host_load1_start": [load] * 4, "host_load1_end": [load] * 4})
+
+
+def test_a_quiet_campaign_gives_no_warning():
+    assert run_warnings(_runs(0.4), _floor(0.035)) == []
+
+
+def test_a_noisy_floor_and_a_loaded_host_are_each_named_with_their_numbers():
+    warnings = run_warnings(_runs(7.5), _floor(0.43))
+    assert len(warnings) == 2
+    assert "43 %" in warnings[0] and "30 cells" in warnings[0]
+    assert "7.5" in warnings[1] and "load average" in warnings[1]
+    # just under the limit: quiet enough
+    assert run_warnings(_runs(0.4), _floor(CV_LIMIT * 0.99)) == []
+
+
+def test_doctor_names_every_check_and_exits_with_its_verdict(capsys):
+    checks = host_checks()
+    assert {c[0].split(":")[0].split(" ")[0] for c in checks} >= {"load", "CPU",
+                                                                  "transparent", "host"}
+    rc = main(["doctor"])
+    out = capsys.readouterr().out
+    assert rc == (0 if all(fine for _, fine, _ in checks) else 1)
+    assert ("quiet enough" in out) == (rc == 0)
