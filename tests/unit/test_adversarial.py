@@ -24,7 +24,7 @@ from engine.cli import main
 from engine.errors import EdgeprofError, ModelError
 from engine.schedule.pipelines import Arrival, Pipeline, save_pipeline
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _cli(capsys, *argv: str) -> tuple[int, str]:

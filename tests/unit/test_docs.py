@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 
 # 1.5 s, 230 ms, 3.2 GB/s, 45.7 MB, 4.9 %, 2.3x, 1.08×

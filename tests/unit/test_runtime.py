@@ -1,5 +1,5 @@
 """The two runtimes' stage semantics, by hand counts (engine/runtime). The comparison
-with real Caffe itself is tests/test_real_caffe.py (marker caffe)."""
+with real Caffe itself is tests/integration/caffe/test_real_caffe.py (marker caffe)."""
 
 from __future__ import annotations
 

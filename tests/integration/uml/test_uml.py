@@ -1,6 +1,6 @@
 """The uml backend: runs in a user-mode Linux kernel (engine/vm/uml.py), a real kernel with
 its own cgroup v2 and swap device, started as an ordinary host process. Its limits, swap,
-OOM kills and clean-up are checked the way tests/test_vm.py checks the qemu guest's. The
+OOM kills and clean-up are checked the way tests/integration/vm/test_vm.py checks the qemu guest's. The
 host's cgroups are never touched."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from engine.limits import LimitRequest
 from engine.limits.select import open_backend
 from engine.vm import VmConfig, run_command_in_vm, run_in_vm, uml
 from tests.signals import default_signals
-from tests.test_vm import ALLOC_200MB, REPO, _request
+from tests.integration.vm.test_vm import ALLOC_200MB, REPO, _request
 
 pytestmark = pytest.mark.uml
 MiB = 2**20
