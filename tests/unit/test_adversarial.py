@@ -285,7 +285,7 @@ def test_a_missing_guest_cache_is_an_error_not_a_build(split_copy, tmp_path, cap
 def test_configs_that_cannot_work_are_refused(change, message):
     import yaml
 
-    from engine.workflow import check_config
+    from engine.workflow.checks import check_config
 
     config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     for key, value in change.items():

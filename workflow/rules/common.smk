@@ -14,29 +14,33 @@ from snakemake.utils import validate
 
 from engine.caffe.zoo import ZOO
 from engine.schedule.policies import parse_policy, policy_fingerprint
-from engine.workflow import (
+from engine.workflow.args import (
     batch_args,
-    check_config,
-    reconcile_in_vm,
-    reconcile_limit_args,
-    code_fingerprint,
-    job_environ,
-    kind_runtime,
     limit_args,
-    pipeline_names,
     pipelines_args,
-    policy_ids,
-    run_mem_mb,
+    reconcile_limit_args,
     run_options,
+    vm_pipelines_args,
+)
+from engine.workflow.checks import check_config
+from engine.workflow.environ import job_environ
+from engine.workflow.fingerprint import code_fingerprint
+from engine.workflow.plan import (
+    kind_runtime,
+    pipeline_names,
+    policy_ids,
+    reconcile_in_vm,
     run_priorities,
-    run_runtime_min,
     run_sets,
-    run_step_mem_mb,
     runs_in_vm,
-    slurm_step_prefix,
     unprobed_runs,
     vm_pipeline_names,
-    vm_pipelines_args,
+)
+from engine.workflow.resources import (
+    run_mem_mb,
+    run_runtime_min,
+    run_step_mem_mb,
+    slurm_step_prefix,
 )
 
 
@@ -87,7 +91,7 @@ DESCRIPTIONS = expand(f"{SPLIT_DIR}/{{stem}}.description.json", stem=NETWORKS)
 PIPELINES = pipeline_names(config["pipelines"]["count"])
 # With vm.enabled the limited runs go to the VM on the vm block's smaller pipelines (vNNN)
 # and limits, beside their unconstrained baseline in the same guest; the main pipelines
-# run unconstrained, natively (engine.workflow.run_sets).
+# run unconstrained, natively (engine.workflow.plan.run_sets).
 VM_PIPELINES = vm_pipeline_names(config)
 RUN_SETS = run_sets(config)
 # path-safe id ("partial_2") -> name ("partial:2"), of every run set's policies
@@ -116,7 +120,7 @@ UNPROBED_TIDY_DIRS = [f"{RESULTS}/tidy/{kind}/{pipeline}/{policy}/{limit}"
                       for (kind, pipeline, policy, limit) in RUN_SET_REPS
                       if kind == "unprobed"]
 # Snakemake priorities that start the runs interleaved across policies, block by block
-# (engine.workflow.run_order); the order they really ran in is in the runs table.
+# (engine.workflow.plan.run_order); the order they really ran in is in the runs table.
 RUN_PRIORITY = run_priorities(config)
 REC_ID = REC["policy"].replace(":", "_")
 REC_DIR = f"{RESULTS}/reconcile/{REC['pipeline']}/{REC_ID}/{REC['limit']}"
@@ -173,7 +177,7 @@ RUN_RUNTIME = run_runtime_min(RUN)
 # What depends only on a run's limit, computed once per workflow rather than once per job
 # (planning the paper sweep repeats every per-job call 40,000 times): its flags, the memory
 # its job asks for and what goes before its `python -m engine run` (under inherit, a
-# SLURM job step of its own: engine.workflow.slurm_step_prefix).
+# SLURM job step of its own: engine.workflow.resources.slurm_step_prefix).
 _LIMITS = sorted({(rs.in_vm, limit) for rs in RUN_SETS for limit in rs.limits}
                  | {(reconcile_in_vm(config), str(REC["limit"]))})
 LIMIT_ARGS = {key: limit_args(config, key[1], key[0]) for key in _LIMITS}
@@ -187,7 +191,7 @@ VM_SET = set(VM_PIPELINES)
 
 # Code fingerprints (params, so a change reruns exactly the jobs that run that code): each
 # job kind hashes the engine modules it really imports, less the policies' graph builders
-# (engine.workflow.code_fingerprint); run jobs add their own policy's, so editing one
+# (engine.workflow.fingerprint.code_fingerprint); run jobs add their own policy's, so editing one
 # policy reruns only that policy's runs, and any other shared line reruns them all.
 _ROOT = Path(workflow.basedir)
 CODE_MODELS = code_fingerprint("models", _ROOT)
@@ -258,7 +262,7 @@ def reconcile_vm_guest(wildcards):
 def vm_env(wildcards, input):
     """What goes before `python -m engine run`: for a run that goes to the VM, the guest
     this workflow built; under `inherit`, a SLURM job step of its own of exactly the run's
-    limit (engine.workflow.slurm_step_prefix; outside a SLURM job the run starts as it
+    limit (engine.workflow.resources.slurm_step_prefix; outside a SLURM job the run starts as it
     is). It reads `input`, so Snakemake counts it as derived from the input files and
     never compares it to decide a rerun: it holds no setting the results depend on."""
     if input.vm_guest:

@@ -15,8 +15,10 @@ installed with apt-get when missing.
 
 By hand (root)::
 
-    .venv/bin/python -m tests.integration.slurm.slurm_cluster up /tmp/slurm    # prints the SLURM_CONF to export
-    .venv/bin/python -m tests.integration.slurm.slurm_cluster down /tmp/slurm  # stops the daemons by PID
+    # prints the SLURM_CONF to export
+    .venv/bin/python -m tests.integration.slurm.slurm_cluster up /tmp/slurm
+    # stops the daemons by PID
+    .venv/bin/python -m tests.integration.slurm.slurm_cluster down /tmp/slurm
 """
 
 from __future__ import annotations
@@ -386,7 +388,8 @@ def _stop_pid(pid: int, proc: subprocess.Popen | None, timeout: float) -> bool:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2 or argv[0] not in ("up", "down"):
-        print("usage: python -m tests.integration.slurm.slurm_cluster up|down FOLDER", file=sys.stderr)
+        print("usage: python -m tests.integration.slurm.slurm_cluster up|down FOLDER",
+              file=sys.stderr)
         return 2
     root = Path(argv[1]).resolve()
     cluster = SlurmCluster(root)

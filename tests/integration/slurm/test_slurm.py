@@ -31,7 +31,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from engine.workflow import SLURM_JOB_OVERHEAD_MB, UNLIMITED_MEM_MB
+from engine.workflow.resources import SLURM_JOB_OVERHEAD_MB, UNLIMITED_MEM_MB
 from tests.integration.slurm.slurm_cluster import ClusterUnavailable, SlurmCluster, _alive
 from tests.integration.workflow.test_workflow import tiny_config as workflow_config
 

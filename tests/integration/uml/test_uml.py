@@ -1,7 +1,7 @@
 """The uml backend: runs in a user-mode Linux kernel (engine/vm/uml.py), a real kernel with
 its own cgroup v2 and swap device, started as an ordinary host process. Its limits, swap,
-OOM kills and clean-up are checked the way tests/integration/vm/test_vm.py checks the qemu guest's. The
-host's cgroups are never touched."""
+OOM kills and clean-up are checked the way tests/integration/vm/test_vm.py checks the qemu
+guest's. The host's cgroups are never touched."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ import pytest
 from engine.limits import LimitRequest
 from engine.limits.select import open_backend
 from engine.vm import VmConfig, run_command_in_vm, run_in_vm, uml
-from tests.signals import default_signals
 from tests.integration.vm.test_vm import ALLOC_200MB, REPO, _request
+from tests.signals import default_signals
 
 pytestmark = pytest.mark.uml
 MiB = 2**20

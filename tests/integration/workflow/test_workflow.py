@@ -179,11 +179,11 @@ def test_the_model_is_fitted_on_the_runs_and_predicts_them(workflow):
 
 def test_the_runs_started_interleaved_in_the_planned_order(workflow):
     """With one core every run is ready at once, and the priorities make the scheduler
-    start them exactly in engine.workflow.run_order: repetition by repetition, each
+    start them exactly in engine.workflow.plan.run_order: repetition by repetition, each
     block (pipeline x limit) with its policies and unprobed twin in a seeded order."""
     from snakemake.utils import update_config
 
-    from engine.workflow import run_order
+    from engine.workflow.plan import run_order
 
     cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     update_config(cfg, tiny_config(workflow.results))
