@@ -9,24 +9,31 @@ import hashlib
 from collections.abc import Iterable
 from pathlib import Path
 
-# The CLI imports every stage's modules inside its command functions: follow only its
-# top-level imports, and name each stage's own modules as entries instead. Likewise the
-# engine.vm package, whose names are lazy re-exports of engine.vm.run (the run job names
-# that module): importing engine.vm.uml to read its build record is not running a guest.
+# The CLI registers every verb, and each verb imports its stage's modules inside its
+# function: follow only the top-level imports of the CLI and of the verbs a job does not
+# run, and name each job's own verbs (and stage modules) as entries. Likewise the engine.vm
+# package, whose names are lazy re-exports of engine.vm.run (the run job names that
+# module): importing engine.vm.uml to read its build record is not running a guest.
 SHALLOW = frozenset({"engine.cli", "engine.vm"})
+VERBS = "engine.commands."
 # What each kind of job runs, as engine modules; their imports are followed (function-level
 # ones too: they run when the job does).
 JOB_ENTRIES = {
-    "models": ("engine.__main__", "engine.cli", "engine.caffe.generate"),
-    "split": ("engine.__main__", "engine.cli", "engine.caffe.splitter"),
-    "pipelines": ("engine.__main__", "engine.cli", "engine.schedule.pipelines",
-                  "engine.caffe.splitter"),
-    # the supervisor, the measured child, the sampler process, the vm path and its guest
-    "run": ("engine.__main__", "engine.cli", "engine.runner.supervise",
-            "engine.runner.child", "engine.probes.sampler", "engine.vm.run", "engine.vm.job"),
+    "models": ("engine.__main__", "engine.cli", "engine.commands.models",
+               "engine.caffe.generate"),
+    "split": ("engine.__main__", "engine.cli", "engine.commands.split", "engine.caffe.splitter"),
+    "pipelines": ("engine.__main__", "engine.cli", "engine.commands.pipelines",
+                  "engine.schedule.pipelines", "engine.caffe.splitter"),
+    # the supervisor (in the guest too: the supervise verb), the measured child, the
+    # sampler process, the vm path and its guest
+    "run": ("engine.__main__", "engine.cli", "engine.commands.run", "engine.commands.supervise",
+            "engine.commands.child", "engine.runner.supervise", "engine.runner.child",
+            "engine.probes.sampler", "engine.vm.run", "engine.vm.job"),
+    "tidy": ("engine.__main__", "engine.cli", "engine.commands.tidy", "engine.analysis.tables"),
     "tables": ("engine.analysis.tables", "engine.analysis.reconcile"),
     "plots": ("engine.analysis.plots",),
-    "model": ("engine.__main__", "engine.cli", "engine.model.train", "engine.model.evaluate"),
+    "model": ("engine.__main__", "engine.cli", "engine.commands.fit_model",
+              "engine.commands.evaluate_model", "engine.model.train", "engine.model.evaluate"),
     "model_plots": ("engine.model.figures",),
 }
 POLICIES_MODULE = "engine.schedule.policies"
@@ -69,6 +76,7 @@ def job_modules(entries: Iterable[str], root: Path) -> dict[str, Path]:
     transitively, what they import (package ``__init__``s included)."""
     seen: dict[str, Path] = {}
     todo = list(entries)
+    own = set(todo)
     while todo:
         name = todo.pop()
         if name in seen:
@@ -79,7 +87,8 @@ def job_modules(entries: Iterable[str], root: Path) -> dict[str, Path]:
         seen[name] = path
         tree = ast.parse(path.read_text(), str(path))
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        todo.extend(_engine_imports(tree, package, nested=name not in SHALLOW))
+        shallow = name in SHALLOW or (name.startswith(VERBS) and name not in own)
+        todo.extend(_engine_imports(tree, package, nested=not shallow))
     return dict(sorted(seen.items()))
 
 

@@ -152,6 +152,38 @@ def test_tidy_run_of_a_real_run(campaign):
     assert t["samples"].empty
 
 
+def test_the_tidy_verb_writes_one_folder_per_run_or_nothing(campaign, tmp_path, capsys):
+    """python -m engine tidy (the workflow's tidy_run job): a folder per run named as the
+    run's own; a damaged run among them is one line, exit 2, and nothing written."""
+    from engine.cli import main
+
+    base = campaign / "runs" / "p000" / "linear" / "none"
+    out = tmp_path / "tidy"
+    assert main(["tidy", "--out", str(out), str(base / "rep0"), str(base / "rep1")]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["rep0", "rep1"]
+    for rep, emulated in (("rep0", False), ("rep1", True)):
+        assert sorted(p.name for p in (out / rep).iterdir()) == [
+            "networks.parquet", "runs.parquet", "samples.parquet", "tasks.parquet"]
+        runs = pd.read_parquet(out / rep / "runs.parquet")
+        assert runs.run_id.tolist() == [f"p000/linear/none/{rep}"]
+        assert bool(runs.emulated.iloc[0]) is emulated
+        tasks = pd.read_parquet(out / rep / "tasks.parquet")
+        assert len(tasks) == len(pd.read_csv(base / rep / "tasks.csv"))
+    capsys.readouterr()
+
+    damaged = tmp_path / "bad" / "rep1"
+    shutil.copytree(base / "rep0", damaged)
+    (damaged / "tasks.csv").write_text("")
+    out = tmp_path / "tidy2"
+    assert main(["tidy", "--out", str(out), str(base / "rep0"), str(damaged)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(damaged / "tasks.csv") in err
+    assert not out.exists()
+    assert main(["tidy", "--out", str(out), str(base / "rep0"), str(damaged.parent.parent / "x"
+                                                                     / "rep0")]) == 2
+    assert "rep0 more than once" in capsys.readouterr().err and not out.exists()
+
+
 @pytest.mark.parametrize("damage", ["emptied", "rows cut", "cut mid-row"])
 def test_a_damaged_tasks_table_is_an_error_naming_it(campaign, tmp_path, damage):
     run = tmp_path / "run"

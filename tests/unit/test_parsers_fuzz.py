@@ -1183,7 +1183,8 @@ def test_parse_size_of_an_overflowing_number():
 
 @pytest.mark.parametrize("text", ["{", "[]", '{"AgeNet": "x"}'])
 def test_malformed_estimates_file_is_one_line_error(tmp_path, text):
-    from engine.cli import build_parser, run_request
+    from engine.cli import build_parser
+    from engine.commands.run import run_request
 
     est = _write(tmp_path / "est.json", text)
     args = build_parser().parse_args(["run", "--pipeline", "p.json", "--policy", "masa",

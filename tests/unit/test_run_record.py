@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.cli import build_parser, run_request
+from engine.cli import build_parser
+from engine.commands.run import run_request
 from engine.errors import EdgeprofError
 from engine.runner.folder import _overlaps
 from engine.runner.meta import SCHEMA_VERSION, PipelineInfo, RunMeta, describe

@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.cli import build_parser, run_request
+from engine.cli import build_parser
+from engine.commands.run import run_request
 from engine.errors import EdgeprofError
 from engine.probes.vmstat import COLUMNS, VmstatWindows
 from engine.runner.request import RunRequest
@@ -165,7 +166,8 @@ def test_two_policies_in_the_guest_give_the_host_outputs(vm_guest, tiny, tmp_pat
                          ids=["SIGINT-at-boot", "SIGTERM-in-job"])
 def test_an_interrupted_run_kills_qemu_and_leaves_nothing(vm_guest, tiny, tmp_path, sig,
                                                           when):
-    script = ("import sys\nfrom engine.cli import build_parser, run_request\n"
+    script = ("import sys\nfrom engine.cli import build_parser\n"
+              "from engine.commands.run import run_request\n"
               "from engine.vm import run_in_vm\n"
               "from engine.runner.interrupt import Interrupted\n"
               "args = build_parser().parse_args(sys.argv[1:])\n"
