@@ -32,6 +32,7 @@ POLICIES = ["linear", "bulk", "partial:1", "partial:2", "partial:3", "deepeye",
 
 # ---- the simulator replays the dispatcher's rules ----
 
+@pytest.mark.timing
 @pytest.mark.parametrize("name", POLICIES)
 def test_the_simulator_starts_tasks_in_the_dispatchers_order_and_ends_with_its_makespan(
         name):
@@ -39,7 +40,10 @@ def test_the_simulator_starts_tasks_in_the_dispatchers_order_and_ends_with_its_m
     arrival 100 ms in, masa's admission budget binding. Given the time each task really
     took (a sleep overshoots, more on a busy machine), the virtual clock starts the tasks
     in the real dispatcher's order and ends with its makespan, up to the dispatcher's own
-    latency between a task's end and the next start."""
+    latency between a task's end and the next start. That latency is a thread woken and
+    taking the GIL back, as a sleep's overshoot is: the allowance is 2 ms per task (the
+    dispatcher's own bookkeeping) plus this run's own overshoots, so a loaded machine
+    widens it rather than failing the test."""
     durations = np.random.default_rng(1).uniform(0.03, 0.08, 200)
     policy = parse_policy(name)
     instances = [Instance(0, "A", 0, 4, 2), Instance(1, "B", 0, 3, 2), Instance(2, "C", 1, 5, 3)]
@@ -61,8 +65,11 @@ def test_the_simulator_starts_tasks_in_the_dispatchers_order_and_ends_with_its_m
                    lambda t: took[t.id], budget=100, network_time=network_time)
     real_start = [r.start_ns / 1e9 for r in real.records]
     real_makespan = max(r.end_ns for r in real.records) / 1e9
-    # at most 2 ms lost per task from its end to the next start, 10 ms to an arrival
-    latency = 0.01 + len(g.tasks) * 0.002
+    # the machine's wake-up latency in this run: how much longer than asked each sleep took
+    wake = [max(t - durations[i], 0.0) for i, t in enumerate(took)]
+    # at most 2 ms lost per task from its end to the next start, 10 ms to an arrival, and
+    # a wake-up per task
+    latency = 0.01 + len(g.tasks) * 0.002 + sum(wake)
     assert sim.makespan_s <= real_makespan + 0.001
     assert real_makespan <= sim.makespan_s + latency
     # the same order, wherever the simulator's starts are further apart than the
@@ -71,7 +78,8 @@ def test_the_simulator_starts_tasks_in_the_dispatchers_order_and_ends_with_its_m
     assert len(order) == len(sim.order) == len(g.tasks)
     for k, a in enumerate(order):
         for b in order[k + 1:]:
-            assert sim.start_s[a] <= sim.start_s[b] + 0.003 + 0.02 * sim.start_s[b], (a, b)
+            assert sim.start_s[a] <= sim.start_s[b] + 0.003 + max(wake) + 0.02 * sim.start_s[b], (
+                a, b, max(wake))
 
 
 def test_tasks_on_too_few_cpus_share_them():

@@ -225,6 +225,7 @@ def test_perf_counter_and_monotonic_are_the_same_clock():
     assert "CLOCK_MONOTONIC" in impl
 
 
+@pytest.mark.timing  # its rate and how soon it notices the exit are wall-clock bounds
 @needs_gnu_time
 def test_sampler_follows_a_process_tree_and_stops_when_it_exits(tmp_path):
     out = tmp_path / "samples.csv"

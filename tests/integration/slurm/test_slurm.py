@@ -213,6 +213,7 @@ def test_each_run_had_a_step_of_its_limit_and_the_rest_fits_the_job(sweep, clust
     assert max(overheads) < SLURM_JOB_OVERHEAD_MB, overheads
 
 
+@pytest.mark.timing
 def test_status_polling_latency(sweep, cluster):
     """How long after SLURM ends a job Snakemake notices (README's polling latency)."""
     wf, log, _ = sweep
@@ -236,6 +237,7 @@ def test_status_polling_latency(sweep, cluster):
     assert max(lags) < 60
 
 
+@pytest.mark.timing
 def test_a_cancelled_job_is_noticed_and_the_rest_keeps_going(sweep, cluster,
                                                              tmp_path_factory):
     """A job cancelled while PENDING (what an impossible request leaves behind) fails at
