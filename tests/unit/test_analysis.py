@@ -21,6 +21,7 @@ import pytest
 from PIL import Image
 
 from engine.analysis import plots, tables
+from engine.analysis.figures.common import save_figure
 from engine.errors import EdgeprofError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -275,7 +276,7 @@ def _texts(fig) -> str:
 
 
 def _assert_saved(fig, path: Path, min_bytes: int = 5000) -> None:
-    plots.save_figure(fig, path.with_suffix(".png"), path.with_suffix(".pdf"), STYLE["dpi"])
+    save_figure(fig, path.with_suffix(".png"), path.with_suffix(".pdf"), STYLE["dpi"])
     for ext in (".png", ".pdf"):
         assert path.with_suffix(ext).stat().st_size > min_bytes
     with Image.open(path.with_suffix(".png")) as img:
@@ -324,7 +325,7 @@ def test_every_figure_is_drawn_without_bulk_runs(agg, name, tmp_path):
     context = {"run": {**CONTEXT["run"], "policies": [
         p for p in CONTEXT["run"]["policies"] if p != "bulk"]}}
     fig = plots.make_figure(name, no_bulk, STYLE, context)
-    plots.save_figure(fig, tmp_path / "f.png", tmp_path / "f.pdf", STYLE["dpi"])
+    save_figure(fig, tmp_path / "f.png", tmp_path / "f.pdf", STYLE["dpi"])
     assert (tmp_path / "f.png").stat().st_size > 1000
     if name == "speedup":
         assert "no speed-up panel" in _texts(fig)

@@ -470,9 +470,10 @@ def _fingerprints(root: Path) -> dict[str, str]:
     # the model reads its measured cells through the tables module
     ("engine/analysis/reconcile.py", "KEYS = [", "KEYS = [  # edited\n",
      {"tables", "tidy", "model"}),
-    # the model's figures share the campaign figures' helpers
-    ("engine/analysis/plots.py", "def make_figure(", "def make_figure(  # edited\n",
+    # the model's figures share the campaign figures' helpers, not the figures themselves
+    ("engine/analysis/figures/common.py", "def grid(", "def grid(  # edited\n",
      {"plots", "model_plots"}),
+    ("engine/analysis/figures/speedup.py", "def draw(", "def draw(  # edited\n", {"plots"}),
     # the workflow's own logic runs where Snakemake plans, never inside a job: its modules
     # (and the package's __init__, which imports none of them) are no job's code
     ("engine/workflow/resources.py", "SLURM_JOB_OVERHEAD_MB = 512",
