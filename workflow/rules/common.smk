@@ -3,13 +3,11 @@
 # which jobs a code change reruns. Argument strings, job lists and resources come from
 # engine.workflow (pure functions of the config, unit-tested in tests/unit/test_workflow_args.py);
 # nothing here probes the host, so building the DAG on a submit host is cheap.
-import inspect
 import os
 import re
 import sys
 from pathlib import Path
 
-from snakemake.common import overwrite_function_params
 from snakemake.utils import validate
 
 from engine.caffe.zoo import ZOO
@@ -42,6 +40,7 @@ from engine.workflow.resources import (
     run_step_mem_mb,
     slurm_step_prefix,
 )
+from engine.workflow.snakemake_api import declare_signatures
 
 
 configfile: "config/config.yaml"
@@ -336,9 +335,11 @@ def vm_recipe(wildcards):
 
 
 # Snakemake inspects the signature of an input, params or resources function every time
-# it calls one (inspect.signature, ~70 us; 12 per run job): tell it once per workflow.
-for _function in (output_dir, split_dir, model_files, run_vm_guest, reconcile_vm_guest,
-                  vm_env, run_policy, run_limit_args, run_runtime, run_seed, run_code, run_mem,
-                  run_priority, vm_recipe, caption_facts, set_runs, tables_dir,
-                  model_caption_facts):
-    overwrite_function_params(_function, inspect.signature(_function).parameters)
+# it calls one (twice per call; 12 calls per run job): fix each function's parameters
+# once per workflow (engine.workflow.snakemake_api: public where Snakemake is not one it
+# was checked on).
+declare_signatures(
+    (output_dir, split_dir, model_files, run_vm_guest, reconcile_vm_guest, vm_env,
+     run_policy, run_limit_args, run_runtime, run_seed, run_code, run_mem, run_priority,
+     vm_recipe, caption_facts, set_runs, tables_dir, model_caption_facts)
+)
