@@ -16,6 +16,7 @@ from engine.analysis.stats import kendall_tau
 from engine.caffe import io, schema, splitter
 from engine.cli import main
 from engine.model import fit as fitting
+from engine.model.advise import page_size_note
 from engine.model.evaluate import scores
 from engine.model.memory import Memory, network_memory
 from engine.model.params import Linear, Model, ModelFileError, ModeModel, SwapCost
@@ -232,11 +233,14 @@ def test_the_peak_sweep_finds_peaks_just_before_an_event_and_matches_brute_force
             _brute_peak(effects, list(start), list(end)), abs=1e-6)
 
 
-def test_under_a_limit_swap_costs_its_pages_and_too_little_swap_is_an_oom(tiny):
+@pytest.mark.parametrize("page", [4096, 16384, 65536])
+def test_under_a_limit_swap_costs_its_pages_and_too_little_swap_is_an_oom(tiny, page):
+    """1 us per byte whatever the page the cost was counted in: a page of ``page`` bytes
+    costs ``page`` us."""
     pipe = Pipeline("two", [Arrival(0.0, ["Tiny", "Tiny"])])
     nets = Networks({"Tiny": tiny}, None)
-    cost = SwapCost(per_page_in_s=4096e-6, per_page_out_s=4096e-6, per_major_fault_s=0.0,
-                    n=1, source="test")
+    cost = SwapCost(per_page_in_s=page * 1e-6, per_page_out_s=page * 1e-6,
+                    per_major_fault_s=0.0, n=1, source="test", page_bytes=page)
     free, _ = predict(_mode(swap=cost), pipe, nets, "bulk")
     limited, _ = predict(_mode(swap=cost), pipe, nets, "bulk", limit_bytes=1000 + 600)
     assert limited.peak_swap_bytes > 0 and limited.peak_ram_bytes <= 1600
@@ -266,10 +270,11 @@ def test_least_squares_recover_known_coefficients_and_drop_negative_ones():
     assert const.coef == {} and const.intercept == 2.5  # nothing varies: the median
 
 
-def _synthetic_runs(tiny) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _synthetic_runs(tiny, page: int = 4096) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Linear runs of the tiny network, unconstrained and limited, whose task durations
-    follow known coefficients; the limited runs' tasks take 2 ms more per page swapped
-    in, 0.5 ms per page swapped out and 1 ms per other major fault."""
+    follow known coefficients; the limited runs' tasks take 2 ms more per page (of
+    ``page`` bytes) swapped in, 0.5 ms per page swapped out and 1 ms per other major
+    fault."""
     runs, tasks = [], []
     feats = fitting.network_features(tiny, None)
     rng = np.random.default_rng(3)
@@ -280,7 +285,7 @@ def _synthetic_runs(tiny) -> tuple[pd.DataFrame, pd.DataFrame]:
                          "limit": limit, "limit_bytes": None if limit == "none" else 2**20,
                          "limit_enforced": limit != "none", "emulated": False, "rep": rep,
                          "termination": "ok", "workers": 1, "child_cpus": 1, "batch": None,
-                         "makespan_s": 1.0, "hwm_rss_bytes": 5e7})
+                         "makespan_s": 1.0, "hwm_rss_bytes": 5e7, "page_bytes": page})
             t, tid = 0, 0
             for layer in range(-1, len(feats.types)):
                 for kind in (("INIT",) if layer < 0 else ("LOAD", "EXEC")):
@@ -323,6 +328,29 @@ def test_the_fit_recovers_the_synthetic_runs_coefficients_gap_baseline_and_swap_
     assert m.swap.per_page_in_s == pytest.approx(2e-3, rel=1e-6)
     assert m.swap.per_page_out_s == pytest.approx(5e-4, rel=1e-6)
     assert m.swap.per_major_fault_s == pytest.approx(1e-3, rel=1e-6)
+    assert m.swap.page_bytes == 4096
+
+
+def test_the_swap_cost_keeps_the_page_size_its_counters_counted_in(tiny):
+    """Runs on a 16 KiB-page machine: the same seconds per page, a quarter of them per
+    byte; runs of two page sizes in one mode are not fitted together."""
+    runs, tasks = _synthetic_runs(tiny, page=16384)
+    swap = fitting.fit(runs, tasks, {"Tiny": tiny}).modes["native"].swap
+    assert (swap.page_bytes, swap.per_page_in_s) == (16384, pytest.approx(2e-3, rel=1e-6))
+    assert swap.per_byte_s()[0] == pytest.approx(2e-3 / 16384, rel=1e-6)
+    runs.loc[runs["run_id"] == "p/linear/1M/rep0", "page_bytes"] = 4096
+    model = fitting.fit(runs, tasks, {"Tiny": tiny})
+    assert "native" not in model.modes and "4096, 16384" in model.unfitted["native"]
+
+
+def test_advise_says_when_the_swap_cost_was_measured_with_other_pages(tiny):
+    runs, tasks = _synthetic_runs(tiny)
+    mode = fitting.fit(runs, tasks, {"Tiny": tiny}).modes["native"]
+    assert page_size_note(mode, page_size=4096) is None
+    note = page_size_note(mode, page_size=16384)
+    assert "4096-byte pages" in note and "16384 bytes" in note
+    mode.swap = None
+    assert page_size_note(mode, page_size=16384) is None
 
 
 def test_a_mode_without_layer_by_layer_runs_is_named_not_fitted(tiny):
@@ -343,7 +371,7 @@ def test_the_model_file_round_trips_and_refuses_other_versions(tiny, tmp_path):
     data = json.loads((tmp_path / "model.json").read_text())
     data["version"] = 99
     (tmp_path / "model.json").write_text(json.dumps(data))
-    with pytest.raises(ModelFileError, match="not a version 1 model file"):
+    with pytest.raises(ModelFileError, match="not a version 2 model file"):
         Model.read(tmp_path / "model.json")
 
 
@@ -467,6 +495,8 @@ def test_at_the_limit_find_limit_gives_no_policy_swaps(tiny, tmp_path, capsys):
     lambda m: m["modes"]["native"].update(gap_s=-5),
     lambda m: m["modes"]["native"]["init"].update(coef=[1, 2]),
     lambda m: m["modes"]["native"]["load_layer"]["coef"].update(bytes="x"),
+    lambda m: m["modes"]["native"]["swap"].update(page_bytes=3000),
+    lambda m: m["modes"]["native"]["swap"].pop("page_bytes"),
 ])
 def test_a_damaged_model_file_is_one_line_never_a_hang_or_a_traceback(advice_files, capsys,
                                                                       damage):

@@ -4,17 +4,20 @@ record (meta.json), and the task-overlap count of run folders."""
 from __future__ import annotations
 
 import json
+import math
+import mmap
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from engine.analysis.tables import page_bytes
 from engine.cli import build_parser
 from engine.commands.run import run_request
 from engine.errors import EdgeprofError
 from engine.runner.folder import _overlaps
-from engine.runner.meta import SCHEMA_VERSION, PipelineInfo, RunMeta, describe
+from engine.runner.meta import SCHEMA_VERSION, PipelineInfo, RunMeta, describe, host_facts
 from engine.runner.request import LimitOptions, RunRequest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,6 +68,22 @@ def test_the_record_round_trips_through_meta_json(tmp_path):
     assert on_disk["pipeline"]["networks"] == ["AgeNet"]
     assert on_disk["oom_kills"] is None  # not measured is None, never 0
     assert RunMeta.read(tmp_path) == meta
+
+
+def test_the_page_size_of_the_kernel_that_counted_a_runs_pages():
+    """The host's for a native run, the guest's for a sandboxed one (its counters are the
+    guest kernel's); a record from before the page size was kept counted 4 KiB pages on
+    x86 and is unknown elsewhere."""
+    assert host_facts()["page_size"] == mmap.PAGESIZE
+    meta = _meta()
+    meta.host = {"machine": "aarch64", "page_size": 16384}
+    assert page_bytes(meta) == 16384
+    meta.vm = {"guest": {"machine": "aarch64", "page_size": 65536}}
+    assert page_bytes(meta) == 65536
+    meta.vm, meta.host = None, {"machine": "x86_64"}
+    assert page_bytes(meta) == 4096
+    meta.host = {"machine": "aarch64"}
+    assert math.isnan(page_bytes(meta))
 
 
 def test_a_record_without_a_version_is_read_and_a_foreign_one_refused(tmp_path):
