@@ -1,9 +1,9 @@
 """``meta.json``: the typed, versioned record of one run.
 
 ``RunMeta`` is written by ``RunMeta.write`` only (atomically) and read back by
-``RunMeta.read`` (the analysis reads runs through it). Each field's ``doc`` is what the
-README's "What a run writes" says about it: ``python -m engine.runner.meta`` prints that
-list, and a test checks that the README carries it. A quantity that was not measured is
+``RunMeta.read`` (the analysis reads runs through it). Each field's ``doc`` is what
+docs/engine.md's "What a run writes" says about it: ``python -m engine.runner.meta``
+prints that list, and a test checks that the page carries it. A quantity that was not measured is
 None, never 0. This module imports nothing else of the runner, so readers of run folders
 can use it without the supervisor's dependencies.
 """
@@ -180,7 +180,7 @@ def versions() -> dict[str, str]:
 
 
 def describe() -> str:
-    """The fields of meta.json as a Markdown list (the README's "What a run writes")."""
+    """The fields of meta.json as a Markdown list (docs/engine.md's "What a run writes")."""
     lines = []
     for f in fields(RunMeta):
         lines.append(f"- `{f.name}`: {f.metadata['doc']}")

@@ -1,4 +1,4 @@
-# Stage 7: the slowdown model (engine/model, README "Slowdown model and policy advisor"):
+# Stage 7: the slowdown model (engine/model, docs/model.md):
 # fit on the aggregate tables, then leave-pipelines-out cross-validation and the per-layer
 # residuals, then their figures. The model file is versioned JSON; Snakemake refits it
 # only when its input tables, the descriptions or the model code change.

@@ -215,7 +215,7 @@ def test_each_run_had_a_step_of_its_limit_and_the_rest_fits_the_job(sweep, clust
 
 @pytest.mark.timing
 def test_status_polling_latency(sweep, cluster):
-    """How long after SLURM ends a job Snakemake notices (README's polling latency)."""
+    """How long after SLURM ends a job Snakemake notices (docs/cluster.md's polling latency)."""
     wf, log, _ = sweep
     submitted = dict(re.findall(r"Job (\d+) has been submitted with SLURM jobid (\d+)", log))
     finished = {}
