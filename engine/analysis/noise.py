@@ -19,8 +19,15 @@ CV_LIMIT = 0.10  # median makespan CV of identical native runs; ~3.5 % on a quie
 
 
 def run_warnings(runs: pd.DataFrame, noise_floor: pd.DataFrame) -> list[str]:
-    """The warnings a finished campaign's tables give (empty when the host was quiet)."""
+    """The warnings a finished campaign's tables give (empty when the host was quiet and
+    every run computed what its siblings did)."""
     out = []
+    if "outputs_agree" in runs and runs["outputs_agree"].eq(False).any():
+        bad = runs.loc[runs["outputs_agree"].eq(False), "run_id"].astype(str)
+        out.append(f"{len(bad)} run(s) computed other outputs than the other runs of their "
+                   f"pipeline and repetition ({', '.join(bad[:3])}"
+                   f"{', ...' if len(bad) > 3 else ''}): their sandbox or machine corrupted "
+                   f"them; their numbers are not to be trusted")
     if not noise_floor.empty:
         native = noise_floor[(noise_floor["mode"] == "native")
                              & (noise_floor["metric"] == "makespan")]

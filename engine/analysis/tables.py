@@ -150,6 +150,7 @@ def _run_row(meta: RunMeta, folder: Path, tasks: pd.DataFrame, networks: pd.Data
         "workers": meta.workers, "limit_bytes": meta.limit_bytes,
         "swap_bytes": meta.swap_bytes,
         "limit_enforced_why": _enforced_why(meta),
+        "outputs_sha256": (meta.child or {}).get("outputs_sha256"),
         "termination_detail": meta.termination_detail,
         "running_at_end": "; ".join(meta.running_at_end),
         "networks_complete": int(networks["complete"].sum()),
@@ -489,9 +490,12 @@ def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
                        swap_seen=runs["swapped"].eq(True) if "swapped" in runs else False)
     if "limit_enforced_why" not in runs:
         runs = runs.assign(limit_enforced_why="")
+    runs = runs.assign(outputs_differ=runs["outputs_agree"].eq(False)
+                       if "outputs_agree" in runs else False)
     counts = _count_levels(runs, runs=("run_id", "size"), runs_not_ok=("not_ok", "sum"),
                            ended=("ended", _most_frequent),
                            runs_swapped=("swap_seen", "sum"),
+                           runs_outputs_differ=("outputs_differ", "sum"),
                            limit_enforced_why=("limit_enforced_why", _most_frequent))
     return _merge_levels([*parts, counts])
 
@@ -604,6 +608,28 @@ def _reconcile(reconcile_dir: str | os.PathLike | None) -> pd.DataFrame:
     return reconcile_run(reconcile_dir)
 
 
+# Runs that must compute the same bits: one pipeline and input seed (repetition) on one
+# kind of machine. Every policy and both runtimes give bit-identical outputs, natively and
+# in UML alike (the same CPU and BLAS kernels); the qemu guest's TCG CPU uses other
+# kernels, so its runs agree among themselves.
+AGREE_KEY = ["pipeline", "rep", "sandbox"]
+
+
+def outputs_agree(runs: pd.DataFrame) -> pd.Series:
+    """Per run: whether its outputs are the ones the other finished runs of its
+    ``AGREE_KEY`` group computed (the most common digest); NA where it finished no
+    pipeline or no other run can tell. A run that computed other bits than its siblings
+    (a sandbox's memory corrupted under pressure, say) is never a silent result."""
+    if "outputs_sha256" not in runs:
+        return pd.Series(pd.NA, index=runs.index, dtype="boolean")
+    runs = with_runtime(runs)
+    digests = runs["outputs_sha256"].where(runs["termination"] == "ok")
+    common = digests.groupby([runs[k] for k in AGREE_KEY], dropna=False).transform(
+        lambda d: d.mode().iloc[0] if d.notna().sum() >= 2 else pd.NA)
+    agree = (digests == common).astype("boolean")
+    return agree.where(digests.notna() & common.notna(), pd.NA)
+
+
 def aggregate(tidy_dirs: Iterable[str | os.PathLike],
               reconcile_dir: str | os.PathLike | None,
               unprobed_dirs: Iterable[str | os.PathLike] = ()) -> dict[str, pd.DataFrame]:
@@ -617,6 +643,7 @@ def aggregate(tidy_dirs: Iterable[str | os.PathLike],
     runs = tables["runs"]
     if not runs.empty:  # the order the runs really started in (runs.started_at)
         runs["run_order"] = runs["started_at"].rank(method="first").astype("Int64")
+        runs["outputs_agree"] = outputs_agree(runs)
     tables["speedup"] = speedup_table(runs)
     tables["summary"] = summary_table(runs)
     tables["speedup_summary"] = speedup_summary(tables["speedup"])

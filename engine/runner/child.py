@@ -6,6 +6,7 @@ outputs.npz + child.json at the end; the supervisor assembles the run folder."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import sys
@@ -103,6 +104,10 @@ def child_main(spec_path: str) -> int:
     with open(out / "outputs.npz", "wb") as f:
         np.savez(f, **state.outputs)
     failed = result.failed_task
+    digest = hashlib.sha256()  # what was computed, independent of the archive's metadata
+    for key in sorted(state.outputs):
+        digest.update(key.encode())
+        digest.update(np.ascontiguousarray(state.outputs[key]).tobytes())
     summary = {
         "status": result.status,
         "error": None if result.error is None else f"{type(result.error).__name__}: {result.error}",
@@ -113,6 +118,7 @@ def child_main(spec_path: str) -> int:
         "cpu_s": time.process_time() - cpu0,  # all threads, same span; other load on the
         # host stretches it far less than wall_s
         "blas": state.blas,
+        "outputs_sha256": digest.hexdigest() if result.status == "ok" else None,
         "numpy_hugepage_advice": numpy_hugepage_advice(),
         "glibc_tunables": os.environ.get("GLIBC_TUNABLES"),
         "probes": probe_meta,

@@ -89,7 +89,8 @@ class RunMeta:
     t0_monotonic_ns: int | None = _f("the run's time origin on CLOCK_MONOTONIC")
     child: dict | None = _f("the measured child's summary (status, wall_s and cpu_s of the "
                             "pipeline, BLAS, task count, probes: process_windows_chained, "
-                            "process_status; numpy_hugepage_advice: whether numpy asked "
+                            "process_status; outputs_sha256: what the pipeline computed; "
+                            "numpy_hugepage_advice: whether numpy asked "
                             "for transparent hugepages; glibc_tunables: the malloc "
                             "settings it ran with)")
     gnu_time: dict | None = _f("GNU time's report as gt_* columns")

@@ -41,3 +41,18 @@ def test_doctor_names_every_check_and_exits_with_its_verdict(capsys):
     out = capsys.readouterr().out
     assert rc == (0 if all(fine for _, fine, _ in checks) else 1)
     assert ("quiet enough" in out) == (rc == 0)
+
+
+def test_a_run_that_computed_other_outputs_than_its_siblings_is_named():
+    from engine.analysis.tables import outputs_agree
+
+    runs = pd.DataFrame({"run_id": [f"p0/{p}/none/rep0" for p in "abcd"] + ["p0/a/none/rep1"],
+                         "pipeline": ["p0"] * 5, "rep": [0, 0, 0, 0, 1],
+                         "sandbox": ["uml"] * 5, "emulated": [True] * 5,
+                         "termination": ["ok", "ok", "ok", "memory", "ok"],
+                         "outputs_sha256": ["x", "x", "y", None, "z"]})
+    agree = outputs_agree(runs)
+    assert agree.tolist()[:3] == [True, True, False]
+    assert agree.isna().tolist()[3:] == [True, True]  # killed; alone in its repetition
+    warnings = run_warnings(runs.assign(outputs_agree=agree), pd.DataFrame())
+    assert len(warnings) == 1 and "p0/c/none/rep0" in warnings[0]

@@ -24,17 +24,18 @@ REPO = Path(__file__).resolve().parents[2]
 MiB = 2**20
 
 
-def _parse(*extra: str) -> RunRequest:
+def _parse(*extra: str, policy: str = "partial") -> RunRequest:
     return run_request(build_parser().parse_args(
-        ["run", "--pipeline", "p.json", "--policy", "partial", "--models", "m", "--out", "o",
+        ["run", "--pipeline", "p.json", "--policy", policy, "--models", "m", "--out", "o",
          *extra]))
 
 
 def test_the_request_holds_every_run_option_and_survives_json():
     req = _parse("--limit", "512M", "--swap", "0", "--budget", "256M", "--batch", "2",
                  "--seed", "4", "--blas-threads", "2", "--timeout", "30", "--heap-profile",
-                 "--sample-hz", "50", "--sample-uss", "--backend", "cgroup2", "--force")
-    assert req.policy == "partial:2"  # the canonical name, decided once
+                 "--sample-hz", "50", "--sample-uss", "--backend", "cgroup2", "--force",
+                 policy="masa")
+    assert req.policy == "masa:2"  # the canonical name, decided once
     assert req.limits == LimitOptions("cgroup2", 512 * MiB, 0)
     assert (req.options.budget, req.options.batch, req.options.seed) == (256 * MiB, 2, 4)
     assert (req.options.blas_threads, req.options.timeout_s) == (2, 30.0)
