@@ -6,7 +6,7 @@
 # the SLURM executor plugin), the vm backend's guest (kernel + initramfs, cached) and the
 # real-Caffe reference the tests compare the caffe runtime with (a Debian bullseye chroot
 # with libcaffe-dev, cached; root only, else the tests marked caffe skip and say why).
-# tests/test_slurm.py apt-gets SLURM itself (slurm-wlm, munge, mariadb-server, slurmdbd).
+# tests/integration/slurm/test_slurm.py apt-gets SLURM itself (slurm-wlm, munge, mariadb-server, slurmdbd).
 set -euo pipefail
 cd "$(dirname "$0")"
 

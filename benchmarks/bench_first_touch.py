@@ -7,8 +7,8 @@ LOAD of AlexNet's fc6 does: ``engine.caffe.wire`` reads each blob into a new arr
 times each read and its system CPU time. Rounds alternate numpy's transparent-hugepage
 advice on and off (``NUMPY_MADVISE_HUGEPAGE``). On bare metal every read of one round
 costs about the same; on a VM whose host backs guest memory lazily, reads past some
-footprint can take several times longer, intermittently (see the README, "What the
-figures mean"). A read counts as a stall when it takes over 3x the median first read.
+footprint can take several times longer, intermittently (docs/performance.md, "First
+touch"). A read counts as a stall when it takes over 3x the median first read.
 
 Usage: python benchmarks/bench_first_touch.py [--mib 144] [--arrays 6] [--rounds 10]
 """

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 
 from engine.errors import EdgeprofError
 
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 MIB = 2**20
-PAGE = 4096  # bytes of a page, as the kernel's swap and fault counters count them
+# Bytes of a page on this machine, the unit of the kernel's swap and fault counters
+# (pswpin, pswpout, memory.stat's): 4 KiB on x86-64, 16 or 64 KiB on some ARM boards. A
+# run records it (meta.json: host.page_size, and the guest's under vm.guest), so its
+# counters convert with the page size of the machine that counted them.
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
 
 def parse_size(text: str) -> int:

@@ -27,7 +27,7 @@ def zoo_split(tmp_path_factory) -> dict[str, splitter.Description]:
 @pytest.fixture(scope="session")
 def tiny(tmp_path_factory) -> dict:
     """AgeNet + GenderNet, split, and a pipeline of both (the smallest zoo networks): the
-    sandboxes' runs (tests/test_vm.py, tests/test_uml.py)."""
+    sandboxes' runs (tests/integration/vm/test_vm.py, tests/integration/uml/test_uml.py)."""
     root = tmp_path_factory.mktemp("tiny")
     for name in ("AgeNet", "GenderNet"):
         prototxt, model = generate.write_zoo_model(name, root / "models", 7)

@@ -182,7 +182,23 @@ def _run_row(meta: RunMeta, folder: Path, tasks: pd.DataFrame, networks: pd.Data
         "cg_window_swap_peak_bytes": _col_max(tasks, "cg_swap_peak_bytes"),
         "proc_hwm_bytes": _col_max(tasks, "proc_hwm_bytes"),
         "guest_pswpout": _known(((meta.vm or {}).get("vmstat_delta") or {}).get("pswpout")),
+        "page_bytes": page_bytes(meta),
     }
+
+
+# Machines whose base page is 4 KiB whatever the kernel: what a run recorded before its
+# record held the page size (schema 4 and older) counted in such pages.
+FOUR_KIB_MACHINES = {"x86_64", "i386", "i686"}
+
+
+def page_bytes(meta: RunMeta) -> float:
+    """Bytes of a page of the kernel that counted the run's swap and fault counters (the
+    tasks' ``*_pswpin_delta`` and ``*_pgmajfault_delta``, ``guest_pswpout``): the
+    sandbox's guest for a run in one, else the host. NaN if the record cannot tell."""
+    facts = ((meta.vm or {}).get("guest") if meta.vm is not None else meta.host) or {}
+    if facts.get("page_size"):
+        return float(facts["page_size"])
+    return 4096.0 if facts.get("machine") in FOUR_KIB_MACHINES else np.nan
 
 
 SWAP_EVIDENCE = ["guest_pswpout", "cg_window_swap_peak_bytes", "peak_swap_bytes",

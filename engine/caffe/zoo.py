@@ -1,6 +1,6 @@
 """The five EdgeCaffe networks as deploy ``NetParameter``s, layer for layer.
 
-Sources (EdgeCaffe's deploy prototxts; tests/test_zoo_graph.py checks the parameter
+Sources (EdgeCaffe's deploy prototxts; tests/unit/test_zoo_graph.py checks the parameter
 counts): AgeNet/GenderNet are Levi & Hassner's V1 deploy nets (legacy ``input_dim``),
 FaceNet is DDFD's fully-convolutional CaffeNet
 (V2 layers, legacy input, 227x227 as in EdgeCaffe's copy), AlexNet and GoogLeNet are

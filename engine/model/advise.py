@@ -38,7 +38,7 @@ from engine.model.predict import (
 from engine.schedule.pipelines import Pipeline, load_pipeline
 from engine.schedule.plan import resolve_descriptions
 from engine.schedule.policies import parse_policy
-from engine.units import MIB, format_size
+from engine.units import MIB, PAGE_SIZE, format_size
 
 CV_FILE = "cv.json"  # beside the model file: evaluate_model's scores
 REBUILT_FILE = "reconstruction.csv"  # beside it too: reconstruct_model's native-speed times
@@ -246,9 +246,22 @@ def format_advice(rows: list[Advice], pipeline: Pipeline, mode: ModeModel,
         lines.append(f"note: the {mode.mode} model has no swap cost (no limited {mode.mode} "
                      f"runs to fit it from): its slowdowns leave out the time swapping "
                      f"costs; the swap it predicts is shown (price it with --swap-cost)")
+    note = page_size_note(mode) if limit_bytes is not None else None
+    if note:
+        lines.append(note)
     lines += domain_lines(list(problems))
     lines.append(cv_sentence(cv, mode.key))
     return "\n".join(lines)
+
+
+def page_size_note(mode: ModeModel, page_size: int = PAGE_SIZE) -> str | None:
+    """What a model whose swap cost was measured with pages of another size than this
+    machine's (``page_size``) cannot promise; None when they agree or it has none."""
+    if mode.swap is None or mode.swap.page_bytes == page_size:
+        return None
+    return (f"note: the {mode.mode} model's swap cost was measured with "
+            f"{mode.swap.page_bytes}-byte pages, this machine's are {page_size} bytes: its "
+            f"slowdowns assume a swapped byte costs here what it cost there")
 
 
 def format_limits(rows: list[tuple[str, int, float]], pipeline: Pipeline, mode: ModeModel,

@@ -61,7 +61,7 @@ def fit_device(folders: list[Path], name: str) -> Device:
               f"{facts['networks']} under {facts['limit']} ({facts['backend']} backend"
               f"{', emulated' if bool(facts['emulated']) else ''}), {len(limited)} limited "
               f"run(s), {cost.n} task windows, counters {cost.source}")
-    return Device(name, cost.per_page_in_s, cost.per_page_out_s, source)
+    return Device(name, cost.per_page_in_s, cost.per_page_out_s, source, cost.page_bytes)
 
 
 def _run(args: list[str]) -> None:

@@ -25,12 +25,15 @@ class Device:
     per_page_in_s: float
     per_page_out_s: float
     source: str
+    # the page its costs are per: 4 KiB for the profiles (their sources' 4 KiB I/O) and
+    # a time given per page; the counters' for a calibrated or sandbox-measured device
+    page_bytes: int = 4096
 
     def swap_cost(self) -> SwapCost:
         """As the simulator takes it: a major fault beyond the pages swapped in (a file
         page read again) costs a page read."""
         return SwapCost(self.per_page_in_s, self.per_page_out_s, self.per_page_in_s, 0,
-                        self.source)
+                        self.source, self.page_bytes)
 
 
 PROFILES = {d.name: d for d in (
@@ -65,7 +68,7 @@ def parse_swap_cost(text: str, model: Model | None = None) -> Device:
             if m.mode == text and m.mode != "native" and m.swap is not None:
                 return Device(text, m.swap.per_page_in_s, m.swap.per_page_out_s,
                               f"measured in the {text} sandbox ({m.swap.n} task windows; "
-                              f"its emulation's costs, not a device's)")
+                              f"its emulation's costs, not a device's)", m.swap.page_bytes)
     path = Path(text)
     if path.suffix == ".json" and path.is_file():
         return read_device(path)
@@ -83,10 +86,12 @@ def read_device(path: str | Path) -> Device:
     try:
         data = json.loads(Path(path).read_text())
         device = Device(str(data["name"]), float(data["per_page_in_s"]),
-                        float(data["per_page_out_s"]), str(data["source"]))
+                        float(data["per_page_out_s"]), str(data["source"]),
+                        int(data.get("page_bytes", 4096)))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise EdgeprofError(f"{path} is not a device file of python -m engine calibrate "
                             f"({exc}); run calibrate again") from None
-    if not (device.per_page_in_s >= 0 and device.per_page_out_s >= 0):
+    if not (device.per_page_in_s >= 0 and device.per_page_out_s >= 0
+            and device.page_bytes > 0):
         raise EdgeprofError(f"{path}: negative per-page costs; run calibrate again")
     return device

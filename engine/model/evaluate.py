@@ -162,13 +162,18 @@ def predict_cells(model: Model, key: str, cells: pd.DataFrame, pipelines: dict,
 
 def folds(runs: pd.DataFrame, scheme: str) -> tuple[list[tuple[str, list[str]]], list[str]]:
     """(fold name, its test pipelines) of one mode's runs under ``scheme``, and notes on
-    what could not be held out. Only pipelines with finished unconstrained runs count."""
+    what could not be held out. Only pipelines with finished unconstrained runs count.
+    Leave-pipeline-out holds twins out together: pipelines of the same networks (in any
+    order) are one fold, so no fold trains on a copy of what it tests."""
     ok = runs[(runs["limit"] == "none") & (runs["termination"] == "ok")]
     names = sorted(ok["pipeline"].astype(str).unique())
-    if scheme == LPO:
-        return [(p, [p]) for p in names], []
     nets = (runs[runs["pipeline"].astype(str).isin(names)]
             .drop_duplicates("pipeline").set_index("pipeline")["networks"].str.split())
+    if scheme == LPO:
+        twins: dict[tuple[str, ...], list[str]] = {}
+        for p in names:
+            twins.setdefault(tuple(sorted(nets[p])), []).append(p)
+        return [("+".join(group), group) for group in twins.values()], []
     out, notes = [], []
     for net in sorted(set(nets.explode())):
         test = sorted(p for p in names if net in nets[p])

@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator, NullFormatter, ScalarFormatter
 
-from engine.analysis.plots import colors_for, grid, no_data, policy_key
+from engine.analysis.figures.common import colors_for, grid, no_data, policy_key
 from engine.units import MIB
 
 ROWS = [  # (measured, predicted, its error column, label, scale, band: the target)

@@ -232,7 +232,21 @@ def fit_swap_cost(runs: pd.DataFrame, tasks: pd.DataFrame) -> SwapCost | None:
     line = fit_linear(x, excess, intercept=False)
     return SwapCost(line.coef.get("in", 0.0), line.coef.get("out", 0.0),
                     line.coef.get("faults", 0.0), len(pairs),
-                    "/".join([*cols, *([faults] if faults else [])]))
+                    "/".join([*cols, *([faults] if faults else [])]),
+                    _page_bytes(limited[limited["run_id"].isin(pairs["run_id"])]))
+
+
+def _page_bytes(runs: pd.DataFrame) -> int:
+    """The one page size the runs' counters count in (the runs table's ``page_bytes``)."""
+    sizes = runs["page_bytes"]
+    if sizes.isna().any():
+        raise EdgeprofError("runs without a recorded page size cannot give a swap cost per "
+                            "byte; rerun them with this edgeprof")
+    if sizes.nunique() != 1:
+        raise EdgeprofError(f"the limited runs counted pages of "
+                            f"{', '.join(map(str, sorted(sizes.astype(int).unique())))} bytes; "
+                            f"fit the machines' runs apart")
+    return int(sizes.iloc[0])
 
 
 def duration_sigma(runs: pd.DataFrame, tasks: pd.DataFrame) -> float:

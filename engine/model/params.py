@@ -17,7 +17,8 @@ from engine.errors import EdgeprofError
 from engine.files import parse_json, read_regular, write_text_atomic
 from engine.model.memory import description_graph
 
-MODEL_VERSION = 2  # 2: keyed by execution mode and runtime; the domain; duration spread
+MODEL_VERSION = 2  # 2: keyed by execution mode and runtime; the domain; duration spread;
+# the swap cost's page size
 
 
 class ModelFileError(EdgeprofError):
@@ -41,16 +42,21 @@ class Linear:
 
 @dataclass
 class SwapCost:
-    """Seconds per page (4 KiB) swapped in and out, from ``n`` task windows; and per
-    major fault beyond the pages swapped in (file pages read again after the page cache
-    let them go: fitted to keep them out of the swap costs, not predicted, since the
-    replay has no page cache)."""
+    """Seconds per page swapped in and out, from ``n`` task windows; and per major fault
+    beyond the pages swapped in (file pages read again after the page cache let them go:
+    fitted to keep them out of the swap costs, not predicted, since the replay has no page
+    cache). A page is ``page_bytes``: the page size of the kernel that counted them."""
 
     per_page_in_s: float
     per_page_out_s: float
     per_major_fault_s: float
     n: int
     source: str  # the counters it was fitted from
+    page_bytes: int
+
+    def per_byte_s(self) -> tuple[float, float]:
+        """Seconds per byte swapped (in, out)."""
+        return self.per_page_in_s / self.page_bytes, self.per_page_out_s / self.page_bytes
 
 
 @dataclass
@@ -228,6 +234,10 @@ class Model:
             if m.swap is not None:
                 for field_name in ("per_page_in_s", "per_page_out_s", "per_major_fault_s"):
                     _number(getattr(m.swap, field_name), f"{name}.swap.{field_name}", 0)
+                size = m.swap.page_bytes
+                if isinstance(size, bool) or not isinstance(size, int) or size < 512 or (
+                        size & (size - 1)):
+                    raise ValueError(f"{name}.swap.page_bytes is {size!r}, not a page size")
         if not all(isinstance(p, str) for p in self.policies):
             raise ValueError("policies must be names")
 

@@ -26,7 +26,7 @@ from engine.schedule.pipelines import Pipeline
 from engine.schedule.plan import plan
 from engine.schedule.policies import Policy, parse_policy
 from engine.schedule.tasks import WHOLE_NET, Kind, Task
-from engine.units import MIB, PAGE
+from engine.units import MIB
 
 
 @dataclass
@@ -106,8 +106,7 @@ def predict(mode: ModeModel, pipeline: Pipeline, networks: Networks, policy: Pol
     memory = RunMemory({i: networks.memory(n) for i, n in nets.items()},
                        None if capacity is None else max(capacity, 0))
     swap = swap_cost if swap_cost is not None else mode.swap
-    per_in = swap.per_page_in_s / PAGE if swap else 0.0
-    per_out = swap.per_page_out_s / PAGE if swap else 0.0
+    per_in, per_out = swap.per_byte_s() if swap else (0.0, 0.0)
 
     def on_start(task: Task) -> float:
         swap_in, swap_out = memory.start(task)

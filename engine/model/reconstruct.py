@@ -59,6 +59,7 @@ from engine.model.train import Paths, pipelines_from_networks
 from engine.schedule.pipelines import Pipeline
 from engine.schedule.plan import plan
 from engine.schedule.policies import parse_policy
+from engine.units import PAGE_SIZE
 
 COST_GRID = np.logspace(-6, -2, 17)  # seconds per 4 KiB page: 1 us .. 10 ms, 4 per decade
 WORK_KEY = ["instance", "layer", "task_type"]
@@ -538,7 +539,8 @@ def cost_curves(campaign: Campaign, model: Model, grid: np.ndarray = COST_GRID,
     def makespan(key: tuple, c: float) -> float:
         if (key, c) not in cache:
             try:
-                cache[(key, c)] = built[key].makespan(SwapCost(c, c, c, 0, "axis"))
+                cost = SwapCost(c, c, c, 0, "axis", PAGE_SIZE)
+                cache[(key, c)] = built[key].makespan(cost)
             except ReconstructionError:
                 cache[(key, c)] = np.nan
         return cache[(key, c)]

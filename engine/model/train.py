@@ -35,7 +35,6 @@ from engine.model.params import Model, ModeModel
 from engine.model.predict import Networks, predict
 from engine.schedule.pipelines import Arrival, Pipeline
 from engine.schedule.policies import parse_policy
-from engine.units import PAGE
 
 GOLDEN = (math.sqrt(5) - 1) / 2
 
@@ -70,7 +69,7 @@ def measured_cells(runs: pd.DataFrame) -> pd.DataFrame:
         return runs[name] if name in runs else pd.Series(np.nan, index=runs.index)
 
     runs = runs.assign(pipeline=runs["pipeline"].astype(str),
-                       swap_out_bytes=col("guest_pswpout") * PAGE,
+                       swap_out_bytes=col("guest_pswpout") * col("page_bytes"),
                        oom=runs["termination"] == "memory", ok=runs["termination"] == "ok",
                        cg_window_peak_bytes=col("cg_window_peak_bytes"))
     cells = (runs.groupby(CELL_KEY)
@@ -198,7 +197,7 @@ def _read_campaign(tables_dir: str | os.PathLike, models_dir: str | os.PathLike)
     runs, tasks, networks = frames
     if runs.empty:
         raise EdgeprofError(f"{folder}/runs.parquet holds no runs to fit a model on")
-    old = sorted({"batch", "child_cpus"} - set(runs.columns))
+    old = sorted({"batch", "child_cpus", "page_bytes"} - set(runs.columns))
     if old:
         raise EdgeprofError(f"{folder}/runs.parquet has no {', '.join(old)} column: tables "
                             f"of an older edgeprof; rerun the tidy and aggregate stages")

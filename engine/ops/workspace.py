@@ -1,6 +1,6 @@
 """What each operator allocates besides its output, from the shapes alone: the model's
 memory replay (``engine.model.memory``) needs it, and it is a fact of the operators'
-code, so it lives beside them (``tests/test_ops.py`` checks every formula against what
+code, so it lives beside them (``tests/unit/test_ops.py`` checks every formula against what
 tracemalloc sees numpy allocate). Left out: numpy's iterator buffers, at most 8192
 elements per buffered operand of one ufunc or copy (32 KiB in float32).
 """

@@ -54,6 +54,8 @@ import os
 import resource
 import threading
 
+from engine.units import PAGE_SIZE
+
 _lock = threading.Lock()
 _open_windows: set[ProcessWindow] = set()
 _peak_so_far = 0
@@ -61,7 +63,6 @@ _fds: dict[str, int] = {}
 # (thread, RSS bytes, RUSAGE_SELF, RUSAGE_THREAD) of the last close that left no window
 # open and reset VmHWM after its read: where that thread's next window may start
 _boundary: tuple | None = None
-_PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def _fd(name: str, flags: int) -> int:
@@ -88,7 +89,7 @@ def _statm() -> tuple[int, int]:
     """(VmRSS, RssFile + RssShmem) in bytes from /proc/self/statm (the same counters as
     status, a quarter of the cost to read)."""
     fields = os.pread(_fd("statm", os.O_RDONLY), 256, 0).split(b" ", 3)
-    return int(fields[1]) * _PAGE, int(fields[2]) * _PAGE
+    return int(fields[1]) * PAGE_SIZE, int(fields[2]) * PAGE_SIZE
 
 
 def _statm_rss() -> int:
@@ -98,7 +99,7 @@ def _statm_rss() -> int:
 # getrusage reads the RSS counters (file, anon, shmem) without summing their per-CPU
 # parts, so its maxrss may lag VmHWM by each counter's batch on every CPU (seen: 88 KiB)
 _CPUS = os.cpu_count() or 1
-MAXRSS_SLACK = 3 * max(32, 2 * _CPUS) * _CPUS * _PAGE
+MAXRSS_SLACK = 3 * max(32, 2 * _CPUS) * _CPUS * PAGE_SIZE
 # Whether a window's end reads /proc/self/status (VmHWM, the RSS split into anon, file
 # and shmem, VmSwap) or only statm and getrusage (``configure``).
 _status = [True]
@@ -188,7 +189,7 @@ class BrkResidency:
         self._libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
         with open("/proc/self/stat", "rb") as f:
             self._start = start_brk(f.read())
-        self._page = os.sysconf("SC_PAGE_SIZE")
+        self._page = PAGE_SIZE
         self._vec = bytearray(0)
 
     def read(self) -> tuple[int, int] | None:

@@ -1,9 +1,9 @@
 """``meta.json``: the typed, versioned record of one run.
 
 ``RunMeta`` is written by ``RunMeta.write`` only (atomically) and read back by
-``RunMeta.read`` (the analysis reads runs through it). Each field's ``doc`` is what the
-README's "What a run writes" says about it: ``python -m engine.runner.meta`` prints that
-list, and a test checks that the README carries it. A quantity that was not measured is
+``RunMeta.read`` (the analysis reads runs through it). Each field's ``doc`` is what
+docs/engine.md's "What a run writes" says about it: ``python -m engine.runner.meta``
+prints that list, and a test checks that the page carries it. A quantity that was not measured is
 None, never 0. This module imports nothing else of the runner, so readers of run folders
 can use it without the supervisor's dependencies.
 """
@@ -20,6 +20,7 @@ from pathlib import Path
 
 from engine.errors import EdgeprofError
 from engine.files import atomic_path, parse_json
+from engine.units import PAGE_SIZE
 
 SCHEMA_VERSION = 4  # 2: started_at, host_load, cpu_affinity; 3: runtime; 4: table_digests
 FILE = "meta.json"
@@ -77,8 +78,9 @@ class RunMeta:
                                    "sampler) could run on; pinned: child alone on one")
     probes: dict = _f("which probes were on", {})
     sampler: dict | None = _f("the sampler's own statistics (rate achieved, cost)")
-    host: dict = _f("kernel, machine, CPUs, Python and transparent hugepage mode of the "
-                    "host", {})
+    host: dict = _f("kernel, machine, CPUs, Python, page size (bytes: the unit of its "
+                    "swap and fault counters) and transparent hugepage mode of the host",
+                    {})
     versions: dict = _f("edgeprof, numpy and protobuf versions", {})
     description_files: dict = _f("network -> the description file used", {})
     running_at_end: list[str] = _f("tasks still running when it ended (an OOM's victim)",
@@ -146,7 +148,7 @@ def host_facts() -> dict:
     """The machine a run's numbers come from."""
     return {"kernel": platform.release(), "machine": platform.machine(),
             "cpus": os.cpu_count(), "python": sys.version.split()[0],
-            "transparent_hugepage": transparent_hugepage()}
+            "page_size": PAGE_SIZE, "transparent_hugepage": transparent_hugepage()}
 
 
 def transparent_hugepage(path: str = THP_ENABLED) -> str | None:
@@ -179,7 +181,7 @@ def versions() -> dict[str, str]:
 
 
 def describe() -> str:
-    """The fields of meta.json as a Markdown list (the README's "What a run writes")."""
+    """The fields of meta.json as a Markdown list (docs/engine.md's "What a run writes")."""
     lines = []
     for f in fields(RunMeta):
         lines.append(f"- `{f.name}`: {f.metadata['doc']}")

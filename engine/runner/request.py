@@ -3,7 +3,7 @@
 A ``RunRequest`` is taken as it is by the host supervisor (``runner.supervise``) and by
 the vm backend, which hands it to the guest as JSON (``to_json``/``from_json``), as the
 supervisor hands the measured child its ``spec.json``. Adding a run option therefore
-means adding a field here and a flag in ``engine.cli``, nowhere else.
+means adding a field here and a flag in ``engine.commands.run``, nowhere else.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ and every blob no later layer reads.
 
 ``caffe`` allocates and frees as Caffe 1.0 does under EdgeCaffe, stage by stage, as
 measured against real Caffe (``engine/realcaffe/probe.cpp``, compared with this mode by
-the tests marked ``caffe``):
+``tests/integration/caffe/test_real_caffe.py``):
 
 - INIT (``new Net(prototxt, TEST)``): every parameter blob is allocated and filled (the
   deploy nets' default filler, constant 0, writes every page). Activations are not

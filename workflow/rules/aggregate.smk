@@ -12,7 +12,7 @@ rule tidy_run:
     output:
         tidy=directory(f"{RESULTS}/tidy/{{kind}}/{SET_PATTERN}"),
     params:
-        code=CODE_ANALYSIS,
+        code=CODE_TIDY,
     resources:
         mem_mb=2048,
         runtime=10,
@@ -21,10 +21,7 @@ rule tidy_run:
     conda:
         "../../envs/analysis.yaml"
     shell:
-        "python -c 'import os, sys; from engine.analysis.tables import tidy_run, write_tidy;"
-        " out, runs = sys.argv[1], sys.argv[2:];"
-        " [write_tidy(tidy_run(run), os.path.join(out, os.path.basename(run)))"
-        " for run in runs]' {output.tidy:q} {input.runs:q} 2> {log}"
+        "python -m engine tidy --out {output.tidy:q} {input.runs:q} 2> {log}"
 
 
 rule aggregate:

@@ -1,44 +1,47 @@
 # Config (validated against its JSON schema before any job runs), the paths and lists
 # every stage expands over, the jobs' environment, and the code fingerprints that decide
 # which jobs a code change reruns. Argument strings, job lists and resources come from
-# engine.workflow (pure functions of the config, unit-tested in tests/test_workflow_args.py);
+# engine.workflow (pure functions of the config, unit-tested in tests/unit/test_workflow_args.py);
 # nothing here probes the host, so building the DAG on a submit host is cheap.
-import inspect
 import os
 import re
 import sys
 from pathlib import Path
 
-from snakemake.common import overwrite_function_params
 from snakemake.utils import validate
 
 from engine.caffe.zoo import ZOO
 from engine.schedule.policies import parse_policy, policy_fingerprint
-from engine.workflow import (
+from engine.workflow.args import (
     batch_args,
-    check_config,
-    reconcile_in_vm,
-    reconcile_limit_args,
-    code_fingerprint,
-    holdout_config,
-    job_environ,
-    kind_runtime,
     limit_args,
-    needs_vm_guest,
-    pipeline_names,
     pipelines_args,
-    policy_ids,
-    run_mem_mb,
+    reconcile_limit_args,
     run_options,
-    run_priorities,
-    run_runtime_min,
-    run_sets,
-    run_step_mem_mb,
-    slurm_step_prefix,
-    unprobed_runs,
-    vm_pipeline_names,
     vm_pipelines_args,
 )
+from engine.workflow.checks import check_config
+from engine.workflow.environ import job_environ
+from engine.workflow.fingerprint import code_fingerprint
+from engine.workflow.plan import (
+    holdout_config,
+    kind_runtime,
+    needs_vm_guest,
+    pipeline_names,
+    policy_ids,
+    reconcile_in_vm,
+    run_priorities,
+    run_sets,
+    unprobed_runs,
+    vm_pipeline_names,
+)
+from engine.workflow.resources import (
+    run_mem_mb,
+    run_runtime_min,
+    run_step_mem_mb,
+    slurm_step_prefix,
+)
+from engine.workflow.snakemake_api import declare_signatures
 
 
 configfile: "config/config.yaml"
@@ -89,7 +92,7 @@ PIPELINES = pipeline_names(config["pipelines"]["count"])
 # With vm.enabled the limited runs go to the VM on the vm block's smaller pipelines (vNNN)
 # and limits, beside their unconstrained baseline in the same guest (and, with
 # vm.native_baseline, natively unconstrained: kind "native"); the main pipelines run
-# unconstrained, natively (engine.workflow.run_sets).
+# unconstrained, natively (engine.workflow.plan.run_sets).
 VM_PIPELINES = vm_pipeline_names(config)
 # The model's held-out pipelines (model.holdout): drawn with a seed of their own, run as
 # the main (hpNNN) and vm (hvNNN) pipelines are, aggregated apart, never fitted on.
@@ -128,7 +131,7 @@ UNPROBED_TIDY_DIRS = [f"{RESULTS}/tidy/{kind}/{pipeline}/{policy}/{limit}"
                       for (kind, pipeline, policy, limit) in RUN_SET_REPS
                       if kind == "unprobed"]
 # Snakemake priorities that start the runs interleaved across policies, block by block
-# (engine.workflow.run_order); the order they really ran in is in the runs table.
+# (engine.workflow.plan.run_order); the order they really ran in is in the runs table.
 RUN_PRIORITY = run_priorities(config)
 REC_ID = REC["policy"].replace(":", "_")
 REC_DIR = f"{RESULTS}/reconcile/{REC['pipeline']}/{REC_ID}/{REC['limit']}"
@@ -209,7 +212,7 @@ RUN_RUNTIME = run_runtime_min(RUN)
 # What depends only on a run's limit, computed once per workflow rather than once per job
 # (planning the paper sweep repeats every per-job call 40,000 times): its flags, the memory
 # its job asks for and what goes before its `python -m engine run` (under inherit, a
-# SLURM job step of its own: engine.workflow.slurm_step_prefix).
+# SLURM job step of its own: engine.workflow.resources.slurm_step_prefix).
 _LIMITS = sorted({(rs.in_vm, limit) for rs in RUN_SETS for limit in rs.limits}
                  | {(reconcile_in_vm(config), str(REC["limit"]))})
 LIMIT_ARGS = {key: limit_args(config, key[1], key[0]) for key in _LIMITS}
@@ -224,7 +227,7 @@ VM_SET = set(VM_PIPELINES) | set(HOLDOUT_VM_PIPELINES)
 
 # Code fingerprints (params, so a change reruns exactly the jobs that run that code): each
 # job kind hashes the engine modules it really imports, less the policies' graph builders
-# (engine.workflow.code_fingerprint); run jobs add their own policy's, so editing one
+# (engine.workflow.fingerprint.code_fingerprint); run jobs add their own policy's, so editing one
 # policy reruns only that policy's runs, and any other shared line reruns them all.
 _ROOT = Path(workflow.basedir)
 CODE_MODELS = code_fingerprint("models", _ROOT)
@@ -232,6 +235,7 @@ CODE_SPLIT = code_fingerprint("split", _ROOT)
 CODE_PIPELINES = code_fingerprint("pipelines", _ROOT)
 CODE_RUN_SHARED = code_fingerprint("run", _ROOT)
 CODE_ANALYSIS = code_fingerprint("tables", _ROOT)
+CODE_TIDY = code_fingerprint("tidy", _ROOT)
 CODE_PLOTS = code_fingerprint("plots", _ROOT)
 CODE_MODEL = code_fingerprint("model", _ROOT)
 CODE_MODEL_PLOTS = code_fingerprint("model_plots", _ROOT)
@@ -305,7 +309,7 @@ def reconcile_vm_guest(wildcards):
 def vm_env(wildcards, input):
     """What goes before `python -m engine run`: for a run that goes to the VM, the guest
     this workflow built; under `inherit`, a SLURM job step of its own of exactly the run's
-    limit (engine.workflow.slurm_step_prefix; outside a SLURM job the run starts as it
+    limit (engine.workflow.resources.slurm_step_prefix; outside a SLURM job the run starts as it
     is). It reads `input`, so Snakemake counts it as derived from the input files and
     never compares it to decide a rerun: it holds no setting the results depend on."""
     if input.vm_guest:
@@ -383,9 +387,12 @@ def vm_recipe(wildcards):
 
 
 # Snakemake inspects the signature of an input, params or resources function every time
-# it calls one (inspect.signature, ~70 us; 12 per run job): tell it once per workflow.
-for _function in (output_dir, split_dir, model_files, run_vm_guest, reconcile_vm_guest,
-                  vm_env, run_policy, run_limit_args, run_runtime, run_seed, run_code, run_mem,
-                  run_priority, vm_recipe, caption_facts, set_runs, tables_dir,
-                  model_caption_facts, model_figure_tables, model_splits):
-    overwrite_function_params(_function, inspect.signature(_function).parameters)
+# it calls one (twice per call; 12 calls per run job): fix each function's parameters
+# once per workflow (engine.workflow.snakemake_api: public where Snakemake is not one it
+# was checked on).
+declare_signatures(
+    (output_dir, split_dir, model_files, run_vm_guest, reconcile_vm_guest, vm_env,
+     run_policy, run_limit_args, run_runtime, run_seed, run_code, run_mem, run_priority,
+     vm_recipe, caption_facts, set_runs, tables_dir, model_caption_facts,
+     model_figure_tables, model_splits)
+)

@@ -1,7 +1,7 @@
 # Stage 4: one job per pipeline x policy x memory limit x repetition, each writing a run
 # folder (in a qemu guest for the runs that go to the vm backend: engine.workflow), plus
 # the probe-overhead twins (kind "unprobed": the same run with --no-probes). Priorities
-# start them interleaved across policies (engine.workflow.run_order). An OOM-killed or
+# start them interleaved across policies (engine.workflow.plan.run_order). An OOM-killed or
 # timed-out run is a result (exit 0, termination recorded); a crash fails the job with
 # the engine's message, and a rerun continues from there.
 

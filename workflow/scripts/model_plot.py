@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from engine.analysis.plots import save_figure
+from engine.analysis.figures.common import save_figure
 from engine.model.figures import FIGURES
 
 sys.stderr = open(snakemake.log[0], "w")  # matplotlib/pandas warnings go to the rule's log

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from engine.analysis.plots import make_figure, save_figure
+from engine.analysis.figures.common import save_figure
+from engine.analysis.plots import make_figure
 
 sys.stderr = open(snakemake.log[0], "w")  # matplotlib/pandas warnings go to the rule's log
 tables = {Path(path).stem: pd.read_parquet(path) for path in snakemake.input}

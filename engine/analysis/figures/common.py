@@ -1,0 +1,304 @@
+"""What the campaign's figures share: panels per limit and mode, policy colours and
+order, bars with their CIs, failed-run marks, legends, instrument notes, saving."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.colors import ListedColormap
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+
+from engine.files import atomic_path
+from engine.schedule.policies import FAMILIES, PolicyError, parse_policy
+from engine.units import MIB, parse_size
+
+SHORT_END = {"memory": "OOM", "timeout": "timeout", "error": "error"}
+FAILED_HATCH = "////"
+PANEL_W, PANEL_H = 3.4, 2.6  # inches per panel
+
+Tables = dict[str, pd.DataFrame]
+
+
+def policy_key(name: str) -> tuple[int, int, str]:
+    try:
+        policy = parse_policy(name)
+    except PolicyError:  # a policy this engine version does not know: last
+        return (len(FAMILIES), 0, name)
+    return (FAMILIES.index(policy.family), policy.workers, name)
+
+
+def campaign_policies(tables: Tables, context: dict) -> list[str]:
+    """Every policy of the campaign in a fixed order (bulk, linear, partial:1, ...), so
+    that each policy keeps its colour in every figure."""
+    names = {parse_policy(p).name for p in context.get("run", {}).get("policies", [])}
+    runs = tables.get("runs", pd.DataFrame())
+    if "policy" in runs:
+        names |= set(runs["policy"].dropna())
+    return sorted(names, key=policy_key)
+
+
+def colors_for(keys: list, style: dict) -> dict:
+    cmap = matplotlib.colormaps[style.get("palette", "tab10")]
+    if isinstance(cmap, ListedColormap) and cmap.N <= 20:  # qualitative: cycle its colours
+        return {k: cmap(i % cmap.N) for i, k in enumerate(keys)}
+    return {k: cmap(i / max(len(keys) - 1, 1)) for i, k in enumerate(keys)}
+
+
+def limit_order(limit: str) -> float:
+    return np.inf if limit == "none" else parse_size(limit)
+
+
+def with_panel(df: pd.DataFrame) -> pd.DataFrame:
+    """Adds ``panel``: the limit as a label, marked when the limit was not enforced or the
+    run was emulated, so such runs are never averaged with the others."""
+    label = df["limit"].where(df["limit"] != "none", "unconstrained")
+    enforced = df["limit_enforced"].astype(bool) | (df["limit"] == "none")
+    label = label.where(enforced, label + " (not enforced)")
+    sandbox = df["sandbox"] if "sandbox" in df else pd.Series("vm", index=df.index)
+    label = label.where(~df["emulated"].astype(bool),
+                        label + ", emulated (" + sandbox.astype(str) + ")")
+    if "runtime" in df:
+        label = label.where(df["runtime"] == "lean", label + ", " + df["runtime"] + " runtime")
+    return df.assign(panel=label)
+
+
+def panel_names(df: pd.DataFrame) -> list[str]:
+    """Panels from the loosest limit to the tightest; native before emulated."""
+    keys = df[["panel", "limit", "limit_enforced", "emulated"]].drop_duplicates("panel")
+    order = sorted(keys.itertuples(), key=lambda k: (-limit_order(k.limit),
+                                                     not k.limit_enforced, k.emulated))
+    return [k.panel for k in order]
+
+
+def grid(n_rows: int, n_cols: int, sharey: str | bool = "row",
+          sharex: bool = False) -> tuple[Figure, np.ndarray]:
+    fig = Figure(figsize=(min(PANEL_W * n_cols + 1.2, 16), PANEL_H * n_rows + 0.9),
+                 layout="constrained")
+    axes = fig.subplots(n_rows, n_cols, squeeze=False, sharey=sharey, sharex=sharex)
+    return fig, axes
+
+
+def no_data(title: str, why: str) -> Figure:
+    fig = Figure(figsize=(6, 2.5), layout="constrained")
+    ax = fig.add_subplot()
+    ax.set_axis_off()
+    ax.set_title(title)
+    ax.text(0.5, 0.5, f"no data: {why}", ha="center", va="center", wrap=True,
+            transform=ax.transAxes)
+    return fig
+
+
+def mark_failed(ax: Axes, x: float, width: float, label: str, color) -> None:
+    """A hatched, empty bar over the lower part of the panel: the run(s) did not finish."""
+    ax.axvspan(x - width / 2, x + width / 2, ymax=0.35, facecolor="none", edgecolor=color,
+               hatch=FAILED_HATCH, linewidth=0.8)
+    ax.text(x, 0.37, label, transform=ax.get_xaxis_transform(), rotation=90, ha="center",
+            va="bottom", fontsize="x-small", color="0.25")
+
+
+def failed_legend() -> Patch:
+    return Patch(facecolor="none", edgecolor="0.3", hatch=FAILED_HATCH,
+                 label="did not finish (OOM / timeout / error)")
+
+
+def short_end(termination: str) -> str:
+    return SHORT_END.get(termination, termination)
+
+
+def add_legend(fig: Figure, handles: list, ncols: int | None = None,
+            loc: str = "outside upper center") -> None:
+    fig.legend(handles=handles, loc=loc, fontsize="small", frameon=False,
+               ncols=ncols or min(len(handles), 6))
+
+
+def policy_handles(policies: list[str], colors: dict) -> list:
+    return [Patch(color=colors[p], label=p) for p in policies]
+
+
+def bin_order(runs: pd.DataFrame) -> list[str]:
+    """Size bins from the smallest pipelines to the largest."""
+    return list(runs.groupby("size_bin")["param_bytes"].median().sort_values().index)
+
+
+@dataclass
+class Cell:
+    """One bar: a median with its 95 % CI, how many runs did not finish (and how), and
+    whether a ratio's CI excludes 1 (None: not a ratio; ``few``: too few values for a
+    claim either way)."""
+
+    median: float = np.nan
+    lo: float = np.nan
+    hi: float = np.nan
+    n_failed: int = 0
+    failed: str = ""
+    significant: bool | None = None
+    few: bool = False
+
+
+NOT_SIGNIFICANT_ALPHA = 0.35
+
+
+def grouped_bars(ax: Axes, groups: list[str], policies: list[str], colors: dict,
+                  value: Callable[[str, str], Cell | None], width_scale: float = 1.0,
+                  alpha: float = 1.0) -> None:
+    """Bars of ``policies`` side by side in each group at the median, with the 95 % CI as
+    an error bar. A ratio whose CI contains 1 is drawn pale and marked "n.s."; a cell
+    whose runs all failed is a hatched slot named after their end."""
+    width = 0.8 / max(len(policies), 1)
+    for i, policy in enumerate(policies):
+        for g, group in enumerate(groups):
+            cell = value(group, policy)
+            if cell is None:
+                continue
+            x = g - 0.4 + width * (i + 0.5)
+            if np.isnan(cell.median):
+                if cell.n_failed:
+                    mark_failed(ax, x, width, cell.failed, colors[policy])
+                continue
+            faded = cell.significant is False
+            ax.bar(x, cell.median, width * width_scale, color=colors[policy],
+                   alpha=alpha * (NOT_SIGNIFICANT_ALPHA if faded else 1.0),
+                   edgecolor=colors[policy] if faded else "none")
+            if np.isfinite(cell.lo) and np.isfinite(cell.hi):
+                ax.errorbar(x, cell.median, yerr=[[cell.median - cell.lo],
+                                                  [cell.hi - cell.median]],
+                            color="0.15", linewidth=0.7, capsize=1.5)
+            notes = (["n.s."] if faded else []) + (["n<6"] if cell.few else []) + (
+                [f"{cell.n_failed}× {cell.failed}"] if cell.n_failed else [])
+            if notes:
+                top = cell.hi if np.isfinite(cell.hi) else cell.median
+                ax.annotate(" ".join(notes), (x, top), rotation=90, ha="center",
+                            va="bottom", fontsize="x-small", xytext=(0, 2),
+                            textcoords="offset points")
+    ax.set_xticks(range(len(groups)), groups)
+    ax.set_xlim(-0.5, len(groups) - 0.5)
+
+
+def summary_cells(df: pd.DataFrame, metric: str, scale: float = 1.0,
+                   significance: str | None = None) -> Callable[[str, str], Cell | None]:
+    """A ``value`` function over the size-bin rows of a summary table: ``metric``'s
+    median and CI (divided by ``scale``), the runs that did not finish, and the cell's
+    significance column if given."""
+    rows = {(r["size_bin"], r["policy"]): r for r in df.to_dict("records")}
+
+    def value(group: str, policy: str) -> Cell | None:
+        r = rows.get((group, policy))
+        if r is None:
+            return None
+        sig = r.get(significance) if significance else None
+        if metric in ("speedup", "slowdown"):  # missing when either run did not finish
+            prefix = "" if metric == "speedup" else "slowdown_"
+            n_failed = int(r.get(f"{prefix}pairs_missing") or 0)
+            why = why_short(r.get(f"{prefix}missing_why"))
+            if why == "no bulk" and np.isnan(r[f"{metric}_median"]):
+                return None  # a run set without Bulk (vm.policies): nothing to compare
+        else:
+            n_failed, why = int(r.get("runs_not_ok") or 0), short_end(r.get("ended") or "")
+        return Cell(r[f"{metric}_median"] / scale, r[f"{metric}_ci_low"] / scale,
+                    r[f"{metric}_ci_high"] / scale, n_failed, why,
+                    {"higher": True, "lower": True, "no difference": False}.get(sig),
+                    sig == "too few runs")
+
+    return value
+
+
+def why_short(reason: str | None) -> str:
+    """speedup_table's reason ("bulk ended 'memory'", "linear ended 'timeout'") as a
+    label: "bulk OOM", "timeout"."""
+    if not reason or not isinstance(reason, str):
+        return ""
+    if reason == "no bulk run":
+        return "no bulk"
+    if reason.startswith("no ") or " ended " not in reason:
+        return reason
+    who, _, end = reason.partition(" ended ")
+    end = short_end(end.strip("'"))
+    return f"bulk {end}" if who == "bulk" else end
+
+
+def bin_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """The size-bin level of a summary table, with its panel."""
+    if df.empty or "level" not in df:
+        return df
+    return with_panel(df[df["level"] == "size_bin"])
+
+
+def summary_bin_order(df: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
+    order = bin_order(runs) if not runs.empty else []
+    return [b for b in order if b in set(df["size_bin"])] or sorted(set(df["size_bin"]))
+
+
+def ci_handles() -> list:
+    return [Line2D([], [], color="0.15", marker="_", markersize=6, linewidth=0.7,
+                   label="95 % CI"),
+            Patch(facecolor="0.5", alpha=NOT_SIGNIFICANT_ALPHA, edgecolor="0.5",
+                  label="n.s.: CI contains 1 (no difference)"),
+            Line2D([], [], linestyle="none", label="n<6: too few pairs for a claim")]
+
+
+def instrument_note(ax: Axes, text: str) -> None:
+    ax.text(0.5, 0.97, text, transform=ax.transAxes, ha="center", va="top",
+            fontsize="x-small", color="0.35")
+
+
+def is_measured(df: pd.DataFrame, col: str) -> bool:
+    return col in df and df[col].notna().any()
+
+
+def instrument_lines(ax: Axes, df: pd.DataFrame, series: list[tuple[str, str]],
+                      colors: dict) -> list:
+    """One step line per measured instrument; legend entries name the others as not
+    measured."""
+    handles = []
+    x = np.arange(len(df))
+    for col, label in series:
+        if is_measured(df, col):
+            (line,) = ax.step(x, df[col] / MIB, where="mid", color=colors[col], label=label,
+                              linewidth=1)
+            handles.append(line)
+        else:
+            handles.append(Line2D([], [], color="0.75", linestyle=":",
+                                  label=f"{label}: not measured"))
+    return handles
+
+
+def network_boundaries(ax: Axes, df: pd.DataFrame) -> None:
+    """A vertical line where each network instance's windows begin, named at the top."""
+    starts = df.reset_index(drop=True).groupby("instance", sort=False).head(1)
+    for i, row in starts.iterrows():
+        ax.axvline(i - 0.5, color="0.6", linewidth=0.6)
+        ax.text(i, 1.0, f" {row['network']}", transform=ax.get_xaxis_transform(),
+                fontsize="x-small", va="bottom", rotation=0, clip_on=False)
+
+
+def run_hwm_line(ax: Axes, rec: pd.DataFrame) -> Line2D:
+    """The run's max RSS as a dashed line, or a legend entry saying it was not measured."""
+    label = "max RSS, whole run (GNU time + VmHWM windows)"
+    if is_measured(rec, "hwm_rss_bytes"):
+        return ax.axhline(rec["hwm_rss_bytes"].iloc[0] / MIB, color="black", linestyle="--",
+                          linewidth=1, label=label)
+    return Line2D([], [], color="0.75", linestyle="--", label=f"{label}: not measured")
+
+
+def limit_text(row: pd.Series) -> str:
+    limit = row.get("limit_bytes")
+    if limit is None or pd.isna(limit):
+        return "none"
+    text = f"{int(limit) // MIB} MiB"
+    return text if row.get("limit_enforced") else text + " (not enforced)"
+
+
+def save_figure(fig: Figure, png: str | os.PathLike, pdf: str | os.PathLike,
+                dpi: int) -> None:
+    """The figure as PNG and PDF, each through a temporary file and a rename."""
+    for path, fmt in ((png, "png"), (pdf, "pdf")):
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format=fmt, dpi=dpi)

@@ -1,0 +1,81 @@
+"""Figure (a), ``speedup``: inference time and the paired speed-up over Bulk."""
+
+from __future__ import annotations
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from engine.analysis.figures.common import (
+    Tables,
+    add_legend,
+    bin_rows,
+    campaign_policies,
+    ci_handles,
+    colors_for,
+    failed_legend,
+    grid,
+    grouped_bars,
+    instrument_note,
+    no_data,
+    panel_names,
+    policy_handles,
+    summary_bin_order,
+    summary_cells,
+)
+
+
+def draw(tables: Tables, style: dict, context: dict) -> Figure:
+    """(a) Median inference time and the paired speed-up over Bulk per pipeline-size bin
+    with 95 % CIs, one column of panels per memory limit and execution mode."""
+    summary = bin_rows(tables.get("summary", pd.DataFrame()))
+    ratios = bin_rows(tables.get("speedup_summary", pd.DataFrame()))
+    runs = tables.get("runs", pd.DataFrame())
+    if summary.empty:
+        return no_data("Inference time and speed-up", "no runs")
+    # Without Bulk runs there is nothing to take a speed-up over: times only.
+    with_speedup = bool((summary["policy"] == "bulk").any()) and not ratios.empty
+    policies = campaign_policies(tables, context)
+    colors = colors_for(policies, style)
+    bins = summary_bin_order(summary, runs)
+    panels = panel_names(summary)
+    # a third row where some panel is limited: the slowdown against the same policy
+    # unconstrained, in the same repetition and execution mode
+    with_slowdown = with_speedup and bool((ratios["limit"] != "none").any())
+    # native and emulated times differ 15-60x: every panel gets its own y axis
+    fig, axes = grid(1 + with_speedup + with_slowdown, len(panels), sharey=False)
+    for c, panel in enumerate(panels):
+        # Every panel keeps a slot per policy, so a policy sits at the same place in each;
+        # it shows the size bins its runs fall in.
+        panel_bins = [b for b in bins if b in set(summary.loc[summary["panel"] == panel,
+                                                              "size_bin"])]
+        grouped_bars(axes[0, c], panel_bins, policies, colors,
+                      summary_cells(summary[summary["panel"] == panel], "makespan_s"))
+        axes[0, c].set_title(panel)
+        axes[-1, c].set_xlabel("pipeline size (total weights)")
+        if with_speedup:
+            # Bulk over itself is 1 by definition: its slot stays empty
+            cells = summary_cells(ratios[ratios["panel"] == panel], "speedup",
+                                   significance="speedup_significance")
+            grouped_bars(axes[1, c], panel_bins, policies, colors,
+                          lambda group, policy, cells=cells: None if policy == "bulk"
+                          else cells(group, policy))
+            axes[1, c].axhline(1.0, color="0.3", linewidth=0.8, linestyle="--")
+        if with_slowdown:
+            limited = ratios[(ratios["panel"] == panel) & (ratios["limit"] != "none")]
+            if limited.empty:
+                instrument_note(axes[2, c], "the unconstrained baseline")
+            else:
+                grouped_bars(axes[2, c], panel_bins, policies, colors,
+                              summary_cells(limited, "slowdown",
+                                             significance="slowdown_significance"))
+            axes[2, c].axhline(1.0, color="0.3", linewidth=0.8, linestyle="--")
+    axes[0, 0].set_ylabel("median inference time (s)")
+    if with_speedup:
+        axes[1, 0].set_ylabel("speed-up over Bulk (×)")
+    if with_slowdown:
+        axes[2, 0].set_ylabel("slowdown vs unconstrained (×)")
+    else:
+        fig.suptitle("no speed-up panel: the config runs no Bulk policy to compare with",
+                     fontsize="small", color="0.35")
+    add_legend(fig, policy_handles(policies, colors) + ci_handles() + [failed_legend()])
+    return fig

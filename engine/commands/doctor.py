@@ -1,0 +1,29 @@
+"""``python -m engine doctor``: is this machine quiet enough to measure?"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("doctor", help="is this machine quiet enough to measure? (load, CPU "
+                       "frequency, hugepages, swap; with --tables, a finished campaign's "
+                       "noise floor and load)")
+    p.add_argument("--tables", help="a campaign's aggregate tables (results/tables)")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    from engine.analysis.noise import host_checks, table_warnings
+
+    worst = 0
+    for what, fine, meaning in host_checks():
+        print(f"{'ok  ' if fine else 'WARN'} {what}" + ("" if fine else f": {meaning}"))
+        worst = worst or (0 if fine else 1)
+    if args.tables:
+        for warning in table_warnings(args.tables):
+            print(f"WARN {warning}")
+            worst = 1
+    print("quiet enough to measure" if not worst else
+          "not quiet: timing results would say more about this machine than the policies")
+    return worst

@@ -1,0 +1,36 @@
+"""``python -m engine fit-model``: fit the slowdown model on the aggregate tables."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from engine.commands.options import add_tables_options, output_file
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("fit-model", help="fit the slowdown model on the aggregate tables")
+    add_tables_options(p)
+    p.add_argument("--out", default="results/model/model.json", help="model file to write")
+    p.add_argument("--policies", nargs="+", help="what advise ranks by default (default: "
+                   "the policies of the runs)")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> None:
+    from engine.model.train import fit_model_files
+    from engine.schedule.policies import parse_policy
+
+    for policy in args.policies or ():
+        parse_policy(policy)  # before the fit, not after it
+    output_file(args.out, "--out")
+
+    t0 = time.perf_counter()
+    model = fit_model_files(args.tables, args.models, args.out, args.policies)
+    for name, mode in model.modes.items():
+        print(f"{name}: {mode.runs} runs of {len(mode.pipelines)} pipelines; baseline "
+              f"{mode.baseline_bytes / 2**20:.1f} MiB, parallel CPUs {mode.parallel_cpus:.2f} "
+              f"of {mode.cpus:g}, swap cost "
+              f"{'fitted' if mode.swap else 'none (no limited runs)'}", file=sys.stderr)
+    print(f"-> {args.out} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)

@@ -1,0 +1,46 @@
+"""``python -m engine forward``: load and run one split network on its own."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from engine.commands.options import add_runtime_option, output_file
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("forward", help="load and run one split network on its own")
+    p.add_argument("description", help="<stem>.description.json written by split")
+    p.add_argument("--bulk", action="store_true", help="load the whole caffemodel at once")
+    p.add_argument("--batch", type=int, help="override the deploy batch size")
+    p.add_argument("--seed", type=int, default=0, help="input image seed")
+    add_runtime_option(p)
+    p.add_argument("--out", help="write the output blobs to this .npz")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> None:
+    import numpy as np
+
+    from engine.caffe.splitter import Description
+    from engine.network import run_standalone
+
+    if args.out is not None:
+        output_file(args.out, "--out")  # before the forward pass, not after it
+    desc = Description.load_checked(args.description)
+    t0 = time.perf_counter()
+    outputs = run_standalone(desc, seed=args.seed, batch=args.batch, bulk=args.bulk,
+                             runtime_name=args.runtime)
+    elapsed = time.perf_counter() - t0
+    for name, value in outputs.items():
+        flat = value.reshape(value.shape[0], -1)[0]
+        top = np.argsort(flat)[::-1][:5]
+        print(f"{name} {tuple(value.shape)}: top-5 of image 0 "
+              + ", ".join(f"{i}={flat[i]:.4f}" for i in top))
+    print(f"load+forward took {elapsed:.3f} s", file=sys.stderr)
+    if args.out:
+        from engine.files import atomic_path
+
+        with atomic_path(args.out) as tmp, open(tmp, "wb") as f:
+            np.savez(f, **outputs)

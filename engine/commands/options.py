@@ -1,0 +1,93 @@
+"""What several verbs check the same way: numbers in range, sizes, output paths, the
+runtime option. Each error is an EdgeprofError naming the option (exit 2)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+from engine.errors import EdgeprofError
+from engine.runtime import DEFAULT_RUNTIME, RUNTIMES
+
+
+def positive(value: float | None, flag: str, allow_zero: bool = False,
+             most: float = float("inf")) -> None:
+    """A number option within its range (NaN and infinity never are)."""
+    if value is None:
+        return
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        raise EdgeprofError(f"{flag} {value}: must be a number {'>= 0' if allow_zero else '> 0'}")
+    if value > most:
+        raise EdgeprofError(f"{flag} {value}: must be at most {most:g}")
+
+
+def size(text: str, flag: str) -> int:
+    """A size option, its errors naming the option."""
+    from engine.units import parse_size
+
+    try:
+        return parse_size(text)
+    except EdgeprofError as exc:
+        raise EdgeprofError(f"{flag}: {exc}") from None
+
+
+def swap(text: str | None) -> int | None:
+    """--swap: a size, 0 (in any unit), or max / not given (None: unlimited)."""
+    import re
+
+    if text in (None, "max"):
+        return None
+    if re.fullmatch(r"\s*0+(\.0*)?\s*([KMGT]?(i?B)?)?\s*", text, re.IGNORECASE):
+        return 0
+    return size(text, "--swap")
+
+
+def output_file(path: str, option: str) -> Path:
+    """An output file checked before the work (engine.files.check_output_file)."""
+    from engine.files import check_output_file
+
+    try:
+        return check_output_file(path, option)
+    except ValueError as exc:
+        raise EdgeprofError(str(exc)) from None
+
+
+def output_dir(path: str, option: str) -> Path:
+    """An output folder, checked before the work: not empty, not a file."""
+    from engine.files import file_kind
+
+    if not path.strip():
+        raise EdgeprofError(f"{option} is empty; name the folder to write into")
+    kind = file_kind(path)
+    if kind not in ("missing", "a folder"):
+        raise EdgeprofError(f"{option} {path} is {kind}; name a folder")
+    return Path(path)
+
+
+def add_runtime_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--runtime", choices=RUNTIMES, default=DEFAULT_RUNTIME,
+                   help="what each stage allocates and frees: lean (the engine's own: "
+                        "weights from their LOAD to their EXEC) or caffe (as Caffe 1.0 "
+                        "under EdgeCaffe: every parameter at INIT, a parsed message per "
+                        "LOAD, activations kept to the network's end); default lean")
+
+
+def add_tables_options(p: argparse.ArgumentParser) -> None:
+    """--tables and --models of the model's verbs: one campaign or several."""
+    p.add_argument("--tables", nargs="+", default=["results/tables"],
+                   help="folder(s) of runs/tasks/networks.parquet, one per campaign "
+                   "(default results/tables)")
+    p.add_argument("--models", nargs="+", default=["results/split"],
+                   help="folder(s) of the networks' *.description.json: one, or one per "
+                   "--tables folder (default results/split)")
+
+
+def add_model_tables_parser(sub: argparse._SubParsersAction, name: str, what: str,
+                            writes: str) -> argparse.ArgumentParser:
+    """A verb that reads a campaign's tables and a model file and writes tables."""
+    p = sub.add_parser(name, help=what)
+    add_tables_options(p)
+    p.add_argument("--model", default="results/model/model.json")
+    p.add_argument("--out", default="results/model", help=f"folder for {writes}")
+    return p

@@ -1,0 +1,64 @@
+"""``python -m engine pipelines``: generate seeded multi-network pipelines."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from engine.commands.options import positive
+from engine.errors import EdgeprofError
+
+# Far above any sweep this project runs, low enough that a typo (1e12) is refused at once,
+# not after an hour (documented in --help)
+MAX_PIPELINES = 100_000
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("pipelines", help="generate seeded multi-network pipelines")
+    p.add_argument("--models", required=True, help="folder of *.description.json (split stage)")
+    p.add_argument("--out", required=True, help="folder for <prefix>NNN.json pipeline files")
+    p.add_argument("--count", type=int, default=5,
+                   help=f"pipelines to write, 1 to {MAX_PIPELINES:,} (default 5)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--length", type=int, nargs=2, default=[2, 5], metavar=("MIN", "MAX"),
+                   help="networks per pipeline (default 2 5)")
+    p.add_argument("--arrival", choices=["batch", "poisson", "normal"], default="batch")
+    p.add_argument("--rate", type=float, default=1.0, help="poisson: networks per second")
+    p.add_argument("--mean", type=float, default=1.0, help="normal: mean gap in seconds")
+    p.add_argument("--sd", type=float, default=0.5, help="normal: gap sd in seconds")
+    bins = p.add_mutually_exclusive_group()
+    bins.add_argument("--bins", type=float, nargs="*", default=[100, 300],
+                      help="upper edges (MiB) of the pipeline-size bins (default 100 300)")
+    bins.add_argument("--bins-mb", type=float, nargs="+",
+                      help="the same in decimal MB (10**6 bytes), e.g. 400 800 1200")
+    p.add_argument("--networks", nargs="*", help="draw from these (default: all split models)")
+    p.add_argument("--prefix", default="p", help="pipeline names: <prefix>NNN (default p)")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> None:
+    from engine.caffe.splitter import Description, description_index
+    from engine.schedule import pipelines
+
+    models = description_index(args.models)
+    names = args.networks or sorted(models)
+    unknown = sorted(set(names) - set(models))
+    if unknown:
+        raise EdgeprofError(f"no split model for {', '.join(unknown)} in {args.models} "
+                            f"(available: {', '.join(sorted(models)) or 'none'})")
+    sizes = {n: Description.load(models[n]).param_bytes for n in names}
+    arrival = {"mode": args.arrival}
+    if args.arrival == "poisson":
+        arrival["rate"] = args.rate
+    elif args.arrival == "normal":
+        arrival.update(mean=args.mean, sd=args.sd)
+    positive(args.count, "--count", most=MAX_PIPELINES)
+    made = pipelines.generate_pipelines(args.seed, args.count, sizes, tuple(args.length),
+                                        arrival, args.bins_mb or args.bins, prefix=args.prefix,
+                                        bin_unit="MB" if args.bins_mb else "MiB")
+    out = Path(args.out)
+    for p in made:
+        pipelines.save_pipeline(p, out / f"{p.name}.json")
+        print(f"{p.name}: {len(p.networks())} networks, {p.param_bytes / 2**20:.0f} MiB "
+              f"({p.size_bin}), {args.arrival}", file=sys.stderr)

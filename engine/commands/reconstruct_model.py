@@ -1,0 +1,34 @@
+"""``python -m engine reconstruct-model``: native-speed times under each limit from native
+task times and the sandbox's page traffic, its validation in the sandbox, the swap-cost
+axis."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from engine.commands.options import add_model_tables_parser
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = add_model_tables_parser(sub, "reconstruct-model", "native-speed times under each "
+                                "limit from native task times and the sandbox's page "
+                                "traffic; its validation in the sandbox; the swap-cost axis",
+                                "the reconstruction and swap_cost_* tables")
+    p.add_argument("--resamples", type=int, default=200, help="bootstrap resamples of "
+                   "each CI (default 200)")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> None:
+    from engine.model.reconstruct import reconstruct_files
+
+    t0 = time.perf_counter()
+    tables = reconstruct_files(args.tables, args.models, args.model, args.out,
+                               args.resamples)
+    for row in tables["reconstruction_scores"].itertuples():
+        print(f"{row.sandbox}/{row.runtime} {row.scope}: {row.metric} {row.value:.1f} "
+              f"[{row.ci_low:.1f}, {row.ci_high:.1f}] over {row.n} values of "
+              f"{row.pipelines} pipelines", file=sys.stderr)
+    print(f"-> {args.out} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)

@@ -1,0 +1,147 @@
+"""``python -m engine run``: run one pipeline under one policy; writes a run folder."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import TYPE_CHECKING
+
+from engine.commands.options import add_runtime_option, positive, size, swap
+from engine.errors import EdgeprofError
+from engine.limits import BACKENDS
+from engine.units import format_size
+
+if TYPE_CHECKING:
+    from engine.runner.request import RunRequest
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="run one pipeline under one policy; writes a run folder")
+    p.add_argument("--pipeline", required=True, help="pipeline .json file")
+    p.add_argument("--policy", required=True,
+                   help="bulk, linear, partial[:k], deepeye, deepeye-frugal, execprio[:k], "
+                        "execprio-inter[:k], masa[:k]")
+    p.add_argument("--models", required=True, help="folder of *.description.json")
+    p.add_argument("--out", required=True, help="run folder to write")
+    p.add_argument("--limit", help="RAM limit, e.g. 512M (default: none)")
+    p.add_argument("--swap", help="swap allowed on top of the limit: a size, 0, or max "
+                   "(default: max, as EdgeCaffe's memsw of several GB)")
+    p.add_argument("--backend", default="auto", choices=BACKENDS,
+                   help="how the limit is enforced (vm: in a qemu guest with its own cgroup v2 "
+                        "and swap; auto: first that works, the vm when a limit is asked for "
+                        "and nothing else can enforce it; a run whose "
+                        "limit is not enforced is marked limit_enforced=false)")
+    p.add_argument("--budget", help="masa admission budget (default: the limit)")
+    p.add_argument("--estimates", help="JSON of network -> peak bytes for masa (profiling run)")
+    p.add_argument("--blas-threads", type=int, default=1,
+                   help="BLAS threads per operation (default 1; keep it equal across "
+                        "policies: the thread count changes float rounding)")
+    p.add_argument("--seed", type=int, default=0, help="input image seed")
+    p.add_argument("--batch", type=int, help="override every network's batch size")
+    add_runtime_option(p)
+    p.add_argument("--timeout", type=float, help="wall-clock limit in seconds (termination "
+                   "'timeout')")
+    p.add_argument("--heap-profile", action="store_true",
+                   help="preload tcmalloc and dump a heap profile at every task boundary")
+    p.add_argument("--cpu-profile", action="store_true", help="gperftools CPU profile (yep)")
+    p.add_argument("--sample-hz", type=float, default=100.0,
+                   help="sampler rate (default 100; 0 disables)")
+    p.add_argument("--sample-uss", action="store_true",
+                   help="sampler also reads USS (smaps_rollup: costly, disturbs the run)")
+    p.add_argument("--pin-cpu", action="store_true",
+                   help="run the measured child alone on one CPU and the supervisor and "
+                        "sampler on the others (recorded as cpu_affinity)")
+    p.add_argument("--no-probes", action="store_true",
+                   help="no per-window probes, GNU time or sampler (overhead baseline)")
+    p.add_argument("--force", action="store_true", help="replace an existing run folder")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    return execute(run_request(args))
+
+
+def _estimates(path: str) -> dict[str, int]:
+    """masa's --estimates file: {network: peak bytes}."""
+    from engine.files import parse_json, read_regular
+
+    try:
+        data = parse_json(read_regular(path, "estimates file", 2**20))
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        estimates = {str(k): int(v) for k, v in data.items()}
+    except (OSError, ValueError, TypeError) as exc:
+        raise EdgeprofError(f"--estimates {path}: {exc}; it must hold {{network: peak "
+                            f"bytes}}") from None
+    if any(v <= 0 for v in estimates.values()):
+        raise EdgeprofError(f"--estimates {path}: every peak must be > 0 bytes")
+    return estimates
+
+
+def run_request(args: argparse.Namespace) -> RunRequest:
+    """The RunRequest of ``run``'s arguments, checked (sizes, ranges, the policy)."""
+    from engine.runner.request import LimitOptions, ProbeOptions, RunOptions, RunRequest
+    from engine.schedule.policies import parse_policy
+
+    policy = parse_policy(args.policy)  # fail fast, before any process starts
+    limit = None if args.limit is None else size(args.limit, "--limit")
+    swap_bytes = swap(args.swap)
+    positive(args.batch, "--batch", most=10_000)
+    positive(args.blas_threads, "--blas-threads", most=1024)
+    positive(args.timeout, "--timeout")
+    positive(args.seed, "--seed", allow_zero=True)
+    positive(args.sample_hz, "--sample-hz", allow_zero=True, most=10_000)
+    if args.swap is not None and args.limit is None:
+        raise EdgeprofError("--swap is the swap allowed on top of --limit; give a --limit too")
+    if (args.budget or args.estimates) and not policy.admission:
+        raise EdgeprofError(f"--budget and --estimates set masa's admission; {policy.name} "
+                            f"admits every network: drop them or use masa")
+    estimates = None
+    if args.estimates:
+        estimates = _estimates(args.estimates)
+    options = RunOptions(blas_threads=args.blas_threads, seed=args.seed, batch=args.batch,
+                         budget=size(args.budget, "--budget") if args.budget else limit,
+                         timeout_s=args.timeout, estimates=estimates, pin_cpu=args.pin_cpu,
+                         runtime=args.runtime)
+    on = not args.no_probes
+    probes = ProbeOptions(process=on, cgroup=on, gnu_time=on, heap_profile=args.heap_profile,
+                          cpu_profile=args.cpu_profile, sample_hz=args.sample_hz if on else 0,
+                          sample_uss=args.sample_uss)
+    return RunRequest(pipeline=args.pipeline, policy=policy.name, models=args.models,
+                      out=args.out, options=options,
+                      limits=LimitOptions(args.backend, limit, swap_bytes), probes=probes,
+                      force=args.force)
+
+
+def execute(request: RunRequest) -> int:
+    """One run on this host, or in the vm backend's guest when the session says so."""
+    from engine.runner.interrupt import Interrupted
+    from engine.runner.supervise import open_run_session, run_supervised
+
+    t0 = time.perf_counter()
+    try:
+        session = open_run_session(request)
+        if session.runs_elsewhere:
+            from engine.vm import run_in_vm
+
+            session.close()  # nothing to close here: the guest opens its own
+            meta = run_in_vm(request, auto=session.notes.get("auto"), sandbox=session.backend)
+        else:
+            meta = run_supervised(request, session)  # closes the session
+    except Interrupted as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 130
+    enforced = f"enforced by {meta.backend}" if meta.limit_enforced else "NOT enforced"
+    limit = request.limits.ram_bytes
+    limit_text = "unlimited" if limit is None else f"{format_size(limit)} {enforced}"
+    print(f"{meta.pipeline.name} under {meta.policy} ({limit_text}): "
+          f"{meta.termination} in {time.perf_counter() - t0:.2f} s -> {request.out}",
+          file=sys.stderr)
+    if meta.termination == "memory":
+        print(f"  OOM while running: {', '.join(meta.running_at_end) or 'unknown'}",
+              file=sys.stderr)
+    if meta.termination == "error":
+        print(f"error: {meta.termination_detail}", file=sys.stderr)
+        return 1
+    return 0

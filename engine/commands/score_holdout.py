@@ -1,0 +1,30 @@
+"""``python -m engine score-holdout``: score the fitted model on pipelines drawn with a
+seed never used in fitting."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from engine.commands.options import add_model_tables_parser
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = add_model_tables_parser(sub, "score-holdout", "score the fitted model on pipelines "
+                                "drawn with a seed never used in fitting (--tables: the "
+                                "held-out runs, aggregated apart)", "the holdout_* tables")
+    p.add_argument("--orderings", type=int, default=40)
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> None:
+    from engine.model.evaluate import score_holdout_files
+
+    t0 = time.perf_counter()
+    table = score_holdout_files(args.tables, args.models, args.model, args.out,
+                                args.orderings)
+    for row in table.dropna(subset=["value"]).itertuples():
+        if "," not in row.scope:
+            print(f"{row.mode} {row.metric} ({row.scope}): {row.value:.3g}", file=sys.stderr)
+    print(f"-> {args.out} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)

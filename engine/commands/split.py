@@ -1,0 +1,48 @@
+"""``python -m engine split``: split a caffemodel into per-layer partial files."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from engine.errors import EdgeprofError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("split", help="split a caffemodel into per-layer partial files")
+    p.add_argument("model", help="the whole .caffemodel")
+    p.add_argument("--prototxt", help="deploy prototxt (default: beside the model)")
+    p.add_argument("--out", required=True, help="folder for <stem>_partials/ and the description")
+    p.add_argument("--network", help="display name (zoo names also set the conv|fc split)")
+    p.add_argument("--fc-start", help="first layer of DeepEye's fc part "
+                   "(default: the first InnerProduct layer)")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> None:
+    from engine.caffe import splitter, zoo
+
+    model = Path(args.model)
+    prototxt = Path(args.prototxt) if args.prototxt else model.with_suffix(".prototxt")
+    from engine.files import file_kind
+
+    for path in (model, prototxt):
+        kind = file_kind(path)
+        if kind != "a regular file":
+            what = "does not exist" if kind == "missing" else f"is {kind}, not a file"
+            raise EdgeprofError(f"{path} {what} (a split needs a .caffemodel and its "
+                                "deploy .prototxt side by side, or --prototxt)")
+    stem = model.name.removesuffix(".caffemodel")
+    # A zoo file keeps its zoo name and conv|fc split even when --network is not given.
+    entry = zoo.ZOO.get(args.network or "") or next(
+        (e for e in zoo.ZOO.values() if e.stem == stem and not args.network), None)
+    fc_start = args.fc_start or (entry.fc_start if entry else None)
+    network = args.network or (entry.name if entry else None)
+    t0 = time.perf_counter()
+    path = splitter.split_model(model, prototxt, args.out, network=network, fc_start=fc_start)
+    desc = splitter.Description.load(path)
+    print(f"{desc.network}: {len(desc.layers)} layers, {desc.num_conv_layers}|"
+          f"{desc.num_fc_layers} conv|fc, {desc.param_count:,} parameters -> {path} "
+          f"in {time.perf_counter() - t0:.2f} s", file=sys.stderr)

@@ -1,0 +1,40 @@
+"""``python -m engine tidy --out DIR RUN...``: the tidy tables (runs, tasks, networks,
+samples as Parquet) of run folders, one folder per run under DIR named as the run's own
+(``rep0``, ...); the workflow's tidy_run job, one per run set."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from engine.commands.options import output_dir
+from engine.errors import EdgeprofError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("tidy", help="tidy tables (Parquet) of run folders, one folder each "
+                       "under --out")
+    p.add_argument("--out", required=True, help="folder for one <run folder name>/ per run")
+    p.add_argument("runs", nargs="+", help="run folders written by run")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> None:
+    from engine.analysis.tables import tidy_run, write_tidy
+
+    out = output_dir(args.out, "--out")
+    names = [Path(run).name for run in args.runs]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise EdgeprofError(f"runs named {', '.join(twice)} more than once: each is written "
+                            f"to --out/<its folder name>; tidy one run set per --out")
+    t0 = time.perf_counter()
+    # every run read and checked before anything is written: a damaged run leaves no output
+    tables = [(Path(run), tidy_run(run)) for run in args.runs]
+    for run, tidy in tables:
+        write_tidy(tidy, out / run.name)
+        print(f"{run}: {len(tidy['tasks'])} tasks, {len(tidy['samples'])} samples -> "
+              f"{out / run.name}", file=sys.stderr)
+    print(f"{len(tables)} runs tidied in {time.perf_counter() - t0:.2f} s", file=sys.stderr)

@@ -1,0 +1,113 @@
+"""The command-line arguments the rules pass to ``python -m engine``, as shell-quoted
+strings."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterable
+
+from engine.units import parse_size
+from engine.workflow.plan import (
+    HOLDOUT_PREFIX,
+    HOLDOUT_VM_PREFIX,
+    UNLIMITED,
+    Config,
+    holdout_config,
+    reconcile_in_vm,
+    run_backend,
+    vm_enabled,
+    vm_runs_main,
+)
+
+
+def join_words(args: Iterable[object]) -> str:
+    """``args`` as one shell-quoted string."""
+    return shlex.join(str(a) for a in args)
+
+
+def reconcile_limit_args(config: Config) -> str:
+    """The reconciliation run's limit flags: as any run's, or the guest's (``--backend vm``,
+    with or without a limit: the guest's cgroup is measured either way)."""
+    return limit_args(config, config["run"]["reconcile"]["limit"], reconcile_in_vm(config))
+
+
+def swap_arg(config: Config, limit: str) -> str:
+    """The run's ``--swap``: ``run.swap``, or with ``run.swap_total`` (memory + swap
+    capped together, as EdgeCaffe's memsw.limit_in_bytes) what the total leaves above
+    the limit."""
+    total = config["run"].get("swap_total")
+    if total is None:
+        return str(config["run"]["swap"])
+    return str(parse_size(str(total)) - parse_size(limit))
+
+
+def limit_args(config: Config, limit: str, in_vm: bool) -> str:
+    """``python -m engine run``'s limit, swap and backend flags for a run under ``limit``
+    (``in_vm``: a run of a vm pipeline)."""
+    backend = run_backend(config, limit, in_vm)
+    if limit == UNLIMITED:
+        return join_words(["--backend", backend])
+    return join_words(["--limit", limit, "--swap", swap_arg(config, limit), "--backend", backend])
+
+
+def batch_args(run: Config) -> str:
+    """``--batch N``, or nothing to keep each network's deploy batch (``batch: null``)."""
+    return "" if run["batch"] is None else join_words(["--batch", run["batch"]])
+
+
+def run_options(run: Config) -> str:
+    """The settings every run shares (only these, so editing e.g. the limit list reruns
+    only the new runs)."""
+    pin = ["--pin-cpu"] if run.get("pin_cpu") else []
+    return join_words(["--blas-threads", run["blas_threads"], "--timeout", run["timeout_s"],
+                  "--sample-hz", run["sample_hz"], *pin])
+
+
+def arrival_args(arrival: Config) -> str:
+    """``{mode: poisson, rate: 2}`` -> ``--arrival poisson --rate 2``."""
+    args: list[object] = []
+    for key, value in arrival.items():
+        args += [f"--{'arrival' if key == 'mode' else key}", value]
+    return join_words(args)
+
+
+def bins_args(config: Config) -> list[object]:
+    """``--bins`` (MiB) or ``--bins-mb`` (decimal MB) with the size bins' edges."""
+    cfg = config["pipelines"]
+    return ["--bins-mb" if cfg.get("bin_unit") == "MB" else "--bins", *cfg["bins"]]
+
+
+def pipelines_args(config: Config, networks: Iterable[str], holdout: bool = False) -> str:
+    """``python -m engine pipelines``'s arguments for the main pipelines (``pNNN``), drawn
+    from ``networks`` (display names); ``holdout``: the model's held-out ones (``hpNNN``,
+    ``model.holdout``'s count and seed; empty without ``model.holdout``)."""
+    cfg = config["pipelines"]
+    count, seed, prefix = cfg["count"], config["seed"], []
+    if holdout:
+        hold = holdout_config(config)
+        if not hold:
+            return ""
+        count, seed, prefix = hold.get("pipelines", 0), hold["seed"], ["--prefix",
+                                                                        HOLDOUT_PREFIX]
+    return " ".join(filter(None, [
+        join_words(["--count", count, "--seed", seed, *prefix, "--length", *cfg["length"]]),
+        arrival_args(cfg["arrival"]),
+        join_words([*bins_args(config), "--networks", *networks]),
+    ]))
+
+
+def vm_pipelines_args(config: Config, holdout: bool = False) -> str:
+    """The same for the vm block's smaller pipelines (``vNNN``, batch arrival, its own
+    networks; ``holdout``: ``hvNNN``); empty when the vm block is not enabled or runs the
+    main pipelines."""
+    if (not vm_enabled(config) or vm_runs_main(config)
+            or (holdout and not holdout_config(config))):
+        return ""
+    cfg = config["vm"]["pipelines"]
+    count, seed, prefix = cfg["count"], config["seed"], "v"
+    if holdout:
+        hold = holdout_config(config)
+        count, seed, prefix = hold.get("vm_pipelines", 0), hold["seed"], HOLDOUT_VM_PREFIX
+    return join_words(["--count", count, "--seed", seed, "--prefix", prefix,
+                       "--length", *cfg["length"], *bins_args(config),
+                       "--networks", *cfg["networks"]])

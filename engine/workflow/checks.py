@@ -1,0 +1,145 @@
+"""Checks of the merged config that its JSON schema (workflow/schemas/config.schema.yaml)
+cannot express."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+from engine.schedule.policies import parse_policy
+from engine.units import parse_size
+from engine.workflow.plan import (
+    UNLIMITED,
+    Config,
+    holdout_config,
+    pipeline_names,
+    reconcile_in_vm,
+    run_sets,
+    unprobed_runs,
+    vm_enabled,
+    vm_pipeline_names,
+    vm_runs_main,
+)
+
+
+def check_config(config: Config) -> None:
+    """Checks of the final, merged config that JSON schema cannot express; ValueError with
+    one line naming the key and the fix."""
+    if not str(config["results"]).strip():
+        raise ValueError("config: results is empty; name the folder for all outputs")
+    _check_results_folder(str(config["results"]))
+    arrival = config["pipelines"]["arrival"]
+    needs = {"poisson": ("rate",), "normal": ("mean", "sd")}.get(arrival["mode"], ())
+    missing = [k for k in needs if k not in arrival]
+    if missing:
+        raise ValueError(f"config: pipelines.arrival mode {arrival['mode']} needs "
+                         f"{' and '.join(missing)}; add {', '.join(f'{k}: ...' for k in missing)}")
+    palette = config.get("plots", {}).get("palette")
+    if palette is not None:
+        from matplotlib import colormaps
+
+        if palette not in colormaps:
+            raise ValueError(f"config: plots.palette {palette!r} is not a matplotlib colormap "
+                             f"(e.g. tab10, viridis)")
+    run = config["run"]
+    for key in ("timeout_s", "sample_hz"):
+        if not math.isfinite(run[key]):
+            raise ValueError(f"config: run.{key} {run[key]} must be a finite number")
+    models = config["models"]
+    if not models["zoo"] and not models["user"]:
+        raise ValueError("config: models.zoo and models.user are both empty; name at least "
+                         "one network for the pipelines to draw from")
+    blocks = [("pipelines", config["pipelines"])]
+    if vm_enabled(config) and not vm_runs_main(config):
+        blocks.append(("vm.pipelines", config["vm"]["pipelines"]))
+        unknown = sorted(set(config["vm"]["pipelines"]["networks"])
+                         - set(models["zoo"]) - set(models["user"]))
+        if unknown:
+            raise ValueError(f"config: vm.pipelines.networks {', '.join(unknown)} not in "
+                             f"models.zoo or models.user; add them there so they are "
+                             f"generated and split")
+    for key, block in blocks:
+        lo, hi = block["length"]
+        if lo > hi:
+            raise ValueError(f"config: {key}.length [{lo}, {hi}] must be [fewest, most] "
+                             f"networks per pipeline, fewest <= most")
+    bins = config["pipelines"]["bins"]
+    if not all(math.isfinite(b) for b in bins) or list(bins) != sorted(set(bins)):
+        raise ValueError(f"config: pipelines.bins {list(bins)} must be strictly "
+                         f"ascending upper edges")
+    lists = [("run.limits", config["run"]["limits"])]
+    if vm_enabled(config):
+        lists.append(("vm.limits", config["vm"]["limits"]))
+        lists += [(f"vm.also[{i}].limits", extra["limits"])
+                  for i, extra in enumerate(config["vm"].get("also") or [])]
+    for key, limits in lists:
+        seen: dict[int, str] = {}
+        for limit in map(str, limits):
+            if limit == UNLIMITED:
+                continue
+            try:
+                size = parse_size(limit)
+            except Exception as exc:
+                raise ValueError(f"config: memory limit {limit!r}: {exc}") from None
+            if size in seen:  # one run under two labels
+                raise ValueError(f"config: {key} {seen[size]!r} and {limit!r} are the same "
+                                 f"size; list each limit once")
+            seen[size] = limit
+    _check_run_extras(config)
+    holdout = holdout_config(config)
+    if holdout and holdout["seed"] == config["seed"]:
+        raise ValueError(f"config: model.holdout.seed {holdout['seed']} is the campaign's "
+                         f"seed: the held-out pipelines must be drawn with a seed never "
+                         f"used in fitting; choose another")
+    reconcile = config["run"]["reconcile"]
+    if reconcile_in_vm(config) and not vm_enabled(config):
+        raise ValueError("config: run.reconcile.vm is true (config/config.yaml's default, "
+                         "merged into yours) but vm.enabled is false: set run.reconcile to "
+                         "{pipeline: p000, policy: linear, limit: none, vm: false}")
+    names = (vm_pipeline_names(config) if reconcile_in_vm(config) and not vm_runs_main(config)
+             else pipeline_names(config["pipelines"]["count"]))
+    if reconcile["pipeline"] not in names:
+        raise ValueError(f"config: run.reconcile.pipeline {reconcile['pipeline']!r} is not one "
+                         f"of the {'vm ' if reconcile_in_vm(config) else ''}pipelines "
+                         f"({', '.join(names[:3])}, ...)")
+
+
+def _check_results_folder(results: str) -> None:
+    """``results`` must be a folder this user can create or write into (not a file, not a
+    read-only or pseudo filesystem such as /proc): said before any job starts."""
+    path = Path(results)
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if existing is not None and existing != path and not existing.is_dir():
+        raise ValueError(f"config: results {results}: {existing} is not a folder")
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"config: results {results} is a file; name a folder")
+    real = (existing or Path(".")).resolve()
+    if real == Path("/proc") or Path("/proc") in real.parents or Path("/sys") in (
+            real, *real.parents):
+        raise ValueError(f"config: results {results} is on a kernel pseudo filesystem; "
+                         f"name a folder on disk")
+    if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"config: results {results}: {existing} is not writable; name a "
+                         f"writable folder")
+
+
+def _check_run_extras(config: Config) -> None:
+    run = config["run"]
+    total = run.get("swap_total")
+    if total is not None:
+        limits = {str(limit) for rs in run_sets(config) for limit in rs.limits} - {UNLIMITED}
+        over = sorted(lim for lim in limits if parse_size(lim) > parse_size(str(total)))
+        if over:
+            raise ValueError(f"config: run.swap_total {total} is below the limit(s) "
+                             f"{', '.join(over)}: it caps memory + swap together, so it "
+                             f"must be at least every limit")
+    policy = run.get("probe_overhead_policy")
+    if policy is not None and parse_policy(policy).name not in {
+            parse_policy(p).name for p in run["policies"]}:
+        raise ValueError(f"config: run.probe_overhead_policy {policy!r} is not one of "
+                         f"run.policies: its unprobed runs pair with that policy's runs")
+    if policy is not None and not unprobed_runs(config):
+        raise ValueError("config: run.probe_overhead_policy needs native unconstrained runs "
+                         "of the main pipelines (none in run.limits, run.backend not vm); "
+                         "set it to null")

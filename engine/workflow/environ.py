@@ -1,0 +1,27 @@
+"""The environment the workflow's jobs run in."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+
+def job_environ(environ: Mapping[str, str], interpreter: str, project: str,
+                under_conda: bool) -> dict[str, str]:
+    """PATH and PYTHONPATH for the jobs, so a rule's ``python -m engine`` means the right
+    interpreter and this checkout's engine without putting either into params.
+
+    Without conda, the directory of ``interpreter`` (the Python running Snakemake, e.g.
+    .venv/bin) goes first on PATH, so ``python`` is that venv's even when it is not
+    activated; under ``--software-deployment-method conda`` the rule's activated
+    environment comes first anyway, so PATH is left alone. ``project`` (the checkout the
+    workflow runs from) goes first on PYTHONPATH in both cases, so every job, shell rules
+    and scripts alike, imports the engine whose code fingerprints its params carry."""
+    def prepend(entry: str, current: str | None) -> str:
+        parts = [p for p in (current or "").split(os.pathsep) if p and p != entry]
+        return os.pathsep.join([entry, *parts])
+
+    env = {"PYTHONPATH": prepend(project, environ.get("PYTHONPATH"))}
+    if not under_conda:
+        env["PATH"] = prepend(os.path.dirname(interpreter), environ.get("PATH"))
+    return env

@@ -1,0 +1,249 @@
+"""Which runs a config asks for, where each runs (natively or in a sandbox), and the order
+they should start in."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from engine.schedule.policies import parse_policy
+
+Config = Mapping[str, Any]
+
+UNLIMITED = "none"  # the limit label of the unconstrained runs
+
+
+def pipeline_names(count: int, prefix: str = "p") -> list[str]:
+    """``p000``, ``p001``, ... (the names ``python -m engine pipelines --prefix`` writes)."""
+    return [f"{prefix}{i:03d}" for i in range(count)]
+
+
+def policy_ids(policies: Iterable[str]) -> dict[str, str]:
+    """Path-safe policy id -> canonical policy name (``partial:2`` -> ``partial_2``)."""
+    names = [parse_policy(p).name for p in policies]
+    return {name.replace(":", "_"): name for name in names}
+
+
+def vm_enabled(config: Config) -> bool:
+    """Whether the limited runs go to the vm backend, on the ``vm:`` block's pipelines and
+    limits (``vm.enabled``; a config without a ``vm:`` block runs none in the VM)."""
+    return bool((config.get("vm") or {}).get("enabled", False))
+
+
+def vm_runs_main(config: Config) -> bool:
+    """Whether the ``vm:`` block runs the main pipelines themselves (``vm.pipelines:
+    main``) in the sandbox, beside their native runs, instead of pipelines of its own."""
+    return vm_enabled(config) and config["vm"].get("pipelines") == "main"
+
+
+def vm_pipeline_names(config: Config, holdout: bool = False) -> list[str]:
+    """The ``vNNN`` pipelines of the ``vm:`` block, when it is enabled with its own
+    (``holdout``: the model's held-out ``hvNNN`` ones)."""
+    if not vm_enabled(config) or vm_runs_main(config):
+        return []
+    if holdout:
+        return pipeline_names(holdout_config(config).get("vm_pipelines", 0), HOLDOUT_VM_PREFIX)
+    return pipeline_names(config["vm"]["pipelines"]["count"], "v")
+
+
+# The kind of a run: its folder under results/ and its tidy tables' (runs/p000/...):
+# "runs"; "sandbox" for a main pipeline's runs in the sandbox (vm.pipelines: main), and
+# "sandbox_<runtime>" for those of a vm.also entry with a runtime of its own; "native"
+# for a vm pipeline's native unconstrained twins (vm.native_baseline: the same pipeline,
+# policy and limit as its guest baseline); "unprobed" for the probe-overhead twins.
+RUNS, SANDBOX, NATIVE = "runs", "sandbox", "native"
+
+
+def kind_runtime(config: Config, kind: str) -> str:
+    """The runtime of a run of ``kind``: its own for ``sandbox_<runtime>``, else
+    ``run.runtime``."""
+    prefix = f"{SANDBOX}_"
+    return kind.removeprefix(prefix) if kind.startswith(prefix) else config["run"]["runtime"]
+
+
+@dataclass(frozen=True)
+class RunSet:
+    """Runs whose product is every run of a config (times the repetitions): these
+    pipelines under these policies and limits, all in the guest (``in_vm``) or none.
+    ``holdout``: the model's held-out pipelines (``model.holdout``), never fitted on."""
+
+    pipelines: list[str]
+    policies: list[str]  # canonical names
+    limits: list[str]
+    in_vm: bool
+    repetitions: int
+    kind: str = RUNS
+    holdout: bool = False
+
+
+def vm_policies(config: Config) -> list[str]:
+    """The policies of the runs in the guest: ``vm.policies``, else ``run.policies``."""
+    return list((config.get("vm") or {}).get("policies") or config["run"]["policies"])
+
+
+def run_sets(config: Config) -> list[RunSet]:
+    """Every run, as run sets; the first is the main pipelines'.
+
+    With ``vm.enabled`` the main pipelines run only unconstrained (natively) and the vm
+    pipelines run in the guest under ``vm.limits`` and, as their like-for-like baseline,
+    unconstrained in the same guest (emulated runs are 15-60x slower: their slowdowns are
+    taken over emulated baselines, never native ones); with ``vm.native_baseline`` the
+    vm pipelines also run unconstrained natively (kind ``native``: the model's
+    native-speed reconstruction pairs them with the guest's page traffic). Otherwise the
+    main pipelines run under every limit of ``run.limits`` with ``run.backend``. The
+    model's held-out pipelines (``model.holdout``) run the same sets under their own
+    names."""
+    holdout = holdout_config(config)
+    sets = _run_sets(config, pipeline_names(config["pipelines"]["count"]),
+                     vm_pipeline_names(config), False)
+    if holdout:
+        sets += _run_sets(config, pipeline_names(holdout["pipelines"], HOLDOUT_PREFIX),
+                          vm_pipeline_names(config, holdout=True), True)
+    return [rs for rs in sets if rs.pipelines]
+
+
+def _run_sets(config: Config, main: list[str], vm_pipes: list[str],
+              holdout: bool) -> list[RunSet]:
+    policies = [parse_policy(p).name for p in config["run"]["policies"]]
+    reps = config["run"]["repetitions"]
+    if vm_enabled(config):
+        vm = config["vm"]
+        vm_limits = [UNLIMITED, *(str(lim) for lim in vm["limits"] if str(lim) != UNLIMITED)]
+        vm_reps = vm.get("repetitions") or reps
+        vm_pols = [parse_policy(p).name for p in vm_policies(config)]
+        on_main = vm_runs_main(config)
+        pipelines, kind = (main, SANDBOX) if on_main else (vm_pipes, RUNS)
+        sets = [RunSet(main, policies, [UNLIMITED], False, reps, holdout=holdout),
+                RunSet(pipelines, vm_pols, vm_limits, True, vm_reps, kind, holdout)]
+        # further policies under some limits only (the workers experiment), or another
+        # runtime on the first few pipelines
+        for extra in vm.get("also") or []:
+            runtime = extra.get("runtime", config["run"]["runtime"])
+            own = runtime != config["run"]["runtime"]
+            if own and not on_main:
+                raise ValueError("config: vm.also[].runtime needs vm.pipelines: main")
+            sets.append(RunSet(pipelines[:extra.get("pipelines", len(pipelines))],
+                               [parse_policy(p).name for p in extra["policies"]],
+                               [str(lim) for lim in extra["limits"]], True, vm_reps,
+                               f"{SANDBOX}_{runtime}" if own else kind, holdout))
+        # a main pipeline's native runs are its own baseline already
+        if vm.get("native_baseline") and not on_main:
+            sets.append(RunSet(vm_pipes, vm_pols, [UNLIMITED], False, vm_reps, NATIVE,
+                               holdout))
+        return sets
+    limits = [str(limit) for limit in config["run"]["limits"]]
+    # run.backend vm: every run in the guest, the unconstrained baseline too
+    return [RunSet(main, policies, limits, config["run"]["backend"] in SANDBOXES, reps,
+                   holdout=holdout)]
+
+
+# The model's held-out pipelines: hp000, ... drawn as the main pipelines are, hv000, ...
+# as the vm pipelines, both with model.holdout.seed instead of the campaign's seed.
+HOLDOUT_PREFIX, HOLDOUT_VM_PREFIX = "hp", "hv"
+
+
+def holdout_config(config: Config) -> dict:
+    """``model.holdout`` (``{}`` when the config has none)."""
+    return dict((config.get("model") or {}).get("holdout") or {})
+
+
+SANDBOXES = ("uml", "vm")
+
+
+def vm_sandbox(config: Config) -> str:
+    """The sandbox of the ``vm:`` block's runs: ``vm.sandbox``, where ``auto`` is uml if
+    a user-mode Linux kernel was built and works on this host (its build record says so:
+    nothing is booted while the DAG is built), else the qemu guest."""
+    choice = (config.get("vm") or {}).get("sandbox", "auto")
+    if choice != "auto":
+        return choice
+    from engine.limits.vm import uml_status
+
+    return "uml" if uml_status()[0] else "vm"
+
+
+def run_backend(config: Config, limit: str, in_vm: bool) -> str:
+    """The ``--backend`` of a run under ``limit``: the sandbox (``vm_sandbox``) for every
+    run of a vm pipeline (``in_vm``: its baseline too); for the main pipelines,
+    ``run.backend``, with ``none`` for the unconstrained runs where that is a sandbox."""
+    backend = config["run"]["backend"]
+    if in_vm:  # a vm pipeline, or every run where run.backend names a sandbox
+        return vm_sandbox(config) if vm_enabled(config) else backend
+    if limit == UNLIMITED and backend in SANDBOXES:
+        return "none"
+    return backend
+
+
+def needs_vm_guest(config: Config, limit: str, in_vm: bool) -> bool:
+    """Whether a run under ``limit`` boots the qemu guest, so needs the guest the workflow
+    builds (a user-mode Linux run uses the kernel ``python -m engine.vm build`` cached)."""
+    return run_backend(config, limit, in_vm) == "vm"
+
+
+# Runs that measure the probes' own cost: the same pipeline and repetition as a probed
+# run of ``run.probe_overhead_policy``, unconstrained and natively, with --no-probes.
+UNPROBED = "unprobed"
+
+
+def unprobed_runs(config: Config) -> list[tuple[str, str]]:
+    """(pipeline, policy) of the unprobed twins: every main pipeline under
+    ``run.probe_overhead_policy`` (none when it is null or the main pipelines do not run
+    unconstrained natively)."""
+    policy = config["run"].get("probe_overhead_policy")
+    if policy is None:
+        return []
+    main = run_sets(config)[0]
+    if UNLIMITED not in main.limits or main.in_vm:
+        return []
+    return [(pipeline, parse_policy(policy).name) for pipeline in main.pipelines]
+
+
+def run_order(config: Config) -> list[tuple[str, str, str, str, int]]:
+    """The order the runs should start in, as (kind, pipeline, policy, limit, rep).
+
+    Repetition by repetition; within one, the blocks (one pipeline under one limit) in a
+    seeded random order, and within a block every policy (and the unprobed twin) in a
+    seeded random order of its own: the runs a comparison pairs are close in time, so a
+    drift or a neighbour's load hits every policy alike, and no policy always goes first.
+    """
+    twins = set(unprobed_runs(config))
+    sets = run_sets(config)
+    order = []
+    for rep in range(max(rs.repetitions for rs in sets)):
+        # a block: one pipeline under one limit, in one place; run sets that share a
+        # block (the workers experiment's policies) interleave in it
+        blocks: dict[tuple, list[tuple[str, str]]] = {}
+        for rs in sets:
+            if rep < rs.repetitions:
+                for pipeline in rs.pipelines:
+                    for limit in rs.limits:
+                        blocks.setdefault((rs.kind, rs.in_vm, pipeline, limit), []).extend(
+                            (rs.kind, policy) for policy in rs.policies)
+        keys = list(blocks)
+        rng = np.random.default_rng([config["seed"], rep])
+        for b in rng.permutation(len(keys)):
+            kind, in_vm, pipeline, limit = keys[b]
+            members = blocks[keys[b]]
+            if limit == UNLIMITED and not in_vm and kind == RUNS:
+                members += [(UNPROBED, pol) for pipe, pol in twins if pipe == pipeline]
+            for m in np.random.default_rng([config["seed"], rep, int(b)]).permutation(
+                    len(members)):
+                kind, policy = members[m]
+                order.append((kind, pipeline, policy, limit, rep))
+    return order
+
+
+def run_priorities(config: Config) -> dict[tuple[str, str, str, str, int], int]:
+    """(kind, pipeline, policy id, limit, rep) -> Snakemake priority (higher starts
+    first) that makes the scheduler start the runs in ``run_order``."""
+    order = run_order(config)
+    return {(kind, pipeline, policy.replace(":", "_"), limit, rep): len(order) - i
+            for i, (kind, pipeline, policy, limit, rep) in enumerate(order)}
+
+
+def reconcile_in_vm(config: Config) -> bool:
+    """Whether the reconciliation run goes to the guest (``run.reconcile.vm``)."""
+    return bool(config["run"]["reconcile"].get("vm", False))

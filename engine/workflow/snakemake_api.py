@@ -1,0 +1,62 @@
+"""Each input, params and resources function's parameters, told to Snakemake once per
+workflow instead of once per call.
+
+Snakemake inspects the signature of such a function every time it calls one
+(``snakemake.common.get_function_params``: ``inspect.signature``, twice per call); the
+paper sweep's plan makes about a million such calls. Two ways to pay that once:
+
+- public: the function's ``__signature__`` (PEP 362), which ``inspect.signature`` returns
+  without rebuilding it: about 3 us a call instead of about 24 us;
+- private: ``snakemake.common.overwrite_function_params``, which Snakemake's
+  ``get_function_params`` returns before calling ``inspect.signature`` at all: about
+  0.4 us a call.
+
+The private one is used only on the Snakemake versions it was checked on
+(``PRIVATE_VERSIONS``); elsewhere only the public one, which keeps every answer right on
+any Snakemake and costs a little time. ``tests/unit/test_snakemake_api.py`` fails on an
+installed Snakemake outside that range or whose ``get_function_params`` no longer returns
+what was set, so a Snakemake upgrade says when to look again.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable
+
+# [first, last) Snakemake versions whose get_function_params returns what
+# overwrite_function_params set (read in snakemake/common/__init__.py of 9.17 and 9.27)
+PRIVATE_VERSIONS = ((9, 17), (10, 0))
+
+
+def _version(text: str) -> tuple[int, ...]:
+    parts = []
+    for part in text.split(".")[:2]:
+        digits = "".join(c for c in part if c.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+def private_override() -> Callable | None:
+    """Snakemake's ``overwrite_function_params`` where this Snakemake is one it was checked
+    on, else None."""
+    import snakemake
+
+    low, high = PRIVATE_VERSIONS
+    if not low <= _version(snakemake.__version__) < high:
+        return None
+    try:
+        from snakemake.common import overwrite_function_params
+    except ImportError:
+        return None
+    return overwrite_function_params
+
+
+def declare_signatures(functions: Iterable[Callable]) -> bool:
+    """Fix each function's parameters once (``__signature__``, and Snakemake's own override
+    where ``private_override`` allows it); True if the override was used."""
+    override = private_override()
+    for function in functions:
+        function.__signature__ = inspect.signature(function)
+        if override is not None:
+            override(function, function.__signature__.parameters)
+    return override is not None

@@ -1,0 +1,230 @@
+"""The uml backend: runs in a user-mode Linux kernel (engine/vm/uml.py), a real kernel with
+its own cgroup v2 and swap device, started as an ordinary host process. Its limits, swap,
+OOM kills and clean-up are checked the way tests/integration/vm/test_vm.py checks the qemu
+guest's. The host's cgroups are never touched."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.limits import LimitRequest
+from engine.limits.select import open_backend
+from engine.vm import VmConfig, run_command_in_vm, run_in_vm, uml
+from tests.integration.vm.test_vm import ALLOC_200MB, REPO, _request
+from tests.signals import default_signals
+
+pytestmark = pytest.mark.uml
+MiB = 2**20
+
+
+@pytest.fixture(scope="module")
+def uml_kernel() -> uml.Uml:
+    try:
+        return uml.ensure_uml(log=lambda m: print(m, file=sys.stderr))
+    except Exception as exc:  # noqa: BLE001 - the one reason these tests may skip
+        pytest.skip(f"no user-mode Linux kernel works on this host: {exc}")
+
+
+def _group(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
+
+
+def _uml_pids(parent: int, binary: Path) -> set[int]:
+    """The UML kernels ``parent`` started (their /proc exe is the built binary)."""
+    found = set()
+    for exe in Path("/proc").glob("[0-9]*/exe"):
+        try:
+            if Path(os.readlink(exe)) == binary and _ppid(int(exe.parent.name)) == parent:
+                found.add(int(exe.parent.name))
+        except OSError:
+            pass
+    return found
+
+
+def _ppid(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _members(pgid: int) -> set[int]:
+    out = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[3]) == pgid:
+                out.add(int(stat.parent.name))
+        except (OSError, IndexError, ValueError):
+            pass
+    return out
+
+
+def test_swap_allowed_run_swaps_out_and_peaks_at_the_limit(uml_kernel, tmp_path):
+    res = run_command_in_vm([sys.executable, "-c", ALLOC_200MB], 64 * MiB, 512 * MiB,
+                            timeout_s=240, workdir=tmp_path, sandbox="uml")
+    facts, vm = res["guest"], res["vm"]
+    assert facts is not None, res["console"][-2000:]
+    assert facts["exit_code"] == 0 and "sum 230400.0" in res["job_log"]
+    cg = facts["cgroup"]
+    assert cg["memory.max"] == 64 * MiB and cg["memory.peak"] == 64 * MiB
+    assert cg["memory.swap.peak"] > 100 * MiB
+    assert facts["vmstat_delta"]["pswpout"] > 100 * MiB // 4096
+    assert facts["limits"]["features"]["peak_fd_reset"]
+    assert vm["sandbox"] == "uml" and vm["accelerator"] == "uml" and vm["emulated"]
+    assert vm["guest_kernel"] == uml_kernel.kernel_version
+    assert vm["uml_userspace"] in ("seccomp", "ptrace")
+    assert "ubd" in vm["swap_device"]["device"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_no_swap_run_is_oom_killed_and_recorded_as_memory(uml_kernel, tiny, tmp_path):
+    out = tmp_path / "oom"
+    meta = run_in_vm(_request(tiny, "bulk", out, "--limit", "48M", "--swap", "0",
+                              backend="uml"), sandbox="uml").to_dict()
+    assert meta["termination"] == "memory", meta["termination_detail"]
+    assert meta["oom_kills"] > 0 and meta["limit_enforced"]
+    assert meta["backend"] == "uml" and meta["limits"]["guest_backend"] == "cgroup2"
+    assert meta["running_at_end"]
+    assert json.loads((out / "meta.json").read_text())["vm"]["vmstat_delta"]["oom_kill"] > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["oom"]
+
+
+def test_a_limited_run_and_its_baseline_give_the_host_outputs(uml_kernel, tiny, tmp_path):
+    """UML runs its processes on the host CPU: same BLAS kernels, same bits."""
+    host = tmp_path / "host"
+    r = subprocess.run([sys.executable, "-m", "engine", "run", "--pipeline",
+                        str(tiny["pipeline"]), "--models", str(tiny["models"]), "--policy",
+                        "linear", "--out", str(host), "--batch", "1", "--backend", "none"],
+                       cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    for limit in ((), ("--limit", "64M")):
+        out = tmp_path / f"uml{''.join(limit)}"
+        meta = run_in_vm(_request(tiny, "linear", out, *limit, backend="uml"),
+                         sandbox="uml").to_dict()
+        assert meta["termination"] == "ok", meta["termination_detail"]
+        assert meta["emulated"] and meta["vm"]["sandbox"] == "uml"
+        assert meta["limit_enforced"] == bool(limit)
+        if limit:
+            assert meta["limits"]["memory_max"] == 64 * MiB
+            assert meta["vm"]["vmstat_delta"]["pswpout"] > 0  # 91 MB of weights in 64M
+        a, b = np.load(host / "outputs.npz"), np.load(out / "outputs.npz")
+        assert sorted(a) == sorted(b)
+        for key in a:
+            assert np.array_equal(a[key], b[key]), key
+
+
+def test_sigkill_of_the_supervisor_takes_every_uml_process_along(uml_kernel, tiny, tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "engine", "run", "--pipeline",
+                             str(tiny["pipeline"]), "--models", str(tiny["models"]),
+                             "--policy", "linear", "--out", str(out), "--backend", "uml",
+                             "--limit", "64M"], cwd=REPO, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not list(tmp_path.glob(".run.vm.*/job.log")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        kernels = _uml_pids(proc.pid, uml_kernel.binary)
+        assert kernels, "UML never started the job"
+        groups = {_group(pid) for pid in kernels} - {None}
+        assert sum(len(_members(g)) for g in groups) > 1  # UML runs its guest in host processes
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 2.0
+    while any(_members(g) for g in groups) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_members(g) for g in groups), "UML processes outlived their supervisor"
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert any(".run.vm." in n for n in left) and any("edgeprof-swap" in n for n in left)
+    meta = run_in_vm(_request(tiny, "linear", out, "--limit", "64M", "--force",
+                              backend="uml"), VmConfig(boot_timeout_s=0.01), sandbox="uml")
+    assert meta.termination == "error"  # too short a boot: killed, recorded
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_run_kills_uml_and_leaves_nothing(uml_kernel, tiny, tmp_path, sig):
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "engine", "run", "--pipeline",
+                             str(tiny["pipeline"]), "--models", str(tiny["models"]),
+                             "--policy", "linear", "--out", str(out), "--backend", "uml",
+                             "--limit", "64M"], cwd=REPO, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_signals)
+    try:
+        deadline = time.monotonic() + 60
+        while not list(tmp_path.glob(".run.vm.*/job.log")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        kernels = _uml_pids(proc.pid, uml_kernel.binary)
+        assert kernels, "UML never started the job"
+        groups = {_group(pid) for pid in kernels} - {None}
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert f"interrupted by {sig.name}; nothing written" in err
+    assert not any(_members(g) for g in groups)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_auto_prefers_uml_to_the_vm_where_it_works(monkeypatch):
+    from engine.limits import select
+
+    request = LimitRequest(256 * MiB, None)
+    monkeypatch.setattr(select, "uml_status", lambda: (True, "Linux 7.2.7 (sid)"))
+    session = open_backend("auto", request, "t", allow_unenforced=True, env={})
+    assert session.backend == "uml" and session.runs_elsewhere
+    monkeypatch.setattr(select, "uml_status", lambda: (False, "not built"))
+    monkeypatch.setattr(select, "qemu_installed", lambda: True)
+    session = open_backend("auto", request, "t", allow_unenforced=True, env={})
+    assert session.backend == "vm"
+    assert "uml: not built" in session.notes["auto"]["skipped"]
+
+
+@pytest.mark.parametrize("gap_s", [0.005, 0.02])
+def test_a_double_sigint_in_the_first_seconds_leaves_no_swap_image(uml_kernel, tiny, tmp_path,
+                                                                   gap_s):
+    """The kernel's kill and its swap image's removal run with the signals held back: a
+    second Ctrl-C a few ms after the first cannot cut them short."""
+    out = tmp_path / "run"
+    for delay in (0.3, 0.8, 1.5):
+        proc = subprocess.Popen([sys.executable, "-m", "engine", "run", "--pipeline",
+                                 str(tiny["pipeline"]), "--models", str(tiny["models"]),
+                                 "--policy", "linear", "--out", str(out), "--backend", "uml",
+                                 "--limit", "64M"], cwd=REPO, stderr=subprocess.PIPE,
+                                text=True, preexec_fn=default_signals)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(gap_s)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, err
+        assert list(tmp_path.iterdir()) == [], (delay, sorted(tmp_path.iterdir()))
+
+
+def test_calibrate_measures_the_sandboxes_per_page_costs(uml_kernel, tiny, tmp_path):
+    """python -m engine calibrate in the sandbox: AgeNet (45.7 MB of weights) under 48M
+    swaps, and the fit gives positive costs per page in and out from the guest's
+    counters."""
+    out = tmp_path / "uml.json"
+    r = subprocess.run([sys.executable, "-m", "engine", "calibrate", "--backend", "uml",
+                        "--limit", "48M", "--models", str(tiny["models"]), "--repetitions",
+                        "2", "--out", str(out)], cwd=REPO, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    device = json.loads(out.read_text())
+    assert device["per_page_in_s"] > 0 and device["per_page_out_s"] >= 0
+    assert "uml backend" in device["source"] and "guest_pswpin_delta" in device["source"]

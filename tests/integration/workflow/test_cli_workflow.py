@@ -1,0 +1,176 @@
+"""The CLI and the Snakemake workflow, run for real as a user would."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from engine.limits.vm import uml_status
+from tests.integration.snakemake_output import job_counts
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _engine(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "engine", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_cli_models_split_forward(tmp_path):
+    r = _engine("models", "--out", str(tmp_path / "m"), "--seed", "2", "GenderNet")
+    assert r.returncode == 0, r.stderr
+    assert "GenderNet: wrote" in r.stderr
+    r = _engine("split", str(tmp_path / "m" / "gender_net.caffemodel"), "--out",
+                str(tmp_path / "s"), "--network", "GenderNet")
+    assert r.returncode == 0, r.stderr
+    assert "20 layers, 12|8 conv|fc, 11,411,970 parameters" in r.stderr
+    out = tmp_path / "out.npz"
+    r = _engine("forward", str(tmp_path / "s" / "gender_net.description.json"), "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("prob (10, 2): top-5 of image 0")
+    import numpy as np
+    assert np.load(out)["prob"].shape == (10, 2)
+
+
+def test_cli_bad_input_is_one_clear_line(tmp_path):
+    r = _engine("models", "--out", str(tmp_path), "ResNet")
+    assert r.returncode == 2
+    assert r.stderr.strip() == ("error: unknown zoo network 'ResNet' (known: AgeNet, GenderNet, "
+                                "FaceNet, AlexNet, GoogLeNet, SoS-AlexNet, SoS-GoogleNet)")
+    (tmp_path / "x.caffemodel").write_bytes(b"\x0a\x05ab")  # truncated
+    (tmp_path / "x.prototxt").write_text(
+        'layer { name: "d" type: "Input" top: "d" input_param { shape { dim: 1 } } }')
+    r = _engine("split", str(tmp_path / "x.caffemodel"), "--out", str(tmp_path / "s"))
+    assert r.returncode == 2
+    assert "corrupt or truncated caffemodel at byte 0" in r.stderr
+    assert "Traceback" not in r.stderr
+    r = _engine("split", str(tmp_path / "missing.caffemodel"), "--out", str(tmp_path / "s"))
+    assert r.returncode == 2 and "does not exist" in r.stderr
+
+
+def _snakemake(*args: str, python_args: tuple[str, ...] = (),
+               env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *python_args, "-m", "snakemake", "--cores", "1",
+                           *args], cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env=env)
+
+
+def test_workflow_rejects_a_bad_config_before_any_job(tmp_path):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(yaml.safe_dump({"results": str(tmp_path / "r"),
+                                   "models": {"zoo": ["AgeNet", "ResNet"], "user": [],
+                                              "user_dir": "resources/models"}}))
+    r = _snakemake("--configfile", str(cfg))
+    assert r.returncode != 0
+    assert "'ResNet' is not one of" in r.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_workflow_is_lint_clean():
+    r = subprocess.run([sys.executable, "-m", "snakemake", "--lint"], cwd=REPO,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Congratulations" in r.stdout + r.stderr
+
+
+def test_limited_runs_go_to_the_vm_with_its_smaller_pipelines(tmp_path):
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    cfg["results"] = str(tmp_path / "r")
+    cfg["run"]["backend"] = "vm"
+    # the model's runs (the vm pipelines' native twins, the held-out pipelines) are
+    # counted in tests/unit/test_workflow_args.py
+    cfg["vm"]["native_baseline"] = False
+    cfg["model"]["holdout"].update(pipelines=0, vm_pipelines=0)
+    cfg["vm"]["sandbox"] = "vm"  # the qemu guest, wherever user-mode Linux works
+    path = tmp_path / "vm.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    r = _snakemake("--configfile", str(path), "--dry-run", "--printshellcmds")
+    assert r.returncode == 0, r.stderr[-3000:]
+    jobs = job_counts(r.stdout)
+    policies, vm = len(cfg["run"]["policies"]), cfg["vm"]
+    reps, vm_reps = cfg["run"]["repetitions"], vm["repetitions"]
+    assert jobs["vm_guest"] == jobs["vm_pipelines"] == 1
+    # native: every main pipeline x policy x repetition unconstrained, and the unprobed
+    # twins; in the guest: every vm pipeline x vm policy under each vm limit and, as the
+    # baseline, unconstrained, with the vm block's repetitions
+    in_guest = vm["pipelines"]["count"] * len(vm["policies"]) * (len(vm["limits"]) + 1)
+    assert jobs["run"] == (reps * (policies + 1) * cfg["pipelines"]["count"]
+                           + vm_reps * in_guest)
+    runs = [line.removeprefix("Shell command: ") for line in r.stdout.splitlines()
+            if " -m engine run " in line]
+    in_vm = [line for line in runs if "/pipelines/v0" in line]
+    # and the heap-profiled reconciliation run
+    assert len(in_vm) == vm_reps * in_guest + 1
+    assert sum("--no-probes" in line for line in runs) == reps * cfg["pipelines"]["count"]
+    assert sum("--heap-profile" in line for line in in_vm) == 1
+    assert all("--backend vm" in line and line.startswith("EDGEPROF_VM_CACHE=")
+               for line in in_vm)
+    # the unconstrained baseline stays native
+    native = [line for line in runs if "/pipelines/p0" in line]
+    assert native and all("--backend none" in line and "--limit" not in line
+                          for line in native)
+
+
+def _shell_commands(text: str) -> list[str]:
+    return [line.removeprefix("Shell command: ") for line in text.splitlines()
+            if line.startswith("Shell command: ")]
+
+
+def test_with_the_vm_disabled_every_limit_runs_natively_with_run_backend(tmp_path):
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    cfg["results"] = str(tmp_path / "r")
+    cfg["vm"]["enabled"] = False
+    cfg["run"]["reconcile"] = {"pipeline": "p000", "policy": "linear", "limit": "none",
+                               "vm": False}
+    cfg["model"]["holdout"].update(pipelines=0)  # the model's: tests/unit/test_workflow_args.py
+    path = tmp_path / "native.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    r = _snakemake("--configfile", str(path), "--dry-run", "--printshellcmds")
+    assert r.returncode == 0, r.stderr[-3000:]
+    jobs = job_counts(r.stdout)
+    assert "vm_guest" not in jobs and "vm_pipelines" not in jobs
+    run = cfg["run"]
+    assert jobs["run"] == (len(run["policies"]) * cfg["pipelines"]["count"]
+                           * len(run["limits"]) + cfg["pipelines"]["count"]
+                           ) * run["repetitions"]  # and linear's unprobed twins
+    runs = [c for c in _shell_commands(r.stdout) if " -m engine run " in c]
+    assert runs and all(c.startswith("python -m engine run ") for c in runs)
+    assert all("--backend auto" in c and "/pipelines/p0" in c for c in runs)
+    assert sum("--limit 256M --swap max --backend auto" in c for c in runs) == len(
+        run["policies"]) * cfg["pipelines"]["count"] * run["repetitions"]
+
+
+def test_building_the_dag_probes_nothing_on_the_host(tmp_path):
+    """Where the limited runs go is config (vm.enabled): planning the default workflow,
+    whose limited runs go to the VM, runs no systemctl or qemu and does not import the
+    vm backend's host side (engine.vm.run, which probes both)."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    marker = tmp_path / "probed"
+    for tool in ("systemctl", "systemd-run", "qemu-system-x86_64", "qemu-img"):
+        (fake / tool).write_text(f"#!/bin/sh\necho {tool} >> {marker}\nexit 1\n")
+        (fake / tool).chmod(0o755)
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    cfg["results"] = str(tmp_path / "r")
+    path = tmp_path / "default.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    env = dict(os.environ, PATH=f"{fake}{os.pathsep}{os.environ.get('PATH', '')}")
+    r = _snakemake("--configfile", str(path), "--dry-run", "--printshellcmds",
+                   python_args=("-X", "importtime"), env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    # vm.sandbox auto: uml where its build record (read, not booted) says it works here,
+    # and the workflow builds the qemu guest only for the qemu guest's runs
+    in_uml = uml_status()[0]
+    assert job_counts(r.stdout).get("vm_guest", 0) == (0 if in_uml else 1)
+    # (the vm pipelines' native twins, vm.native_baseline, run natively)
+    runs = [c for c in _shell_commands(r.stdout) if "/pipelines/v0" in c and "/native/" not in c]
+    assert runs and all(f"--backend {'uml' if in_uml else 'vm'}" in c for c in runs)
+    assert not marker.exists(), marker.read_text()
+    imported = {line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "engine.workflow" in imported
+    assert not {"engine.vm.run", "engine.vm.boot", "engine.limits.select"} & imported

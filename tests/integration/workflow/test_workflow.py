@@ -1,0 +1,292 @@
+"""The whole workflow on a tiny config, for real: every table and figure, then dry runs
+proving that a change reruns only the jobs it affects."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from tests.integration.snakemake_output import job_counts
+
+REPO = Path(__file__).resolve().parents[3]
+FIGURES = ["speedup", "memory", "partial_workers", "layer_times", "reconciliation",
+           "memory_over_time", "attribution"]
+TABLES = ["runs", "tasks", "networks", "samples", "reconcile", "speedup", "summary",
+          "speedup_summary", "noise_floor", "probe_overhead"]
+MODEL_FIGURES = ["model_predictions", "model_residuals", "swap_cost"]
+# what follows a change to the aggregate tables: the model refit, evaluated, rebuilt at
+# native speed and drawn
+MODEL_JOBS = {"fit_model": 1, "evaluate_model": 1, "reconstruct_model": 1,
+              "model_plot": len(MODEL_FIGURES)}
+
+pytestmark = pytest.mark.slow
+
+
+def tiny_config(results: Path) -> dict:
+    return {
+        "seed": 0, "results": str(results),
+        "models": {"zoo": ["AgeNet", "GenderNet"], "user": [], "user_dir": "resources/models"},
+        "pipelines": {"count": 1, "length": [2, 2], "arrival": {"mode": "batch"},
+                      "bins": [150, 400]},
+        "run": {"policies": ["bulk", "linear"], "limits": ["none", "256M"], "swap": "max",
+                "backend": "none", "repetitions": 3, "batch": 1, "blas_threads": 1,
+                "timeout_s": 300, "sample_hz": 50, "pin_cpu": True,
+                "probe_overhead_policy": "linear",
+                "reconcile": {"pipeline": "p000", "policy": "linear", "limit": "none",
+                              "vm": False}},
+        # merged into config/config.yaml, whose vm block is enabled: run the limits natively
+        "vm": {"enabled": False},
+        # config/config.yaml holds out two pipelines for the model: none here
+        "model": {"holdout": {"seed": 1000, "pipelines": 0, "vm_pipelines": 0}},
+        "plots": {"dpi": 80, "font_size": 9, "palette": "tab10"},
+    }
+
+
+class Workflow:
+    """A private copy of the workflow and engine, so a test may edit its code."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root / "repo"
+        for part in ("engine", "workflow", "config", "profiles", "envs"):
+            shutil.copytree(REPO / part, self.root / part,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copy(REPO / "Snakefile", self.root / "Snakefile")
+        self.results = root / "results"
+        self.config = root / "tiny.yaml"
+        self.write_config(tiny_config(self.results))
+
+    def write_config(self, cfg: dict) -> None:
+        self.config.write_text(yaml.safe_dump(cfg))
+
+    def snakemake(self, *args: str, **env: str) -> subprocess.CompletedProcess:
+        # the copy's engine, not the repo's
+        env = dict(os.environ, PYTHONPATH=str(self.root)) | env
+        return subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", *args,
+                               "--configfile", str(self.config)],
+                              cwd=self.root, env=env, capture_output=True, text=True,
+                              timeout=900)
+
+    def planned_jobs(self) -> Counter:
+        """Rule -> job count of a dry run."""
+        r = self.snakemake("--dry-run", "--quiet", "rules")
+        assert r.returncode == 0, r.stderr[-3000:]
+        return job_counts(r.stdout + r.stderr)
+
+
+@pytest.fixture(scope="module")
+def workflow(tmp_path_factory) -> Workflow:
+    wf = Workflow(tmp_path_factory.mktemp("wf"))
+    r = wf.snakemake()
+    assert r.returncode == 0, r.stderr[-5000:]
+    return wf
+
+
+def test_every_table_and_figure_is_written_and_plausible(workflow):
+    tables = workflow.results / "tables"
+    for name in TABLES:
+        csv = pd.read_csv(tables / f"{name}.csv")
+        parquet = pd.read_parquet(tables / f"{name}.parquet")
+        assert len(csv) == len(parquet) > 0, name
+    runs = pd.read_parquet(tables / "runs.parquet")
+    assert len(runs) == 12
+    assert set(runs.policy) == {"bulk", "linear"} and set(runs["limit"]) == {"none", "256M"}
+    assert set(runs.rep) == {0, 1, 2} and runs.cpu_pinned.all()
+    assert (runs.cpu_s > 0).all() and (runs.host_busy_cpus > 0).all()
+    assert (runs.termination == "ok").all()
+    # backend none cannot enforce 256M: it must say so, never pass as limited
+    assert not runs.limit_enforced.any()
+    assert (runs.makespan_s > 0).all() and (runs.makespan_s < 60).all()
+    # GNU time saw at least the interpreter and numpy (its max RSS is what follows the
+    # last window's VmHWM reset, so it is small: 41-55 MiB here)
+    assert (runs.gt_max_rss_bytes > 30 * 2**20).all()
+    assert (runs.hwm_rss_bytes >= runs.gt_max_rss_bytes).all()
+    tasks = pd.read_parquet(tables / "tasks.parquet")
+    loads = tasks[(tasks.task_type == "LOAD") & (tasks.policy == "linear")]
+    # linear loads every weight of the pipeline exactly once, at every limit
+    pipeline_bytes = runs.loc[runs.policy == "linear"].set_index(["limit", "rep"]).param_bytes
+    loaded = loads.groupby(["limit", "rep"]).bytes_loaded.sum()
+    assert (loaded == pipeline_bytes[loaded.index]).all() and len(loaded) == 6
+    assert set(pipeline_bytes) <= {4 * n for n in (2 * 11_415_048, 2 * 11_411_970,
+                                                   11_415_048 + 11_411_970)}
+    speed = pd.read_parquet(tables / "speedup.parquet")
+    assert (speed[speed.policy == "bulk"].speedup == 1.0).all()
+    # one speed-up per repetition, summarized with a CI and a significance flag per cell
+    summary = pd.read_parquet(tables / "speedup_summary.parquet")
+    cell = summary[(summary.level == "pipeline") & (summary.policy == "linear")]
+    assert len(cell) == 2 and (cell.speedup_n == 3).all()
+    assert (cell.speedup_ci_low <= cell.speedup_median).all()
+    assert (cell.speedup_median <= cell.speedup_ci_high).all()
+    # three pairs never carry a claim (stats.MIN_N_SIGNIFICANT): flagged as such
+    assert set(cell.speedup_significance) == {"too few runs"}
+    assert {"speedup_ci_scope", "pairs_missing", "missing_why"} <= set(summary.columns)
+    limited = summary[(summary.level == "pipeline") & (summary["limit"] == "256M")]
+    assert limited.slowdown_n.eq(3).all() and limited.slowdown_median.notna().all()
+    times = pd.read_parquet(tables / "summary.parquet")
+    assert {"makespan_s_median", "makespan_s_ci_low", "makespan_s_ci_high",
+            "peak_rss_bytes_median", "hwm_rss_bytes_ci_high"} <= set(times.columns)
+    assert set(times.level) == {"pipeline", "size_bin"} and (times.runs == 3).all()
+    floor = pd.read_parquet(tables / "noise_floor.parquet").set_index(["mode", "metric"])
+    assert floor.loc[("native", "makespan"), "cells"] == 4
+    assert 0 < floor.loc[("native", "makespan"), "cv_median"] < 1
+    overhead = pd.read_parquet(tables / "probe_overhead.parquet").set_index("pipeline")
+    assert overhead.loc["p000", "pairs"] == 3 and overhead.loc["all", "pairs"] == 3
+    assert np.isfinite(overhead.loc["p000", "overhead_pct_median"])
+    samples = pd.read_parquet(tables / "samples.parquet")
+    assert samples.rss_bytes.max() > 50 * 2**20
+    rec = pd.read_parquet(tables / "reconcile.parquet")
+    load = rec[(rec.task_type == "LOAD") & (rec.param_bytes > 0)]
+    assert (load.heap_inuse_delta - load.param_bytes).abs().max() <= 0.01 * load.param_bytes.max()
+    for folder, figures in (("plots", FIGURES), ("model", MODEL_FIGURES)):
+        for fig in figures:
+            for ext in ("png", "pdf"):
+                assert (workflow.results / folder / f"{fig}.{ext}").stat().st_size > 5000, fig
+
+
+def test_the_model_is_fitted_on_the_runs_and_predicts_them(workflow):
+    """One pipeline: the native mode is fitted (on the unconstrained runs: 256M was not
+    enforced) but cannot be cross-validated, and says so; in-sample, its makespans are
+    those of the runs within the noise of three repetitions of sub-second runs."""
+    from engine.model.params import Model
+    from engine.model.predict import Networks, predict
+    from engine.model.train import pipelines_from_networks, read_tables
+
+    model_dir = workflow.results / "model"
+    model = Model.read(model_dir / "model.json")
+    native = model.mode("native")
+    assert native.runs == 6 and native.pipelines == ["p000"] and native.swap is None
+    assert 20 * 2**20 < native.baseline_bytes < 200 * 2**20 and native.cpus == 1
+    cv = json.loads((model_dir / "cv.json").read_text())
+    assert "not cross-validated" in " ".join(cv["native/lean"]["leave-pipeline-out"]["notes"])
+    assert "cannot be held out" in " ".join(cv["native/lean"]["leave-network-out"]["notes"])
+    assert pd.read_parquet(model_dir / "cv_predictions.parquet").empty
+    resid = pd.read_parquet(model_dir / "layer_residuals.parquet")
+    assert set(resid.task_type) == {"INIT", "LOAD", "EXEC"} and (resid.measured_s > 0).all()
+    runs, _, networks, descs = read_tables(workflow.results / "tables",
+                                           workflow.results / "split")
+    pipe = pipelines_from_networks(networks)["p000"]
+    free = runs[runs["limit"] == "none"]
+    for policy in ("bulk", "linear"):
+        pred, _ = predict(native, pipe, Networks(descs, native.batch), policy)
+        measured = free[free.policy == policy]
+        assert pred.makespan_s == pytest.approx(measured.makespan_s.median(), rel=0.3)
+        assert pred.peak_ram_bytes == pytest.approx(measured.hwm_rss_bytes.median(), rel=0.1)
+
+
+def test_the_runs_started_interleaved_in_the_planned_order(workflow):
+    """With one core every run is ready at once, and the priorities make the scheduler
+    start them exactly in engine.workflow.plan.run_order: repetition by repetition, each
+    block (pipeline x limit) with its policies and unprobed twin in a seeded order."""
+    from snakemake.utils import update_config
+
+    from engine.workflow.plan import run_order
+
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    update_config(cfg, tiny_config(workflow.results))
+    planned = [(kind, pipeline, policy, limit, rep)
+               for kind, pipeline, policy, limit, rep in run_order(cfg)]
+    started = []
+    for kind in ("runs", "unprobed"):
+        for meta in (workflow.results / kind).glob("*/*/*/rep*/meta.json"):
+            record = yaml.safe_load(meta.read_text())  # JSON is YAML
+            pipeline, policy, limit, rep = meta.parent.relative_to(
+                workflow.results / kind).parts
+            started.append((record["started_at"], (kind, pipeline, record["policy"], limit,
+                                                   int(rep.removeprefix("rep")))))
+    assert [run for _, run in sorted(started)] == planned
+    # every block holds both policies (and linear's twin where unconstrained)
+    assert len(planned) == 15 and planned[0][4] == 0 and planned[-1][4] == 2
+
+
+def test_a_finished_workflow_has_nothing_to_do(workflow):
+    assert workflow.planned_jobs() == Counter()
+
+
+def test_plot_style_change_reruns_only_plots(workflow):
+    cfg = tiny_config(workflow.results)
+    cfg["plots"]["dpi"] = 90
+    workflow.write_config(cfg)
+    try:
+        assert workflow.planned_jobs() == Counter({"plot": len(FIGURES),
+                                                   "model_plot": len(MODEL_FIGURES), "all": 1})
+    finally:
+        workflow.write_config(tiny_config(workflow.results))
+
+
+def test_a_new_limit_reruns_only_its_runs_and_what_aggregates_them(workflow):
+    cfg = tiny_config(workflow.results)
+    cfg["run"]["limits"].append("512M")
+    workflow.write_config(cfg)
+    try:
+        assert workflow.planned_jobs() == Counter(
+            {"run": 6, "tidy_run": 2, "aggregate": 1, "plot": len(FIGURES), "all": 1,
+             **MODEL_JOBS})
+    finally:
+        workflow.write_config(tiny_config(workflow.results))
+
+
+def test_editing_one_policy_reruns_only_that_policys_runs(workflow):
+    policies = workflow.root / "engine" / "schedule" / "policies.py"
+    source = policies.read_text()
+    edited = source.replace("def _build_linear(", "def _build_linear(  # edited\n", 1)
+    assert edited != source
+    policies.write_text(edited)
+    try:
+        # linear's runs at both limits and their unprobed twins, and the reconciliation
+        # run (it uses linear)
+        assert workflow.planned_jobs() == Counter(
+            {"run": 9, "reconcile_run": 1, "tidy_run": 3, "aggregate": 1,
+             "plot": len(FIGURES), "all": 1, **MODEL_JOBS})
+    finally:
+        policies.write_text(source)
+
+
+def test_editing_shared_code_reruns_every_run(workflow):
+    """units.py is imported by every stage: models, split, pipelines and every run."""
+    units = workflow.root / "engine" / "units.py"
+    source = units.read_text()
+    units.write_text(source + "\n# edited\n")
+    try:
+        planned = workflow.planned_jobs()
+    finally:
+        units.write_text(source)
+    # 1 pipeline x 2 policies x 2 limits x 3 repetitions, the 3 unprobed twins, and the
+    # reconciliation run
+    assert planned["run"] == 15 and planned["reconcile_run"] == 1
+    assert planned["split"] == planned["zoo_model"] == 2 and planned["pipelines"] == 1
+
+
+def test_jobs_run_the_venvs_python_and_the_checkouts_engine_without_either_on_path(tmp_path):
+    """`python -m engine` in a rule is the interpreter running Snakemake and the engine of
+    the checkout the workflow runs from, with neither the venv on PATH nor any PYTHONPATH
+    (as `.venv/bin/snakemake --cores 1` without activating the venv)."""
+    wf = Workflow(tmp_path)
+    main = wf.root / "engine" / "__main__.py"
+    main.write_text("import sys\nprint('engine at', __file__, file=sys.stderr)\n"
+                    + main.read_text())
+    bare_path = os.pathsep.join(p for p in ("/usr/bin", "/bin") if os.path.isdir(p))
+    target = str(wf.results / "models" / "age_net.caffemodel")
+    r = wf.snakemake(target, PATH=bare_path, PYTHONPATH="")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "Shell command: python -m engine models" in r.stdout + r.stderr
+    log = (wf.results / "logs" / "models" / "age_net.log").read_text()
+    assert f"engine at {main}" in log and "AgeNet: wrote" in log
+
+
+def test_the_report_bundles_every_figure(workflow, tmp_path):
+    report = tmp_path / "report.zip"
+    r = workflow.snakemake("--report", str(report))
+    assert r.returncode == 0, r.stderr[-3000:]
+    import zipfile
+
+    names = zipfile.ZipFile(report).namelist()
+    assert sum(name.endswith(".png") for name in names) >= len(FIGURES) + len(MODEL_FIGURES)

@@ -1,0 +1,325 @@
+"""Regression tests of an adversarial pass (the findings of issue 25): content checked by
+identity, not only by count; every size bounded; no input that blocks; one line for bad
+input everywhere, before any output exists."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from engine.analysis.tables import tidy_run
+from engine.caffe.splitter import Description
+from engine.cli import main
+from engine.errors import EdgeprofError, ModelError
+from engine.schedule.pipelines import Arrival, Pipeline, save_pipeline
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _cli(capsys, *argv: str) -> tuple[int, str]:
+    rc = main(list(argv))
+    err = capsys.readouterr().err
+    return rc, err
+
+
+@pytest.fixture
+def split_copy(zoo_split, tmp_path) -> Path:
+    """AgeNet's and GenderNet's split files and models, copied: free to edit."""
+    src = Path(zoo_split["AgeNet"].path).parent.parent
+    dst = tmp_path / "zoo"
+    (dst / "models").mkdir(parents=True)
+    (dst / "split").mkdir()
+    for stem in ("age_net", "gender_net"):  # only these two: the zoo is 0.9 GB
+        for model_file in (src / "models").glob(f"{stem}.*"):
+            shutil.copy(model_file, dst / "models")
+        shutil.copy(src / "split" / f"{stem}.description.json", dst / "split")
+        shutil.copytree(src / "split" / f"{stem}_partials", dst / "split" / f"{stem}_partials")
+    return dst / "split"
+
+
+def _edit(desc_path: Path, change) -> None:
+    data = json.loads(desc_path.read_text())
+    change(data)
+    desc_path.write_text(json.dumps(data))
+
+
+# --- 1. a replaced table with the same row count -------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def two_runs(zoo_split, tmp_path_factory) -> tuple[Path, Path]:
+    """Two finished runs with tasks of the same count: GenderNet x2 and GenderNet + AgeNet
+    (both 20 layers), linear."""
+    root = tmp_path_factory.mktemp("runs")
+    models = Path(zoo_split["AgeNet"].path).parent
+    out = []
+    for name, nets in (("gg", ["GenderNet", "GenderNet"]), ("ga", ["GenderNet", "AgeNet"])):
+        pipe = root / f"{name}.json"
+        save_pipeline(Pipeline(name, [Arrival(0.0, nets)]), pipe)
+        rc = main(["run", "--pipeline", str(pipe), "--models", str(models), "--policy",
+                   "linear", "--out", str(root / name), "--batch", "1", "--backend", "none",
+                   "--sample-hz", "0"])
+        assert rc == 0
+        out.append(root / name)
+    return out[0], out[1]
+
+
+def test_a_replaced_tasks_table_of_the_same_length_is_refused(two_runs, tmp_path):
+    gg, ga = (Path(shutil.copytree(p, tmp_path / p.name)) for p in two_runs)
+    assert len(pd.read_csv(gg / "tasks.csv")) == len(pd.read_csv(ga / "tasks.csv"))
+    shutil.copy(ga / "tasks.csv", gg / "tasks.csv")
+    with pytest.raises(EdgeprofError, match="tasks.csv is not the table this run wrote"):
+        tidy_run(gg)
+    # a record from before table digests: the rows' own content still says so
+    meta = json.loads((gg / "meta.json").read_text())
+    meta["table_digests"] = {}
+    (gg / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(EdgeprofError, match="instance 1 is AgeNet, but this run's pipeline"):
+        tidy_run(gg)
+
+
+def test_a_tasks_table_with_more_workers_than_the_policy_is_refused(two_runs, tmp_path):
+    gg = Path(shutil.copytree(two_runs[0], tmp_path / "gg"))
+    tasks = pd.read_csv(gg / "tasks.csv")
+    tasks.loc[tasks.index[::2], "worker"] = 1  # as a partial:2 run's
+    tasks.to_csv(gg / "tasks.csv", index=False)
+    meta = json.loads((gg / "meta.json").read_text())
+    meta["table_digests"] = {}
+    (gg / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(EdgeprofError, match="tasks on worker 1, but linear has 1"):
+        tidy_run(gg)
+
+
+# --- 2. hand-edited descriptions ------------------------------------------------------------
+
+EDITS = {
+    "a layer renamed": lambda d: d["layers"][3].__setitem__("name", "renamed"),
+    "a type changed": lambda d: d["layers"][1].__setitem__("type", "Deconvolution"),
+    "output shapes": lambda d: d["layers"][2].__setitem__("output_shapes", [[1, 2, 3, 4]]),
+    "param_bytes 1e15": lambda d: d["layers"][1].__setitem__("param_bytes", 10**15),
+    "param_count many": lambda d: d["layers"][1].__setitem__("param_count", "many"),
+    "a layer removed": lambda d: d["layers"].pop(5),
+}
+
+
+@pytest.mark.parametrize("edit", EDITS, ids=list(EDITS))
+def test_every_verb_refuses_a_description_that_contradicts_its_prototxt(split_copy, tmp_path,
+                                                                       capsys, edit):
+    desc = split_copy / "age_net.description.json"
+    _edit(desc, EDITS[edit])
+    pipe = tmp_path / "p.json"
+    save_pipeline(Pipeline("p", [Arrival(0.0, ["AgeNet"])]), pipe)
+    for argv in (["forward", str(desc), "--batch", "1"],
+                 ["graph", "--policy", "linear", "--description", str(desc), "--out",
+                  str(tmp_path / "g.dot")],
+                 ["run", "--pipeline", str(pipe), "--models", str(split_copy), "--policy",
+                  "linear", "--out", str(tmp_path / "run"), "--backend", "none"]):
+        rc, err = _cli(capsys, *argv)
+        assert rc == 2 and err.count("\n") == 1, (argv[0], err)
+        assert "age_net.description.json" in err and "re-run the split" in err
+    assert not (tmp_path / "run").exists() and not (tmp_path / "g.dot").exists()
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(layer=st.integers(0, 19), field=st.sampled_from(["name", "type", "index",
+                                                         "param_count", "param_bytes",
+                                                         "output_shapes"]),
+       value=st.one_of(st.integers(-3, 10**16), st.text(max_size=8),
+                       st.lists(st.lists(st.integers(0, 9), max_size=4), max_size=2)))
+def test_any_changed_layer_field_is_refused(zoo_split, layer, field, value):
+    desc = copy.deepcopy(zoo_split["AgeNet"])
+    info = desc.layers[layer]
+    if getattr(info, field) == value:
+        return
+    setattr(info, field, value)
+    with pytest.raises((ModelError, TypeError)):
+        from engine.caffe.splitter import _check_types
+
+        _check_types(desc)
+        desc.check_prototxt()
+
+
+# --- 3. 15. bounds ---------------------------------------------------------------------------
+
+
+def _count_cases(split_copy: Path, tmp_path: Path) -> list[list[str]]:
+    return [["pipelines", "--models", str(split_copy), "--out", str(tmp_path / "p"),
+             "--count", "1000000000000"],
+            ["pipelines", "--models", str(split_copy), "--out", str(tmp_path / "p"),
+             "--count", "0"],
+            ["graph", "--policy", "linear", "--description",
+             str(split_copy / "age_net.description.json"), "--count", "100000000",
+             "--out", str(tmp_path / "g.dot")]]
+
+
+def test_counts_are_bounded_and_zero_pipelines_is_refused(split_copy, tmp_path, capsys):
+    for argv in _count_cases(split_copy, tmp_path):
+        rc, err = _cli(capsys, *argv)
+        assert rc == 2 and "--count" in err, err
+    assert not (tmp_path / "p").exists()
+
+
+def test_the_config_bounds_repetitions():
+    import yaml
+    from snakemake.exceptions import WorkflowError
+    from snakemake.utils import validate
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config["run"]["repetitions"] = 10**9
+    with pytest.raises(WorkflowError):
+        validate(config, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
+
+
+# --- 4. 14. a FIFO never blocks ----------------------------------------------------------
+
+
+def test_a_fifo_as_any_input_is_one_line_not_a_hang(split_copy, tmp_path):
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    pipe = tmp_path / "p.json"
+    save_pipeline(Pipeline("p", [Arrival(0.0, ["AgeNet"])]), pipe)
+    for argv in (["graph", "--policy", "linear", "--description", str(fifo), "--out",
+                  str(tmp_path / "g.dot")],
+                 ["forward", str(fifo)],
+                 ["advise", "--pipeline", str(pipe), "--models", str(split_copy),
+                  "--model", str(fifo)],
+                 ["child", str(fifo)], ["supervise", str(fifo)],
+                 ["split", str(fifo), "--out", str(tmp_path / "s")]):
+        res = subprocess.run([sys.executable, "-m", "engine", *argv], cwd=REPO, timeout=60,
+                             capture_output=True, text=True)
+        assert res.returncode == 2, (argv, res.stderr)
+        assert "FIFO" in res.stderr and res.stderr.count("\n") == 1, (argv, res.stderr)
+
+
+# --- 5. internal verbs ---------------------------------------------------------------------
+
+
+def test_the_child_answers_a_bad_spec_with_one_line(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    for text in ('{"x": 1}', "[]", "{", '{"out": 1}'):
+        bad.write_text(text)
+        rc, err = _cli(capsys, "child", str(bad))
+        assert rc == 2 and err.count("\n") == 1 and "not a child spec" in err, err
+
+
+# --- 9. 12. 13. 16. 17. outputs and names -------------------------------------------------
+
+
+def _output_cases(split_copy: Path, tmp_path: Path) -> list[tuple[list[str], str]]:
+    desc = str(split_copy / "age_net.description.json")
+    (tmp_path / "adir").mkdir(exist_ok=True)
+    return [(["models", "--out", "", "AgeNet"], "--out is empty"),
+            (["forward", desc, "--out", str(tmp_path / "adir")], "is a folder"),
+            (["graph", "--policy", "linear", "--description", desc, "--out",
+              str(tmp_path / "adir")], "is a folder"),
+            (["graph", "--policy", "linear", "--description", desc, "--out",
+              str(tmp_path / "g.png")], "DOT (.dot, .gv) or SVG"),
+            (["fit-model", "--tables", str(tmp_path), "--models", str(split_copy),
+              "--out", str(tmp_path / "adir")], "is a folder")]
+
+
+def test_empty_or_wrong_outputs_are_refused_before_the_work(split_copy, tmp_path, capsys):
+    for argv, expected in _output_cases(split_copy, tmp_path):
+        rc, err = _cli(capsys, *argv)
+        assert rc == 2 and expected in err and ".tmp" not in err, (argv, err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adir", "zoo"]
+
+
+@pytest.mark.timing
+def test_bad_counts_and_outputs_are_refused_at_once(split_copy, tmp_path, capsys):
+    """Each refusal comes before the work (a billion pipelines, a forward pass, a fit),
+    not after it: in seconds, where the work would take minutes."""
+    cases = [*_count_cases(split_copy, tmp_path),
+             *(argv for argv, _ in _output_cases(split_copy, tmp_path))]
+    for argv in cases:
+        t0 = time.monotonic()
+        rc, _ = _cli(capsys, *argv)
+        assert rc == 2 and time.monotonic() - t0 < 5, argv
+
+
+def test_a_failed_split_leaves_no_empty_out(tmp_path, capsys):
+    model = tmp_path / "x.caffemodel"
+    model.write_bytes(b"\x00\x01garbage")
+    model.with_suffix(".prototxt").write_text('name: "x"\n')
+    rc, _ = _cli(capsys, "split", str(model), "--out", str(tmp_path / "out"))
+    assert rc == 2 and not (tmp_path / "out").exists()
+
+
+def test_a_pipeline_name_that_is_a_path_is_refused(split_copy, tmp_path, capsys):
+    pipe = tmp_path / "p.json"
+    save_pipeline(Pipeline("ok", [Arrival(0.0, ["AgeNet"])]), pipe)
+    data = json.loads(pipe.read_text())
+    data["name"] = "../../evil"
+    pipe.write_text(json.dumps(data))
+    rc, err = _cli(capsys, "run", "--pipeline", str(pipe), "--models", str(split_copy),
+                   "--policy", "linear", "--out", str(tmp_path / "run"), "--backend", "none")
+    assert rc == 2 and "letters, digits" in err
+
+
+def test_a_budget_for_a_policy_without_admission_is_refused(split_copy, tmp_path, capsys):
+    pipe = tmp_path / "p.json"
+    save_pipeline(Pipeline("p", [Arrival(0.0, ["AgeNet"])]), pipe)
+    rc, err = _cli(capsys, "run", "--pipeline", str(pipe), "--models", str(split_copy),
+                   "--policy", "linear", "--out", str(tmp_path / "run"), "--budget", "1G")
+    assert rc == 2 and "linear admits every network" in err
+
+
+# --- 10. a guest is built only when asked ------------------------------------------------
+
+
+def test_a_missing_guest_cache_is_an_error_not_a_build(split_copy, tmp_path, capsys,
+                                                       monkeypatch):
+    monkeypatch.setenv("EDGEPROF_VM_CACHE", str(tmp_path / "nonexistent"))
+    pipe = tmp_path / "p.json"
+    save_pipeline(Pipeline("p", [Arrival(0.0, ["AgeNet"])]), pipe)
+    rc, err = _cli(capsys, "run", "--pipeline", str(pipe), "--models", str(split_copy),
+                   "--policy", "linear", "--out", str(tmp_path / "run"), "--backend", "vm",
+                   "--limit", "256M")
+    assert rc == 2 and "python -m engine.vm build" in err
+    assert not (tmp_path / "nonexistent").exists() and not (tmp_path / "run").exists()
+
+
+# --- 11. configs that pass a dry run but cannot work -------------------------------------
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"pipelines": {"arrival": {"mode": "poisson"}}}, "needs rate"),
+    ({"plots": {"palette": "nosuchcmap"}}, "not a matplotlib colormap"),
+    ({"results": "/proc/edgeprof"}, "pseudo filesystem"),
+    ({"results": "README.md"}, "is a file"),
+])
+def test_configs_that_cannot_work_are_refused(change, message):
+    import yaml
+
+    from engine.workflow.checks import check_config
+
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    for key, value in change.items():
+        if isinstance(value, dict):
+            for k, v in value.items():
+                config[key][k] = v
+        else:
+            config[key] = value
+    cwd = os.getcwd()
+    os.chdir(REPO)
+    try:
+        with pytest.raises(ValueError, match=message):
+            check_config(config)
+    finally:
+        os.chdir(cwd)
+
+
+def test_description_of_a_wrong_kind_is_named(zoo_split, tmp_path):
+    with pytest.raises(ModelError, match="is a folder, not a regular file"):
+        Description.load(tmp_path)

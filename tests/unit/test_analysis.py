@@ -1,0 +1,320 @@
+"""Analysis stage: tidy tables, aggregation, speed-up and figures.
+
+Real run folders come from the engine's CLI (AgeNet + GenderNet, Bulk and Linear,
+unconstrained and with a 256M limit the `none` backend cannot enforce). Cases this machine
+cannot produce (an OOM kill under an enforced limit, a run under VM emulation, sampler
+series) are fabricated from copies of those real folders.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+
+from engine.analysis import plots, tables
+from engine.analysis.figures.common import save_figure
+from engine.errors import EdgeprofError
+from tests.fabricated import edit_meta, record_tables
+
+REPO = Path(__file__).resolve().parents[2]
+MIB = 2**20
+PARAM_BYTES = 4 * (11_415_048 + 11_411_970)  # AgeNet + GenderNet weights, float32
+
+
+def _engine(*args: str, cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "engine", *args], cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err[-2000:]
+
+
+def _fake_samples(folder: Path, t0: int, n: int, peak: int) -> None:
+    """A sampler series of n rows over the run's span, peaking at ``peak`` bytes."""
+    end = pd.read_csv(folder / "tasks.csv")["end_ns"].max()
+    t = np.linspace(0, end, n)
+    rss = (80 * MIB + (peak - 80 * MIB) * np.sin(np.pi * t / end) ** 2).astype(np.int64)
+    pd.DataFrame({"t_ns": t0 + t.astype(np.int64), "rss_bytes": rss, "uss_bytes": "",
+                  "swap_bytes": 0, "cg_current_bytes": "", "cg_swap_current_bytes": ""}
+                 ).to_csv(folder / "samples.csv", index=False)
+    edit_meta(folder, sampler={"samples": n})
+    record_tables(folder)
+
+
+def _fabricate_oom(real: Path, out: Path) -> None:
+    """Bulk killed by the OOM killer under an enforced 128M limit, half-way through."""
+    shutil.copytree(real, out)
+    tasks = pd.read_csv(out / "tasks.csv")
+    kept = tasks[tasks["end_ns"] < tasks["end_ns"].max() / 2]
+    kept.to_csv(out / "tasks.csv", index=False)
+    nets = pd.read_csv(out / "networks.csv").iloc[:1]
+    nets.assign(end_ns=np.nan, response_ns=np.nan, complete=False).to_csv(
+        out / "networks.csv", index=False)
+    meta = edit_meta(out, limit_bytes=128 * MIB, limit_enforced=True, backend="cgroup2",
+                      termination="memory", running_at_end=["0:AgeNet EXEC"],
+                      tasks_finished=len(kept),
+                      gnu_time={"gt_max_rss_bytes": 131072 * 1024})
+    _fake_samples(out, meta["t0_monotonic_ns"], 50, 128 * MIB)
+
+
+def _fabricate_limited(real: Path, out: Path) -> None:
+    """Linear finishing under the enforced 128M limit, with a long sampler series."""
+    shutil.copytree(real, out)
+    meta = edit_meta(out, limit_bytes=128 * MIB, limit_enforced=True, backend="cgroup2",
+                      gnu_time={"gt_max_rss_bytes": 120_000 * 1024})
+    _fake_samples(out, meta["t0_monotonic_ns"], 5000, 110 * MIB)
+
+
+@pytest.fixture(scope="module")
+def campaign(tmp_path_factory) -> Path:
+    """results/runs/p000/{policy}/{limit}/rep{n}: four real runs, three fabricated."""
+    root = tmp_path_factory.mktemp("campaign")
+    _wait([_engine("models", "--out", "models", "AgeNet", "GenderNet", cwd=root)])
+    _wait([_engine("split", f"models/{stem}.caffemodel", "--out", "split", "--network", net,
+                   cwd=root) for stem, net in (("age_net", "AgeNet"), ("gender_net", "GenderNet"))])
+    pipe = {"name": "p000", "arrivals": [{"time_s": 0.0, "networks": ["AgeNet", "GenderNet"]}],
+            "arrival_mode": "batch", "param_bytes": PARAM_BYTES, "size_bin": "0-100 MiB"}
+    (root / "p000.json").write_text(json.dumps(pipe))
+    runs = root / "runs" / "p000"
+    _wait([_engine("run", "--pipeline", "p000.json", "--policy", policy, "--models", "split",
+                   "--out", str(runs / policy / limit / "rep0"), "--backend", "none",
+                   "--no-probes", "--batch", "1",
+                   *([] if limit == "none" else ["--limit", limit]), cwd=root)
+           for policy in ("bulk", "linear") for limit in ("none", "256M")])
+    _fabricate_oom(runs / "bulk" / "none" / "rep0", runs / "bulk" / "128M" / "rep0")
+    _fabricate_limited(runs / "linear" / "none" / "rep0", runs / "linear" / "128M" / "rep0")
+    emulated = runs / "linear" / "none" / "rep1"
+    shutil.copytree(runs / "linear" / "none" / "rep0", emulated)
+    edit_meta(emulated, emulated=True)
+    return root
+
+
+@pytest.fixture(scope="module")
+def agg(campaign, tmp_path_factory) -> dict[str, pd.DataFrame]:
+    tidy_root = tmp_path_factory.mktemp("tidy")
+    dirs = []
+    for run in sorted((campaign / "runs").glob("*/*/*/rep*")):
+        out = tidy_root / run.relative_to(campaign / "runs")
+        tables.write_tidy(tables.tidy_run(run), out)
+        dirs.append(out)
+    return tables.aggregate(dirs, campaign / "runs" / "p000" / "linear" / "none" / "rep0")
+
+
+def _run(agg, policy: str, limit: str, rep: int = 0) -> pd.Series:
+    runs = agg["runs"]
+    row = runs[(runs.policy == policy) & (runs["limit"] == limit) & (runs.rep == rep)]
+    assert len(row) == 1
+    return row.iloc[0]
+
+
+def test_tidy_run_of_a_real_run(campaign):
+    t = tables.tidy_run(campaign / "runs" / "p000" / "linear" / "none" / "rep0")
+    run = t["runs"].iloc[0]
+    assert (run.run_id, run.pipeline, run.policy, run["limit"], run.rep) == (
+        "p000/linear/none/rep0", "p000", "linear", "none", 0)
+    assert run.n_networks == 2 and run.param_bytes == PARAM_BYTES
+    assert run.termination == "ok" and not run.limit_enforced and not run.emulated
+    assert 0 < run.mean_response_s <= run.makespan_s < run.wall_s < 60
+    # probes were off: not measured is NaN, never 0
+    assert np.isnan(run.gt_max_rss_bytes) and np.isnan(run.peak_rss_bytes)
+    tasks = t["tasks"]
+    assert set(tables.IDENTITY) <= set(tasks.columns)
+    assert (tasks.run_id == run.run_id).all()
+    loads = tasks[tasks.task_type == "LOAD"]
+    assert loads.bytes_loaded.sum() == PARAM_BYTES
+    assert (tasks.end_ns >= tasks.start_ns).all()
+    assert t["networks"].complete.all() and len(t["networks"]) == 2
+    assert t["samples"].empty
+
+
+def test_the_tidy_verb_writes_one_folder_per_run_or_nothing(campaign, tmp_path, capsys):
+    """python -m engine tidy (the workflow's tidy_run job): a folder per run named as the
+    run's own; a damaged run among them is one line, exit 2, and nothing written."""
+    from engine.cli import main
+
+    base = campaign / "runs" / "p000" / "linear" / "none"
+    out = tmp_path / "tidy"
+    assert main(["tidy", "--out", str(out), str(base / "rep0"), str(base / "rep1")]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["rep0", "rep1"]
+    for rep, emulated in (("rep0", False), ("rep1", True)):
+        assert sorted(p.name for p in (out / rep).iterdir()) == [
+            "networks.parquet", "runs.parquet", "samples.parquet", "tasks.parquet"]
+        runs = pd.read_parquet(out / rep / "runs.parquet")
+        assert runs.run_id.tolist() == [f"p000/linear/none/{rep}"]
+        assert bool(runs.emulated.iloc[0]) is emulated
+        tasks = pd.read_parquet(out / rep / "tasks.parquet")
+        assert len(tasks) == len(pd.read_csv(base / rep / "tasks.csv"))
+    capsys.readouterr()
+
+    damaged = tmp_path / "bad" / "rep1"
+    shutil.copytree(base / "rep0", damaged)
+    (damaged / "tasks.csv").write_text("")
+    out = tmp_path / "tidy2"
+    assert main(["tidy", "--out", str(out), str(base / "rep0"), str(damaged)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(damaged / "tasks.csv") in err
+    assert not out.exists()
+    assert main(["tidy", "--out", str(out), str(base / "rep0"), str(damaged.parent.parent / "x"
+                                                                     / "rep0")]) == 2
+    assert "rep0 more than once" in capsys.readouterr().err and not out.exists()
+
+
+@pytest.mark.parametrize("damage", ["emptied", "rows cut", "cut mid-row"])
+def test_a_damaged_tasks_table_is_an_error_naming_it(campaign, tmp_path, damage):
+    run = tmp_path / "run"
+    shutil.copytree(campaign / "runs" / "p000" / "linear" / "none" / "rep0", run)
+    text = (run / "tasks.csv").read_text()
+    lines = text.splitlines(keepends=True)
+    (run / "tasks.csv").write_text({"emptied": "", "rows cut": "".join(lines[:len(lines) // 2]),
+                                    "cut mid-row": text[:-7]}[damage])
+    with pytest.raises(EdgeprofError, match=re.escape(str(run / "tasks.csv"))):
+        tables.tidy_run(run)
+
+
+def test_limit_not_enforced_is_kept_apart(agg):
+    run = _run(agg, "bulk", "256M")
+    assert run.limit_bytes == 256 * MIB and not run.limit_enforced
+    for name in ("tasks", "networks"):
+        rows = agg[name][agg[name]["limit"] == "256M"]
+        assert len(rows) and not rows.limit_enforced.any()
+
+
+def test_oom_run_keeps_its_rows_and_has_no_makespan(agg):
+    run = _run(agg, "bulk", "128M")
+    assert run.termination == "memory" and run.limit_enforced
+    assert np.isnan(run.makespan_s) and run.running_at_end == "0:AgeNet EXEC"
+    assert run.gt_max_rss_bytes == 128 * MIB
+    nets = agg["networks"][agg["networks"].run_id == run.run_id]
+    # the network that never started is listed too, as incomplete
+    assert list(nets.network) == ["AgeNet", "GenderNet"] and not nets.complete.any()
+    assert 0 < run.tasks_finished < _run(agg, "bulk", "none").tasks_finished
+
+
+def test_speedup_over_bulk(agg):
+    sp = agg["speedup"]
+    bulk = sp[sp.policy == "bulk"]
+    assert (bulk.loc[bulk.termination == "ok", "speedup"] == 1.0).all()
+    linear = sp[(sp.policy == "linear") & (sp["limit"] == "none") & (sp.rep == 0)].iloc[0]
+    assert 0.1 < linear.speedup < 10 and linear.reason == ""
+    assert linear.speedup == pytest.approx(linear.bulk_makespan_s / linear.makespan_s)
+    oom = sp[(sp.policy == "bulk") & (sp["limit"] == "128M")].iloc[0]
+    assert oom.termination == "memory" and np.isnan(oom.speedup)
+    assert oom.reason == "bulk ended 'memory'"
+    after_oom = sp[(sp.policy == "linear") & (sp["limit"] == "128M")].iloc[0]
+    assert np.isnan(after_oom.speedup) and after_oom.reason == "bulk ended 'memory'"
+    # an emulated run is never compared with a native Bulk
+    emulated = sp[sp.emulated].iloc[0]
+    assert np.isnan(emulated.speedup) and emulated.reason == "no bulk run"
+
+
+def test_samples_are_aligned_and_thinned_keeping_the_peak(agg):
+    run = _run(agg, "linear", "128M")
+    assert run.n_samples == 5000 and run.peak_rss_bytes == pytest.approx(110 * MIB, rel=1e-3)
+    assert 80 * MIB < run.mean_rss_bytes < run.peak_rss_bytes
+    samples = agg["samples"][agg["samples"].run_id == run.run_id]
+    assert len(samples) <= tables.MAX_SAMPLES_PER_RUN
+    assert samples.rss_bytes.max() == run.peak_rss_bytes
+    assert samples.t_s.min() == 0 and samples.t_s.max() == pytest.approx(
+        run.makespan_s, rel=0.05)
+
+
+def test_reconcile_table_comes_from_the_reconcile_run(agg):
+    rec = agg["reconcile"]
+    assert len(rec) and set(rec.task_type) == {"INIT", "LOAD", "EXEC"}
+    assert rec.loc[rec.task_type == "LOAD", "param_bytes"].sum() == PARAM_BYTES
+
+
+def test_write_tables_round_trips_atomically(agg, tmp_path):
+    tables.write_tables(agg, tmp_path)
+    names = {p.name for p in tmp_path.iterdir()}
+    assert names == {f"{n}.{ext}" for n in agg for ext in ("csv", "parquet")}
+    runs = pd.read_parquet(tmp_path / "runs.parquet")
+    pd.testing.assert_frame_equal(runs, agg["runs"])
+    assert len(pd.read_csv(tmp_path / "tasks.csv")) == len(agg["tasks"])
+
+
+CONTEXT = {"run": {"policies": ["bulk", "linear"], "reconcile": {"pipeline": "p000"}}}
+STYLE = {"dpi": 80, "font_size": 9, "palette": "tab10"}
+
+
+def _texts(fig) -> str:
+    """Every title, text and legend entry of a figure, joined."""
+    parts = [t.get_text() for t in fig.texts]
+    for ax in fig.axes:
+        parts += [ax.get_title()] + [t.get_text() for t in ax.texts]
+        if ax.get_legend():
+            parts += [t.get_text() for t in ax.get_legend().get_texts()]
+    for legend in fig.legends:
+        parts += [t.get_text() for t in legend.get_texts()]
+    return "\n".join(parts)
+
+
+def _assert_saved(fig, path: Path, min_bytes: int = 5000) -> None:
+    save_figure(fig, path.with_suffix(".png"), path.with_suffix(".pdf"), STYLE["dpi"])
+    for ext in (".png", ".pdf"):
+        assert path.with_suffix(ext).stat().st_size > min_bytes
+    with Image.open(path.with_suffix(".png")) as img:
+        assert img.width >= 400 and img.height >= 150
+
+
+@pytest.mark.parametrize("name", list(plots.FIGURES))
+def test_every_figure_is_drawn_from_real_tables(agg, name, tmp_path):
+    fig = plots.make_figure(name, agg, STYLE, CONTEXT)
+    _assert_saved(fig, tmp_path / name)
+    if name == "partial_workers":  # the campaign ran no partial:k policy
+        assert "no data" in _texts(fig)
+    else:
+        assert "no data" not in _texts(fig)
+
+
+def test_failed_runs_and_unenforced_limits_are_labelled(agg):
+    text = _texts(plots.make_figure("speedup", agg, STYLE, CONTEXT))
+    assert "256M (not enforced)" in text and "unconstrained, emulated" in text
+    assert "128M" in text and "OOM" in text and "bulk OOM" in text
+    assert "OOM" in _texts(plots.make_figure("memory", agg, STYLE, CONTEXT))
+    over_time = _texts(plots.make_figure("memory_over_time", agg, STYLE, CONTEXT))
+    assert "limit 128M" in over_time and "bulk — OOM" in over_time
+
+
+def test_reconciliation_names_the_instruments_not_measured(agg):
+    text = _texts(plots.make_figure("reconciliation", agg, STYLE, CONTEXT))
+    assert "max RSS, whole run (GNU time + VmHWM windows): not measured" in text
+    assert "heap profile in-use (window end): not measured" in text
+
+
+@pytest.mark.parametrize("name", list(plots.FIGURES))
+def test_empty_tables_give_a_no_data_figure(name, tmp_path):
+    empty = {n: pd.DataFrame() for n in ("runs", "tasks", "networks", "samples",
+                                         "reconcile", "speedup")}
+    fig = plots.make_figure(name, empty, STYLE, {})
+    assert "no data" in _texts(fig)
+    _assert_saved(fig, tmp_path / name, min_bytes=1000)
+
+
+@pytest.mark.parametrize("name", list(plots.FIGURES))
+def test_every_figure_is_drawn_without_bulk_runs(agg, name, tmp_path):
+    runs = agg["runs"][agg["runs"]["policy"] != "bulk"]
+    no_bulk = {**{k: v[v["policy"] != "bulk"] if "policy" in v else v
+                  for k, v in agg.items()}, "speedup": tables.speedup_table(runs)}
+    context = {"run": {**CONTEXT["run"], "policies": [
+        p for p in CONTEXT["run"]["policies"] if p != "bulk"]}}
+    fig = plots.make_figure(name, no_bulk, STYLE, context)
+    save_figure(fig, tmp_path / "f.png", tmp_path / "f.pdf", STYLE["dpi"])
+    assert (tmp_path / "f.png").stat().st_size > 1000
+    if name == "speedup":
+        assert "no speed-up panel" in _texts(fig)
+        labels = [ax.get_ylabel() for ax in fig.axes]
+        assert "median inference time (s)" in labels
+        assert not any("speed-up" in label for label in labels)

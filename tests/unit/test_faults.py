@@ -1,0 +1,155 @@
+"""Faults while a run is under way: the supervisor killed or signalled at moments across a
+run's phases, two runs on one --out. No process of a run may outlive its supervisor,
+nothing half-written may stay, and no result may be lost."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from engine.schedule.pipelines import Arrival, Pipeline, save_pipeline
+from tests.signals import default_signals
+
+REPO = Path(__file__).resolve().parents[2]
+# moments after the start: interpreter start-up, sampler start, loading, executing
+_RNG = random.Random(14)
+DELAYS = sorted(_RNG.uniform(0.02, 3.0) for _ in range(5))
+
+
+@pytest.fixture(scope="module")
+def split_dir(zoo_split) -> Path:
+    return Path(zoo_split["AlexNet"].path).parent
+
+
+def _start(split_dir: Path, root: Path, nets: list[str], *extra: str) -> subprocess.Popen:
+    pipe = root / "p.json"
+    save_pipeline(Pipeline("f", [Arrival(0.0, nets)]), pipe)
+    return subprocess.Popen(
+        [sys.executable, "-m", "engine", "run", "--pipeline", str(pipe), "--models",
+         str(split_dir), "--policy", "linear", "--out", str(root / "run"), "--batch", "1",
+         "--backend", "none", *extra], cwd=REPO, stderr=subprocess.PIPE, text=True,
+        preexec_fn=default_signals)
+
+
+def _wait_running(root: Path, timeout_s: float = 60.0) -> None:
+    """Until the measured child has started its first task."""
+    deadline = time.monotonic() + timeout_s
+    while not any(p.stat().st_size for p in root.glob(".run.*/progress.jsonl")):
+        assert time.monotonic() < deadline, "the run never started"
+        time.sleep(0.02)
+
+
+def _processes_naming(path: Path, also: bytes = b"") -> list[int]:
+    """PIDs whose command line names ``path`` (GNU time, the child and the sampler all
+    carry the run's temporary folder in theirs), and ``also``."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes()
+        except OSError:
+            continue
+        if str(path).encode() in text and also in text:
+            found.append(int(cmdline.parent.name))
+    return [p for p in found if p != os.getpid()]
+
+
+def _wait_gone(path: Path, timeout_s: float = 2.0) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while (left := _processes_naming(path)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
+@pytest.mark.parametrize("delay", DELAYS, ids=[f"{d:.2f}s" for d in DELAYS])
+def test_sigkill_of_the_supervisor_ends_the_run_and_the_next_run_sweeps(split_dir, tmp_path,
+                                                                       delay):
+    proc = _start(split_dir, tmp_path, ["AlexNet"] * 40)
+    time.sleep(delay)
+    proc.kill()
+    proc.communicate()
+    assert _wait_gone(tmp_path) == [], "a process of the run outlived its supervisor"
+    # the dead run's temporary folder (and lock) stay until the next run on that --out
+    again = _start(split_dir, tmp_path, ["AgeNet"])
+    _, err = again.communicate(timeout=120)
+    assert again.returncode == 0, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json", "run"]
+
+
+@pytest.mark.parametrize("delay", [0.12, *DELAYS], ids=[f"{d:.2f}s" for d in [0.12, *DELAYS]])
+def test_ctrl_c_at_any_moment_is_exit_130_without_a_traceback(split_dir, tmp_path, delay):
+    """From the engine's imports on (0.12 s: CPython's own start-up, before its site module
+    is loaded, dies of a Ctrl-C with a fatal error of its own, not ours to handle)."""
+    proc = _start(split_dir, tmp_path, ["AlexNet"] * 40)
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and err.startswith("error: ") and err.count("\n") == 1
+    assert _wait_gone(tmp_path) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json"]
+
+
+@pytest.mark.parametrize("after", [0.0, 0.1, 0.3])
+def test_a_child_just_started_dies_with_its_sigkilled_supervisor(split_dir, tmp_path, after):
+    """Killed while the measured child is still importing: GNU time dies at once, and the
+    child, reparented before it could ask for its own death signal, must notice."""
+    proc = _start(split_dir, tmp_path, ["AlexNet"] * 40)
+    deadline = time.monotonic() + 60
+    while not _processes_naming(tmp_path / ".run.", b"spec.json"):
+        assert time.monotonic() < deadline and proc.poll() is None, "no child started"
+        time.sleep(0.005)
+    time.sleep(after)
+    proc.kill()
+    proc.communicate()
+    assert _wait_gone(tmp_path) == [], "the measured child outlived its supervisor"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_second_signal_during_cleanup_does_not_cut_it_short(split_dir, tmp_path, sig):
+    proc = _start(split_dir, tmp_path, ["AlexNet"] * 40)
+    _wait_running(tmp_path)
+    proc.send_signal(sig)
+    time.sleep(0.01)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert f"interrupted by {sig.name}; nothing written" in err
+    assert "Traceback" not in err
+    assert _wait_gone(tmp_path) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json"]
+
+
+def test_two_runs_on_one_out_the_second_is_refused_at_once(split_dir, tmp_path):
+    first = _start(split_dir, tmp_path, ["AlexNet"] * 10)
+    _wait_running(tmp_path)
+    second = _start(split_dir, tmp_path, ["AgeNet"])
+    _, err2 = second.communicate(timeout=60)
+    _, err1 = first.communicate(timeout=120)
+    assert second.returncode == 2
+    assert err2.count("\n") == 1 and "is being written by another run (pid" in err2
+    assert first.returncode == 0, err1
+    assert (tmp_path / "run" / "meta.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json", "run"]
+
+
+@pytest.mark.parametrize("where", ["file", "under-file", "proc"])
+def test_an_out_that_cannot_be_a_run_folder_is_one_line_exit_2(split_dir, tmp_path, where):
+    (tmp_path / "f").write_text("not a run")
+    out = {"file": tmp_path / "f", "under-file": tmp_path / "f" / "run",
+           "proc": Path("/proc/edgeprof-run")}[where]
+    pipe = tmp_path / "p.json"
+    save_pipeline(Pipeline("f", [Arrival(0.0, ["AgeNet"])]), pipe)
+    r = subprocess.run([sys.executable, "-m", "engine", "run", "--pipeline", str(pipe),
+                        "--models", str(split_dir), "--policy", "linear", "--out", str(out),
+                        "--backend", "none", "--force"], cwd=REPO, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith("error: ") and "--out" in r.stderr
+    assert (tmp_path / "f").read_text() == "not a run"

@@ -1,0 +1,241 @@
+"""The ``run`` and ``graph`` commands end to end on real split models."""
+
+from __future__ import annotations
+
+import csv
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_limits
+
+from engine.analysis.tables import tidy_run
+from engine.caffe import generate, splitter
+from engine.network import run_standalone
+from engine.runner.meta import RunMeta, transparent_hugepage
+from engine.runner.request import LimitOptions, ProbeOptions, RunOptions, RunRequest
+from engine.runner.supervise import run_supervised
+from engine.schedule.pipelines import Arrival, Pipeline, save_pipeline
+from engine.schedule.policies import parse_policy
+from tests.signals import default_signals
+
+REPO = Path(__file__).resolve().parents[2]
+POLICIES = ["bulk", "linear", "partial:1", "partial:2", "partial:3", "deepeye",
+            "deepeye-frugal", "execprio:2", "execprio-inter:2", "masa:2"]
+
+
+@pytest.fixture(scope="module")
+def models(zoo_split) -> dict[str, Path]:
+    return {name: Path(d.path) for name, d in zoo_split.items()}
+
+
+def _pipeline(nets, times=None) -> Pipeline:
+    times = times or [0.0] * len(nets)
+    arrivals = [Arrival(t, [n]) for t, n in zip(times, nets)] if len(set(times)) > 1 else [
+        Arrival(0.0, list(nets))]
+    return Pipeline("t", arrivals)
+
+
+def run_pipeline(pipe: Pipeline, policy: str, models: dict[str, Path], out: Path,
+                 options: RunOptions) -> Path:
+    """One supervised run with the process-level probes off (they are tested elsewhere)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    path = out.parent / f"{out.name}.pipeline.json"
+    save_pipeline(pipe, path)
+    run_supervised(RunRequest(
+        str(path), parse_policy(policy).name, str(models["AgeNet"].parent), str(out), options,
+        LimitOptions("none"),
+        ProbeOptions(process=False, cgroup=False, gnu_time=False, sample_hz=0)))
+    return out
+
+
+def test_every_policy_gives_bit_identical_outputs_equal_to_standalone_runs(models, tmp_path):
+    nets = ["GoogLeNet", "AgeNet", "GenderNet", "AgeNet"]
+    pipe = _pipeline(nets)
+    outputs = {}
+    for policy in POLICIES:
+        folder = run_pipeline(pipe, policy, models, tmp_path / policy,
+                              RunOptions(batch=1, seed=5, budget=200 * 2**20))
+        meta = json.loads((folder / "meta.json").read_text())
+        assert meta["termination"] == "ok" and meta["policy"] == parse_policy(policy).name
+        assert meta["limit_enforced"] is False
+        assert meta["child"]["blas"][0]["num_threads"] == 1
+        with np.load(folder / "outputs.npz") as z:
+            outputs[policy] = {k: z[k] for k in z.files}
+        rows = list(csv.DictReader(open(folder / "tasks.csv")))
+        layers = {"GoogLeNet": 152, "AgeNet": 20, "GenderNet": 20}
+        expected = 3 * len(nets) if policy == "bulk" else sum(1 + 2 * layers[n] for n in nets)
+        assert len(rows) == expected
+        assert all(int(r["end_ns"]) >= int(r["start_ns"]) >= 0 for r in rows)
+        networks = list(csv.DictReader(open(folder / "networks.csv")))
+        for r in networks:
+            assert int(r["response_ns"]) == int(r["waiting_ns"]) + int(r["execution_ns"])
+    ref = outputs["bulk"]
+    assert sorted(ref) == ["0:GoogLeNet/prob", "1:AgeNet/prob", "2:GenderNet/prob",
+                           "3:AgeNet/prob"]
+    for policy, out in outputs.items():
+        assert out.keys() == ref.keys()
+        for k in ref:
+            assert np.array_equal(out[k], ref[k]), (policy, k)
+    # BLAS thread count changes float rounding, so compare at the run's setting (1)
+    with threadpool_limits(1, "blas"):
+        alone = run_standalone(models["AgeNet"], seed=5, batch=1)["prob"]
+    assert np.array_equal(ref["1:AgeNet/prob"], alone)
+
+
+def test_the_caffe_runtime_gives_every_policy_the_lean_runtimes_outputs(models, tmp_path):
+    """The runtime changes when memory is used, never what is computed: every policy
+    under the Caffe-faithful runtime, bit for bit the lean runtime's bulk outputs."""
+    pipe = _pipeline(["AgeNet", "GoogLeNet"])
+    ref = run_pipeline(pipe, "bulk", models, tmp_path / "lean", RunOptions(batch=1, seed=3))
+    with np.load(ref / "outputs.npz") as z:
+        want = {k: z[k] for k in z.files}
+    for policy in POLICIES:
+        folder = run_pipeline(pipe, policy, models, tmp_path / policy,
+                              RunOptions(batch=1, seed=3, budget=200 * 2**20,
+                                         runtime="caffe"))
+        meta = RunMeta.read(folder)
+        assert meta.termination == "ok" and meta.runtime == "caffe"
+        with np.load(folder / "outputs.npz") as z:
+            assert sorted(z.files) == sorted(want)
+            for k in want:
+                assert np.array_equal(z[k], want[k]), (policy, k)
+
+
+def test_loads_are_recorded_with_their_bytes(models, tmp_path):
+    folder = run_pipeline(_pipeline(["AgeNet"]), "linear", models,
+                          tmp_path / "r", RunOptions(batch=1))
+    rows = [r for r in csv.DictReader(open(folder / "tasks.csv")) if r["task_type"] == "LOAD"]
+    assert sum(int(r["bytes_loaded"]) for r in rows) == 4 * 11_415_048
+    fc6 = next(r for r in rows if r["layer_name"] == "fc6")
+    assert int(fc6["bytes_loaded"]) == int(fc6["param_bytes"]) == 4 * (512 * 18816 + 512)
+    assert fc6["layer_kind"] == "fc"
+
+
+@pytest.mark.parametrize("setting, advice", [(None, False), ("1", True)])
+def test_the_child_gets_4k_pages_unless_numpy_hugepages_are_asked_for(
+        models, tmp_path, monkeypatch, setting, advice):
+    if setting is None:
+        monkeypatch.delenv("NUMPY_MADVISE_HUGEPAGE", raising=False)
+    else:
+        monkeypatch.setenv("NUMPY_MADVISE_HUGEPAGE", setting)
+    folder = run_pipeline(_pipeline(["AgeNet"]), "linear", models, tmp_path / "r",
+                          RunOptions(batch=1))
+    meta = RunMeta.read(folder)
+    # what the child's numpy itself reported, not what we asked for
+    assert meta.child["numpy_hugepage_advice"] is advice
+    assert meta.host["transparent_hugepage"] == transparent_hugepage()
+    assert bool(tidy_run(folder)["runs"].loc[0, "numpy_hugepages"]) is advice
+
+
+def test_the_hugepage_mode_is_read_from_the_kernels_bracket(tmp_path):
+    path = tmp_path / "enabled"
+    path.write_text("always [madvise] never\n")
+    assert transparent_hugepage(str(path)) == "madvise"
+    path.write_text("garbage\n")
+    assert transparent_hugepage(str(path)) is None
+    assert transparent_hugepage(str(tmp_path / "missing")) is None
+
+
+def test_poisson_arrivals_are_honoured(models, tmp_path):
+    pipe = _pipeline(["AgeNet", "AgeNet"], times=[0.0, 0.2])
+    folder = run_pipeline(pipe, "partial:2", models, tmp_path / "r",
+                          RunOptions(batch=1))
+    rows = list(csv.DictReader(open(folder / "networks.csv")))
+    assert int(rows[1]["arrival_ns"]) == 200_000_000
+    assert int(rows[1]["init_start_ns"]) >= 200_000_000
+
+
+def _cli(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "engine", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=300, **kw)
+
+
+def test_run_cli_refuses_to_overwrite_and_reports_bad_input(models, tmp_path):
+    pipe = tmp_path / "p.json"
+    save_pipeline(_pipeline(["AgeNet"]), pipe)
+    split_dir = str(models["AgeNet"].parent)
+    args = ["run", "--pipeline", str(pipe), "--models", split_dir, "--batch", "1"]
+    r = _cli(*args, "--policy", "linear", "--out", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+    assert "t under linear (unlimited): ok" in r.stderr
+    r = _cli(*args, "--policy", "linear", "--out", str(tmp_path / "out"))
+    assert r.returncode == 2 and "already holds a finished run; pass --force" in r.stderr
+    r = _cli(*args, "--policy", "linear", "--out", str(tmp_path / "out"), "--force")
+    assert r.returncode == 0
+    r = _cli(*args, "--policy", "roundrobin", "--out", str(tmp_path / "o2"))
+    assert r.returncode == 2 and "unknown policy 'roundrobin'" in r.stderr
+    save_pipeline(_pipeline(["AgeNet", "ResNet"]), tmp_path / "bad.json")
+    r = _cli("run", "--pipeline", str(tmp_path / "bad.json"), "--models", split_dir,
+             "--policy", "bulk", "--out", str(tmp_path / "o3"))
+    assert r.returncode == 2
+    assert "names networks with no split model: ResNet (available: AgeNet," in r.stderr
+    assert not (tmp_path / "o2").exists() and not (tmp_path / "o3").exists()
+
+
+def test_a_failing_task_is_recorded_as_error(tmp_path):
+    prototxt, model = generate.write_zoo_model("AgeNet", tmp_path / "m", 1)
+    desc = splitter.Description.load(splitter.split_model(model, prototxt, tmp_path / "s",
+                                                          network="AgeNet"))
+    partial = desc.resolve(desc.layers[12].partial)  # fc6
+    data = bytearray(partial.read_bytes())
+    data[4:40] = b"\xff" * 36  # corrupt, same size: only reading the layer can tell
+    partial.write_bytes(bytes(data))
+    pipe = tmp_path / "p.json"
+    save_pipeline(_pipeline(["AgeNet"]), pipe)
+    r = _cli("run", "--pipeline", str(pipe), "--models", str(tmp_path / "s"), "--policy",
+             "partial:2", "--out", str(tmp_path / "run"), "--batch", "1")
+    assert r.returncode == 1
+    assert "task 0:AgeNet LOAD_12 failed: CorruptModelError" in r.stderr
+    meta = json.loads((tmp_path / "run" / "meta.json").read_text())
+    assert meta["termination"] == "error"
+    assert f"{partial}: corrupt or truncated caffemodel at byte 11" in meta[
+        "termination_detail"]
+    assert meta["child"]["failed_task"] == "0:AgeNet LOAD_12"
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 130),
+                                       (signal.SIGHUP, 130)])
+def test_a_signal_stops_the_run_and_writes_nothing(models, tmp_path, sig, code):
+    pipe = tmp_path / "p.json"
+    save_pipeline(_pipeline(["AlexNet"] * 30), pipe)
+    proc = subprocess.Popen([sys.executable, "-m", "engine", "run", "--pipeline", str(pipe),
+                             "--models", str(models["AlexNet"].parent), "--policy", "linear",
+                             "--out", str(tmp_path / "run")], cwd=REPO,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=default_signals)
+    time.sleep(2.0)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, err
+    assert f"interrupted by {sig.name}; nothing written" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json"]
+
+
+def test_graph_command_writes_dot(models, tmp_path):
+    out = tmp_path / "g.dot"
+    r = _cli("graph", "--policy", "deepeye", "--description", str(models["AgeNet"]),
+             "--count", "2", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    text = out.read_text()
+    assert text.startswith('digraph "deepeye: 2 x AgeNet"')
+    assert text.count(" -> ") == int(r.stderr.split(" tasks, ")[1].split(" edges")[0])
+    assert 'label="LOAD_12\\nfc6\\npool 1"' in text
+
+
+def test_a_timed_out_run_keeps_the_networks_that_finished_before_it(models, tmp_path):
+    pipe = tmp_path / "p.json"
+    save_pipeline(_pipeline(["AgeNet", "GenderNet"], times=[0.0, 30.0]), pipe)
+    r = _cli("run", "--pipeline", str(pipe), "--models", str(models["AgeNet"].parent),
+             "--policy", "linear", "--out", str(tmp_path / "run"), "--batch", "1",
+             "--backend", "none", "--timeout", "4")
+    assert r.returncode == 0, r.stderr
+    meta = json.loads((tmp_path / "run" / "meta.json").read_text())
+    assert meta["termination"] == "timeout"
+    rows = list(csv.DictReader(open(tmp_path / "run" / "networks.csv")))
+    assert [(row["network"], row["complete"]) for row in rows] == [("AgeNet", "True")]
+    assert int(rows[0]["end_ns"]) > int(rows[0]["init_start_ns"]) >= 0

@@ -1,0 +1,66 @@
+"""engine.workflow.snakemake_api against the installed Snakemake: its private override is
+used only where it still does what the workflow relies on, and either way Snakemake sees
+each function's true parameters."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import snakemake
+from snakemake.common import get_function_params, get_input_function_aux_params
+
+from engine.workflow import snakemake_api
+
+
+def _functions():
+    def run_mem(wildcards):
+        return 1
+
+    def vm_env(wildcards, input):
+        return ""
+
+    return run_mem, vm_env
+
+
+def test_the_installed_snakemake_is_one_the_override_was_checked_on():
+    """Fails after a Snakemake upgrade out of PRIVATE_VERSIONS or one without
+    overwrite_function_params: read its get_function_params again, then move the range."""
+    low, high = snakemake_api.PRIVATE_VERSIONS
+    assert snakemake_api.private_override() is not None, (
+        f"Snakemake {snakemake.__version__} is outside [{low}, {high}) or has no "
+        f"snakemake.common.overwrite_function_params")
+
+
+def test_snakemake_returns_the_declared_parameters_without_inspecting_again(monkeypatch):
+    functions = _functions()
+    assert snakemake_api.declare_signatures(functions)
+    declared = [f.__signature__.parameters for f in functions]
+
+    def no_inspecting(*args, **kwargs):
+        raise AssertionError("Snakemake inspected a declared function's signature")
+
+    monkeypatch.setattr(inspect, "signature", no_inspecting)
+    for function, params in zip(functions, declared, strict=True):
+        assert get_function_params(function) is params
+    run_mem, vm_env = functions
+    candidates = {"input": ["a"], "output": ["b"], "threads": 1}
+    assert get_input_function_aux_params(run_mem, candidates) == {}
+    assert get_input_function_aux_params(vm_env, candidates) == {"input": ["a"]}
+
+
+def test_outside_the_checked_versions_only_the_public_signature_is_set(monkeypatch):
+    monkeypatch.setattr(snakemake_api, "PRIVATE_VERSIONS", ((0, 0), (0, 1)))
+    functions = _functions()
+    assert not snakemake_api.declare_signatures(functions)
+    for function in functions:
+        assert not hasattr(function, "_overwrite_params")
+        assert list(get_function_params(function)) == list(
+            inspect.signature(function, follow_wrapped=False).parameters)
+    assert list(get_function_params(functions[1])) == ["wildcards", "input"]
+
+
+@pytest.mark.parametrize("text, version", [("9.27.1", (9, 27)), ("10.0.0a1", (10, 0)),
+                                           ("9.17.0.post1+g1", (9, 17))])
+def test_versions_are_read_as_major_minor(text, version):
+    assert snakemake_api._version(text) == version

@@ -1,0 +1,613 @@
+"""engine.workflow's modules (what the Snakemake workflow computes from its config) and the config's
+schema: argument strings, which runs exist and where they run, resources, the jobs'
+environment, one list of backends, and config/README.md covering every key."""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from engine.limits import BACKENDS
+from engine.workflow.args import (
+    arrival_args,
+    batch_args,
+    bins_args,
+    limit_args,
+    pipelines_args,
+    reconcile_limit_args,
+    run_options,
+    vm_pipelines_args,
+)
+from engine.workflow.checks import check_config
+from engine.workflow.environ import job_environ
+from engine.workflow.fingerprint import JOB_ENTRIES, code_fingerprint, job_modules
+from engine.workflow.plan import (
+    kind_runtime,
+    needs_vm_guest,
+    policy_ids,
+    reconcile_in_vm,
+    run_order,
+    run_sets,
+    vm_enabled,
+    vm_pipeline_names,
+    vm_sandbox,
+)
+from engine.workflow.resources import (
+    SLURM_JOB_OVERHEAD_MB,
+    UNLIMITED_MEM_MB,
+    run_mem_mb,
+    run_runtime_min,
+    run_step_mem_mb,
+    slurm_step_prefix,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+SCHEMA = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
+
+
+def load_config(name: str = "config.yaml") -> dict:
+    """A config file as the workflow sees it: merged into config/config.yaml key by key
+    (Snakemake's update_config), then validated with the schema's defaults filled in."""
+    from snakemake.utils import update_config, validate
+
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    if name != "config.yaml":
+        update_config(config, yaml.safe_load((REPO / "config" / name).read_text()))
+    validate(config, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
+    return config
+
+
+@pytest.fixture
+def cfg() -> dict:
+    return load_config()
+
+
+def with_(config: dict, **changes) -> dict:
+    """A copy of ``config`` with ``section__key=value`` changes."""
+    config = copy.deepcopy(config)
+    for path, value in changes.items():
+        *parents, key = path.split("__")
+        node = config
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[key] = value
+    return config
+
+
+# --- argument strings ------------------------------------------------------------------------
+
+
+def test_arrival_args():
+    assert arrival_args({"mode": "batch"}) == "--arrival batch"
+    assert arrival_args({"mode": "poisson", "rate": 2.5}) == "--arrival poisson --rate 2.5"
+    assert (arrival_args({"mode": "normal", "mean": 1, "sd": 0.5})
+            == "--arrival normal --mean 1 --sd 0.5")
+
+
+def test_batch_and_run_options(cfg):
+    assert batch_args(cfg["run"]) == "--batch 1"
+    assert batch_args(with_(cfg, run__batch=None)["run"]) == ""
+    assert run_options(cfg["run"]) == (
+        "--blas-threads 1 --timeout 600 --sample-hz 100 --pin-cpu")
+    assert run_options(with_(cfg, run__pin_cpu=False)["run"]) == (
+        "--blas-threads 1 --timeout 600 --sample-hz 100")
+    caffe = with_(cfg, run__runtime="caffe")
+    assert [kind_runtime(caffe, k) for k in ("runs", "sandbox", "sandbox_lean")] == [
+        "caffe", "caffe", "lean"]
+    assert run_runtime_min(cfg["run"]) == 15
+    assert run_runtime_min({"timeout_s": 1800}) == 35
+
+
+def test_pipelines_args_are_todays_command_lines(cfg):
+    networks = ["AgeNet", "GenderNet", "FaceNet", "AlexNet", "GoogLeNet"]
+    assert pipelines_args(cfg, networks) == (
+        "--count 3 --seed 0 --length 2 4 --arrival batch --bins 150 400"
+        " --networks AgeNet GenderNet FaceNet AlexNet GoogLeNet")
+    assert vm_pipelines_args(cfg) == (
+        "--count 2 --seed 0 --prefix v --length 1 3 --bins 150 400 --networks AgeNet GenderNet")
+    assert vm_pipelines_args(with_(cfg, vm__enabled=False)) == ""
+
+
+def test_policy_ids_are_path_safe():
+    assert policy_ids(["bulk", "partial", "partial:3", "execprio-inter:2"]) == {
+        "bulk": "bulk", "partial_2": "partial:2", "partial_3": "partial:3",
+        "execprio-inter_2": "execprio-inter:2"}
+
+
+# --- which runs exist and where they run -----------------------------------------------------
+
+
+def test_vm_enabled_runs_limited_runs_in_the_vm_on_its_pipelines(cfg):
+    cfg = with_(cfg, vm__sandbox="vm")
+    assert vm_enabled(cfg)
+    main, vm, *_ = run_sets(cfg)
+    assert (main.pipelines, main.limits, main.in_vm) == (["p000", "p001", "p002"], ["none"],
+                                                         False)
+    assert len(main.policies) == 10
+    # the vm pipelines run under the vm limits and, as their baseline, in the guest unlimited
+    assert (vm.pipelines, vm.policies, vm.limits, vm.in_vm) == (
+        ["v000", "v001"], ["bulk", "linear", "partial:2", "deepeye"], ["none", "48M"], True)
+    # the main pipelines' unconstrained runs stay native; every vm pipeline run goes to the
+    # vm whatever run.backend says, its baseline too
+    assert limit_args(cfg, "none", False) == "--backend auto"
+    assert limit_args(cfg, "none", True) == "--backend vm"
+    assert limit_args(cfg, "48M", True) == "--limit 48M --swap max --backend vm"
+    assert needs_vm_guest(cfg, "48M", True) and needs_vm_guest(cfg, "none", True)
+    assert not needs_vm_guest(cfg, "none", False)
+    explicit = with_(cfg, run__backend="vm")
+    assert limit_args(explicit, "none", False) == "--backend none"
+    # without vm.policies the guest runs every policy
+    assert run_sets(with_(cfg, vm__policies=None))[1].policies == main.policies
+
+
+def test_the_vm_blocks_sandbox_is_uml_where_it_was_built_else_the_qemu_guest(cfg,
+                                                                             monkeypatch):
+    from engine.limits import vm as vm_limits
+
+    assert limit_args(with_(cfg, vm__sandbox="uml"), "48M", True) == (
+        "--limit 48M --swap max --backend uml")
+    auto = with_(cfg, vm__sandbox="auto")
+    monkeypatch.setattr(vm_limits, "uml_status", lambda: (True, "Linux 7.2.7 (sid)"))
+    assert limit_args(auto, "none", True) == "--backend uml"
+    # a uml run boots setup.sh's kernel: the workflow builds no qemu guest for it
+    assert not needs_vm_guest(auto, "48M", True)
+    assert not needs_vm_guest(auto, "none", False)
+    monkeypatch.setattr(vm_limits, "uml_status", lambda: (False, "not built"))
+    assert limit_args(auto, "48M", True) == "--limit 48M --swap max --backend vm"
+    assert needs_vm_guest(auto, "48M", True)
+
+
+def test_vm_disabled_runs_every_limit_with_run_backend(cfg):
+    cfg = with_(cfg, vm__enabled=False, model={})
+    assert not vm_enabled(cfg) and vm_pipeline_names(cfg) == []
+    [main] = run_sets(cfg)
+    assert (main.pipelines, main.limits, main.in_vm) == (
+        ["p000", "p001", "p002"], ["none", "1G", "512M", "256M"], False)
+    assert limit_args(cfg, "1G", False) == "--limit 1G --swap max --backend auto"
+    assert not needs_vm_guest(cfg, "1G", False)
+    inherit = with_(cfg, run__backend="inherit", run__swap=0)
+    assert limit_args(inherit, "512M", False) == "--limit 512M --swap 0 --backend inherit"
+    assert limit_args(inherit, "none", False) == "--backend inherit"
+    # backend vm without the vm block: every main run goes to the guest, the
+    # unconstrained baseline too (an emulated limit never compares with a native run)
+    in_vm = with_(cfg, run__backend="vm")
+    [main] = run_sets(in_vm)
+    assert main.in_vm and limit_args(in_vm, "none", main.in_vm) == "--backend vm"
+    with pytest.raises(ValueError, match="probe_overhead_policy needs native"):
+        check_config(with_(in_vm, run__reconcile__vm=False,
+                              run__reconcile__pipeline="p000"))
+    # memory + swap capped together: the swap is what the total leaves above the limit
+    capped = with_(cfg, run__swap_total="8G")
+    assert limit_args(capped, "1G", False) == (
+        f"--limit 1G --swap {7 * 2**30} --backend auto")
+    assert limit_args(capped, "none", False) == "--backend auto"
+
+
+def test_vm_native_baseline_runs_the_vm_pipelines_natively_too(cfg):
+    """The model's native-speed reconstruction needs the vm pipelines' native task times:
+    vm.native_baseline adds them as their own kind (same pipeline, policy and limit as
+    the guest's baseline, another folder), started in the same blocks."""
+    twin = with_(cfg, vm__native_baseline=True, model={})
+    main, vm, native = run_sets(twin)
+    assert (native.pipelines, native.policies, native.limits, native.in_vm, native.kind) == (
+        vm.pipelines, vm.policies, ["none"], False, "native")
+    assert limit_args(twin, "none", native.in_vm) == "--backend auto"
+    kinds = {(kind, pipeline) for kind, pipeline, *_ in run_order(twin)}
+    assert ("native", "v000") in kinds and ("runs", "v000") in kinds
+    assert ("native", "p000") not in kinds
+    assert len(run_sets(with_(twin, vm__native_baseline=False))) == 2
+
+
+def test_the_model_holdout_runs_like_the_campaign_under_names_and_a_seed_of_its_own(cfg):
+    held = with_(cfg, vm__native_baseline=True,
+                 model__holdout={"seed": 1000, "pipelines": 2, "vm_pipelines": 1})
+    sets = run_sets(held)
+    assert [(rs.pipelines, rs.kind, rs.holdout) for rs in sets] == [
+        (["p000", "p001", "p002"], "runs", False), (["v000", "v001"], "runs", False),
+        (["v000", "v001"], "native", False), (["hp000", "hp001"], "runs", True),
+        (["hv000"], "runs", True), (["hv000"], "native", True)]
+    assert "--seed 1000 --prefix hp" in pipelines_args(held, ["AgeNet"], holdout=True)
+    assert "--seed 1000 --prefix hv" in vm_pipelines_args(held, holdout=True)
+    assert "--seed 0 " in pipelines_args(held, ["AgeNet"])
+    with pytest.raises(ValueError, match="seed never used in fitting"):
+        check_config(with_(held, model__holdout={"seed": 0, "pipelines": 1}))
+    off = with_(held, vm__enabled=False, run__reconcile__vm=False,
+                run__reconcile__pipeline="p000")
+    check_config(off)  # without the vm block no held-out vm pipeline runs
+    assert [rs.pipelines for rs in run_sets(off) if rs.holdout] == [["hp000", "hp001"]]
+
+
+def test_a_config_without_a_vm_block_runs_nothing_in_the_vm(cfg):
+    del cfg["vm"]
+    cfg["model"] = {}
+    assert not vm_enabled(cfg)
+    assert run_sets(cfg)[0].limits == ["none", "1G", "512M", "256M"]
+
+
+def test_run_mem_mb(cfg):
+    assert run_mem_mb(cfg, "none", False) == 8192
+    assert run_mem_mb(cfg, "256M", True) == 1024 + 512  # guest RAM >= 1 GiB, plus qemu
+    assert run_mem_mb(cfg, "1G", True) == 1024 + 768 + 512
+    assert run_mem_mb(cfg, "none", True) == 4096 + 512  # a baseline guest (vm.run.plan)
+    native = with_(cfg, vm__enabled=False)
+    assert run_mem_mb(native, "512M", False) == 512 + 1024  # auto: room for the supervisor
+    assert run_step_mem_mb(native, "512M", False) is None  # auto sets its own cgroup
+    # inherit: the run's own job step gets exactly the limit, the job that plus the
+    # workflow's own processes (two Snakemake interpreters, srun: measured on SLURM)
+    inherit = with_(native, run__backend="inherit")
+    assert run_step_mem_mb(inherit, "512M", False) == 512
+    assert run_mem_mb(inherit, "512M", False) == 512 + SLURM_JOB_OVERHEAD_MB
+    assert run_step_mem_mb(inherit, "1.5G", False) == 1536
+    assert run_step_mem_mb(inherit, "none", False) == UNLIMITED_MEM_MB
+    assert run_mem_mb(inherit, "none", False) == (UNLIMITED_MEM_MB
+                                                     + SLURM_JOB_OVERHEAD_MB)
+    assert slurm_step_prefix(None) == ""
+
+
+def _step(tmp_path: Path, prefix: str, *, slurm: bool, srun_rc: int = 0,
+          write_meta: bool = False) -> tuple[int, str]:
+    """Runs `<prefix> true --out D` in bash as a rule's shell does, with a fake srun on
+    PATH that records its arguments; returns the exit code and what srun got."""
+    import shutil
+    import subprocess
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    calls = tmp_path / "srun.args"
+    calls.unlink(missing_ok=True)
+    out = tmp_path / "run"
+    shutil.rmtree(out, ignore_errors=True)
+    meta = 'mkdir -p "$3" && echo {} > "$3/meta.json"; ' if write_meta else ""
+    srun = bin_dir / "srun"
+    srun.write_text("#!/bin/bash\n"
+                    f"echo \"$@\" > {calls}\n"
+                    'while [ "${1#--}" != "$1" ]; do shift; done\n'  # drop srun's options
+                    f'"$@"; {meta}exit {srun_rc}\n')
+    srun.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    if slurm:
+        env["SLURM_JOB_ID"] = "42"
+    r = subprocess.run(["bash", "-c", f"set -euo pipefail; {prefix}true --out {out}"],
+                       env=env, capture_output=True, text=True)
+    return r.returncode, calls.read_text().strip() if calls.exists() else ""
+
+
+def test_the_slurm_step_prefix_runs_the_engine_in_a_step_of_its_limit(tmp_path):
+    prefix = slurm_step_prefix(512)
+    # outside a SLURM job (a local run, same config) the command runs as it is
+    assert _step(tmp_path, prefix, slurm=False) == (0, "")
+    # inside one: its own step of exactly the limit, beside step 0 (which waits for it)
+    rc, args = _step(tmp_path, prefix, slurm=True)
+    assert rc == 0 and args.startswith("--quiet --ntasks=1 --nodes=1 --cpus-per-task=1 "
+                                       "--overlap --mem=512M true --out ")
+    # srun failing (e.g. reporting the step's OOM kill) with the run folder written: the
+    # run's result stands; without it, the job fails with srun's code
+    assert _step(tmp_path, prefix, slurm=True, srun_rc=1, write_meta=True)[0] == 0
+    assert _step(tmp_path, prefix, slurm=True, srun_rc=3)[0] == 3
+
+
+def test_paper_config_runs_nothing_in_the_vm():
+    paper = load_config("paper.yaml")
+    assert not vm_enabled(paper) and paper["run"]["backend"] == "inherit"
+    main, held = run_sets(paper)
+    assert len(main.pipelines) == 100 and main.limits == ["none", "1G", "512M", "256M"]
+    # config.yaml's held-out seed: two more pipelines, run as the main ones, never fitted
+    assert held.holdout and held.pipelines == ["hp000", "hp001"] and held.limits == main.limits
+    # seed 004's setup: memory + swap capped at 8 GB, deploy batches, one pinned CPU
+    assert limit_args(paper, "256M", False) == (
+        f"--limit 256M --swap {8 * 2**30 - 256 * 2**20} --backend inherit")
+    assert batch_args(paper["run"]) == "" and "--pin-cpu" in run_options(paper["run"])
+    assert bins_args(paper) == ["--bins-mb", 400, 800, 1200, 1600]
+    assert run_step_mem_mb(paper, "256M", False) == 256  # the step: exactly the limit
+    assert run_mem_mb(paper, "256M", False) == 256 + SLURM_JOB_OVERHEAD_MB
+
+
+# --- the jobs' environment -------------------------------------------------------------------
+
+
+def test_job_environ_puts_the_interpreter_and_checkout_first():
+    environ = {"PATH": "/usr/bin:/bin", "PYTHONPATH": "/elsewhere:/repo"}
+    env = job_environ(environ, "/venv/bin/python", "/repo", under_conda=False)
+    assert env == {"PATH": "/venv/bin:/usr/bin:/bin", "PYTHONPATH": "/repo:/elsewhere"}
+    # under conda the rule's activated environment comes first: PATH is left alone
+    assert job_environ({}, "/venv/bin/python", "/repo", under_conda=True) == {
+        "PYTHONPATH": "/repo"}
+    # idempotent: a remote job that parses the workflow again changes nothing
+    again = job_environ(env, "/venv/bin/python", "/repo", under_conda=False)
+    assert again == env
+
+
+# --- the schema ------------------------------------------------------------------------------
+
+
+def test_schema_backends_are_engine_limits_backends():
+    assert SCHEMA["properties"]["run"]["properties"]["backend"]["enum"] == list(BACKENDS)
+
+
+def test_schema_runtimes_are_engine_runtimes_and_the_cli_choices():
+    """One list of runtimes: the schema's enum and `run`/`forward --runtime`."""
+    from engine.cli import build_parser
+    from engine.runtime import RUNTIMES
+
+    assert SCHEMA["properties"]["run"]["properties"]["runtime"]["enum"] == list(RUNTIMES)
+    sub = next(a for a in build_parser()._actions if a.choices and "run" in a.choices)
+    for verb in ("run", "forward"):
+        option = next(a for a in sub.choices[verb]._actions if a.dest == "runtime")
+        assert list(option.choices) == list(RUNTIMES)
+
+
+def test_cli_backend_choices_are_engine_limits_backends():
+    """One list of backends: the CLI's `run --backend` choices are engine.limits.BACKENDS."""
+    from engine.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.choices and "run" in a.choices)
+    backend = next(a for a in sub.choices["run"]._actions if a.dest == "backend")
+    assert list(backend.choices) == list(BACKENDS)
+
+
+def test_both_configs_validate_and_vm_needs_its_pipelines_when_enabled(cfg):
+    from snakemake.exceptions import WorkflowError
+    from snakemake.utils import validate
+
+    assert cfg["vm"]["enabled"] is True
+    schema = str(REPO / "workflow" / "schemas" / "config.schema.yaml")
+    enabled_without_pipelines = with_(cfg, vm={"enabled": True, "limits": ["256M"]})
+    with pytest.raises(WorkflowError, match="pipelines"):
+        validate(enabled_without_pipelines, schema)
+    no_vm = copy.deepcopy(cfg)
+    del no_vm["vm"]
+    validate(no_vm, schema)  # fills in the default
+    assert no_vm["vm"] == {"enabled": False, "sandbox": "auto", "native_baseline": False}
+
+
+def _resolved(node: dict) -> dict:
+    """``node`` with a ``$ref`` to the schema's definitions, or a ``oneOf`` holding one
+    object schema, followed (the documented keys are that object's)."""
+    for option in node.get("oneOf", []):
+        if "$ref" in option or "properties" in option:
+            node = option
+    if "$ref" in node:
+        node = SCHEMA["definitions"][node["$ref"].rsplit("/", 1)[1]]
+    return node
+
+
+def _schema_keys(node: dict, prefix: str = "") -> list[str]:
+    keys = []
+    for name, sub in _resolved(node).get("properties", {}).items():
+        key = f"{prefix}{name}"
+        keys.append(key)
+        keys += _schema_keys(sub, f"{key}.")
+    return keys
+
+
+def test_config_readme_documents_every_schema_key_and_no_other():
+    text = (REPO / "config" / "README.md").read_text()
+    keys = _schema_keys(SCHEMA)
+    assert "vm.enabled" in keys and "run.reconcile.limit" in keys
+    documented = set(re.findall(r"^\| `([a-z_.]+)` \|", text, re.M))
+    assert documented == set(keys)
+
+
+def test_schema_describes_every_key():
+    def walk(node, key=""):
+        for name, sub in _resolved(node).get("properties", {}).items():
+            assert sub.get("description"), f"{key}{name}"
+            walk(sub, f"{key}{name}.")
+
+    walk(SCHEMA)
+
+
+def test_envs_are_pinned_and_satisfy_the_package_requirements():
+    """Exact pins (set from .venv's versions), the same in both envs, and within
+    pyproject.toml's ranges (a fresh setup.sh may install newer versions: no equality)."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    ranges = {Requirement(r).name.lower(): Requirement(r).specifier
+              for r in project["dependencies"]}
+    pins = {}
+    for name in ("run", "analysis"):
+        env = yaml.safe_load((REPO / "envs" / f"{name}.yaml").read_text())
+        deps = env["dependencies"]
+        conda = [d for d in deps if isinstance(d, str)]
+        assert all(re.fullmatch(r"[\w-]+=\d[\w.]*", d) for d in conda), conda
+        assert any(d.startswith("python=3.11.") for d in conda)
+        pip = next(d["pip"] for d in deps if isinstance(d, dict))
+        assert all(re.fullmatch(r"[\w-]+==\d[\w.]*", spec) for spec in pip), pip
+        pins[name] = dict(spec.split("==") for spec in pip)
+    run = {"numpy", "protobuf", "pyyaml", "threadpoolctl", "psutil", "yep"}
+    assert set(pins["run"]) == run
+    assert set(pins["analysis"]) == run | {"pandas", "pyarrow", "matplotlib"}
+    assert pins["analysis"].items() >= pins["run"].items()
+    assert set(ranges) == set(pins["analysis"])  # every runtime dependency, nothing else
+    for package, version in pins["analysis"].items():
+        assert version in ranges[package], (package, version, ranges[package])
+
+
+def test_every_rule_uses_one_of_the_envs():
+    rules = (REPO / "workflow" / "rules").glob("*.smk")
+    envs = {m for path in rules
+            for m in re.findall(r'conda:\n\s+"\.\./\.\./envs/(\w+)\.yaml"', path.read_text())}
+    assert envs == {"run", "analysis"}
+    assert sorted(p.stem for p in (REPO / "envs").glob("*.yaml")) == ["analysis", "run"]
+
+
+# --- the final, merged config ----------------------------------------------------------------
+
+
+def test_the_shipped_configs_pass_the_checks_the_schema_cannot_make():
+    for name in ("config.yaml", "paper.yaml", "emulated.yaml"):
+        check_config(load_config(name))
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"models__zoo": [], "models__user": []}, "models.zoo and models.user are both empty"),
+    ({"pipelines__length": [4, 2]}, "pipelines.length [4, 2] must be [fewest, most]"),
+    ({"vm__pipelines__length": [3, 2]}, "vm.pipelines.length [3, 2]"),
+    ({"pipelines__bins": [400, 150]}, "strictly ascending"),
+    ({"run__limits": ["none", "0"]}, "memory limit '0': memory size '0' must be at least"),
+    ({"vm__limits": ["0M"]}, "memory limit '0M'"),
+    ({"run__reconcile__pipeline": "p099"}, "run.reconcile.pipeline 'p099' is not one"),
+    ({"results": ""}, "results is empty"),
+    ({"run__timeout_s": float("nan")}, "run.timeout_s nan must be a finite number"),
+    ({"run__sample_hz": float("inf")}, "run.sample_hz inf must be a finite number"),
+    ({"pipelines__bins": [float("nan")]}, "strictly ascending"),
+    ({"run__limits": ["512M", "524288K"]}, "run.limits '512M' and '524288K' are the same size"),
+    ({"vm__enabled": False, "run__swap_total": "512M", "run__reconcile__vm": False,
+      "run__reconcile__pipeline": "p000"}, "run.swap_total 512M is below the limit(s) 1G"),
+    ({"run__probe_overhead_policy": "masa:3"}, "run.probe_overhead_policy 'masa:3' is not"),
+    ({"vm__pipelines__networks": ["SoS-AlexNet"]}, "vm.pipelines.networks SoS-AlexNet not in"),
+])
+def test_a_merged_config_the_schema_passes_can_still_be_refused(cfg, changes, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        check_config(with_(cfg, **changes))
+
+
+# --- code fingerprints -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def engine_copy(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("code")
+    import shutil
+
+    shutil.copytree(REPO / "engine", root / "engine",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
+def _fingerprints(root: Path) -> dict[str, str]:
+    return {job: code_fingerprint(job, root) for job in JOB_ENTRIES}
+
+
+@pytest.mark.parametrize("path, old, new, changed", [
+    # shared code: every job kind that imports it
+    ("engine/units.py", '"G": 2**30', '"G": 10**9',
+     {"models", "split", "pipelines", "run", "tidy", "tables", "plots", "model",
+      "model_plots"}),
+    # every verb's module is code of every job that runs python -m engine (the CLI
+    # registers them all) ...
+    ("engine/commands/tidy.py", "def main(", "def main(  # edited\n",
+     {"models", "split", "pipelines", "run", "tidy", "model"}),
+    # ... but what a verb imports to do its work only of the jobs that run that verb
+    ("engine/schedule/dot.py", "def to_dot(", "def to_dot(  # edited\n", set()),
+    # policies.py outside the graph builders (masa's pool split) is every run's code, and
+    # the model's (it replays the policies); generating pipelines never imports it
+    ("engine/schedule/policies.py", 'pools = (0, 1) if family == "masa" else (0,)',
+     'pools = (0,)', {"run", "plots", "model", "model_plots"}),
+    # one policy's builder: no shared fingerprint changes (its own does, tested by dry run)
+    ("engine/schedule/policies.py", "def _build_linear(", "def _build_linear(  # edited\n",
+     set()),
+    ("engine/vm/run.py", "GUEST_RESERVE = 256 * MIB", "GUEST_RESERVE = 255 * MIB", {"run"}),
+    ("engine/schedule/pipelines.py", "def size_bin(", "def size_bin(  # edited\n",
+     {"pipelines", "run", "model"}),
+    # the model reads its measured cells through the tables module
+    ("engine/analysis/reconcile.py", "KEYS = [", "KEYS = [  # edited\n",
+     {"tables", "tidy", "model"}),
+    # the model's figures share the campaign figures' helpers, not the figures themselves
+    ("engine/analysis/figures/common.py", "def grid(", "def grid(  # edited\n",
+     {"plots", "model_plots"}),
+    ("engine/analysis/figures/speedup.py", "def draw(", "def draw(  # edited\n", {"plots"}),
+    # the workflow's own logic runs where Snakemake plans, never inside a job: its modules
+    # (and the package's __init__, which imports none of them) are no job's code
+    ("engine/workflow/resources.py", "SLURM_JOB_OVERHEAD_MB = 512",
+     "SLURM_JOB_OVERHEAD_MB = 513", set()),
+    ("engine/workflow/__init__.py", '"""What the Snakemake', '"""What  the Snakemake', set()),
+])
+def test_a_code_change_changes_the_fingerprints_of_the_jobs_that_run_it(
+        engine_copy, path, old, new, changed):
+    before = _fingerprints(engine_copy)
+    target = engine_copy / path
+    source = target.read_text()
+    assert old in source
+    target.write_text(source.replace(old, new, 1))
+    try:
+        after = _fingerprints(engine_copy)
+    finally:
+        target.write_text(source)
+    assert {job for job in before if before[job] != after[job]} == changed
+
+
+def test_run_jobs_import_the_whole_measured_path():
+    modules = job_modules(JOB_ENTRIES["run"], REPO)
+    for name in ("engine.units", "engine.cli", "engine.schedule.pipelines",
+                 "engine.schedule.policies", "engine.vm.run", "engine.vm.job",
+                 "engine.probes.sampler", "engine.ops.conv", "engine.caffe.wire"):
+        assert name in modules
+    assert "engine.analysis.plots" not in modules and "engine.workflow" not in modules
+
+
+def test_the_default_reconciliation_runs_in_the_guest_and_the_paper_one_natively(cfg):
+    assert reconcile_in_vm(cfg) and cfg["run"]["reconcile"]["pipeline"] == "v000"
+    assert reconcile_limit_args(cfg) == f"--backend {vm_sandbox(cfg)}"
+    assert reconcile_limit_args(with_(cfg, vm__sandbox="vm")) == "--backend vm"
+    limited = with_(cfg, run__reconcile__limit="256M", vm__sandbox="vm")
+    assert reconcile_limit_args(limited) == "--limit 256M --swap max --backend vm"
+    paper = load_config("paper.yaml")
+    assert not reconcile_in_vm(paper)
+    assert reconcile_limit_args(paper) == "--backend inherit"
+    with pytest.raises(ValueError, match="run.reconcile.vm is true .* vm.enabled is false"):
+        check_config(with_(cfg, vm__enabled=False))
+
+
+# --- profiles ----------------------------------------------------------------------------------
+
+
+def _profile(name: str) -> dict:
+    return yaml.safe_load((REPO / "profiles" / name / "config.yaml").read_text())
+
+
+def test_the_default_profile_overrides_nothing_the_slurm_profile_sets():
+    """Snakemake 9 loads profiles/default as the workflow profile under `--profile
+    profiles/slurm` too, and its keys win: it must not undo any (keep-going was)."""
+    default, slurm = _profile("default"), _profile("slurm")
+    assert "keep-going" not in default and slurm["keep-going"] is True
+    assert all(slurm[key] == value for key, value in default.items() if key in slurm)
+
+
+def test_the_slurm_profile_groups_nothing_and_notices_cancelled_jobs():
+    slurm = _profile("slurm")
+    # a group asks SLURM for the sum of its members (50 tidy jobs: 50 CPUs)
+    assert not {"groups", "group-components"} & set(slurm)
+    # sacct reports "CANCELLED by <uid>", which the plugin never takes for an end
+    assert slurm["slurm-status-command"] == "squeue"
+    assert slurm["executor"] == "slurm" and slurm["jobs"] >= 1
+
+
+def test_the_slurm_profile_plans_one_core_and_sized_memory_per_job(tmp_path):
+    """A dry run through profiles/slurm (needs the executor plugin, not SLURM): every job
+    asks for one core, run jobs for their limit plus the workflow's own processes, and no
+    job is a group."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("snakemake_executor_plugin_slurm")
+    cfg = load_config("paper.yaml")
+    cfg = with_(cfg, results=str(tmp_path / "r"), pipelines__count=1, run__repetitions=2,
+                run__policies=["bulk"], run__probe_overhead_policy=None)
+    path = tmp_path / "paper-small.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    r = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm",
+                        "--configfile", str(path), "--dry-run"], cwd=REPO,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    text = r.stdout + r.stderr
+    assert "group" not in text.lower().replace("groups", "")
+    jobs = re.findall(r"^rule (\w+):\n((?:    .*\n)+)", text, re.M)
+    assert jobs
+    for rule, body in jobs:
+        assert "threads:" not in body, rule  # printed only when more than one
+        resources = dict(re.findall(r"(\w+)=([^,\n]+)", body.split("resources: ")[1]))
+        if rule == "run":
+            limit = re.search(r"limit=(\w+)", body).group(1)
+            step = run_step_mem_mb(cfg, limit, False)
+            assert int(resources["mem_mb"]) == step + SLURM_JOB_OVERHEAD_MB
+        if rule == "tidy_run":  # every repetition of a pipeline x policy x limit
+            assert body.count("/rep") >= 2 * 2
