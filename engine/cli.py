@@ -23,6 +23,7 @@ from engine.commands import (
     models,
     pipelines,
     reconstruct_model,
+    results_report,
     run,
     score_holdout,
     split,
@@ -35,7 +36,7 @@ from engine.errors import EdgeprofError
 # (engine/commands/__init__.py says how).
 COMMANDS = (models, split, forward, pipelines, run, supervise, child, tidy, advise,
             fit_model, evaluate_model, reconstruct_model, calibrate, model_report,
-            score_holdout, doctor, graph)
+            score_holdout, results_report, doctor, graph)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from engine.analysis.report import markdown_table as _table
+
 
 def _num(value: object, digits: int = 1) -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
@@ -25,12 +27,6 @@ def _ci(row: pd.Series, digits: int = 1) -> str:
     if not (math.isfinite(row["ci_low"]) and math.isfinite(row["ci_high"])):
         return value
     return f"{value} [{_num(row['ci_low'], digits)}, {_num(row['ci_high'], digits)}]"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
 
 
 def targets_table(targets: pd.DataFrame) -> str:

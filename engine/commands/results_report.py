@@ -1,0 +1,27 @@
+"""``python -m engine results-report``: a campaign's RAM and swap per size bin and limit,
+least and most per policy, as the Markdown tables the docs quote."""
+
+from __future__ import annotations
+
+import argparse
+
+from engine.errors import EdgeprofError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("results-report", help="a campaign's least and most RAM and swap "
+                       "per size bin and limit, as Markdown tables")
+    p.add_argument("--tables", default="results/tables",
+                   help="the campaign's aggregate tables (default results/tables)")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from engine.analysis.report import report
+
+    if not (Path(args.tables) / "summary.parquet").is_file():
+        raise EdgeprofError(f"--tables {args.tables} has no summary.parquet: run the "
+                            f"workflow's aggregate stage first")
+    print(report(args.tables))

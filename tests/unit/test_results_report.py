@@ -1,0 +1,37 @@
+"""engine.analysis.report: the least and the most of a metric per cell, read by hand off
+a small summary table."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from engine.analysis.report import extremes_table
+
+MIB = 2**20
+
+
+def _row(policy: str, limit: str, size_bin: str, median: float, low: float, high: float,
+         level: str = "size_bin") -> dict:
+    return {"level": level, "sandbox": "uml", "runtime": "caffe", "limit": limit,
+            "size_bin": size_bin, "policy": policy, "pipeline": "",
+            "peak_rss_bytes_median": median * MIB, "peak_rss_bytes_ci_low": low * MIB,
+            "peak_rss_bytes_ci_high": high * MIB}
+
+
+def test_least_and_most_per_bin_and_limit_in_size_order():
+    summary = pd.DataFrame([
+        _row("bulk", "512M", "400-800MB", 500, 490, 510),
+        _row("linear", "512M", "400-800MB", 200, 195, 205),
+        _row("deepeye", "512M", "400-800MB", 300, 150, 520),
+        _row("bulk", "1G", "<400MB", 300, 250, 350),
+        _row("linear", "1G", "<400MB", 310, 280, 330),
+        _row("linear", "1G", "400-800MB", 999, 999, 999, level="pipeline"),
+    ])
+    lines = extremes_table(summary, "peak_rss_bytes").splitlines()
+    assert len(lines) == 2 + 2  # header, rule, two cells (pipeline rows are not bins)
+    # 1G before 512M; the bin's least and most by median; CIs of 300 [250, 350] and
+    # 310 [280, 330] overlap
+    assert lines[2] == ("| uml | caffe | 1G | <400MB | bulk 300 [250, 350] | "
+                        "linear 310 [280, 330] | no | 2 |")
+    assert lines[3] == ("| uml | caffe | 512M | 400-800MB | linear 200 [195, 205] | "
+                        "bulk 500 [490, 510] | yes | 3 |")
