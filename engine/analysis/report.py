@@ -47,7 +47,7 @@ def extremes_table(summary: pd.DataFrame, metric: str) -> str:
     """One row per (mode, runtime, limit, size bin): the policy with the least and the
     most ``metric`` (MiB), and whether their 95 % CIs are apart."""
     bins = summary[summary["level"] == "size_bin"].copy()
-    bins["mode"] = bins["sandbox"].fillna("").replace("", "native")
+    bins["mode"] = bins["sandbox"].fillna("none").replace({"": "native", "none": "native"})
     cols = [f"{metric}_median", f"{metric}_ci_low", f"{metric}_ci_high"]
     bins = bins.dropna(subset=[cols[0]])
     keys = ["mode", "runtime", "limit", "size_bin"]
@@ -60,6 +60,10 @@ def extremes_table(summary: pd.DataFrame, metric: str) -> str:
             continue
         least = cell.loc[cell[cols[0]].idxmin()]
         most = cell.loc[cell[cols[0]].idxmax()]
+        if least[cols[0]] == most[cols[0]]:  # e.g. no policy swapped: no least or most
+            rows.append([mode, runtime, limit, size_bin, "every policy",
+                         f"{most[cols[0]] / MIB:.0f}", "no", str(len(cell))])
+            continue
         apart = least[cols[2]] < most[cols[1]]
         rows.append([mode, runtime, limit, size_bin, _mib(least, metric), _mib(most, metric),
                      "yes" if apart else "no", str(len(cell))])

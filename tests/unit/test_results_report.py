@@ -26,9 +26,13 @@ def test_least_and_most_per_bin_and_limit_in_size_order():
         _row("bulk", "1G", "<400MB", 300, 250, 350),
         _row("linear", "1G", "<400MB", 310, 280, 330),
         _row("linear", "1G", "400-800MB", 999, 999, 999, level="pipeline"),
+        _row("bulk", "none", "<400MB", 0, 0, 0),
+        _row("linear", "none", "<400MB", 0, 0, 0),
     ])
     lines = extremes_table(summary, "peak_rss_bytes").splitlines()
-    assert len(lines) == 2 + 2  # header, rule, two cells (pipeline rows are not bins)
+    assert len(lines) == 2 + 3  # header, rule, three cells (pipeline rows are not bins)
+    # unconstrained first, where no policy uses more than another
+    assert lines.pop(2) == "| uml | caffe | none | <400MB | every policy | 0 | no | 2 |"
     # 1G before 512M; the bin's least and most by median; CIs of 300 [250, 350] and
     # 310 [280, 330] overlap
     assert lines[2] == ("| uml | caffe | 1G | <400MB | bulk 300 [250, 350] | "
