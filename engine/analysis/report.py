@@ -43,9 +43,10 @@ def _mib(row: pd.Series, metric: str) -> str:
     return f"{row['policy']} {median:.0f} [{low:.0f}, {high:.0f}]"
 
 
-def extremes_table(summary: pd.DataFrame, metric: str) -> str:
-    """One row per (mode, runtime, limit, size bin): the policy with the least and the
-    most ``metric`` (MiB), and whether their 95 % CIs are apart."""
+def _extremes(summary: pd.DataFrame, metric: str) -> dict[tuple, tuple[str, str, bool, int]]:
+    """(mode, runtime, limit, size bin) -> (least, most, CIs apart, policies) of
+    ``metric`` over the size bins' rows, in mode, runtime, limit and size order; a cell
+    where every policy has the same median says so (e.g. none swapped)."""
     bins = summary[summary["level"] == "size_bin"].copy()
     bins["mode"] = bins["sandbox"].fillna("none").replace({"": "native", "none": "native"})
     cols = [f"{metric}_median", f"{metric}_ci_low", f"{metric}_ci_high"]
@@ -54,27 +55,49 @@ def extremes_table(summary: pd.DataFrame, metric: str) -> str:
     groups = sorted(bins.groupby(keys, dropna=False),
                     key=lambda kv: (kv[0][0], kv[0][1], _limit_order(str(kv[0][2])),
                                     _bin_order(str(kv[0][3]))))
-    rows = []
-    for (mode, runtime, limit, size_bin), cell in groups:
+    out = {}
+    for key, cell in groups:
         if len(cell) < 2:
             continue
         least = cell.loc[cell[cols[0]].idxmin()]
         most = cell.loc[cell[cols[0]].idxmax()]
-        if least[cols[0]] == most[cols[0]]:  # e.g. no policy swapped: no least or most
-            rows.append([mode, runtime, limit, size_bin, "every policy",
-                         f"{most[cols[0]] / MIB:.0f}", "no", str(len(cell))])
-            continue
-        apart = least[cols[2]] < most[cols[1]]
-        rows.append([mode, runtime, limit, size_bin, _mib(least, metric), _mib(most, metric),
-                     "yes" if apart else "no", str(len(cell))])
+        if least[cols[0]] == most[cols[0]]:
+            out[key] = ("every policy", f"{most[cols[0]] / MIB:.0f}", False, len(cell))
+        else:
+            out[key] = (_mib(least, metric), _mib(most, metric),
+                        bool(least[cols[2]] < most[cols[1]]), len(cell))
+    return out
+
+
+def extremes_table(summary: pd.DataFrame, metric: str) -> str:
+    """One row per (mode, runtime, limit, size bin): the policy with the least and the
+    most ``metric`` (MiB), and whether their 95 % CIs are apart."""
+    rows = [[*map(str, key), least, most, "yes" if apart else "no", str(n)]
+            for key, (least, most, apart, n) in _extremes(summary, metric).items()]
     return markdown_table(["mode", "runtime", "limit", "size bin", "least (MiB, 95 % CI)",
                            "most (MiB, 95 % CI)", "CIs apart", "policies"], rows)
+
+
+def peaks_table(summary: pd.DataFrame) -> str:
+    """Peak RAM and peak swap side by side, one row per (mode, runtime, limit, size
+    bin): least and most of each; ``≈`` where the two CIs overlap."""
+    ram = _extremes(summary, "peak_rss_bytes")
+    swap = _extremes(summary, "peak_swap_bytes") if "peak_swap_bytes_median" in summary \
+        else {}
+    rows = []
+    for key, (least, most, apart, _) in ram.items():
+        s_least, s_most, s_apart, _ = swap.get(key, ("n/a", "n/a", True, 0))
+        rows.append([*map(str, key), least, most + ("" if apart else " ≈"), s_least,
+                     s_most + ("" if s_apart or s_least == "every policy" else " ≈")])
+    return markdown_table(["mode", "runtime", "limit", "size bin", "least peak RAM (MiB)",
+                           "most peak RAM", "least peak swap (MiB)", "most peak swap"], rows)
 
 
 def report(tables_dir: str | Path) -> str:
     """Every table of the campaign in ``tables_dir`` (its summary.parquet)."""
     summary = pd.read_parquet(Path(tables_dir) / "summary.parquet")
-    parts = []
+    parts = [f"**peak RAM and swap** per size bin and limit (median [95 % CI]; ≈: the "
+             f"least's and the most's CIs overlap)\n\n{peaks_table(summary)}"]
     for label, metric in METRICS.items():
         if f"{metric}_median" in summary:
             parts.append(f"**{label}** per size bin and limit\n\n"

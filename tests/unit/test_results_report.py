@@ -39,3 +39,17 @@ def test_least_and_most_per_bin_and_limit_in_size_order():
                         "linear 310 [280, 330] | no | 2 |")
     assert lines[3] == ("| uml | caffe | 512M | 400-800MB | linear 200 [195, 205] | "
                         "bulk 500 [490, 510] | yes | 3 |")
+
+
+def test_peaks_side_by_side_mark_overlapping_cis():
+    from engine.analysis.report import peaks_table
+
+    rows = [_row("bulk", "512M", "<400MB", 500, 490, 510), _row("linear", "512M", "<400MB",
+                                                                 200, 195, 205)]
+    rows[0].update(peak_swap_bytes_median=90 * MIB, peak_swap_bytes_ci_low=10 * MIB,
+                   peak_swap_bytes_ci_high=120 * MIB)
+    rows[1].update(peak_swap_bytes_median=40 * MIB, peak_swap_bytes_ci_low=30 * MIB,
+                   peak_swap_bytes_ci_high=50 * MIB)
+    line = peaks_table(pd.DataFrame(rows)).splitlines()[2]
+    assert line == ("| uml | caffe | 512M | <400MB | linear 200 [195, 205] | "
+                    "bulk 500 [490, 510] | linear 40 [30, 50] | bulk 90 [10, 120] ≈ |")
