@@ -78,10 +78,13 @@ def extremes_table(summary: pd.DataFrame, metric: str) -> str:
                            "most (MiB, 95 % CI)", "CIs apart", "policies"], rows)
 
 
-def peaks_table(summary: pd.DataFrame) -> str:
+def peaks_table(summary: pd.DataFrame, mode: str | None = None) -> str:
     """Peak RAM and peak swap side by side, one row per (mode, runtime, limit, size
-    bin): least and most of each; ``≈`` where the two CIs overlap."""
+    bin): least and most of each; ``≈`` where the two CIs overlap. ``mode``: only that
+    execution mode's rows (native, uml, vm)."""
     ram = _extremes(summary, "peak_rss_bytes")
+    if mode is not None:
+        ram = {key: value for key, value in ram.items() if key[0] == mode}
     swap = _extremes(summary, "peak_swap_bytes") if "peak_swap_bytes_median" in summary \
         else {}
     rows = []
@@ -93,11 +96,15 @@ def peaks_table(summary: pd.DataFrame) -> str:
                            "most peak RAM", "least peak swap (MiB)", "most peak swap"], rows)
 
 
-def report(tables_dir: str | Path) -> str:
-    """Every table of the campaign in ``tables_dir`` (its summary.parquet)."""
+def report(tables_dir: str | Path, mode: str | None = None, peaks_only: bool = False) -> str:
+    """The campaign's tables (from ``tables_dir``'s summary.parquet): peak RAM and swap
+    side by side, then (unless ``peaks_only``) each metric's own; ``mode``: one
+    execution mode's rows in the side-by-side table."""
     summary = pd.read_parquet(Path(tables_dir) / "summary.parquet")
     parts = [f"**peak RAM and swap** per size bin and limit (median [95 % CI]; ≈: the "
-             f"least's and the most's CIs overlap)\n\n{peaks_table(summary)}"]
+             f"least's and the most's CIs overlap)\n\n{peaks_table(summary, mode)}"]
+    if peaks_only:
+        return parts[0]
     for label, metric in METRICS.items():
         if f"{metric}_median" in summary:
             parts.append(f"**{label}** per size bin and limit\n\n"

@@ -13,6 +13,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        "per size bin and limit, as Markdown tables")
     p.add_argument("--tables", default="results/tables",
                    help="the campaign's aggregate tables (default results/tables)")
+    p.add_argument("--mode", help="only this execution mode's rows (native, uml, vm) in "
+                   "the side-by-side table")
+    p.add_argument("--peaks-only", action="store_true",
+                   help="only the side-by-side table of peak RAM and swap")
     p.set_defaults(func=main)
 
 
@@ -24,4 +28,4 @@ def main(args: argparse.Namespace) -> None:
     if not (Path(args.tables) / "summary.parquet").is_file():
         raise EdgeprofError(f"--tables {args.tables} has no summary.parquet: run the "
                             f"workflow's aggregate stage first")
-    print(report(args.tables))
+    print(report(args.tables, args.mode, args.peaks_only))
