@@ -28,6 +28,12 @@ def run_warnings(runs: pd.DataFrame, noise_floor: pd.DataFrame) -> list[str]:
                    f"pipeline and repetition ({', '.join(bad[:3])}"
                    f"{', ...' if len(bad) > 3 else ''}): their sandbox or machine corrupted "
                    f"them; their numbers are not to be trusted")
+    crashed = runs.loc[runs["termination"].eq("error"), "run_id"].astype(str) \
+        if "termination" in runs else pd.Series(dtype=str)
+    if len(crashed):
+        out.append(f"{len(crashed)} run(s) crashed ({', '.join(crashed[:3])}"
+                   f"{', ...' if len(crashed) > 3 else ''}): recorded as ended 'error', "
+                   f"left out of the times and counted in the summaries' runs_not_ok")
     if not noise_floor.empty:
         native = noise_floor[(noise_floor["mode"] == "native")
                              & (noise_floor["metric"] == "makespan")]

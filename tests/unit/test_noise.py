@@ -56,3 +56,10 @@ def test_a_run_that_computed_other_outputs_than_its_siblings_is_named():
     assert agree.isna().tolist()[3:] == [True, True]  # killed; alone in its repetition
     warnings = run_warnings(runs.assign(outputs_agree=agree), pd.DataFrame())
     assert len(warnings) == 1 and "p0/c/none/rep0" in warnings[0]
+
+
+def test_a_crashed_run_is_named_and_an_oom_kill_is_not():
+    runs = pd.DataFrame({"run_id": ["p0/bulk/1G/rep0", "p0/linear/1G/rep0", "p1/bulk/1G/rep0"],
+                         "termination": ["error", "memory", "ok"]})
+    warnings = run_warnings(runs, pd.DataFrame())
+    assert len(warnings) == 1 and warnings[0].startswith("1 run(s) crashed (p0/bulk/1G/rep0)")

@@ -197,6 +197,12 @@ def test_a_failing_task_is_recorded_as_error(tmp_path):
     assert f"{partial}: corrupt or truncated caffemodel at byte 11" in meta[
         "termination_detail"]
     assert meta["child"]["failed_task"] == "0:AgeNet LOAD_12"
+    # --error-is-result (the workflow's sandbox runs): the same record, exit 0
+    r = _cli("run", "--pipeline", str(pipe), "--models", str(tmp_path / "s"), "--policy",
+             "partial:2", "--out", str(tmp_path / "run2"), "--batch", "1",
+             "--error-is-result")
+    assert r.returncode == 0 and "task 0:AgeNet LOAD_12 failed" in r.stderr
+    assert json.loads((tmp_path / "run2" / "meta.json").read_text())["termination"] == "error"
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 130),

@@ -134,8 +134,8 @@ def test_vm_enabled_runs_limited_runs_in_the_vm_on_its_pipelines(cfg):
     # the main pipelines' unconstrained runs stay native; every vm pipeline run goes to the
     # vm whatever run.backend says, its baseline too
     assert limit_args(cfg, "none", False) == "--backend auto"
-    assert limit_args(cfg, "none", True) == "--backend vm"
-    assert limit_args(cfg, "48M", True) == "--limit 48M --swap max --backend vm"
+    assert limit_args(cfg, "none", True) == "--backend vm --error-is-result"
+    assert limit_args(cfg, "48M", True) == "--limit 48M --swap max --backend vm --error-is-result"
     assert needs_vm_guest(cfg, "48M", True) and needs_vm_guest(cfg, "none", True)
     assert not needs_vm_guest(cfg, "none", False)
     explicit = with_(cfg, run__backend="vm")
@@ -149,15 +149,15 @@ def test_the_vm_blocks_sandbox_is_uml_where_it_was_built_else_the_qemu_guest(cfg
     from engine.limits import vm as vm_limits
 
     assert limit_args(with_(cfg, vm__sandbox="uml"), "48M", True) == (
-        "--limit 48M --swap max --backend uml")
+        "--limit 48M --swap max --backend uml --error-is-result")
     auto = with_(cfg, vm__sandbox="auto")
     monkeypatch.setattr(vm_limits, "uml_status", lambda: (True, "Linux 7.2.7 (sid)"))
-    assert limit_args(auto, "none", True) == "--backend uml"
+    assert limit_args(auto, "none", True) == "--backend uml --error-is-result"
     # a uml run boots setup.sh's kernel: the workflow builds no qemu guest for it
     assert not needs_vm_guest(auto, "48M", True)
     assert not needs_vm_guest(auto, "none", False)
     monkeypatch.setattr(vm_limits, "uml_status", lambda: (False, "not built"))
-    assert limit_args(auto, "48M", True) == "--limit 48M --swap max --backend vm"
+    assert limit_args(auto, "48M", True) == "--limit 48M --swap max --backend vm --error-is-result"
     assert needs_vm_guest(auto, "48M", True)
 
 
@@ -176,7 +176,7 @@ def test_vm_disabled_runs_every_limit_with_run_backend(cfg):
     # unconstrained baseline too (an emulated limit never compares with a native run)
     in_vm = with_(cfg, run__backend="vm")
     [main] = run_sets(in_vm)
-    assert main.in_vm and limit_args(in_vm, "none", main.in_vm) == "--backend vm"
+    assert main.in_vm and limit_args(in_vm, "none", main.in_vm) == "--backend vm --error-is-result"
     with pytest.raises(ValueError, match="probe_overhead_policy needs native"):
         check_config(with_(in_vm, run__reconcile__vm=False,
                               run__reconcile__pipeline="p000"))
@@ -546,10 +546,10 @@ def test_run_jobs_import_the_whole_measured_path():
 
 def test_the_default_reconciliation_runs_in_the_guest_and_the_paper_one_natively(cfg):
     assert reconcile_in_vm(cfg) and cfg["run"]["reconcile"]["pipeline"] == "v000"
-    assert reconcile_limit_args(cfg) == f"--backend {vm_sandbox(cfg)}"
-    assert reconcile_limit_args(with_(cfg, vm__sandbox="vm")) == "--backend vm"
+    assert reconcile_limit_args(cfg) == f"--backend {vm_sandbox(cfg)} --error-is-result"
+    assert reconcile_limit_args(with_(cfg, vm__sandbox="vm")) == "--backend vm --error-is-result"
     limited = with_(cfg, run__reconcile__limit="256M", vm__sandbox="vm")
-    assert reconcile_limit_args(limited) == "--limit 256M --swap max --backend vm"
+    assert reconcile_limit_args(limited) == "--limit 256M --swap max --backend vm --error-is-result"
     paper = load_config("paper.yaml")
     assert not reconcile_in_vm(paper)
     assert reconcile_limit_args(paper) == "--backend inherit"
