@@ -159,7 +159,8 @@ def _run_row(meta: RunMeta, folder: Path, tasks: pd.DataFrame, networks: pd.Data
         "mean_response_s": networks["response_ns"].mean() / NS if finished else np.nan,
         "wall_s": _known(meta.wall_s),
         # CPU time of the measured child (GNU time: user + sys, its threads included)
-        "cpu_s": gnu.get("gt_user_s", np.nan) + gnu.get("gt_sys_s", np.nan),
+        # (None in the report of a child killed before GNU time could write its times)
+        "cpu_s": _known(gnu.get("gt_user_s")) + _known(gnu.get("gt_sys_s")),
         "started_at": _known(meta.started_at),
         "host_load1_start": _known(load.get("load1_start")),
         "host_load1_end": _known(load.get("load1_end")),

@@ -139,6 +139,20 @@ def test_tidy_run_of_a_real_run(campaign):
     assert t["samples"].empty
 
 
+def test_a_run_killed_before_gnu_time_wrote_its_times_has_no_cpu_time(campaign, tmp_path):
+    """A timed-out run whose GNU time report has no user and system times: its CPU time
+    is unknown (NaN), never an error that stops the campaign's tables."""
+    import shutil
+
+    run = Path(shutil.copytree(campaign / "runs" / "p000" / "linear" / "none" / "rep0",
+                               tmp_path / "rep0"))
+    meta = json.loads((run / "meta.json").read_text())
+    edit_meta(run, gnu_time={**(meta.get("gnu_time") or {}), "gt_user_s": None,
+                             "gt_sys_s": None})
+    row = tables.tidy_run(run)["runs"].iloc[0]
+    assert np.isnan(row["cpu_s"]) and row["termination"] == "ok"
+
+
 def test_the_tidy_verb_writes_one_folder_per_run_or_nothing(campaign, tmp_path, capsys):
     """python -m engine tidy (the workflow's tidy_run job): a folder per run named as the
     run's own; a damaged run among them is one line, exit 2, and nothing written."""
