@@ -42,6 +42,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_runtime_option(p)
     p.add_argument("--timeout", type=float, help="wall-clock limit in seconds (termination "
                    "'timeout')")
+    p.add_argument("--stall-timeout", type=float, metavar="S",
+                   help="end the run as a 'timeout' once for S seconds no task started or "
+                        "ended and its memory and swap did not change (a sandbox stuck "
+                        "under swap: docs/sandboxes.md)")
     p.add_argument("--heap-profile", action="store_true",
                    help="preload tcmalloc and dump a heap profile at every task boundary")
     p.add_argument("--cpu-profile", action="store_true", help="gperftools CPU profile (yep)")
@@ -94,6 +98,7 @@ def run_request(args: argparse.Namespace) -> RunRequest:
     positive(args.batch, "--batch", most=10_000)
     positive(args.blas_threads, "--blas-threads", most=1024)
     positive(args.timeout, "--timeout")
+    positive(args.stall_timeout, "--stall-timeout")
     positive(args.seed, "--seed", allow_zero=True)
     positive(args.sample_hz, "--sample-hz", allow_zero=True, most=10_000)
     if args.swap is not None and args.limit is None:
@@ -106,7 +111,8 @@ def run_request(args: argparse.Namespace) -> RunRequest:
         estimates = _estimates(args.estimates)
     options = RunOptions(blas_threads=args.blas_threads, seed=args.seed, batch=args.batch,
                          budget=size(args.budget, "--budget") if args.budget else limit,
-                         timeout_s=args.timeout, estimates=estimates, pin_cpu=args.pin_cpu,
+                         timeout_s=args.timeout, stall_s=args.stall_timeout,
+                         estimates=estimates, pin_cpu=args.pin_cpu,
                          runtime=args.runtime)
     on = not args.no_probes
     probes = ProbeOptions(process=on, cgroup=on, gnu_time=on, heap_profile=args.heap_profile,

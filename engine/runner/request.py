@@ -25,6 +25,7 @@ class RunOptions:
     batch: int | None = None
     budget: int | None = None  # memory budget for masa admission (bytes)
     timeout_s: float | None = None
+    stall_s: float | None = None  # end a run that has not moved for this long (runner.stall)
     estimates: dict[str, int] | None = None  # network -> peak bytes from a profiling run
     pin_cpu: bool = False  # the child alone on one CPU, supervisor and sampler on the rest
     runtime: str = "lean"  # engine.runtime: what each stage allocates and frees

@@ -30,6 +30,7 @@ from engine.runner.interrupt import Interrupted, Signalled, ignore_signals, sign
 from engine.runner.meta import PipelineInfo, RunMeta, host_facts, versions
 from engine.runner.outdir import OutClaim
 from engine.runner.request import RunRequest
+from engine.runner.stall import StallWatch, wait_child
 from engine.schedule.pipelines import Pipeline, load_pipeline
 from engine.schedule.plan import resolve_descriptions
 from engine.schedule.policies import Policy, parse_policy
@@ -167,13 +168,16 @@ def run_supervised(request: RunRequest, session: Session | None = None) -> RunMe
                                             uss=probes.sample_uss)
                 finally:
                     os.sched_setaffinity(0, own_cpus)
-            timed_out = False
-            try:
-                code = proc.wait(timeout=options.timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
+            watch = (StallWatch(tmp / "progress.jsonl", proc.pid, session.cgroup_dir,
+                                session.cgroup_version) if options.stall_s else None)
+            waited = wait_child(proc, options.timeout_s, options.stall_s, watch,
+                                max((a.time_s for a in pipeline.arrivals), default=0.0))
+            timed_out = waited.why
+            if timed_out:
                 _kill_tree(proc, session)
                 code = proc.wait()
+            else:
+                code = waited.code
             wall_s = time.monotonic() - t_start
             load = hostload.host_load(load_start, hostload.snapshot())
             if claim_cpu:
@@ -181,7 +185,8 @@ def run_supervised(request: RunRequest, session: Session | None = None) -> RunMe
             sampler_stats = sampler.stop() if sampler is not None else None
             sampler = None
             oom_kills = session.oom_kills()
-            termination, reason = _termination(code, timed_out, oom_kills, session, tmp)
+            termination, reason = _termination(code, timed_out, oom_kills, session, tmp,
+                                               options.stall_s)
             limit_meta = session.metadata()
             session.close()
             session = None
@@ -233,10 +238,14 @@ def _kill_tree(proc: subprocess.Popen, session) -> None:
         session.kill_all()
 
 
-def _termination(code: int, timed_out: bool, oom_kills: int | None, session: Session,
-                 tmp: Path) -> tuple[str, str]:
+def _termination(code: int, timed_out: str | None, oom_kills: int | None, session: Session,
+                 tmp: Path, stall_s: float | None = None) -> tuple[str, str]:
     """ok | memory | timeout | error, and why (BenchExec's rules: OOM from kernel events,
-    with the limit-reached fallback for a SIGKILLed child)."""
+    with the limit-reached fallback for a SIGKILLed child). ``timed_out``: None,
+    "timeout" or "stalled" (engine.runner.stall)."""
+    if timed_out == "stalled":
+        return "timeout", (f"stalled: no task started or ended and the run's memory and "
+                           f"swap did not change for {stall_s:g} s; the run was killed")
     if timed_out:
         return "timeout", "wall-clock timeout; the run was killed"
     if oom_kills:

@@ -65,8 +65,9 @@ def run_options(run: Config) -> str:
     """The settings every run shares (only these, so editing e.g. the limit list reruns
     only the new runs)."""
     pin = ["--pin-cpu"] if run.get("pin_cpu") else []
+    stall = ["--stall-timeout", run["stall_s"]] if run.get("stall_s") else []
     return join_words(["--blas-threads", run["blas_threads"], "--timeout", run["timeout_s"],
-                  "--sample-hz", run["sample_hz"], *pin])
+                       *stall, "--sample-hz", run["sample_hz"], *pin])
 
 
 def arrival_args(arrival: Config) -> str:

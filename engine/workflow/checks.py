@@ -43,8 +43,8 @@ def check_config(config: Config) -> None:
             raise ValueError(f"config: plots.palette {palette!r} is not a matplotlib colormap "
                              f"(e.g. tab10, viridis)")
     run = config["run"]
-    for key in ("timeout_s", "sample_hz"):
-        if not math.isfinite(run[key]):
+    for key in ("timeout_s", "sample_hz", "stall_s"):
+        if run.get(key) is not None and not math.isfinite(run[key]):
             raise ValueError(f"config: run.{key} {run[key]} must be a finite number")
     models = config["models"]
     if not models["zoo"] and not models["user"]:
