@@ -271,7 +271,7 @@ def _texts(fig) -> str:
         if ax.get_legend():
             parts += [t.get_text() for t in ax.get_legend().get_texts()]
     for legend in fig.legends:
-        parts += [t.get_text() for t in legend.get_texts()]
+        parts += [legend.get_title().get_text()] + [t.get_text() for t in legend.get_texts()]
     return "\n".join(parts)
 
 
@@ -283,9 +283,34 @@ def _assert_saved(fig, path: Path, min_bytes: int = 5000) -> None:
         assert img.width >= 400 and img.height >= 150
 
 
+def _assert_legible(fig) -> None:
+    """The figure's legends and texts lie inside it, and none sits on another or on a
+    panel (as a suptitle drawn over the legend did)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    whole = fig.bbox
+    boxes = [(f"legend {i}", leg.get_window_extent(renderer))
+             for i, leg in enumerate(fig.legends)]
+    boxes += [(repr(t.get_text()), t.get_window_extent(renderer))
+              for t in fig.texts if t.get_text()]
+    for label, box in boxes:
+        assert (box.x0 >= whole.x0 - 1 and box.y0 >= whole.y0 - 1
+                and box.x1 <= whole.x1 + 1 and box.y1 <= whole.y1 + 1), f"{label} is clipped"
+    for i, (a, box_a) in enumerate(boxes):
+        for b, box_b in boxes[i + 1:]:
+            assert not box_a.overlaps(box_b), f"{a} overlaps {b}"
+        for ax in fig.axes:
+            if ax.get_visible() and ax.axison:
+                assert not box_a.overlaps(ax.bbox), f"{a} overlaps a panel"
+
+
 @pytest.mark.parametrize("name", list(plots.FIGURES))
 def test_every_figure_is_drawn_from_real_tables(agg, name, tmp_path):
     fig = plots.make_figure(name, agg, STYLE, CONTEXT)
+    _assert_legible(fig)
     _assert_saved(fig, tmp_path / name)
     if name == "partial_workers":  # the campaign ran no partial:k policy
         assert "no data" in _texts(fig)
@@ -327,6 +352,7 @@ def test_every_figure_is_drawn_without_bulk_runs(agg, name, tmp_path):
     fig = plots.make_figure(name, no_bulk, STYLE, context)
     save_figure(fig, tmp_path / "f.png", tmp_path / "f.pdf", STYLE["dpi"])
     assert (tmp_path / "f.png").stat().st_size > 1000
+    _assert_legible(fig)
     if name == "speedup":
         assert "no speed-up panel" in _texts(fig)
         labels = [ax.get_ylabel() for ax in fig.axes]

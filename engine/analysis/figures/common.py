@@ -114,9 +114,13 @@ def short_end(termination: str) -> str:
 
 
 def add_legend(fig: Figure, handles: list, ncols: int | None = None,
-            loc: str = "outside upper center") -> None:
+               loc: str = "outside upper center", title: str | None = None) -> None:
+    """The figure's one legend, above the panels; ``title``: a note that belongs with it
+    (a suptitle would sit on the legend)."""
+    # about two inches per entry, so a one-panel figure's legend wraps instead of clipping
+    fits = max(1, int(fig.get_figwidth() // 2.0))
     fig.legend(handles=handles, loc=loc, fontsize="small", frameon=False,
-               ncols=ncols or min(len(handles), 6))
+               ncols=ncols or min(len(handles), 6, fits), title=title, title_fontsize="small")
 
 
 def policy_handles(policies: list[str], colors: dict) -> list:

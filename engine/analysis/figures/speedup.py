@@ -74,8 +74,8 @@ def draw(tables: Tables, style: dict, context: dict) -> Figure:
         axes[1, 0].set_ylabel("speed-up over Bulk (×)")
     if with_slowdown:
         axes[2, 0].set_ylabel("slowdown vs unconstrained (×)")
-    else:
-        fig.suptitle("no speed-up panel: the config runs no Bulk policy to compare with",
-                     fontsize="small", color="0.35")
-    add_legend(fig, policy_handles(policies, colors) + ci_handles() + [failed_legend()])
+    note = None if with_speedup else ("no speed-up panel: the config runs no Bulk policy "
+                                      "to compare with")
+    add_legend(fig, policy_handles(policies, colors) + ci_handles() + [failed_legend()],
+               title=note)
     return fig
