@@ -320,7 +320,7 @@ def test_every_figure_is_drawn_from_real_tables(agg, name, tmp_path):
 
 def test_failed_runs_and_unenforced_limits_are_labelled(agg):
     text = _texts(plots.make_figure("speedup", agg, STYLE, CONTEXT))
-    assert "256M (not enforced)" in text and "unconstrained, emulated" in text
+    assert "256M (not enforced)" in text and "unconstrained\nemulated" in text
     assert "128M" in text and "OOM" in text and "bulk OOM" in text
     assert "OOM" in _texts(plots.make_figure("memory", agg, STYLE, CONTEXT))
     over_time = _texts(plots.make_figure("memory_over_time", agg, STYLE, CONTEXT))

@@ -86,6 +86,33 @@ def grid(n_rows: int, n_cols: int, sharey: str | bool = "row",
     return fig, axes
 
 
+MAX_PANEL_COLS = 4  # wider, a row of panels shrinks below what a title and bins need
+
+
+def panel_grid(rows_per_panel: int, n_panels: int) -> tuple[Figure, np.ndarray]:
+    """Axes for ``n_panels`` panels of ``rows_per_panel`` stacked axes each, wrapped into
+    blocks of at most MAX_PANEL_COLS panels: ``axes[r, c]`` is row r of panel c. The
+    cells of the last block no panel uses are switched off."""
+    cols = min(n_panels, MAX_PANEL_COLS)
+    blocks = -(-n_panels // cols)
+    fig, grid_axes = grid(rows_per_panel * blocks, cols, sharey=False)
+    axes = np.empty((rows_per_panel, n_panels), dtype=object)
+    for c in range(n_panels):
+        block, col = divmod(c, cols)
+        for r in range(rows_per_panel):
+            axes[r, c] = grid_axes[block * rows_per_panel + r, col]
+    for c in range(n_panels, blocks * cols):
+        for r in range(rows_per_panel):
+            grid_axes[(blocks - 1) * rows_per_panel + r, c % cols].set_axis_off()
+    return fig, axes
+
+
+def panel_title(ax: Axes, panel: str) -> None:
+    """A panel's name on two lines at most: its limit, then how it ran."""
+    limit, _, rest = panel.partition(", ")
+    ax.set_title(f"{limit}\n{rest}" if rest else limit, fontsize="medium")
+
+
 def no_data(title: str, why: str) -> Figure:
     fig = Figure(figsize=(6, 2.5), layout="constrained")
     ax = fig.add_subplot()
@@ -152,10 +179,11 @@ NOT_SIGNIFICANT_ALPHA = 0.35
 
 def grouped_bars(ax: Axes, groups: list[str], policies: list[str], colors: dict,
                   value: Callable[[str, str], Cell | None], width_scale: float = 1.0,
-                  alpha: float = 1.0) -> None:
+                  alpha: float = 1.0, notes: bool = True) -> None:
     """Bars of ``policies`` side by side in each group at the median, with the 95 % CI as
     an error bar. A ratio whose CI contains 1 is drawn pale and marked "n.s."; a cell
-    whose runs all failed is a hatched slot named after their end."""
+    whose runs all failed is a hatched slot named after their end. ``notes``: False for
+    bars drawn over others' (their notes would repeat)."""
     width = 0.8 / max(len(policies), 1)
     for i, policy in enumerate(policies):
         for g, group in enumerate(groups):
@@ -164,7 +192,7 @@ def grouped_bars(ax: Axes, groups: list[str], policies: list[str], colors: dict,
                 continue
             x = g - 0.4 + width * (i + 0.5)
             if np.isnan(cell.median):
-                if cell.n_failed:
+                if cell.n_failed and notes:
                     mark_failed(ax, x, width, cell.failed, colors[policy])
                 continue
             faded = cell.significant is False
@@ -175,15 +203,32 @@ def grouped_bars(ax: Axes, groups: list[str], policies: list[str], colors: dict,
                 ax.errorbar(x, cell.median, yerr=[[cell.median - cell.lo],
                                                   [cell.hi - cell.median]],
                             color="0.15", linewidth=0.7, capsize=1.5)
-            notes = (["n.s."] if faded else []) + (["n<6"] if cell.few else []) + (
+            marks = (["n.s."] if faded else []) + (["n<6"] if cell.few else []) + (
                 [f"{cell.n_failed}× {cell.failed}"] if cell.n_failed else [])
-            if notes:
+            if marks and notes:
                 top = cell.hi if np.isfinite(cell.hi) else cell.median
-                ax.annotate(" ".join(notes), (x, top), rotation=90, ha="center",
-                            va="bottom", fontsize="x-small", xytext=(0, 2),
+                ax.annotate(" ".join(marks), (x, top), rotation=90, ha="center",
+                            va="bottom", fontsize="xx-small", xytext=(0, 2),
                             textcoords="offset points")
-    ax.set_xticks(range(len(groups)), groups)
+    # bins as "0-400": the unit once, in the axis label (size_axis_label), keeps many
+    # bins legible
+    unit = _bin_unit(groups)
+    labels = [g.removesuffix(f" {unit}") if unit else g for g in groups]
+    slanted = len(groups) > 3
+    ax.set_xticks(range(len(groups)), labels, fontsize="small", rotation=30 if slanted else 0,
+                  ha="right" if slanted else "center", rotation_mode="anchor")
     ax.set_xlim(-0.5, len(groups) - 0.5)
+
+
+def _bin_unit(groups: list[str]) -> str | None:
+    units = {g.rpartition(" ")[2] for g in groups if " " in g}
+    return units.pop() if len(units) == 1 and all(" " in g for g in groups) else None
+
+
+def size_axis_label(groups: list[str]) -> str:
+    """The x label under grouped_bars' size bins, with the unit their ticks leave out."""
+    unit = _bin_unit(groups)
+    return f"pipeline size ({unit} of weights)" if unit else "pipeline size (total weights)"
 
 
 def summary_cells(df: pd.DataFrame, metric: str, scale: float = 1.0,

@@ -15,12 +15,14 @@ from engine.analysis.figures.common import (
     ci_handles,
     colors_for,
     failed_legend,
-    grid,
     grouped_bars,
     instrument_note,
     no_data,
+    panel_grid,
     panel_names,
+    panel_title,
     policy_handles,
+    size_axis_label,
     summary_bin_order,
     summary_cells,
 )
@@ -38,8 +40,8 @@ def draw(tables: Tables, style: dict, context: dict) -> Figure:
     colors = colors_for(policies, style)
     bins = summary_bin_order(summary, runs)
     panels = panel_names(summary)
-    fig, axes = grid(2, len(panels), sharey=False)
-    rows = [("rss", "RAM: process RSS (MiB)"), ("swap", "swap: process VmSwap (MiB)")]
+    fig, axes = panel_grid(2, len(panels))
+    rows = [("rss", "RAM: RSS (MiB)"), ("swap", "swap: VmSwap (MiB)")]
     for c, panel in enumerate(panels):
         sub = summary[summary["panel"] == panel]
         panel_bins = [b for b in bins if b in set(sub["size_bin"])]
@@ -49,18 +51,24 @@ def draw(tables: Tables, style: dict, context: dict) -> Figure:
                           summary_cells(sub, f"peak_{quantity}_bytes", MIB), alpha=0.4)
             grouped_bars(ax, panel_bins, policies, colors,
                           summary_cells(sub, f"mean_{quantity}_bytes", MIB),
-                          width_scale=0.5)
-            axes[r, 0].set_ylabel(ylabel)
+                          width_scale=0.5, notes=False)
+            ax.set_ylabel(ylabel, fontsize="small")
             ax.set_ylim(bottom=0)
-            if sub[[f"peak_{quantity}_bytes_median"]].isna().all().all():
+            peaks = sub[f"peak_{quantity}_bytes_median"]
+            if peaks.isna().all():
                 instrument_note(ax, "sampler not run: no RSS/swap series")
+            elif quantity == "swap" and not (peaks.fillna(0) > 0).any():
+                instrument_note(ax, "no run swapped")
+                ax.set_ylim(0, 1)
+            if r < len(rows) - 1:
+                ax.tick_params(labelbottom=False)
         limit = runs.loc[(runs["limit"] == sub["limit"].iloc[0])
                          & (runs["emulated"] == sub["emulated"].iloc[0]), "limit_bytes"]
         if limit.notna().any():
             axes[0, c].axhline(limit.dropna().iloc[0] / MIB, color="firebrick",
                                linewidth=0.9, linestyle="--")
-        axes[0, c].set_title(panel)
-        axes[-1, c].set_xlabel("pipeline size (total weights)")
+        panel_title(axes[0, c], panel)
+        axes[-1, c].set_xlabel(size_axis_label(panel_bins), fontsize="small")
     handles = [Patch(color="0.35", label="mean over the run (narrow)"),
                Patch(color="0.35", alpha=0.4, label="peak (wide)"),
                ci_handles()[0],

@@ -13,12 +13,14 @@ from engine.analysis.figures.common import (
     ci_handles,
     colors_for,
     failed_legend,
-    grid,
     grouped_bars,
     instrument_note,
     no_data,
+    panel_grid,
     panel_names,
+    panel_title,
     policy_handles,
+    size_axis_label,
     summary_bin_order,
     summary_cells,
 )
@@ -42,7 +44,7 @@ def draw(tables: Tables, style: dict, context: dict) -> Figure:
     # unconstrained, in the same repetition and execution mode
     with_slowdown = with_speedup and bool((ratios["limit"] != "none").any())
     # native and emulated times differ 15-60x: every panel gets its own y axis
-    fig, axes = grid(1 + with_speedup + with_slowdown, len(panels), sharey=False)
+    fig, axes = panel_grid(1 + with_speedup + with_slowdown, len(panels))
     for c, panel in enumerate(panels):
         # Every panel keeps a slot per policy, so a policy sits at the same place in each;
         # it shows the size bins its runs fall in.
@@ -50,8 +52,10 @@ def draw(tables: Tables, style: dict, context: dict) -> Figure:
                                                               "size_bin"])]
         grouped_bars(axes[0, c], panel_bins, policies, colors,
                       summary_cells(summary[summary["panel"] == panel], "makespan_s"))
-        axes[0, c].set_title(panel)
-        axes[-1, c].set_xlabel("pipeline size (total weights)")
+        panel_title(axes[0, c], panel)
+        axes[-1, c].set_xlabel(size_axis_label(panel_bins), fontsize="small")
+        for ax in axes[:-1, c]:
+            ax.tick_params(labelbottom=False)
         if with_speedup:
             # Bulk over itself is 1 by definition: its slot stays empty
             cells = summary_cells(ratios[ratios["panel"] == panel], "speedup",
@@ -69,11 +73,12 @@ def draw(tables: Tables, style: dict, context: dict) -> Figure:
                               summary_cells(limited, "slowdown",
                                              significance="slowdown_significance"))
             axes[2, c].axhline(1.0, color="0.3", linewidth=0.8, linestyle="--")
-    axes[0, 0].set_ylabel("median inference time (s)")
-    if with_speedup:
-        axes[1, 0].set_ylabel("speed-up over Bulk (×)")
-    if with_slowdown:
-        axes[2, 0].set_ylabel("slowdown vs unconstrained (×)")
+    for c in range(len(panels)):
+        axes[0, c].set_ylabel("median inference time (s)", fontsize="small")
+        if with_speedup:
+            axes[1, c].set_ylabel("speed-up over Bulk (×)", fontsize="small")
+        if with_slowdown:
+            axes[2, c].set_ylabel("slowdown vs\nunconstrained (×)", fontsize="small")
     note = None if with_speedup else ("no speed-up panel: the config runs no Bulk policy "
                                       "to compare with")
     add_legend(fig, policy_handles(policies, colors) + ci_handles() + [failed_legend()],
