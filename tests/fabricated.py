@@ -7,8 +7,12 @@ from pathlib import Path
 
 
 def edit_meta(folder: Path, **changes) -> dict:
-    """Rewrite the run's meta.json with ``changes`` applied; returns the new record."""
+    """Rewrite the run's meta.json with ``changes`` applied, its record digest renewed as a
+    run's own write would; returns the new record."""
+    from engine.runner.meta import record_digest
+
     meta = json.loads((folder / "meta.json").read_text()) | changes
+    meta["record_digest"] = record_digest(meta)
     (folder / "meta.json").write_text(json.dumps(meta))
     return meta
 

@@ -10,6 +10,7 @@ can use it without the supervisor's dependencies.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -22,7 +23,8 @@ from engine.errors import EdgeprofError
 from engine.files import atomic_path, parse_json
 from engine.units import PAGE_SIZE
 
-SCHEMA_VERSION = 4  # 2: started_at, host_load, cpu_affinity; 3: runtime; 4: table_digests
+SCHEMA_VERSION = 5  # 2: started_at, host_load, cpu_affinity; 3: runtime; 4: table_digests;
+# 5: record_digest
 FILE = "meta.json"
 
 
@@ -102,6 +104,9 @@ class RunMeta:
                          "boot time, guest-wide vmstat deltas, a boot retried after an "
                          "emulation fault (retried_boot: why, the first console's tail)")
 
+    record_digest: str | None = _f("SHA-256 of this record without this field, as canonical "
+                                   "JSON: a record edited by hand is refused")
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -111,12 +116,17 @@ class RunMeta:
         if not isinstance(version, int) or version > SCHEMA_VERSION:
             raise EdgeprofError(f"{source}: schema_version {version!r} is newer than this "
                                 f"edgeprof reads ({SCHEMA_VERSION}); update edgeprof")
+        if version >= 5 and data.get("record_digest") != record_digest(data):
+            raise EdgeprofError(f"{source} was edited after the run (its content no longer "
+                                f"matches its record_digest); restore it or re-run the run")
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - names)
         if unknown:
             raise EdgeprofError(f"{source}: unknown field(s) {', '.join(unknown)}; not a run "
                                 f"record of this edgeprof")
-        values = {k: v for k, v in data.items() if k not in ("pipeline", "schema_version")}
+        # the digest is the file's, checked above; write() renews it
+        values = {k: v for k, v in data.items()
+                  if k not in ("pipeline", "schema_version", "record_digest")}
         pipe = data.get("pipeline") or {}
         if not isinstance(pipe, dict):
             raise EdgeprofError(f"{source}: its pipeline is not a JSON object; not a run "
@@ -137,8 +147,18 @@ class RunMeta:
         return cls.from_dict(data, str(path))
 
     def write(self, folder: str | os.PathLike) -> None:
+        data = self.to_dict()
+        data["record_digest"] = record_digest(data)
         with atomic_path(Path(folder) / FILE) as tmp:
-            tmp.write_text(json.dumps(self.to_dict(), indent=1))
+            tmp.write_text(json.dumps(data, indent=1))
+
+
+def record_digest(data: dict) -> str:
+    """SHA-256 of a record's fields but ``record_digest``, as sorted compact JSON (what a
+    parse and a dump give back unchanged)."""
+    body = {k: v for k, v in data.items() if k != "record_digest"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"))
+                          .encode()).hexdigest()
 
 
 THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"

@@ -22,18 +22,34 @@ from engine.procs import stamped_tempdir, sweep
 
 TEMP_KINDS = ("", "vm.", "old.")  # .<name>.<kind><pid>.<random>: assembly, vm share, replaced
 SWAP_PREFIX = ".edgeprof-swap."  # + owner pid: the vm backend's swap images, beside --out
+# what a run folder holds (engine.runner.folder, the child, the probes, the vm backend):
+# --force replaces a folder only when it holds nothing else
+RUN_FILES = frozenset({"meta.json", "spec.json", "child.json", "progress.jsonl", "tasks.csv",
+                       "networks.csv", "samples.csv", "gnu_time.txt", "outputs.npz",
+                       "cpu.prof", "heap", "console.log", "guest_job.log"})
 
 
 class OutClaim:
-    def __init__(self, out: str | os.PathLike, force: bool = False) -> None:
+    def __init__(self, out: str | os.PathLike, force: bool = False,
+                 inputs: tuple[str | os.PathLike, ...] = ()) -> None:
+        """``inputs``: files the run reads, which must not lie inside the folder ``force``
+        would replace."""
         if not str(out).strip():
             raise EdgeprofError("--out is empty; name the run folder to write")
-        self.out = Path(out)
-        if self.out.resolve() in (Path.cwd(), *Path.cwd().parents):
+        # "x/new/.." is x: the name the folder is published under, not a path through it
+        self.out = Path(os.path.normpath(out))
+        try:
+            resolved = self.out.resolve()
+        except (OSError, RuntimeError) as exc:  # a symlink loop
+            raise EdgeprofError(f"--out {out}: {exc}; choose another --out") from None
+        if resolved in (Path.cwd(), *Path.cwd().parents):
             raise EdgeprofError(f"--out {out} is the working directory or above it; name a "
                                 f"run folder of its own")
-        inside = next((p for p in self.out.resolve().parents if (p / "meta.json").is_file()),
-                      None)
+        for path in inputs:
+            if resolved in Path(path).resolve().parents:
+                raise EdgeprofError(f"--out {out} holds {path}, which this run reads; choose "
+                                    f"an --out that does not contain its inputs")
+        inside = next((p for p in resolved.parents if (p / "meta.json").is_file()), None)
         if inside is not None:
             raise EdgeprofError(f"--out {out} lies inside the run folder {inside}; choose a "
                                 f"place outside it")
@@ -89,6 +105,18 @@ class OutClaim:
         if not self.force:
             raise EdgeprofError(f"{out} already holds a finished run; pass --force to "
                                 f"replace it")
+        from engine.runner.meta import RunMeta
+
+        try:  # what --force deletes must be a run's folder, not one with a meta.json in it
+            RunMeta.read(out)
+        except EdgeprofError as exc:
+            raise EdgeprofError(f"{out} is not a run folder ({exc}); --force replaces only a "
+                                f"run folder: remove it or choose another --out") from None
+        strays = sorted(p.name for p in out.iterdir() if p.name not in RUN_FILES)
+        if strays:
+            raise EdgeprofError(f"{out} holds files no run writes ({', '.join(strays[:3])}"
+                                f"{', ...' if len(strays) > 3 else ''}); --force replaces only "
+                                f"a run folder: move them or choose another --out")
 
     def _restore_replaced(self) -> None:
         """A run killed inside ``publish`` with ``force`` left the run it replaced in an

@@ -66,6 +66,10 @@ class RunRequest:
         limits = {k: changes.pop(k) for k in list(changes) if k in limit_names}
         return replace(self, limits=replace(self.limits, **limits), **changes)
 
+    def inputs(self) -> tuple[str, ...]:
+        """What the run reads, which its --out must not contain."""
+        return (self.pipeline, self.models)
+
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
 

@@ -105,7 +105,7 @@ def run_supervised(request: RunRequest, session: Session | None = None) -> RunMe
     ``session``: one already opened for this request (closed here in every case)."""
     try:
         policy, pipeline, models, descs = check_inputs(request)
-        claim = OutClaim(request.out, request.force)
+        claim = OutClaim(request.out, request.force, request.inputs())
     except BaseException:
         if session is not None:
             session.close()

@@ -68,6 +68,8 @@ def _arrival(item: object) -> Arrival:
     time_s, networks = item["time_s"], item["networks"]
     if isinstance(time_s, bool) or not isinstance(time_s, (int, float)):
         raise TypeError(f"arrival time {time_s!r:.40} is not a number")
+    if isinstance(time_s, int) and not 0 <= time_s <= MAX_ARRIVAL_S:
+        time_s = math.inf  # an integer past a float's range is no time either
     if not math.isfinite(time_s) or not 0 <= time_s <= MAX_ARRIVAL_S:
         raise ValueError(f"arrival time {time_s} is not a number of seconds from 0 to "
                          f"{MAX_ARRIVAL_S:g}")
@@ -93,12 +95,50 @@ def load_pipeline(path: str | os.PathLike) -> Pipeline:
         if not re.fullmatch(r"[A-Za-z0-9_-]+", data["name"]):
             raise ValueError(f"pipeline name {data['name']!r}: letters, digits, _ and - only "
                              f"(it names folders)")
+        _check_fields(data, arrivals)
         pipeline = Pipeline(arrivals=arrivals, **data)
     except (OSError, ValueError, KeyError, TypeError) as exc:  # UnicodeError is a ValueError
         raise PipelineError(f"cannot read pipeline {path}: {exc}") from None
     if not pipeline.networks():
         raise PipelineError(f"pipeline {path} has no networks")
     return pipeline
+
+
+ARRIVAL_MODES = ("batch", "poisson", "normal")
+
+
+def _check_fields(data: dict, arrivals: list[Arrival]) -> None:
+    """The generator's fields, which go into every run record and table: their types, an
+    arrival mode the arrivals keep, and a size bin that holds the byte count."""
+    seed, mode = data.get("seed"), data.get("arrival_mode", "batch")
+    nbytes, label = data.get("param_bytes", 0), data.get("size_bin", "")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise TypeError(f"seed {seed!r:.40} is not an integer >= 0")
+    if mode not in ARRIVAL_MODES:
+        raise ValueError(f"arrival_mode {mode!r:.40} is not one of {', '.join(ARRIVAL_MODES)}")
+    if mode == "batch" and any(a.time_s != 0 for a in arrivals):
+        raise ValueError("arrival_mode batch, but not every network arrives at 0 s")
+    if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
+        raise TypeError(f"param_bytes {nbytes!r:.40} is not a byte count")
+    if not isinstance(label, str):
+        raise TypeError(f"size_bin {label!r:.40} is not a bin label")
+    if not isinstance(data.get("generator", {}), dict):
+        raise TypeError("generator is not a JSON object")
+    if label and not bin_holds(label, nbytes):
+        raise ValueError(f"size_bin {label!r:.40} does not hold its param_bytes {nbytes}")
+
+
+def bin_holds(label: str, param_bytes: int) -> bool:
+    """Whether the bin ``size_bin`` names holds ``param_bytes`` (False for a label it
+    cannot make)."""
+    num = r"(\d+(?:\.\d+)?(?:e\+\d+)?)"  # as size_bin writes edges ({:g})
+    m = re.fullmatch(rf"(?:{num}-{num}|>={num}) (MiB|MB)", label)
+    if m is None:
+        return False
+    size = param_bytes / BIN_UNITS[m.group(4)]
+    if m.group(3) is not None:
+        return size >= float(m.group(3))
+    return float(m.group(1)) <= size < float(m.group(2))
 
 
 

@@ -39,8 +39,16 @@ def resolve_descriptions(pipeline: Pipeline, models: dict[str, Path],
             f"{', '.join(missing)} (available: {', '.join(sorted(models)) or 'none'}); "
             "run the split stage for them or point --models at the right folder"
         )
-    return {net: Description.load_checked(models[net], files=check_files)
-            for net in set(pipeline.networks())}
+    descs = {net: Description.load_checked(models[net], files=check_files)
+             for net in set(pipeline.networks())}
+    if pipeline.param_bytes:  # a generated pipeline's count: of these networks' weights
+        total = sum(descs[net].param_bytes for net in pipeline.networks())
+        if total != pipeline.param_bytes:
+            raise EdgeprofError(
+                f"pipeline '{pipeline.name}' says its networks hold {pipeline.param_bytes} "
+                f"bytes of weights, but their descriptions hold {total}; regenerate it with "
+                f"the pipelines stage (or drop param_bytes and size_bin)")
+    return descs
 
 
 @dataclass

@@ -265,7 +265,7 @@ def run_in_vm(request: RunRequest, cfg: VmConfig | None = None,
     cfg = cfg or VmConfig.from_env()  # a bad setting fails before anything is written
     limit, swap = request.limits.ram_bytes, request.limits.swap_bytes
     share = None
-    with OutClaim(request.out, request.force) as claim, signals_unwind():
+    with OutClaim(request.out, request.force, request.inputs()) as claim, signals_unwind():
         try:
             share = claim.tempdir("vm.")
             inner = request.with_changes(

@@ -23,6 +23,7 @@ from engine.caffe.splitter import Description
 from engine.cli import main
 from engine.errors import EdgeprofError, ModelError
 from engine.schedule.pipelines import Arrival, Pipeline, save_pipeline
+from tests.fabricated import edit_meta
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -82,9 +83,7 @@ def test_a_replaced_tasks_table_of_the_same_length_is_refused(two_runs, tmp_path
     with pytest.raises(EdgeprofError, match="tasks.csv is not the table this run wrote"):
         tidy_run(gg)
     # a record from before table digests: the rows' own content still says so
-    meta = json.loads((gg / "meta.json").read_text())
-    meta["table_digests"] = {}
-    (gg / "meta.json").write_text(json.dumps(meta))
+    edit_meta(gg, table_digests={})
     with pytest.raises(EdgeprofError, match="instance 1 is AgeNet, but this run's pipeline"):
         tidy_run(gg)
 
@@ -94,9 +93,7 @@ def test_a_tasks_table_with_more_workers_than_the_policy_is_refused(two_runs, tm
     tasks = pd.read_csv(gg / "tasks.csv")
     tasks.loc[tasks.index[::2], "worker"] = 1  # as a partial:2 run's
     tasks.to_csv(gg / "tasks.csv", index=False)
-    meta = json.loads((gg / "meta.json").read_text())
-    meta["table_digests"] = {}
-    (gg / "meta.json").write_text(json.dumps(meta))
+    edit_meta(gg, table_digests={})
     with pytest.raises(EdgeprofError, match="tasks on worker 1, but linear has 1"):
         tidy_run(gg)
 
@@ -323,3 +320,50 @@ def test_configs_that_cannot_work_are_refused(change, message):
 def test_description_of_a_wrong_kind_is_named(zoo_split, tmp_path):
     with pytest.raises(ModelError, match="is a folder, not a regular file"):
         Description.load(tmp_path)
+
+
+# --- the held-out pass of 2026-11-25 (/work/notes/adversarial-25.md: H1-H4, M1-M23) ------
+
+
+@pytest.mark.parametrize("fields, says", [
+    ({"param_bytes": 1, "size_bin": "9000-10000 MiB"}, "does not hold its param_bytes 1"),
+    ({"param_bytes": 1, "size_bin": "0-100 MiB"}, "says its networks hold 1 bytes"),
+    ({"size_bin": "small"}, "does not hold its param_bytes 0"),
+    ({"arrival_mode": "poisson2"}, "arrival_mode 'poisson2' is not one of"),
+    ({"seed": "abc"}, "seed 'abc' is not an integer"),
+    ({"param_bytes": -5}, "param_bytes -5 is not a byte count"),
+    ({"size_bin": {"a": 1}}, "is not a bin label"),
+    ({"generator": 7}, "generator is not a JSON object"),
+])
+def test_a_pipeline_files_generator_fields_are_checked(split_copy, tmp_path, capsys, fields,
+                                                       says):
+    pipe = tmp_path / "p.json"
+    save_pipeline(Pipeline("p", [Arrival(0.0, ["AgeNet"])]), pipe)
+    pipe.write_text(json.dumps(json.loads(pipe.read_text()) | fields))
+    rc, err = _cli(capsys, "run", "--pipeline", str(pipe), "--models", str(split_copy),
+                   "--policy", "linear", "--out", str(tmp_path / "run"), "--backend", "none")
+    assert rc == 2 and says in err and err.count("\n") == 1
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_batch_pipeline_whose_networks_arrive_later_is_refused(tmp_path):
+    from engine.schedule.pipelines import PipelineError, load_pipeline
+
+    pipe = tmp_path / "p.json"
+    save_pipeline(Pipeline("p", [Arrival(0.0, ["AgeNet"]), Arrival(3.0, ["AgeNet"])]), pipe)
+    with pytest.raises(PipelineError, match="arrival_mode batch, but not every network"):
+        load_pipeline(pipe)
+    pipe.write_text(json.dumps(json.loads(pipe.read_text()) | {"arrival_mode": "poisson"}))
+    assert load_pipeline(pipe).arrival_mode == "poisson"
+
+
+def test_generated_pipelines_pass_their_own_checks(split_copy, tmp_path, capsys):
+    from engine.schedule.pipelines import load_pipeline
+
+    rc, err = _cli(capsys, "pipelines", "--models", str(split_copy), "--out",
+                   str(tmp_path / "p"), "--count", "4", "--length", "1", "3", "--bins", "50",
+                   "100")
+    assert rc == 0, err
+    for path in sorted((tmp_path / "p").glob("p*.json")):
+        pipe = load_pipeline(path)
+        assert pipe.size_bin and pipe.param_bytes > 0

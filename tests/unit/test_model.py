@@ -27,7 +27,7 @@ from engine.schedule.pipelines import Arrival, Pipeline, save_pipeline
 from engine.schedule.policies import parse_policy
 from engine.schedule.tasks import Instance, Kind
 from engine.units import MIB
-from tests.fabricated import record_tables
+from tests.fabricated import edit_meta, record_tables
 
 POLICIES = ["linear", "bulk", "partial:1", "partial:2", "partial:3", "deepeye",
             "deepeye-frugal", "execprio:2", "execprio-inter:2", "masa:1", "masa:2"]
@@ -723,9 +723,7 @@ def calibration_runs(tiny, tmp_path_factory):
                    capture_output=True)
     limited = root / "limited" / "rep0"
     shutil.copytree(free, limited)
-    meta = json.loads((limited / "meta.json").read_text())
-    meta.update(limit_bytes=2**20, limit_enforced=True, backend="cgroup2")
-    (limited / "meta.json").write_text(json.dumps(meta))
+    edit_meta(limited, limit_bytes=2**20, limit_enforced=True, backend="cgroup2")
     tasks = pd.read_csv(limited / "tasks.csv")
     rng = np.random.default_rng(11)
     pin, pout = rng.integers(0, 40, len(tasks)), rng.integers(0, 40, len(tasks))
@@ -756,8 +754,7 @@ def test_calibrate_refuses_a_limit_nothing_enforced(calibration_runs, tmp_path, 
     free, limited = calibration_runs
     copy = tmp_path / "limited" / "rep0"
     shutil.copytree(limited, copy)
-    meta = json.loads((copy / "meta.json").read_text())
-    (copy / "meta.json").write_text(json.dumps({**meta, "limit_enforced": False}))
+    edit_meta(copy, limit_enforced=False)
     record_tables(copy)
     with pytest.raises(EdgeprofError, match="did not enforce the limit"):
         fit_device([free, copy], "x")

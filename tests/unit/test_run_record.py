@@ -144,16 +144,56 @@ def test_force_replaces_an_earlier_run_only_when_the_new_one_is_published(tmp_pa
 
     out = tmp_path / "run"
     out.mkdir()
-    (out / "meta.json").write_text("old")
+    _meta().write(out)
+    old = (out / "meta.json").read_text()
     with pytest.raises(EdgeprofError, match="already holds a finished run; pass --force"):
         OutClaim(out)
     with OutClaim(out, force=True) as claim:
         folder = claim.tempdir()
-        assert (out / "meta.json").read_text() == "old"  # still there while the run goes
+        assert (out / "meta.json").read_text() == old  # still there while the run goes
         (folder / "meta.json").write_text("new")
         claim.publish(folder)
     assert (out / "meta.json").read_text() == "new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no lock, no old copy
+
+
+@pytest.mark.parametrize("how", ["record not JSON", "a stray file", "edited record"])
+def test_force_never_replaces_a_folder_that_is_not_a_run(tmp_path, how):
+    from engine.runner.outdir import OutClaim
+
+    out = tmp_path / "run"
+    out.mkdir()
+    _meta().write(out)
+    if how == "record not JSON":
+        (out / "meta.json").write_text("not json")
+    elif how == "a stray file":
+        (out / "important.txt").write_text("precious")
+    else:
+        (out / "meta.json").write_text((out / "meta.json").read_text().replace(
+            '"policy": "linear"', '"policy": "partial:1"'))
+    before = sorted(p.name for p in out.iterdir())
+    with pytest.raises(EdgeprofError, match="--force replaces only a run folder"):
+        OutClaim(out, force=True)
+    assert sorted(p.name for p in out.iterdir()) == before
+
+
+def test_an_out_that_holds_the_runs_inputs_or_loops_is_refused(tmp_path):
+    from engine.runner.outdir import OutClaim
+
+    out = tmp_path / "run"
+    out.mkdir()
+    _meta().write(out)
+    (out / "pipe.json").write_text("{}")
+    with pytest.raises(EdgeprofError, match="holds .*pipe.json, which this run reads"):
+        OutClaim(out, force=True, inputs=(out / "pipe.json", tmp_path))
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    with pytest.raises(EdgeprofError, match="--out .*a: .*choose another --out"):
+        OutClaim(tmp_path / "a")
+    # "run/new/.." is the run folder itself: refused without --force, nothing made in it
+    with pytest.raises(EdgeprofError, match="already holds a finished run"):
+        OutClaim(out / "new" / "..")
+    assert not (out / "new").exists()
 
 
 def test_a_run_killed_while_replacing_an_earlier_one_gives_the_earlier_one_back(tmp_path):
@@ -162,7 +202,23 @@ def test_a_run_killed_while_replacing_an_earlier_one_gives_the_earlier_one_back(
     # what a SIGKILL between publish's two renames leaves: the earlier run moved aside
     old = tmp_path / ".run.old.99999999.x" / "run"
     old.mkdir(parents=True)
-    (old / "meta.json").write_text("earlier")
+    (old / "meta.json").write_text("earlier")  # only its presence counts here
     with pytest.raises(EdgeprofError, match="already holds a finished run"):
         OutClaim(tmp_path / "run")
     assert (tmp_path / "run" / "meta.json").read_text() == "earlier"
+
+
+@pytest.mark.parametrize("field, value", [("hwm_rss_bytes", 1), ("termination", "memory"),
+                                          ("wall_s", "fast"), ("limit_enforced", True)])
+def test_a_record_edited_by_hand_is_refused(tmp_path, field, value):
+    _meta().write(tmp_path)
+    data = json.loads((tmp_path / "meta.json").read_text())
+    assert RunMeta.read(tmp_path).policy == "linear"
+    (tmp_path / "meta.json").write_text(json.dumps(data | {field: value}, indent=1))
+    with pytest.raises(EdgeprofError, match="was edited after the run"):
+        RunMeta.read(tmp_path)
+    # a record without its digest but of a schema that has one is no exception
+    del data["record_digest"]
+    (tmp_path / "meta.json").write_text(json.dumps(data))
+    with pytest.raises(EdgeprofError, match="was edited after the run"):
+        RunMeta.read(tmp_path)
