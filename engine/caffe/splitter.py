@@ -14,6 +14,7 @@ import json
 import math
 import os
 import shutil
+import stat
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -127,14 +128,23 @@ class Description:
         if len(g.layers) != len(self.layers):
             raise ModelError(f"{self.path}: describes {len(self.layers)} layers but "
                              f"{prototxt} has {len(g.layers)}; {fix}")
+        start = self.num_conv_layers  # DeepEye's split, which the split may place by hand
+        if start + self.num_fc_layers != len(g.layers):
+            raise ModelError(f"{self.path}: num_conv_layers {start} + num_fc_layers "
+                             f"{self.num_fc_layers} is not its {len(g.layers)} layers; {fix}")
         for info, layer in zip(self.layers, g.layers):
+            part = "fc" if layer.index >= start else "conv"
+            kind = "other"
+            if layer.param_shapes:
+                kind = "fc" if part == "fc" or layer.type == "InnerProduct" else "conv"
             theirs = (layer.index, layer.name, layer.type,
                       [list(s) for s in layer.top_shapes], layer.param_count,
-                      layer.param_bytes)
+                      layer.param_bytes, layer.macs, layer.flops, part, kind)
             ours = (info.index, info.name, info.type, info.output_shapes, info.param_count,
-                    info.param_bytes)
+                    info.param_bytes, info.macs, info.flops, info.part, info.kind)
             for what, a, b in zip(("index", "name", "type", "output shapes",
-                                   "parameter count", "parameter bytes"), ours, theirs):
+                                   "parameter count", "parameter bytes", "MACs", "FLOPs",
+                                   "DeepEye part", "kind"), ours, theirs):
                 if a != b:
                     raise ModelError(f"{self.path}: layer {info.index} '{info.name}' has "
                                      f"{what} {a!r} but {prototxt} says {b!r}; {fix}")
@@ -161,9 +171,12 @@ class Description:
             files.append((caffemodel, self.caffemodel_bytes))
         for path, size in files:
             try:
-                actual = path.stat().st_size
+                st = path.stat()
             except OSError as exc:
                 raise ModelError(f"{path} of {self.network}: {exc.strerror}; {fix}") from None
+            if not stat.S_ISREG(st.st_mode):  # a device or a FIFO would hang or never end
+                raise ModelError(f"{path}, named by {self.path}, is not a regular file; {fix}")
+            actual = st.st_size
             if size is not None and actual != size:
                 raise ModelError(f"{path} is {actual} bytes, not the {size} it had when "
                                  f"{self.network} was split (truncated or replaced); {fix}")
