@@ -80,6 +80,8 @@ def file_kind(path: str | os.PathLike) -> str:
         return "missing"
     except NotADirectoryError:
         return "missing"
+    except OSError as exc:  # ELOOP, EACCES on the way
+        return f"unreadable ({exc.strerror})"
     for test, name in ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a folder"),
                        (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
                        (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device")):
@@ -122,3 +124,20 @@ def check_output_file(path: str | os.PathLike, what: str) -> Path:
         raise ValueError(f"{what} {out}: cannot write into {existing or parent}; name a "
                          f"writable place")
     return out
+
+
+def read_table(path: str | os.PathLike, fix: str = "rerun the aggregate stage"):
+    """The parquet table at ``path`` as a DataFrame; an EdgeprofError naming the file and
+    ``fix`` when it is missing, not a regular file, or not a readable table."""
+    import pandas as pd
+
+    from engine.errors import EdgeprofError
+
+    kind = file_kind(path)
+    if kind != "a regular file":
+        raise EdgeprofError(f"{os.fspath(path)} is {kind}, not a table; {fix}")
+    try:
+        return pd.read_parquet(path)
+    except (OSError, ValueError) as exc:  # pyarrow's errors are both
+        raise EdgeprofError(f"{os.fspath(path)} is not a readable table "
+                            f"({type(exc).__name__}); {fix}") from None

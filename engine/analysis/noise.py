@@ -56,13 +56,17 @@ def run_warnings(runs: pd.DataFrame, noise_floor: pd.DataFrame) -> list[str]:
     return out
 
 
-def table_warnings(tables_dir: str | os.PathLike) -> list[str]:
-    """``run_warnings`` of the aggregate tables in ``tables_dir`` ([] before they exist)."""
+def table_warnings(tables_dir: str | os.PathLike, required: bool = False) -> list[str]:
+    """``run_warnings`` of the aggregate tables in ``tables_dir``: [] before they exist,
+    or (``required``: a user named them) an EdgeprofError naming what is wrong."""
+    from engine.files import read_table
+
     folder = Path(tables_dir)
     runs_path, floor_path = folder / "runs.parquet", folder / "noise_floor.parquet"
-    if not (runs_path.is_file() and floor_path.is_file()):
+    if not required and not (runs_path.is_file() and floor_path.is_file()):
         return []
-    return run_warnings(pd.read_parquet(runs_path), pd.read_parquet(floor_path))
+    fix = "name a campaign's aggregate tables (results/tables)"
+    return run_warnings(read_table(runs_path, fix), read_table(floor_path, fix))
 
 
 def _read(path: str) -> str | None:

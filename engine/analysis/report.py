@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from engine.errors import EdgeprofError
+from engine.files import read_table
 from engine.units import MIB, parse_size
 
 # what the tables compare: a label -> the summary's metric
@@ -43,12 +45,17 @@ def _mib(row: pd.Series, metric: str) -> str:
     return f"{row['policy']} {median:.0f} [{low:.0f}, {high:.0f}]"
 
 
+def _modes(summary: pd.DataFrame) -> pd.Series:
+    """Each row's execution mode: native, or the sandbox that ran it (uml, vm)."""
+    return summary["sandbox"].fillna("none").replace({"": "native", "none": "native"})
+
+
 def _extremes(summary: pd.DataFrame, metric: str) -> dict[tuple, tuple[str, str, bool, int]]:
     """(mode, runtime, limit, size bin) -> (least, most, CIs apart, policies) of
     ``metric`` over the size bins' rows, in mode, runtime, limit and size order; a cell
     where every policy has the same median says so (e.g. none swapped)."""
     bins = summary[summary["level"] == "size_bin"].copy()
-    bins["mode"] = bins["sandbox"].fillna("none").replace({"": "native", "none": "native"})
+    bins["mode"] = _modes(bins)
     cols = [f"{metric}_median", f"{metric}_ci_low", f"{metric}_ci_high"]
     bins = bins.dropna(subset=[cols[0]])
     keys = ["mode", "runtime", "limit", "size_bin"]
@@ -100,7 +107,11 @@ def report(tables_dir: str | Path, mode: str | None = None, peaks_only: bool = F
     """The campaign's tables (from ``tables_dir``'s summary.parquet): peak RAM and swap
     side by side, then (unless ``peaks_only``) each metric's own; ``mode``: one
     execution mode's rows in the side-by-side table."""
-    summary = pd.read_parquet(Path(tables_dir) / "summary.parquet")
+    summary = read_table(Path(tables_dir) / "summary.parquet",
+                         "run the workflow's aggregate stage first")
+    if mode is not None and mode not in set(summary.pipe(_modes)):
+        raise EdgeprofError(f"--mode {mode}: the tables hold runs of "
+                            f"{', '.join(sorted(set(summary.pipe(_modes))))} only")
     parts = [f"**peak RAM and swap** per size bin and limit (median [95 % CI]; ≈: the "
              f"least's and the most's CIs overlap)\n\n{peaks_table(summary, mode)}"]
     if peaks_only:

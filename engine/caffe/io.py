@@ -19,7 +19,17 @@ from google.protobuf import message, text_format
 
 from engine.caffe import schema
 from engine.errors import ModelError
-from engine.files import atomic_path
+from engine.files import atomic_path, read_regular
+
+MAX_PROTOTXT_BYTES = 16 * 2**20  # GoogLeNet's deploy prototxt is 36 kB
+
+
+def _one_line(exc: Exception, most: int = 300) -> str:
+    """An error's text as one printable line of at most ``most`` characters (a parse
+    error can quote the whole input)."""
+    text = " ".join(str(exc).split())
+    text = "".join(c if c.isprintable() else "?" for c in text)
+    return text if len(text) <= most else text[:most] + " ..."
 
 
 def read_prototxt(path: str | os.PathLike) -> schema.NetParameter:
@@ -27,14 +37,14 @@ def read_prototxt(path: str | os.PathLike) -> schema.NetParameter:
     caffe.proto are skipped; unsupported layer types fail later, naming the layer."""
     path = os.fspath(path)
     try:
-        text = Path(path).read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ModelError(f"cannot read prototxt {path}: {exc}") from exc
+        text = read_regular(path, "prototxt", MAX_PROTOTXT_BYTES).decode()
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+        raise ModelError(f"cannot read prototxt {path}: {_one_line(exc)}") from None
     net = schema.NetParameter()
     try:
         text_format.Parse(text, net, allow_unknown_field=True)
     except text_format.ParseError as exc:
-        raise ModelError(f"{path}: not a valid Caffe prototxt: {exc}") from exc
+        raise ModelError(f"{path}: not a valid Caffe prototxt: {_one_line(exc)}") from None
     if not len(net.layer) and not len(net.layers):
         raise ModelError(f"{path}: prototxt defines no layers")
     return net

@@ -16,14 +16,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def main(args: argparse.Namespace) -> int:
     from engine.analysis.noise import host_checks, table_warnings
 
+    tables = table_warnings(args.tables, required=True) if args.tables else []
     worst = 0
     for what, fine, meaning in host_checks():
         print(f"{'ok  ' if fine else 'WARN'} {what}" + ("" if fine else f": {meaning}"))
         worst = worst or (0 if fine else 1)
-    if args.tables:
-        for warning in table_warnings(args.tables):
-            print(f"WARN {warning}")
-            worst = 1
+    for warning in tables:
+        print(f"WARN {warning}")
+        worst = 1
     print("quiet enough to measure" if not worst else
           "not quiet: timing results would say more about this machine than the policies")
     return worst

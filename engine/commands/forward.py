@@ -6,7 +6,13 @@ import argparse
 import sys
 import time
 
-from engine.commands.options import add_runtime_option, output_file
+from engine.commands.options import (
+    MAX_BATCH,
+    MAX_SEED,
+    add_runtime_option,
+    output_file,
+    positive,
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -26,6 +32,8 @@ def main(args: argparse.Namespace) -> None:
     from engine.caffe.splitter import Description
     from engine.network import run_standalone
 
+    positive(args.batch, "--batch", most=MAX_BATCH)
+    positive(args.seed, "--seed", allow_zero=True, most=MAX_SEED)
     if args.out is not None:
         output_file(args.out, "--out")  # before the forward pass, not after it
     desc = Description.load_checked(args.description)

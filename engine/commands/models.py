@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
-from engine.commands.options import output_dir, positive
+from engine.commands.options import output_dir, output_file, positive
 from engine.errors import EdgeprofError
 
 
@@ -27,6 +28,9 @@ def main(args: argparse.Namespace) -> None:
     for name in names:
         if name not in zoo.ZOO:
             raise EdgeprofError(f"unknown zoo network '{name}' (known: {', '.join(zoo.ZOO)})")
+    for name in names:  # every file checked before the first is written: no half a zoo
+        for suffix in (".prototxt", ".caffemodel"):
+            output_file(str(Path(args.out) / f"{zoo.ZOO[name].stem}{suffix}"), "--out")
     for name in names:
         t0 = time.perf_counter()
         prototxt, caffemodel = generate.write_zoo_model(name, args.out, args.seed)

@@ -10,6 +10,12 @@ from pathlib import Path
 from engine.errors import EdgeprofError
 from engine.runtime import DEFAULT_RUNTIME, RUNTIMES
 
+# bounds shared by the verbs and the config schema (workflow/schemas/config.schema.yaml)
+MAX_BATCH = 10_000
+MAX_SEED = 2**32 - 1  # numpy's legacy seeding and the pipelines' seeds
+MIN_SAMPLE_HZ, MAX_SAMPLE_HZ = 0.01, 10_000
+MAX_ORDERINGS = 10_000  # orderings a multi-worker cell's peak range is replayed over
+
 
 def positive(value: float | None, flag: str, allow_zero: bool = False,
              most: float = float("inf")) -> None:

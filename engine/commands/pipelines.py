@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from engine.commands.options import positive
+from engine.commands.options import output_dir, output_file, positive
 from engine.errors import EdgeprofError
 
 # Far above any sweep this project runs, low enough that a typo (1e12) is refused at once,
@@ -57,7 +56,9 @@ def main(args: argparse.Namespace) -> None:
     made = pipelines.generate_pipelines(args.seed, args.count, sizes, tuple(args.length),
                                         arrival, args.bins_mb or args.bins, prefix=args.prefix,
                                         bin_unit="MB" if args.bins_mb else "MiB")
-    out = Path(args.out)
+    out = output_dir(args.out, "--out")
+    for p in made:  # every file checked before the first is written: no half a set
+        output_file(str(out / f"{p.name}.json"), "--out")
     for p in made:
         pipelines.save_pipeline(p, out / f"{p.name}.json")
         print(f"{p.name}: {len(p.networks())} networks, {p.param_bytes / 2**20:.0f} MiB "

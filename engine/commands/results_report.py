@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import argparse
 
-from engine.errors import EdgeprofError
-
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("results-report", help="a campaign's least and most RAM and swap "
@@ -21,11 +19,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> None:
-    from pathlib import Path
 
     from engine.analysis.report import report
 
-    if not (Path(args.tables) / "summary.parquet").is_file():
-        raise EdgeprofError(f"--tables {args.tables} has no summary.parquet: run the "
-                            f"workflow's aggregate stage first")
     print(report(args.tables, args.mode, args.peaks_only))

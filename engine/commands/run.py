@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from typing import TYPE_CHECKING
 
-from engine.commands.options import add_runtime_option, positive, size, swap
+from engine.commands.options import (
+    MAX_BATCH,
+    MAX_SAMPLE_HZ,
+    MAX_SEED,
+    MIN_SAMPLE_HZ,
+    add_runtime_option,
+    positive,
+    size,
+    swap,
+)
 from engine.errors import EdgeprofError
 from engine.limits import BACKENDS
 from engine.units import format_size
@@ -78,7 +88,12 @@ def _estimates(path: str) -> dict[str, int]:
         data = parse_json(read_regular(path, "estimates file", 2**20))
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
-        estimates = {str(k): int(v) for k, v in data.items()}
+        estimates = {}
+        for name, peak in data.items():
+            if (isinstance(peak, bool) or not isinstance(peak, (int, float))
+                    or not math.isfinite(peak) or peak != int(peak)):
+                raise ValueError(f"{name}: {peak!r:.40} is not a whole number of bytes")
+            estimates[str(name)] = int(peak)
     except (OSError, ValueError, TypeError) as exc:
         raise EdgeprofError(f"--estimates {path}: {exc}; it must hold {{network: peak "
                             f"bytes}}") from None
@@ -95,12 +110,15 @@ def run_request(args: argparse.Namespace) -> RunRequest:
     policy = parse_policy(args.policy)  # fail fast, before any process starts
     limit = None if args.limit is None else size(args.limit, "--limit")
     swap_bytes = swap(args.swap)
-    positive(args.batch, "--batch", most=10_000)
+    positive(args.batch, "--batch", most=MAX_BATCH)
     positive(args.blas_threads, "--blas-threads", most=1024)
     positive(args.timeout, "--timeout")
     positive(args.stall_timeout, "--stall-timeout")
-    positive(args.seed, "--seed", allow_zero=True)
-    positive(args.sample_hz, "--sample-hz", allow_zero=True, most=10_000)
+    positive(args.seed, "--seed", allow_zero=True, most=MAX_SEED)
+    positive(args.sample_hz, "--sample-hz", allow_zero=True, most=MAX_SAMPLE_HZ)
+    if 0 < args.sample_hz < MIN_SAMPLE_HZ:
+        raise EdgeprofError(f"--sample-hz {args.sample_hz:g}: 0 (no sampler) or from "
+                            f"{MIN_SAMPLE_HZ:g} to {MAX_SAMPLE_HZ:g}")
     if args.swap is not None and args.limit is None:
         raise EdgeprofError("--swap is the swap allowed on top of --limit; give a --limit too")
     if (args.budget or args.estimates) and not policy.admission:

@@ -7,7 +7,7 @@ import argparse
 import sys
 import time
 
-from engine.commands.options import add_model_tables_parser
+from engine.commands.options import MAX_ORDERINGS, add_model_tables_parser, positive
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -21,6 +21,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def main(args: argparse.Namespace) -> None:
     from engine.model.evaluate import score_holdout_files
 
+    positive(args.orderings, "--orderings", most=MAX_ORDERINGS)
     t0 = time.perf_counter()
     table = score_holdout_files(args.tables, args.models, args.model, args.out,
                                 args.orderings)

@@ -5,6 +5,7 @@ samples as Parquet) of run folders, one folder per run under DIR named as the ru
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -25,16 +26,17 @@ def main(args: argparse.Namespace) -> None:
     from engine.analysis.tables import tidy_run, write_tidy
 
     out = output_dir(args.out, "--out")
-    names = [Path(run).name for run in args.runs]
+    # the name a run folder has ("runs/x/.." is "runs"): its tables go to --out/<name>
+    names = [Path(os.path.abspath(run)).name for run in args.runs]
     twice = sorted({name for name in names if names.count(name) > 1})
     if twice:
         raise EdgeprofError(f"runs named {', '.join(twice)} more than once: each is written "
                             f"to --out/<its folder name>; tidy one run set per --out")
     t0 = time.perf_counter()
     # every run read and checked before anything is written: a damaged run leaves no output
-    tables = [(Path(run), tidy_run(run)) for run in args.runs]
-    for run, tidy in tables:
-        write_tidy(tidy, out / run.name)
+    tables = [(run, name, tidy_run(run)) for run, name in zip(args.runs, names)]
+    for run, name, tidy in tables:
+        write_tidy(tidy, out / name)
         print(f"{run}: {len(tidy['tasks'])} tasks, {len(tidy['samples'])} samples -> "
-              f"{out / run.name}", file=sys.stderr)
+              f"{out / name}", file=sys.stderr)
     print(f"{len(tables)} runs tidied in {time.perf_counter() - t0:.2f} s", file=sys.stderr)

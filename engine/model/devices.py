@@ -53,6 +53,7 @@ PROFILES = {d.name: d for d in (
 )}
 
 _NUMBER = re.compile(r"(\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)\s*(s|ms|us|µs|ns)?")
+MAX_PAGE_COST_S = 1.0  # per 4 KiB page; the swap-cost figure ends at 10 ms
 _SCALE = {None: 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 
 
@@ -75,6 +76,9 @@ def parse_swap_cost(text: str, model: Model | None = None) -> Device:
     match = _NUMBER.fullmatch(text.strip())
     if match and float(match.group(1)) > 0:
         seconds = float(match.group(1)) * _SCALE[match.group(2)]
+        if not seconds <= MAX_PAGE_COST_S:
+            raise EdgeprofError(f"--swap-cost {text}: more than {MAX_PAGE_COST_S:g} s per "
+                                f"page is no device (the slowest SD card takes ~10 ms)")
         return Device(text, seconds, seconds, f"given: {text} per page in and out")
     raise EdgeprofError(f"--swap-cost {text!r} is not a profile ({', '.join(PROFILES)}), a "
                         f"sandbox the model measured, a calibrate file (.json) or a time per "
@@ -91,7 +95,8 @@ def read_device(path: str | Path) -> Device:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise EdgeprofError(f"{path} is not a device file of python -m engine calibrate "
                             f"({exc}); run calibrate again") from None
-    if not (device.per_page_in_s >= 0 and device.per_page_out_s >= 0
-            and device.page_bytes > 0):
-        raise EdgeprofError(f"{path}: negative per-page costs; run calibrate again")
+    if not (0 <= device.per_page_in_s <= MAX_PAGE_COST_S
+            and 0 <= device.per_page_out_s <= MAX_PAGE_COST_S and device.page_bytes > 0):
+        raise EdgeprofError(f"{path}: per-page costs outside 0 to {MAX_PAGE_COST_S:g} s; run "
+                            f"calibrate again")
     return device

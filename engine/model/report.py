@@ -12,6 +12,8 @@ from pathlib import Path
 import pandas as pd
 
 from engine.analysis.report import markdown_table as _table
+from engine.errors import EdgeprofError
+from engine.files import file_kind, read_table
 
 
 def _num(value: object, digits: int = 1) -> str:
@@ -84,9 +86,13 @@ def report(folder: str | os.PathLike) -> str:
     folder = Path(folder)
     parts = []
 
+    if not folder.is_dir():
+        raise EdgeprofError(f"--dir {folder} is {file_kind(folder)}, not the model's results "
+                            f"folder; run the model stage (snakemake results/model/cv.json)")
+
     def read(name: str) -> pd.DataFrame | None:
         path = folder / f"{name}.parquet"
-        return pd.read_parquet(path) if path.is_file() else None
+        return read_table(path, "rerun the model stage") if path.exists() else None
 
     sections = [("cv_targets", "Targets, cross-validation", targets_table),
                 ("holdout_targets", "Targets, held-out seed", targets_table),
@@ -98,4 +104,7 @@ def report(folder: str | os.PathLike) -> str:
         table = read(name)
         if table is not None and not table.empty:
             parts.append(f"### {title} (`{name}`)\n\n{render(table)}\n")
-    return "\n".join(parts) or f"no model tables in {folder}"
+    if not parts:
+        raise EdgeprofError(f"no model tables in {folder}; run the model stage (snakemake "
+                            f"results/model/cv.json)")
+    return "\n".join(parts)

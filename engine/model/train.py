@@ -30,6 +30,7 @@ import pandas as pd
 
 from engine.caffe.splitter import Description, description_index
 from engine.errors import EdgeprofError
+from engine.files import read_table
 from engine.model.fit import fit, mode_keys
 from engine.model.params import Model, ModeModel
 from engine.model.predict import Networks, predict
@@ -181,20 +182,32 @@ def read_tables(tables_dir: Paths, models_dir: Paths) -> Tables:
     return runs, tasks, networks, descriptions
 
 
+# what the fit reads of each table (engine.model.fit, calibrate above)
+RUN_COLUMNS = ("run_id", "pipeline", "policy", "limit", "termination", "networks",
+               "makespan_s", "hwm_rss_bytes")
+TASK_COLUMNS = ("run_id", "network", "instance", "layer", "task_type", "duration_ns", "overlap")
+NETWORK_COLUMNS = ("run_id", "pipeline", "instance", "network", "arrival", "arrival_ns")
+
+
 def _read_campaign(tables_dir: str | os.PathLike, models_dir: str | os.PathLike) -> Tables:
     folder = Path(tables_dir)
     frames = []
     for name in ("runs", "tasks", "networks"):
-        path = folder / f"{name}.parquet"
-        if not path.is_file():
-            raise EdgeprofError(f"{path} is missing: run the workflow's aggregate stage "
-                                f"first (snakemake {folder}/{name}.parquet)")
-        try:
-            frames.append(pd.read_parquet(path))
-        except (OSError, ValueError) as exc:  # pyarrow's errors are both
-            raise EdgeprofError(f"{path} is not a readable table ({exc}); rerun the "
-                                f"aggregate stage") from None
+        frames.append(read_table(folder / f"{name}.parquet", f"run the workflow's aggregate "
+                                 f"stage (snakemake {folder}/{name}.parquet)"))
     runs, tasks, networks = frames
+    for table, name, columns in ((runs, "runs", RUN_COLUMNS), (tasks, "tasks", TASK_COLUMNS),
+                                 (networks, "networks", NETWORK_COLUMNS)):
+        lacking = sorted(set(columns) - set(table.columns))
+        if lacking:
+            raise EdgeprofError(f"{folder}/{name}.parquet has no {', '.join(lacking)} column: "
+                                f"not the aggregate stage's table; rerun it")
+    finished = tasks[tasks["run_id"].isin(runs.loc[runs["termination"] == "ok", "run_id"])]
+    bad = finished["duration_ns"].isna() | (finished["duration_ns"] < 0)
+    if bad.any():
+        raise EdgeprofError(f"{folder}/tasks.parquet: {int(bad.sum())} task(s) of finished "
+                            f"runs have no or a negative duration_ns; rerun the tidy and "
+                            f"aggregate stages")
     if runs.empty:
         raise EdgeprofError(f"{folder}/runs.parquet holds no runs to fit a model on")
     old = sorted({"batch", "child_cpus", "page_bytes"} - set(runs.columns))

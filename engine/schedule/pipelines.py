@@ -24,6 +24,7 @@ from engine.files import parse_json, read_regular, write_text_atomic
 ARRIVAL_MODES = ("batch", "poisson", "normal")
 MAX_ARRIVAL_S = 1e6  # eleven days: far beyond any run, and still exact in nanoseconds
 MAX_FILE_BYTES = 16 * 2**20  # a pipeline of 100,000 networks is about 2 MB
+MAX_LENGTH = 10_000  # networks per generated pipeline (the paper's have up to 16)
 
 
 class PipelineError(EdgeprofError):
@@ -161,12 +162,10 @@ def size_bin(param_bytes: int, edges: list[float], unit: str = "MiB") -> str:
     return f">={lo:g} {unit}"
 
 
-def generate_pipelines(seed: int, count: int, network_bytes: dict[str, int],
-                       length: tuple[int, int], arrival: dict,
-                       bins_mib: list[float] | None = None, prefix: str = "p",
-                       bin_unit: str = "MiB") -> list[Pipeline]:
-    """``count`` pipelines of ``length[0]..length[1]`` networks drawn with replacement
-    from ``network_bytes`` (name -> parameter bytes, used for the size bins)."""
+def check_arrival(arrival: dict, longest: int) -> None:
+    """Arrival settings that can make a pipeline ``run`` accepts: a known mode, its
+    parameters, and gaps that keep the last of ``longest`` networks (with five times the
+    mean gap each) within MAX_ARRIVAL_S."""
     mode = arrival.get("mode", "batch")
     if mode not in ARRIVAL_MODES:
         raise PipelineError(f"arrival mode '{mode}' is not one of {', '.join(ARRIVAL_MODES)}")
@@ -174,6 +173,22 @@ def generate_pipelines(seed: int, count: int, network_bytes: dict[str, int],
         raise PipelineError("poisson arrivals need a positive 'rate' (networks per second)")
     if mode == "normal" and not (arrival.get("mean", -1) >= 0 and arrival.get("sd", -1) >= 0):
         raise PipelineError("normal arrivals need 'mean' and 'sd' gaps in seconds, both >= 0")
+    gap = {"poisson": lambda: 5 / arrival["rate"],
+           "normal": lambda: 5 * (arrival["mean"] + arrival["sd"])}.get(mode, lambda: 0.0)()
+    if not gap * max(longest - 1, 0) <= MAX_ARRIVAL_S:
+        raise PipelineError(f"{mode} arrivals of up to {longest} networks would arrive "
+                            f"later than {MAX_ARRIVAL_S:g} s; raise the rate or shorten the "
+                            f"gaps")
+
+
+def generate_pipelines(seed: int, count: int, network_bytes: dict[str, int],
+                       length: tuple[int, int], arrival: dict,
+                       bins_mib: list[float] | None = None, prefix: str = "p",
+                       bin_unit: str = "MiB") -> list[Pipeline]:
+    """``count`` pipelines of ``length[0]..length[1]`` networks drawn with replacement
+    from ``network_bytes`` (name -> parameter bytes, used for the size bins)."""
+    mode = arrival.get("mode", "batch")
+    check_arrival(arrival, length[1])
     if not re.fullmatch(r"[A-Za-z0-9_-]+", prefix):
         raise PipelineError(f"pipeline name prefix {prefix!r}: letters, digits, _ and - only")
     if bins_mib is not None and (not all(math.isfinite(b) and b > 0 for b in bins_mib)
@@ -183,8 +198,9 @@ def generate_pipelines(seed: int, count: int, network_bytes: dict[str, int],
     if not 0 <= seed:
         raise PipelineError(f"seed {seed}: must be >= 0")
     lo, hi = length
-    if not 1 <= lo <= hi:
-        raise PipelineError(f"pipeline length range {length} must satisfy 1 <= min <= max")
+    if not 1 <= lo <= hi <= MAX_LENGTH:
+        raise PipelineError(f"pipeline length range {list(length)} must satisfy 1 <= min <= "
+                            f"max <= {MAX_LENGTH}")
     names = sorted(network_bytes)
     if not names:
         raise PipelineError("no networks to draw pipelines from")

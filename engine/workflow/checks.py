@@ -35,6 +35,12 @@ def check_config(config: Config) -> None:
     if missing:
         raise ValueError(f"config: pipelines.arrival mode {arrival['mode']} needs "
                          f"{' and '.join(missing)}; add {', '.join(f'{k}: ...' for k in missing)}")
+    from engine.schedule.pipelines import PipelineError, check_arrival
+
+    try:
+        check_arrival(arrival, config["pipelines"]["length"][1])
+    except PipelineError as exc:
+        raise ValueError(f"config: pipelines.arrival: {exc}") from None
     palette = config.get("plots", {}).get("palette")
     if palette is not None:
         from matplotlib import colormaps
@@ -46,6 +52,11 @@ def check_config(config: Config) -> None:
     for key in ("timeout_s", "sample_hz", "stall_s"):
         if run.get(key) is not None and not math.isfinite(run[key]):
             raise ValueError(f"config: run.{key} {run[key]} must be a finite number")
+    from engine.commands.options import MAX_SAMPLE_HZ, MIN_SAMPLE_HZ
+
+    if 0 < run["sample_hz"] < MIN_SAMPLE_HZ:
+        raise ValueError(f"config: run.sample_hz {run['sample_hz']:g}: 0 (no sampler) or from "
+                         f"{MIN_SAMPLE_HZ:g} to {MAX_SAMPLE_HZ:g}")
     models = config["models"]
     if not models["zoo"] and not models["user"]:
         raise ValueError("config: models.zoo and models.user are both empty; name at least "

@@ -307,6 +307,11 @@ def test_a_missing_guest_cache_is_an_error_not_a_build(split_copy, tmp_path, cap
     ({"plots": {"palette": "nosuchcmap"}}, "not a matplotlib colormap"),
     ({"results": "/proc/edgeprof"}, "pseudo filesystem"),
     ({"results": "README.md"}, "is a file"),
+    # held-out pass M17: arrivals no run accepts, a sampler off by nine orders
+    ({"pipelines": {"arrival": {"mode": "normal", "mean": 1e300, "sd": 0}}},
+     "would arrive later than"),
+    ({"pipelines": {"arrival": {"mode": "poisson", "rate": 1e-9}}}, "would arrive later than"),
+    ({"run": {"sample_hz": 1e-300}}, "0 \\(no sampler\\) or from 0.01"),
 ])
 def test_configs_that_cannot_work_are_refused(change, message):
     import yaml
@@ -379,3 +384,165 @@ def test_generated_pipelines_pass_their_own_checks(split_copy, tmp_path, capsys)
     for path in sorted((tmp_path / "p").glob("p*.json")):
         pipe = load_pipeline(path)
         assert pipe.size_bin and pipe.param_bytes > 0
+
+
+def _schema_refuses(change: dict) -> str:
+    """The config schema's message for config.yaml with ``change`` (section -> keys)."""
+    import yaml
+    from snakemake.utils import validate
+
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    for key, value in change.items():
+        config[key].update(value)
+    with pytest.raises(Exception) as exc:  # snakemake's WorkflowError
+        validate(config, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
+    return str(exc.value)
+
+
+@pytest.mark.parametrize("change", [{"run": {"sample_hz": 1e9}},
+                                    {"run": {"blas_threads": 100_000}},
+                                    {"run": {"batch": 100_000}},
+                                    {"pipelines": {"length": [1, 100_000_000]}}])
+def test_the_schema_bounds_what_the_verbs_bound(change):
+    assert "is greater than the maximum" in _schema_refuses(change)
+
+
+def _tables(tmp_path: Path, two_runs) -> Path:
+    """Aggregate tables of the two runs, as the workflow writes them."""
+    from engine.analysis.tables import aggregate, tidy_run, write_tables, write_tidy
+
+    dirs = []
+    for run in two_runs:
+        write_tidy(tidy_run(run), tmp_path / "tidy" / run.name)
+        dirs.append(tmp_path / "tidy" / run.name)
+    write_tables(aggregate(dirs, None), tmp_path / "tables")
+    return tmp_path / "tables"
+
+
+def test_damaged_tables_are_one_line_for_every_verb_that_reads_them(two_runs, zoo_split,
+                                                                    tmp_path, capsys):
+    tables = _tables(tmp_path, two_runs)
+    models = str(Path(zoo_split["AgeNet"].path).parent)
+    model = str(tmp_path / "m.json")
+    rc, err = _cli(capsys, "fit-model", "--tables", str(tables), "--models", models, "--out",
+                   model)
+    assert rc == 0, err
+    # M13: a finished run's task without a duration, or with a negative one
+    tasks = pd.read_parquet(tables / "tasks.parquet")
+    broken = tmp_path / "broken"
+    shutil.copytree(tables, broken)
+    tasks.assign(duration_ns=tasks["duration_ns"].where(tasks.index % 3 > 0, -1)).to_parquet(
+        broken / "tasks.parquet")
+    rc, err = _cli(capsys, "fit-model", "--tables", str(broken), "--models", models, "--out",
+                   str(tmp_path / "m2.json"))
+    assert rc == 2 and "no or a negative duration_ns" in err
+    # M6: a column gone
+    tasks.drop(columns=["duration_ns"]).to_parquet(broken / "tasks.parquet")
+    rc, err = _cli(capsys, "fit-model", "--tables", str(broken), "--models", models, "--out",
+                   str(tmp_path / "m2.json"))
+    assert rc == 2 and "has no duration_ns column" in err
+    assert not (tmp_path / "m2.json").exists()
+    # M7, M14, L4: results-report on junk, on a FIFO, and for a mode the tables lack
+    (broken / "summary.parquet").write_text("junk")
+    rc, err = _cli(capsys, "results-report", "--tables", str(broken))
+    assert rc == 2 and "is not a readable table" in err and err.count("\n") == 1
+    (broken / "summary.parquet").unlink()
+    os.mkfifo(broken / "summary.parquet")
+    rc, err = _cli(capsys, "results-report", "--tables", str(broken))
+    assert rc == 2 and "is a FIFO, not a table" in err
+    rc, err = _cli(capsys, "results-report", "--tables", str(tables), "--mode", "bogus")
+    assert rc == 2 and "--mode bogus: the tables hold runs of native only" in err
+    # M10, M11: a folder that is not there is an error, not a quiet machine
+    rc, err = _cli(capsys, "doctor", "--tables", str(tmp_path / "nothere"))
+    assert rc == 2 and "runs.parquet is missing, not a table" in err
+    rc, err = _cli(capsys, "model-report", "--dir", str(tmp_path / "nothere"))
+    assert rc == 2 and "is missing, not the model's results folder" in err
+    rc, err = _cli(capsys, "model-report", "--dir", str(broken))
+    assert rc == 2 and "no model tables in" in err
+    # M23: orderings out of range
+    for bad in ("0", "-5", "100000000"):
+        rc, err = _cli(capsys, "evaluate-model", "--tables", str(tables), "--models", models,
+                       "--model", model, "--out", str(tmp_path / "ev"), "--orderings", bad)
+        assert rc == 2 and "--orderings" in err
+    assert not (tmp_path / "ev").exists()
+    # M12: a swap cost no device has
+    rc, err = _cli(capsys, "advise", "--model", model, "--models", models, "--pipeline",
+                   str(two_runs[0] / "spec.json"), "--limit", "64M", "--swap-cost", "1e308")
+    assert rc == 2 and "more than 1 s per page is no device" in err
+
+
+def test_tidy_names_a_run_by_its_folder_even_through_dot_dot(two_runs, tmp_path, capsys):
+    """M8: x/.. is the run folder itself: its tables go to --out/<its name>, not to
+    --out's parent."""
+    run = Path(shutil.copytree(two_runs[0], tmp_path / "runs" / "rep0"))
+    (run / "x").mkdir()
+    out = tmp_path / "t" / "inner"
+    rc, err = _cli(capsys, "tidy", "--out", str(out), str(run / "x" / ".."))
+    assert rc == 0, err
+    assert (out / "rep0" / "runs.parquet").is_file()
+    assert not list((tmp_path / "t").glob("*.parquet"))
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["forward", "{desc}", "--seed", "-3"], "--seed -3"),                   # M3
+    (["forward", "{desc}", "--batch", "100000"], "--batch 100000"),         # M15
+    (["forward", "{desc}", "--batch", "0"], "--batch 0"),                   # L5
+    (["run", "--sample-hz", "1e-300"], "--sample-hz 1e-300"),               # M5
+    (["run", "--policy", "masa:2", "--estimates", "{est_inf}"], "not a whole number"),  # M4
+    (["run", "--policy", "masa:2", "--estimates", "{est_true}"], "not a whole number"),  # L8
+    (["run", "--pipeline", "{bigint}"], "is not a number of seconds"),      # M1
+    (["run", "--out", "{loop}"], "choose another --out"),                   # M2
+    (["pipelines", "--length", "1", "20000"], "max <= 10000"),               # M16
+    (["pipelines", "--arrival", "normal", "--mean", "1e300", "--sd", "0"],
+     "would arrive later than"),                                            # M16
+])
+def test_bad_numbers_and_paths_are_one_line(split_copy, tmp_path, capsys, argv, says):
+    desc = split_copy / "age_net.description.json"
+    pipe = tmp_path / "p.json"
+    save_pipeline(Pipeline("p", [Arrival(0.0, ["AgeNet"])]), pipe)
+    files = {"desc": desc, "est_inf": tmp_path / "e1.json", "est_true": tmp_path / "e2.json",
+             "bigint": tmp_path / "big.json", "loop": tmp_path / "loopA"}
+    files["est_inf"].write_text('{"AgeNet": 1e400}')
+    files["est_true"].write_text('{"AgeNet": true}')
+    files["bigint"].write_text('{"name": "b", "arrivals": [{"time_s": 1' + "0" * 400
+                               + ', "networks": ["AgeNet"]}]}')
+    (tmp_path / "loopA").symlink_to(tmp_path / "loopB")
+    (tmp_path / "loopB").symlink_to(tmp_path / "loopA")
+    argv = [a.format(**files) for a in argv]
+    defaults = {"run": ["--pipeline", str(pipe), "--models", str(split_copy), "--policy",
+                        "linear", "--out", str(tmp_path / "run"), "--backend", "none"],
+                "pipelines": ["--models", str(split_copy), "--out", str(tmp_path / "p")]}
+    given = set(argv[1::2])
+    extra = defaults.get(argv[0], [])
+    extra = [x for i, x in enumerate(extra) if extra[i - i % 2] not in given]
+    rc, err = _cli(capsys, *argv, *extra)
+    assert rc == 2 and says in err and err.count("\n") == 1, err
+    assert not (tmp_path / "run").exists() and not (tmp_path / "p").exists()
+
+
+def test_pipelines_and_models_check_every_output_before_writing_one(split_copy, tmp_path,
+                                                                   capsys):
+    """M18: no half a pipeline set or half a zoo."""
+    out = tmp_path / "p"
+    (out / "p001.json").mkdir(parents=True)
+    rc, err = _cli(capsys, "pipelines", "--models", str(split_copy), "--out", str(out),
+                   "--count", "3", "--length", "1", "2")
+    assert rc == 2 and "p001.json is a folder" in err
+    assert sorted(x.name for x in out.iterdir()) == ["p001.json"]
+    models = tmp_path / "m"
+    (models / "age_net.caffemodel").mkdir(parents=True)
+    rc, err = _cli(capsys, "models", "--out", str(models), "GenderNet", "AgeNet")
+    assert rc == 2 and "age_net.caffemodel is a folder" in err
+    assert sorted(x.name for x in models.iterdir()) == ["age_net.caffemodel"]
+
+
+def test_a_huge_prototxt_is_refused_by_its_size(split_copy, tmp_path, capsys):
+    """M19: read whole, a 100 MB prototxt cost 550 MB and echoed itself as the error."""
+    big = tmp_path / "big"
+    big.mkdir()
+    with open(big / "age_net.prototxt", "wb") as f:
+        f.truncate(100 * 2**20)
+    model = next((split_copy.parent / "models").glob("age_net.caffemodel"))
+    (big / "age_net.caffemodel").symlink_to(model)
+    rc, err = _cli(capsys, "split", str(big / "age_net.caffemodel"), "--out", str(big / "o"))
+    assert rc == 2 and "larger than 16 MiB" in err and len(err) < 1000
