@@ -632,6 +632,20 @@ def outputs_agree(runs: pd.DataFrame) -> pd.Series:
     return agree.where(digests.notna() & common.notna(), pd.NA)
 
 
+def _refuse_copies(runs: pd.DataFrame) -> None:
+    """One run reached through two folders (a copy, a link) would count twice: runs that
+    started at the same instant are one."""
+    if runs.empty or "started_at" not in runs:
+        return
+    known = runs.dropna(subset=["started_at"])
+    twice = known[known.duplicated("started_at", keep=False)]
+    if not twice.empty:
+        ids = sorted(twice["run_id"].astype(str))
+        raise EdgeprofError(f"runs {', '.join(ids[:4])} are one run (the same start, to the "
+                            f"microsecond): a copy or a link of a run folder; aggregate each "
+                            f"run once")
+
+
 def aggregate(tidy_dirs: Iterable[str | os.PathLike],
               reconcile_dir: str | os.PathLike | None,
               unprobed_dirs: Iterable[str | os.PathLike] = ()) -> dict[str, pd.DataFrame]:
@@ -643,6 +657,7 @@ def aggregate(tidy_dirs: Iterable[str | os.PathLike],
     tables["samples"] = downsample(tables["samples"])
     tables["reconcile"] = _reconcile(reconcile_dir)
     runs = tables["runs"]
+    _refuse_copies(runs)
     if not runs.empty:  # the order the runs really started in (runs.started_at)
         runs["run_order"] = runs["started_at"].rank(method="first").astype("Int64")
         runs["outputs_agree"] = outputs_agree(runs)

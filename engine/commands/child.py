@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from engine.errors import EdgeprofError
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("child", help=argparse.SUPPRESS)
@@ -17,7 +19,11 @@ def main(args: argparse.Namespace) -> int:
     from engine.procs import SUPERVISOR_ENV, die_with_parent
 
     # before the heavy imports: GNU time (the parent) may die with the supervisor any time
-    supervisor = int(os.environ.get(SUPERVISOR_ENV) or 0) or None
+    value = os.environ.get(SUPERVISOR_ENV) or "0"
+    if not value.isdigit():
+        raise EdgeprofError(f"{SUPERVISOR_ENV}={value!r:.40} is not a process id; the child "
+                            f"verb is run by `python -m engine run`, which sets it")
+    supervisor = int(value) or None
     if supervisor is not None and os.getppid() == supervisor:
         die_with_parent(parent=supervisor)  # run without GNU time
     else:

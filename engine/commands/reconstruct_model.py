@@ -8,7 +8,7 @@ import argparse
 import sys
 import time
 
-from engine.commands.options import add_model_tables_parser
+from engine.commands.options import MAX_RESAMPLES, add_model_tables_parser, positive
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -24,6 +24,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def main(args: argparse.Namespace) -> None:
     from engine.model.reconstruct import reconstruct_files
 
+    positive(args.resamples, "--resamples", most=MAX_RESAMPLES)
     t0 = time.perf_counter()
     tables = reconstruct_files(args.tables, args.models, args.model, args.out,
                                args.resamples)

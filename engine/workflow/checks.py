@@ -130,6 +130,13 @@ def _check_results_folder(results: str) -> None:
             real, *real.parents):
         raise ValueError(f"config: results {results} is on a kernel pseudo filesystem; "
                          f"name a folder on disk")
+    resolved = path.resolve()
+    repo = Path.cwd().resolve()  # snakemake runs from the repository
+    source = ("config", "workflow", "engine", "tests", "docs", "envs", "profiles")
+    if resolved == repo or any(resolved == repo / d or repo / d in resolved.parents
+                               for d in source):
+        raise ValueError(f"config: results {results} would spread outputs over the "
+                         f"repository's own files; name a folder of their own (results/...)")
     if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
         raise ValueError(f"config: results {results}: {existing} is not writable; name a "
                          f"writable folder")

@@ -312,6 +312,9 @@ def test_a_missing_guest_cache_is_an_error_not_a_build(split_copy, tmp_path, cap
      "would arrive later than"),
     ({"pipelines": {"arrival": {"mode": "poisson", "rate": 1e-9}}}, "would arrive later than"),
     ({"run": {"sample_hz": 1e-300}}, "0 \\(no sampler\\) or from 0.01"),
+    # L14: outputs spread over the repository
+    ({"results": "."}, "spread outputs over the repository"),
+    ({"results": "config"}, "spread outputs over the repository"),
 ])
 def test_configs_that_cannot_work_are_refused(change, message):
     import yaml
@@ -546,3 +549,30 @@ def test_a_huge_prototxt_is_refused_by_its_size(split_copy, tmp_path, capsys):
     (big / "age_net.caffemodel").symlink_to(model)
     rc, err = _cli(capsys, "split", str(big / "age_net.caffemodel"), "--out", str(big / "o"))
     assert rc == 2 and "larger than 16 MiB" in err and len(err) < 1000
+
+
+def test_one_run_through_two_folders_is_aggregated_once(two_runs, tmp_path):
+    """L11: a copy of rep0 as rep3 would count the run twice."""
+    from engine.analysis.tables import aggregate, tidy_run, write_tidy
+
+    copy = Path(shutil.copytree(two_runs[0], tmp_path / "rep3"))
+    dirs = []
+    for run in (two_runs[0], copy):
+        write_tidy(tidy_run(run), tmp_path / "tidy" / run.parent.name / run.name)
+        dirs.append(tmp_path / "tidy" / run.parent.name / run.name)
+    with pytest.raises(EdgeprofError, match="are one run"):
+        aggregate(dirs, None)
+
+
+def test_internal_verbs_answer_bad_settings_with_one_line(tmp_path):
+    """L6, L16."""
+    env = {**os.environ, "EDGEPROF_SUPERVISOR_PID": "abc"}
+    r = subprocess.run([sys.executable, "-m", "engine", "child", str(tmp_path / "s.json")],
+                       cwd=REPO, capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 2 and "is not a process id" in r.stderr
+    assert "Traceback" not in r.stderr
+    r = subprocess.run([sys.executable, "-m", "engine", "reconstruct-model", "--tables", ".",
+                        "--models", ".", "--model", "m.json", "--out", str(tmp_path / "o"),
+                        "--resamples", "1000000000"], cwd=REPO, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and "--resamples" in r.stderr and not (tmp_path / "o").exists()
