@@ -10,9 +10,10 @@ lives in one function per runtime (``REPLAYS``):
   (``engine.ops.scratch_bytes``), then frees its weights and every array no later layer
   reads.
 - ``caffe`` (Caffe 1.0 under EdgeCaffe): INIT allocates and fills every parameter blob
-  besides the inputs; a LOAD parses its file into a message (``message_peak_bytes``: up
-  to about twice a blob while its RepeatedField grows, three to four times the weights
-  for a V1 file upgraded), copies it into the parameters (touching them) and frees it;
+  besides the inputs; a LOAD parses its file into a message (what of it is resident at
+  most: ``engine.runtime.protobuf.message_peak_bytes``, checked against real Caffe: up to
+  twice a blob while its RepeatedField grows, three times the weights for a V1 file
+  upgraded), copies it into the parameters (touching them) and frees it;
   an EXEC creates
   its tops, holds the operator's scratch, then the buffers the layer object owns
   (``engine.runtime.caffe.layer_buffers``: im2col, max pooling's argmax, LRN's scale),
@@ -36,7 +37,6 @@ import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -145,50 +145,10 @@ def lean_memory(desc: Description, g: graph.NetGraph) -> NetworkMemory:
     return NetworkMemory(desc.network, tuple(a.inputs), steps, a.outputs, "lean")
 
 
-def message_peak_bytes(path: Path | None, blob_bytes: list[int], v1: bool) -> int:
-    """The most Caffe 1.0's parse of a caffemodel holds at once, allocation by allocation
-    as ``engine.runtime.protobuf.Message`` makes it (measured against real Caffe): each
-    packed blob grows a RepeatedField chunk by chunk (the old buffer beside the grown
-    one at each growth, the last buffer kept at its capacity), every buffer with its
-    8-byte header; a V1 file is then copied whole (the upgrade's ``original_param``) and
-    copied again into V2 layers while the parsed buffers stay: the peak is the parsed
-    buffers plus two exact copies. The blobs' file offsets decide where the growths
-    fall: read from ``path`` (headers only); without the file, taken as the first blob
-    of a small partial file (64 bytes in)."""
-    from engine.caffe import wire
-    from engine.runtime.protobuf import REP_HEADER, repeated_capacities
-
-    if path is not None and path.is_file():
-        size = path.stat().st_size
-        blobs = [(b.offset, b.nbytes, not b.unpacked and b.dtype == "<f4")
-                 for rec in wire.scan(path) for b in rec.blobs]
-    else:
-        offset, blobs = 64, []
-        for nbytes in blob_bytes:
-            blobs.append((offset, nbytes, True))
-            offset += nbytes + 16
-        size = offset
-    held = peak = exact = 0
-    for offset, nbytes, packed in blobs:
-        exact += REP_HEADER + nbytes
-        if not packed:  # not what Caffe writes: read in one piece
-            held += nbytes
-            peak = max(peak, held)
-            continue
-        old = REP_HEADER
-        for _, cap in repeated_capacities(offset, nbytes, size):
-            new = REP_HEADER + F32 * cap
-            peak = max(peak, held + old + new)
-            old = new
-        held += old
-    if v1:
-        peak = max(peak, held + 2 * exact)
-    return max(peak, held)
-
-
 def caffe_memory(desc: Description, g: graph.NetGraph) -> NetworkMemory:
     """The Caffe-faithful runtime's stages (module docstring)."""
     from engine.runtime.caffe import layer_buffers
+    from engine.runtime.protobuf import message_peak_bytes
 
     a = _arrays(g, free_dead=False)
     v1 = desc.format == "V1"

@@ -541,8 +541,9 @@ def test_the_replay_allocates_what_the_runtime_allocates_stage_by_stage(zoo_spli
                                                                        bulk):
     """Every LOAD and EXEC of AgeNet and GoogLeNet, layer by layer and bulk, in both
     runtimes: the bytes the replay holds after the stage and its highest point during it
-    against what tracemalloc sees numpy allocate (the caffe runtime's message parse, V1
-    upgrade copies and layer buffers included), within 256 KiB (Python's own objects,
+    against what tracemalloc sees numpy allocate (the caffe runtime's V1 upgrade copies
+    and layer buffers included; a caffe LOAD's peak is what of its message is resident,
+    between what the stage keeps and what it allocated), within 256 KiB (Python's own objects,
     about 1 KiB per array: GoogLeNet's bulk LOAD reads 116 blobs) and 0.5 % of the
     peak. INIT is left out: the input image's temporaries are the baseline's. The caffe
     network's end (its instance dropped by the runner) is not run here."""
@@ -570,7 +571,14 @@ def test_the_replay_allocates_what_the_runtime_allocates_stage_by_stage(zoo_spli
             if stray > 256 * 1024:
                 held, peak = held - stray, peak - stray
             assert held_replay == pytest.approx(held, abs=256 * 1024), where
-            assert peak_replay == pytest.approx(peak, abs=256 * 1024, rel=0.005), where
+            if runtime == "caffe" and stage == "LOAD":
+                # the message's growing buffers are allocated at their capacity but
+                # resident only as far as they are filled: the replay holds what is
+                # resident (the kernel's count: tests/unit/test_caffe_replay.py), at
+                # most what was allocated
+                assert held - 256 * 1024 <= peak_replay <= peak + 256 * 1024, where
+            else:
+                assert peak_replay == pytest.approx(peak, abs=256 * 1024, rel=0.005), where
 
 
 # ---- each task's own page traffic, and the native-speed replay ----
