@@ -27,6 +27,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,10 +38,12 @@ from engine.vm.guest import Log, _run, apt_state, download_deb
 
 CACHE_ENV = "EDGEPROF_UML_CACHE"
 # newest stable first; 6.1 (bookworm) lacks memory.swap.peak and per-fd peak resets
-CANDIDATES = ("trixie", "sid")
+# newest first: sid's UML (7.2 when chosen) runs where trixie's 6.12 panics (hosts with
+# AMX) or dies under a pipeline's memory (the probe's touch); every run records its kernel
+CANDIDATES = ("sid", "trixie")
 PACKAGE = "user-mode-linux"
 INIT_SCRIPT = Path(__file__).with_name("uml_init.sh")
-PROBE_TIMEOUT_S = 60
+PROBE_TIMEOUT_S = 180  # a kernel that fails the touch takes a minute to (UML 6.12 here)
 INSTALL_HINT = "sudo apt-get install -y patchelf busybox-static"
 # UML keeps the guest's RAM in a file it maps; tmpfs keeps it in memory, not on disk
 RAM_DIR = "/dev/shm"
@@ -72,7 +75,8 @@ def default_cache() -> Path:
 # What the built kernel depends on (its candidates, and how each is fetched and patched);
 # bump it when that changes. Not this file's source: every checkout of the project shares
 # the cache, and an edit elsewhere in it must not make the others' build stale.
-RECIPE = "1: user-mode-linux + that suite's libc6, patchelf'd; probe: cgroup v2 memory.max"
+RECIPE = ("2: user-mode-linux + that suite's libc6, patchelf'd; probe: cgroup v2 memory.max, "
+          "a fragmented 2 GiB touch")
 
 
 def recipe_hash() -> str:
@@ -237,18 +241,30 @@ def environ() -> dict[str, str]:
 PROBE_JOB = """\
 cd /sys/fs/cgroup/edgeprof || exit 3
 echo +memory > cgroup.subtree_control && mkdir probe && echo 16M > probe/memory.max || exit 4
+{python} -c '{touch}' || exit 5
 uname -r > /run/vmout/kernel
 exit 0
 """
+# A process touching memory freed and reused in pieces, as a pipeline's runs do: UML 6.12
+# maps each such guest page on its own in the host process and, past the host's
+# vm.max_map_count (65530), dies of SIGSEGV ("UML ran out of memory on the host side"),
+# found on an AMD EPYC host where its cgroup probe passed (docs/sandboxes.md). 2 GiB in
+# 4 MiB pieces, every other one freed before more come, as that host's failure needed
+# (700 MiB passed); about a minute of the build.
+PROBE_TOUCH = ("a = [b\"x\" * (4 << 20) for _ in range(400)]; del a[::2]; "
+               "b = [b\"y\" * (4 << 20) for _ in range(300)]")
+PROBE_RAM_MB = 3072
 
 
 def probe(binary: Path, log: Log = print) -> str:
-    """Boot ``binary`` once with a job that creates a cgroup with memory.max; returns the
-    guest's kernel release, or raises with the console's last lines."""
+    """Boot ``binary`` once with a job that creates a cgroup with memory.max and touches
+    fragmented memory (PROBE_TOUCH); returns the guest's kernel release, or raises with
+    the console's last lines."""
     with tempfile.TemporaryDirectory(prefix="edgeprof-umlprobe.") as tmp:
         share = Path(tmp)
-        (share / "job.sh").write_text(PROBE_JOB)
-        argv = boot_argv(binary, share, 256, None)
+        (share / "job.sh").write_text(PROBE_JOB.format(python=sys.executable,
+                                                      touch=PROBE_TOUCH))
+        argv = boot_argv(binary, share, PROBE_RAM_MB, None)
         try:
             proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
                                   timeout=PROBE_TIMEOUT_S, env=environ())
@@ -259,6 +275,7 @@ def probe(binary: Path, log: Log = print) -> str:
         if rc != "0" or not (share / "kernel").is_file():
             lines = proc.stdout.decode(errors="replace").strip().splitlines()
             why = [ln.strip() for ln in lines if "panic" in ln.lower() or "failed" in ln
+                   or "host side" in ln
                    or "FATAL" in ln] or lines[-3:]
             raise EdgeprofError(f"probe boot failed (job rc {rc}, exit {proc.returncode}): "
                                 + " | ".join(why[:3]))
