@@ -240,8 +240,11 @@ def why(row: pd.Series) -> str:
 
 def reconcile_run(folder: str | Path) -> pd.DataFrame:
     """The reconciliation table of one run folder."""
+    from engine.analysis.tables import check_digests
+
     folder = Path(folder)
     meta = RunMeta.read(folder)
+    check_digests(folder, meta)  # the tables read here are the run's own
     tasks = pd.read_csv(folder / "tasks.csv")
     out = tasks.copy()
     heap_csv = folder / "heap" / "heap.csv"

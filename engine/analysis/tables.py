@@ -225,10 +225,19 @@ def _swapped(row: dict) -> bool | None:
     return any(v > 0 for v in seen) if seen else None
 
 
-def _check_digests(folder: Path, meta: RunMeta) -> None:
-    """Every table the run recorded a digest of must be that table, byte for byte."""
+def check_digests(folder: Path, meta: RunMeta) -> None:
+    """Every table the run recorded a digest of must be that table, byte for byte; and,
+    in a record with digests, a table it has none of was put there after the run."""
     from engine.files import sha256_file
+    from engine.runner.folder import DIGESTED
 
+    if meta.table_digests:
+        planted = [name for name in DIGESTED
+                   if name not in meta.table_digests and (folder / name).exists()]
+        if planted:
+            raise EdgeprofError(f"{folder / planted[0]} is no table this run wrote (meta.json "
+                                f"has no digest of it): put there after the run; remove it "
+                                f"or rerun the run")
     for name, digest in meta.table_digests.items():
         path = folder / name
         if not path.is_file() or sha256_file(path) != digest:
@@ -270,7 +279,7 @@ def tidy_run(folder: str | os.PathLike) -> dict[str, pd.DataFrame]:
     against the run record: its digest, its row count, and what its rows say."""
     folder = Path(folder)
     meta = RunMeta.read(folder)
-    _check_digests(folder, meta)
+    check_digests(folder, meta)
     tasks = _read_csv(folder / "tasks.csv")
     _check_rows(folder / "tasks.csv", tasks, meta.tasks_finished, "tasks_finished")
     networks = _networks(folder, meta)
@@ -299,8 +308,17 @@ def write_tidy(tables: dict[str, pd.DataFrame], out_dir: str | os.PathLike) -> N
 
 
 def write_tables(tables: dict[str, pd.DataFrame], out_dir: str | os.PathLike) -> None:
-    """``<name>.csv`` and ``<name>.parquet`` per table, each written atomically."""
+    """``<name>.csv`` and ``<name>.parquet`` per table, each written atomically; every
+    target checked first, so a folder in one's place leaves none of them half a set."""
+    from engine.files import check_output_file
+
     out = Path(out_dir)
+    try:
+        for name in tables:
+            for ext in ("csv", "parquet"):
+                check_output_file(out / f"{name}.{ext}", "an output table")
+    except ValueError as exc:
+        raise EdgeprofError(str(exc)) from None
     for name, df in tables.items():
         with atomic_path(out / f"{name}.csv") as tmp:
             df.to_csv(tmp, index=False)
@@ -605,8 +623,11 @@ def probe_overhead_table(runs: pd.DataFrame, unprobed: pd.DataFrame) -> pd.DataF
 def _reconcile(reconcile_dir: str | os.PathLike | None) -> pd.DataFrame:
     from engine.analysis.reconcile import reconcile_run
 
-    if reconcile_dir is None or not (Path(reconcile_dir) / "meta.json").is_file():
+    if reconcile_dir is None:
         return pd.DataFrame()
+    if not (Path(reconcile_dir) / "meta.json").is_file():
+        raise EdgeprofError(f"the reconciliation run {reconcile_dir} holds no meta.json; "
+                            f"rerun it (the workflow's reconcile run)")
     return reconcile_run(reconcile_dir)
 
 

@@ -163,8 +163,19 @@ class Description:
         if not prototxt.is_file():
             raise ModelError(f"{prototxt}, the deploy prototxt of {self.network}, is missing; "
                              f"{fix}")
-        if self.prototxt_sha256 is not None and sha256_file(prototxt) != self.prototxt_sha256:
+        if not isinstance(self.prototxt_sha256, str):
+            raise ModelError(f"{self.path} records no prototxt_sha256 to check "
+                             f"{prototxt} against; {fix}")
+        if sha256_file(prototxt) != self.prototxt_sha256:
             raise ModelError(f"{prototxt} changed after {self.network} was split; {fix}")
+        home = Path(os.path.abspath(Path(self.path).parent))
+        for info in self.layers:
+            # a partial elsewhere (another network's) would load other weights unseen;
+            # lexically, so a partials folder linked in from elsewhere still counts as here
+            where = Path(os.path.abspath(self.resolve(info.partial))) if info.partial else None
+            if where is not None and home not in where.parents:
+                raise ModelError(f"{self.path}: layer {info.index} '{info.name}' reads "
+                                 f"{info.partial}, outside {home}; {fix}")
         files = [(self.resolve(x.partial), x.file_bytes) for x in self.layers if x.partial]
         caffemodel = self.resolve(self.caffemodel)
         if caffemodel.exists():  # only Bulk reads it, and says so if it is gone

@@ -7,7 +7,12 @@ import argparse
 import sys
 import time
 
-from engine.commands.options import MAX_ORDERINGS, add_model_tables_parser, positive
+from engine.commands.options import (
+    MAX_ORDERINGS,
+    add_model_tables_parser,
+    output_dir,
+    positive,
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -24,6 +29,7 @@ def main(args: argparse.Namespace) -> None:
     from engine.model.evaluate import evaluate_files
 
     positive(args.orderings, "--orderings", most=MAX_ORDERINGS)
+    output_dir(args.out, "--out")  # before the work, not after it
     t0 = time.perf_counter()
     summary = evaluate_files(args.tables, args.models, args.model, args.out, args.orderings)
     for mode, scores in summary.items():

@@ -8,7 +8,12 @@ import argparse
 import sys
 import time
 
-from engine.commands.options import MAX_RESAMPLES, add_model_tables_parser, positive
+from engine.commands.options import (
+    MAX_RESAMPLES,
+    add_model_tables_parser,
+    output_dir,
+    positive,
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -25,6 +30,7 @@ def main(args: argparse.Namespace) -> None:
     from engine.model.reconstruct import reconstruct_files
 
     positive(args.resamples, "--resamples", most=MAX_RESAMPLES)
+    output_dir(args.out, "--out")  # before the work, not after it
     t0 = time.perf_counter()
     tables = reconstruct_files(args.tables, args.models, args.model, args.out,
                                args.resamples)

@@ -160,7 +160,7 @@ def run_peak_bytes(ends: list[dict], gnu_time: dict | None) -> int | None:
 
 
 # the tables a run writes and tidy reads: each one's digest is in meta.json
-DIGESTED = ("tasks.csv", "networks.csv", "samples.csv")
+DIGESTED = ("tasks.csv", "networks.csv", "samples.csv", "heap/heap.csv")
 
 
 def assemble(folder: Path, meta: RunMeta) -> None:

@@ -20,12 +20,13 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from engine.errors import EdgeprofError
-from engine.files import atomic_path, parse_json
+from engine.files import atomic_path, parse_json, read_regular
 from engine.units import PAGE_SIZE
 
 SCHEMA_VERSION = 5  # 2: started_at, host_load, cpu_affinity; 3: runtime; 4: table_digests;
 # 5: record_digest
 FILE = "meta.json"
+MAX_RECORD_BYTES = 16 * 2**20  # a record is a few kB; a vm run's console tail included
 
 
 def _f(doc: str, default: object = None) -> object:
@@ -127,6 +128,7 @@ class RunMeta:
         # the digest is the file's, checked above; write() renews it
         values = {k: v for k, v in data.items()
                   if k not in ("pipeline", "schema_version", "record_digest")}
+        _check_types(cls, values, source)
         pipe = data.get("pipeline") or {}
         if not isinstance(pipe, dict):
             raise EdgeprofError(f"{source}: its pipeline is not a JSON object; not a run "
@@ -138,8 +140,8 @@ class RunMeta:
     @classmethod
     def read(cls, folder: str | os.PathLike) -> RunMeta:
         path = Path(folder) / FILE
-        try:
-            data = parse_json(path.read_text())
+        try:  # a regular file of bounded size: a FIFO would block, a device never end
+            data = parse_json(read_regular(path, "run record", MAX_RECORD_BYTES))
         except (OSError, ValueError) as exc:
             raise EdgeprofError(f"cannot read the run record {path}: {exc}") from None
         if not isinstance(data, dict):
@@ -151,6 +153,27 @@ class RunMeta:
         data["record_digest"] = record_digest(data)
         with atomic_path(Path(folder) / FILE) as tmp:
             tmp.write_text(json.dumps(data, indent=1))
+
+
+_SCALARS = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,),
+            "dict": (dict,), "list": (list,)}
+
+
+def _check_types(cls: type, values: dict, source: str) -> None:
+    """Each value of a typed field its type (``wall_s: "fast"`` would break the tables far
+    from the file at fault); fields of other types are left to their readers."""
+    for f in fields(cls):
+        if f.name not in values:
+            continue
+        value, kinds = values[f.name], [k.strip() for k in str(f.type).split("|")]
+        if value is None and "None" in kinds:
+            continue
+        allowed = tuple(t for k in kinds for t in _SCALARS.get(k.split("[")[0], ()))
+        if not allowed:
+            continue
+        if (isinstance(value, bool) and bool not in allowed) or not isinstance(value, allowed):
+            raise EdgeprofError(f"{source}: {f.name} is {value!r:.40}, not {f.type}; not a "
+                                f"run record this edgeprof wrote")
 
 
 def record_digest(data: dict) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -27,6 +28,7 @@ SWAP_PREFIX = ".edgeprof-swap."  # + owner pid: the vm backend's swap images, be
 RUN_FILES = frozenset({"meta.json", "spec.json", "child.json", "progress.jsonl", "tasks.csv",
                        "networks.csv", "samples.csv", "gnu_time.txt", "outputs.npz",
                        "cpu.prof", "heap", "console.log", "guest_job.log"})
+HEAP_FILE = re.compile(r"heap\.csv|tcmalloc\.csv|heap\.\d+\.heap")  # engine.probes.heap
 
 
 class OutClaim:
@@ -113,6 +115,10 @@ class OutClaim:
             raise EdgeprofError(f"{out} is not a run folder ({exc}); --force replaces only a "
                                 f"run folder: remove it or choose another --out") from None
         strays = sorted(p.name for p in out.iterdir() if p.name not in RUN_FILES)
+        heap = out / "heap"
+        if heap.is_dir() and not heap.is_symlink():
+            strays += sorted(f"heap/{p.name}" for p in heap.iterdir()
+                             if not HEAP_FILE.fullmatch(p.name))
         if strays:
             raise EdgeprofError(f"{out} holds files no run writes ({', '.join(strays[:3])}"
                                 f"{', ...' if len(strays) > 3 else ''}); --force replaces only "

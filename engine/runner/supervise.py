@@ -21,6 +21,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from engine.caffe.splitter import Description, description_index
+from engine.errors import EdgeprofError
 from engine.limits import LimitRequest, Session, open_session
 from engine.probes import hostload
 from engine.probes.vmstat import in_guest
@@ -97,7 +98,14 @@ def check_inputs(request: RunRequest) -> tuple[Policy, Pipeline, dict[str, Path]
     policy = parse_policy(request.policy)
     pipeline = load_pipeline(request.pipeline)
     models = description_index(request.models)
-    return policy, pipeline, models, resolve_descriptions(pipeline, models)
+    descs = resolve_descriptions(pipeline, models)
+    if policy.family == "bulk":  # it reads each network's whole caffemodel, no partial
+        for net, desc in sorted(descs.items()):
+            whole = desc.resolve(desc.caffemodel)
+            if not whole.is_file():
+                raise EdgeprofError(f"{whole}, the caffemodel bulk reads for {net}, is "
+                                    f"missing; restore it or re-run the split stage")
+    return policy, pipeline, models, descs
 
 
 def run_supervised(request: RunRequest, session: Session | None = None) -> RunMeta:

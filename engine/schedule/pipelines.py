@@ -125,17 +125,26 @@ def _check_fields(data: dict, arrivals: list[Arrival]) -> None:
         raise TypeError(f"size_bin {label!r:.40} is not a bin label")
     if not isinstance(data.get("generator", {}), dict):
         raise TypeError("generator is not a JSON object")
-    if label and not bin_holds(label, nbytes):
+    if label and nbytes and not bin_holds(label, nbytes):
         raise ValueError(f"size_bin {label!r:.40} does not hold its param_bytes {nbytes}")
+    if label and not nbytes and bin_holds(label, 0) is None:
+        raise ValueError(f"size_bin {label!r:.40} is no bin label (\"0-100 MiB\", "
+                         f"\">=400 MB\")")
+    times = [a.time_s for a in arrivals]
+    if times != sorted(times):
+        raise ValueError("arrivals out of time order: list them as they arrive")
+    count = sum(len(a.networks) for a in arrivals)
+    if count > MAX_LENGTH:
+        raise ValueError(f"{count} networks: at most {MAX_LENGTH} per pipeline")
 
 
-def bin_holds(label: str, param_bytes: int) -> bool:
-    """Whether the bin ``size_bin`` names holds ``param_bytes`` (False for a label it
+def bin_holds(label: str, param_bytes: int) -> bool | None:
+    """Whether the bin ``size_bin`` names holds ``param_bytes`` (None for a label it
     cannot make)."""
-    num = r"(\d+(?:\.\d+)?(?:e\+\d+)?)"  # as size_bin writes edges ({:g})
+    num = r"(\d+(?:\.\d+)?(?:e[+-]\d+)?)"  # as size_bin writes edges ({:g})
     m = re.fullmatch(rf"(?:{num}-{num}|>={num}) (MiB|MB)", label)
     if m is None:
-        return False
+        return None
     size = param_bytes / BIN_UNITS[m.group(4)]
     if m.group(3) is not None:
         return size >= float(m.group(3))

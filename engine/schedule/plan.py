@@ -14,7 +14,7 @@ import numpy as np
 
 from engine.caffe.splitter import Description
 from engine.errors import EdgeprofError
-from engine.schedule.pipelines import Pipeline
+from engine.schedule.pipelines import Pipeline, bin_holds
 from engine.schedule.policies import Policy
 from engine.schedule.tasks import Instance, Kind, TaskGraph
 
@@ -41,8 +41,13 @@ def resolve_descriptions(pipeline: Pipeline, models: dict[str, Path],
         )
     descs = {net: Description.load_checked(models[net], files=check_files)
              for net in set(pipeline.networks())}
+    total = sum(descs[net].param_bytes for net in pipeline.networks())
+    if pipeline.size_bin and not bin_holds(pipeline.size_bin, total):
+        raise EdgeprofError(
+            f"pipeline '{pipeline.name}' is in size bin {pipeline.size_bin!r}, but its "
+            f"networks hold {total} bytes of weights; regenerate it with the pipelines "
+            f"stage (or drop size_bin)")
     if pipeline.param_bytes:  # a generated pipeline's count: of these networks' weights
-        total = sum(descs[net].param_bytes for net in pipeline.networks())
         if total != pipeline.param_bytes:
             raise EdgeprofError(
                 f"pipeline '{pipeline.name}' says its networks hold {pipeline.param_bytes} "

@@ -52,7 +52,13 @@ def check_config(config: Config) -> None:
     for key in ("timeout_s", "sample_hz", "stall_s"):
         if run.get(key) is not None and not math.isfinite(run[key]):
             raise ValueError(f"config: run.{key} {run[key]} must be a finite number")
-    from engine.commands.options import MAX_SAMPLE_HZ, MIN_SAMPLE_HZ
+    from engine.commands.options import MAX_SAMPLE_HZ, MIN_SAMPLE_HZ, swap
+    from engine.errors import EdgeprofError
+
+    try:  # what every limited run's --swap will say of it
+        swap(str(run["swap"]))
+    except EdgeprofError as exc:
+        raise ValueError(f"config: run.swap {run['swap']!r}: {exc}") from None
 
     if 0 < run["sample_hz"] < MIN_SAMPLE_HZ:
         raise ValueError(f"config: run.sample_hz {run['sample_hz']:g}: 0 (no sampler) or from "

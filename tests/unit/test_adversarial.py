@@ -315,6 +315,7 @@ def test_a_missing_guest_cache_is_an_error_not_a_build(split_copy, tmp_path, cap
     # L14: outputs spread over the repository
     ({"results": "."}, "spread outputs over the repository"),
     ({"results": "config"}, "spread outputs over the repository"),
+    ({"run": {"swap": "0.5"}}, "run.swap '0.5'"),  # second pass MN5
 ])
 def test_configs_that_cannot_work_are_refused(change, message):
     import yaml
@@ -348,7 +349,9 @@ def test_description_of_a_wrong_kind_is_named(zoo_split, tmp_path):
 @pytest.mark.parametrize("fields, says", [
     ({"param_bytes": 1, "size_bin": "9000-10000 MiB"}, "does not hold its param_bytes 1"),
     ({"param_bytes": 1, "size_bin": "0-100 MiB"}, "says its networks hold 1 bytes"),
-    ({"size_bin": "small"}, "does not hold its param_bytes 0"),
+    ({"size_bin": "small"}, "'small' is no bin label"),
+    # second pass HN4: a bin without a byte count is checked against the networks
+    ({"size_bin": "0-1 MiB"}, "is in size bin '0-1 MiB', but its networks hold"),
     ({"arrival_mode": "poisson2"}, "arrival_mode 'poisson2' is not one of"),
     ({"seed": "abc"}, "seed 'abc' is not an integer"),
     ({"param_bytes": -5}, "param_bytes -5 is not a byte count"),
@@ -381,8 +384,8 @@ def test_generated_pipelines_pass_their_own_checks(split_copy, tmp_path, capsys)
     from engine.schedule.pipelines import load_pipeline
 
     rc, err = _cli(capsys, "pipelines", "--models", str(split_copy), "--out",
-                   str(tmp_path / "p"), "--count", "4", "--length", "1", "3", "--bins", "50",
-                   "100")
+                   str(tmp_path / "p"), "--count", "4", "--length", "1", "3", "--bins",
+                   "0.00001", "50", "100")  # MN4: an edge written as 1e-05
     assert rc == 0, err
     for path in sorted((tmp_path / "p").glob("p*.json")):
         pipe = load_pipeline(path)
@@ -576,3 +579,120 @@ def test_internal_verbs_answer_bad_settings_with_one_line(tmp_path):
                         "--resamples", "1000000000"], cwd=REPO, capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 2 and "--resamples" in r.stderr and not (tmp_path / "o").exists()
+
+
+# --- the second held-out pass (/work/notes/adversarial-25b.md: HN1-HN8, MN1-MN7) ---------
+
+
+def test_a_record_of_an_older_schema_still_has_typed_fields(tmp_path):
+    """HN1: a record lowered to schema 4 (no digest) still cannot carry a wrong type."""
+    from engine.runner.meta import RunMeta
+
+    meta = RunMeta(policy="linear", termination="ok")
+    meta.write(tmp_path)
+    data = json.loads((tmp_path / "meta.json").read_text())
+    data.update(schema_version=4, wall_s="fast")
+    del data["record_digest"]
+    (tmp_path / "meta.json").write_text(json.dumps(data))
+    with pytest.raises(EdgeprofError, match="wall_s is 'fast', not float | None"):
+        RunMeta.read(tmp_path)
+
+
+def test_what_tidy_and_the_reconciliation_read_is_the_runs_own(two_runs, tmp_path):
+    """HN2, HN3, HN5, MN1: a planted samples.csv, an edited table read by the
+    reconciliation, a FIFO or a huge meta.json."""
+    from engine.analysis.reconcile import reconcile_run
+    from engine.analysis.tables import aggregate
+
+    planted = Path(shutil.copytree(two_runs[0], tmp_path / "planted"))  # no sampler ran
+    pd.DataFrame({"t_ns": [1], "rss_bytes": [1]}).to_csv(planted / "samples.csv")
+    with pytest.raises(EdgeprofError, match="samples.csv is no table this run wrote"):
+        tidy_run(planted)
+    edited = Path(shutil.copytree(two_runs[0], tmp_path / "edited"))
+    tasks = pd.read_csv(edited / "tasks.csv")
+    tasks.assign(proc_hwm_bytes=1).to_csv(edited / "tasks.csv", index=False)
+    with pytest.raises(EdgeprofError, match="tasks.csv is not the table this run wrote"):
+        reconcile_run(edited)
+    with pytest.raises(EdgeprofError, match="holds no meta.json"):
+        aggregate([], tmp_path / "nothing")
+    fifo = Path(shutil.copytree(two_runs[0], tmp_path / "fifo"))
+    (fifo / "meta.json").unlink()
+    os.mkfifo(fifo / "meta.json")
+    with pytest.raises(EdgeprofError, match="is a FIFO, not a regular file"):
+        tidy_run(fifo)
+    huge = Path(shutil.copytree(two_runs[0], tmp_path / "huge"))
+    with open(huge / "meta.json", "r+b") as f:
+        f.truncate(300 * 2**20)
+    with pytest.raises(EdgeprofError, match="larger than 16 MiB"):
+        tidy_run(huge)
+
+
+def test_force_keeps_files_a_run_never_writes_in_its_heap_folder(two_runs, tmp_path):
+    """HN6."""
+    from engine.runner.outdir import OutClaim
+
+    run = Path(shutil.copytree(two_runs[0], tmp_path / "run"))
+    (run / "heap").mkdir(exist_ok=True)
+    (run / "heap" / "notes.txt").write_text("precious")
+    with pytest.raises(EdgeprofError, match="heap/notes.txt"):
+        OutClaim(run, force=True)
+    assert (run / "heap" / "notes.txt").read_text() == "precious"
+
+
+@pytest.mark.parametrize("edit, says", [
+    # HN7: another network's partial, of the right size
+    (lambda d: d["layers"][1].update(partial="../elsewhere/x.partial.caffemodel"),
+     "outside"),
+    # HN8: no prototxt digest turns no check off
+    (lambda d: d.update(prototxt_sha256=None), "records no prototxt_sha256"),
+])
+def test_a_description_reads_only_its_own_checked_files(split_copy, tmp_path, capsys, edit,
+                                                        says):
+    desc = split_copy / "age_net.description.json"
+    _edit(desc, edit)
+    pipe = tmp_path / "p.json"
+    save_pipeline(Pipeline("p", [Arrival(0.0, ["AgeNet"])]), pipe)
+    rc, err = _cli(capsys, "run", "--pipeline", str(pipe), "--models", str(split_copy),
+                   "--policy", "linear", "--out", str(tmp_path / "run"), "--backend", "none")
+    assert rc == 2 and says in err and not (tmp_path / "run").exists()
+
+
+def test_bulk_without_its_caffemodel_is_refused_before_the_run(split_copy, tmp_path, capsys):
+    """MN7."""
+    (split_copy.parent / "models" / "age_net.caffemodel").unlink()
+    pipe = tmp_path / "p.json"
+    save_pipeline(Pipeline("p", [Arrival(0.0, ["AgeNet"])]), pipe)
+    rc, err = _cli(capsys, "run", "--pipeline", str(pipe), "--models", str(split_copy),
+                   "--policy", "bulk", "--out", str(tmp_path / "run"), "--backend", "none")
+    assert rc == 2 and "the caffemodel bulk reads for AgeNet, is missing" in err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("arrivals, says", [
+    ([(0.5, ["AgeNet"]), (0.0, ["GenderNet"])], "arrivals out of time order"),   # MN2
+    ([(0.0, ["AgeNet"] * 10_001)], "at most 10000 per pipeline"),                # MN3
+])
+def test_pipelines_are_in_time_order_and_bounded(tmp_path, arrivals, says):
+    from engine.schedule.pipelines import PipelineError, load_pipeline
+
+    pipe = tmp_path / "p.json"
+    save_pipeline(Pipeline("p", [Arrival(t, n) for t, n in arrivals], arrival_mode="normal"),
+                  pipe)
+    with pytest.raises(PipelineError, match=says):
+        load_pipeline(pipe)
+
+
+def test_outputs_are_checked_before_the_work_and_never_half_written(tmp_path):
+    """MN6."""
+    from engine.analysis.tables import write_tables
+
+    out = tmp_path / "out"
+    (out / "b.parquet").mkdir(parents=True)
+    with pytest.raises(EdgeprofError, match="b.parquet is a folder"):
+        write_tables({"a": pd.DataFrame({"x": [1]}), "b": pd.DataFrame({"x": [2]})}, out)
+    assert sorted(p.name for p in out.iterdir()) == ["b.parquet"]
+    (tmp_path / "file").write_text("x")
+    r = subprocess.run([sys.executable, "-m", "engine", "evaluate-model", "--tables", ".",
+                        "--models", ".", "--model", "m.json", "--out", str(tmp_path / "file")],
+                       cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "is a regular file; name a folder" in r.stderr
