@@ -102,6 +102,13 @@ def host_checks() -> list[tuple[str, bool, str]]:
                    "'always' gives numpy and Caffe huge pages whose first touch can stall "
                    "on a VM (benchmarks/bench_first_touch.py); runs ask for 4 KiB pages, "
                    "but 'always' overrides that"))
+    from engine.vm.uml import map_count_note, max_map_count
+
+    maps = max_map_count()
+    note = map_count_note(maps)
+    # a limit on what the uml sandbox can run, not on how quiet the host is: said, not warned
+    checks.append((f"vm.max_map_count: {maps if maps is not None else 'unreadable'}"
+                   + (f" ({note})" if note else ""), True, ""))
     swap = next((int(line.split()[1]) for line in (_read("/proc/meminfo") or "").splitlines()
                  if line.startswith("SwapTotal:")), 0)
     checks.append((f"host swap: {swap // 1024} MiB", True,

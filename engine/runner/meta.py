@@ -39,7 +39,7 @@ def _f(doc: str, default: object = None) -> object:
 class PipelineInfo:
     path: str = _f("the pipeline file the run read")
     name: str = _f("pipeline name (p000, ...)")
-    arrival_mode: str | None = _f("batch, poisson or normal")
+    arrival_mode: str | None = _f("batch, poisson, normal, or given (times set by hand)")
     size_bin: str | None = _f("the pipeline-size bin of its total weights")
     param_bytes: int | None = _f("total weight bytes of its networks")
     networks: list[str] = _f("network of each instance, in instance order", [])

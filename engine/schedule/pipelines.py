@@ -111,12 +111,17 @@ ARRIVAL_MODES = ("batch", "poisson", "normal")
 def _check_fields(data: dict, arrivals: list[Arrival]) -> None:
     """The generator's fields, which go into every run record and table: their types, an
     arrival mode the arrivals keep, and a size bin that holds the byte count."""
-    seed, mode = data.get("seed"), data.get("arrival_mode", "batch")
+    seed = data.get("seed")
+    if "arrival_mode" not in data:  # a hand-written file: say what its arrivals are
+        data["arrival_mode"] = ("batch" if all(a.time_s == 0 for a in arrivals)
+                                else "given")
+    mode = data["arrival_mode"]
     nbytes, label = data.get("param_bytes", 0), data.get("size_bin", "")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
         raise TypeError(f"seed {seed!r:.40} is not an integer >= 0")
-    if mode not in ARRIVAL_MODES:
-        raise ValueError(f"arrival_mode {mode!r:.40} is not one of {', '.join(ARRIVAL_MODES)}")
+    if mode not in (*ARRIVAL_MODES, "given"):
+        raise ValueError(f"arrival_mode {mode!r:.40} is not one of {', '.join(ARRIVAL_MODES)}"
+                         f" or given (times set by hand)")
     if mode == "batch" and any(a.time_s != 0 for a in arrivals):
         raise ValueError("arrival_mode batch, but not every network arrives at 0 s")
     if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:

@@ -237,6 +237,7 @@ def vm_facts(res: vmboot.BootResult, p: Plan, guest: Guest | uml.Uml,
               else "virtio-blk /dev/vda (sparse file on the host)")
     return {"sandbox": "uml" if in_uml else "vm",
             "uml_userspace": uml.userspace_mode(res.console) if in_uml else None,
+            "host_max_map_count": uml.max_map_count() if in_uml else None,
             "accelerator": p.accel, "accelerator_reason": p.accel_reason,
             # UML runs on the host CPU but its page faults and system calls go through
             # its kernel: its times are not native either (docs/sandboxes.md)

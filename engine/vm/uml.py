@@ -233,6 +233,32 @@ def userspace_mode(console: str) -> str:
     return "ptrace" if SECCOMP_OFF in console else "seccomp"
 
 
+MAP_COUNT_FILE = "/proc/sys/vm/max_map_count"
+# A guest process's memory is mapped into its host process page by page once the guest's
+# physical memory is fragmented, and the host caps a process at vm.max_map_count mappings:
+# past it UML 6.12 dies of SIGSEGV ("UML ran out of memory on the host side") and 7.2
+# spins for good (seen on an AMD EPYC host at the default 65530: a guest process stuck at
+# 65532 mappings, 580 MiB, docs/sandboxes.md). 1,048,576 mappings cover 4 GiB.
+MAP_COUNT_ENOUGH = 1 << 20
+
+
+def max_map_count(path: str = MAP_COUNT_FILE) -> int | None:
+    """The host's vm.max_map_count (None: unreadable)."""
+    try:
+        return int(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def map_count_note(count: int | None) -> str | None:
+    """Why a guest process may not get past about count x 4 KiB here; None if it can."""
+    if count is None or count >= MAP_COUNT_ENOUGH:
+        return None
+    return (f"the host's vm.max_map_count is {count}: a guest process whose memory is "
+            f"fragmented stops at about {count * 4 // 1024} MiB (UML 7.2 stalls, 6.12 dies); "
+            f"on a machine you own, sysctl -w vm.max_map_count={MAP_COUNT_ENOUGH}")
+
+
 def environ() -> dict[str, str]:
     """The UML process's environment: its RAM file on tmpfs."""
     return {**os.environ, "TMPDIR": RAM_DIR}

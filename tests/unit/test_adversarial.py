@@ -378,6 +378,10 @@ def test_a_batch_pipeline_whose_networks_arrive_later_is_refused(tmp_path):
         load_pipeline(pipe)
     pipe.write_text(json.dumps(json.loads(pipe.read_text()) | {"arrival_mode": "poisson"}))
     assert load_pipeline(pipe).arrival_mode == "poisson"
+    # a hand-written file that names no mode: its times are given
+    pipe.write_text(json.dumps({"name": "h", "arrivals": [
+        {"time_s": 0, "networks": ["AgeNet"]}, {"time_s": 1.5, "networks": ["AgeNet"]}]}))
+    assert load_pipeline(pipe).arrival_mode == "given"
 
 
 def test_generated_pipelines_pass_their_own_checks(split_copy, tmp_path, capsys):

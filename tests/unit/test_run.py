@@ -38,7 +38,7 @@ def _pipeline(nets, times=None) -> Pipeline:
     times = times or [0.0] * len(nets)
     arrivals = [Arrival(t, [n]) for t, n in zip(times, nets)] if len(set(times)) > 1 else [
         Arrival(0.0, list(nets))]
-    return Pipeline("t", arrivals)
+    return Pipeline("t", arrivals, arrival_mode="batch" if len(set(times)) == 1 else "given")
 
 
 def run_pipeline(pipe: Pipeline, policy: str, models: dict[str, Path], out: Path,

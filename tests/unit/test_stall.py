@@ -101,7 +101,8 @@ def _run(zoo_split, tmp_path, times, *flags, stop_child_at=None):
     stands still for good, as a stuck sandbox kernel leaves it)."""
     pipe = tmp_path / "p.json"
     nets = ["AgeNet", "GenderNet"][:len(times)]
-    save_pipeline(Pipeline("t", [Arrival(t, [n]) for t, n in zip(times, nets)]), pipe)
+    save_pipeline(Pipeline("t", [Arrival(t, [n]) for t, n in zip(times, nets)],
+                           arrival_mode="given"), pipe)
     models = Path(zoo_split["AgeNet"].path).parent
     proc = subprocess.Popen([sys.executable, "-m", "engine", "run", "--pipeline", str(pipe),
                              "--models", str(models), "--policy", "linear", "--batch", "1",
