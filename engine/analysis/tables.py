@@ -240,7 +240,12 @@ def check_digests(folder: Path, meta: RunMeta) -> None:
                                 f"or rerun the run")
     for name, digest in meta.table_digests.items():
         path = folder / name
-        if not path.is_file() or sha256_file(path) != digest:
+        if not path.is_file():
+            from engine.files import file_kind
+
+            raise EdgeprofError(f"{path}, a table this run wrote, is {file_kind(path)} now, "
+                                f"not a regular file; restore it or rerun the run")
+        if sha256_file(path) != digest:
             raise EdgeprofError(f"{path} is not the table this run wrote (its SHA-256 "
                                 f"differs from meta.json's table_digests): replaced or "
                                 f"edited; rerun the run")

@@ -20,7 +20,7 @@ def main(args: argparse.Namespace) -> int:
 
     # before the heavy imports: GNU time (the parent) may die with the supervisor any time
     value = os.environ.get(SUPERVISOR_ENV) or "0"
-    if not value.isdigit():
+    if not (value.isascii() and value.isdigit() and len(value) <= 10):
         raise EdgeprofError(f"{SUPERVISOR_ENV}={value!r:.40} is not a process id; the child "
                             f"verb is run by `python -m engine run`, which sets it")
     supervisor = int(value) or None

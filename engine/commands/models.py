@@ -24,7 +24,7 @@ def main(args: argparse.Namespace) -> None:
 
     positive(args.seed, "--seed", allow_zero=True)
     output_dir(args.out, "--out")
-    names = args.networks or list(zoo.ZOO)
+    names = list(dict.fromkeys(args.networks or zoo.ZOO))  # each network once
     for name in names:
         if name not in zoo.ZOO:
             raise EdgeprofError(f"unknown zoo network '{name}' (known: {', '.join(zoo.ZOO)})")

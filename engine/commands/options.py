@@ -15,7 +15,7 @@ MAX_BATCH = 10_000
 MAX_SEED = 2**32 - 1  # numpy's legacy seeding and the pipelines' seeds
 MIN_SAMPLE_HZ, MAX_SAMPLE_HZ = 0.01, 10_000
 MAX_ORDERINGS = 10_000  # orderings a multi-worker cell's peak range is replayed over
-MAX_RESAMPLES = 100_000  # bootstrap resamples (the schema's model.resamples too)
+MIN_RESAMPLES, MAX_RESAMPLES = 20, 100_000  # bootstrap resamples (the schema's too)
 
 
 def positive(value: float | None, flag: str, allow_zero: bool = False,

@@ -10,10 +10,12 @@ import time
 
 from engine.commands.options import (
     MAX_RESAMPLES,
+    MIN_RESAMPLES,
     add_model_tables_parser,
     output_dir,
     positive,
 )
+from engine.errors import EdgeprofError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -30,6 +32,9 @@ def main(args: argparse.Namespace) -> None:
     from engine.model.reconstruct import reconstruct_files
 
     positive(args.resamples, "--resamples", most=MAX_RESAMPLES)
+    if args.resamples < MIN_RESAMPLES:
+        raise EdgeprofError(f"--resamples {args.resamples}: at least {MIN_RESAMPLES} for a "
+                            f"bootstrap CI (the schema's model.resamples minimum too)")
     output_dir(args.out, "--out")  # before the work, not after it
     t0 = time.perf_counter()
     tables = reconstruct_files(args.tables, args.models, args.model, args.out,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from typing import TYPE_CHECKING
@@ -165,7 +166,8 @@ def execute(request: RunRequest, error_is_result: bool = False) -> int:
     limit = request.limits.ram_bytes
     limit_text = "unlimited" if limit is None else f"{format_size(limit)} {enforced}"
     print(f"{meta.pipeline.name} under {meta.policy} ({limit_text}): "
-          f"{meta.termination} in {time.perf_counter() - t0:.2f} s -> {request.out}",
+          f"{meta.termination} in {time.perf_counter() - t0:.2f} s -> "
+          f"{os.path.normpath(request.out)}",
           file=sys.stderr)
     if meta.termination == "memory":
         print(f"  OOM while running: {', '.join(meta.running_at_end) or 'unknown'}",

@@ -48,9 +48,13 @@ class OutClaim:
             raise EdgeprofError(f"--out {out} is the working directory or above it; name a "
                                 f"run folder of its own")
         for path in inputs:
-            if resolved in Path(path).resolve().parents:
+            source = Path(path).resolve()
+            if resolved in source.parents:
                 raise EdgeprofError(f"--out {out} holds {path}, which this run reads; choose "
                                     f"an --out that does not contain its inputs")
+            if source.is_dir() and (source == resolved or source in resolved.parents):
+                raise EdgeprofError(f"--out {out} lies inside {path}, which this run reads; "
+                                    f"choose a place outside it")
         inside = next((p for p in resolved.parents if (p / "meta.json").is_file()), None)
         if inside is not None:
             raise EdgeprofError(f"--out {out} lies inside the run folder {inside}; choose a "

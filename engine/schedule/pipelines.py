@@ -69,11 +69,11 @@ def _arrival(item: object) -> Arrival:
     time_s, networks = item["time_s"], item["networks"]
     if isinstance(time_s, bool) or not isinstance(time_s, (int, float)):
         raise TypeError(f"arrival time {time_s!r:.40} is not a number")
-    if isinstance(time_s, int) and not 0 <= time_s <= MAX_ARRIVAL_S:
-        time_s = math.inf  # an integer past a float's range is no time either
-    if not math.isfinite(time_s) or not 0 <= time_s <= MAX_ARRIVAL_S:
-        raise ValueError(f"arrival time {time_s} is not a number of seconds from 0 to "
-                         f"{MAX_ARRIVAL_S:g}")
+    # an integer past a float's range is no time either (math.isfinite would overflow)
+    if (isinstance(time_s, int) and not 0 <= time_s <= MAX_ARRIVAL_S) or not (
+            math.isfinite(time_s) and 0 <= time_s <= MAX_ARRIVAL_S):
+        raise ValueError(f"arrival time {str(time_s)[:20]}{'...' if len(str(time_s)) > 20 else ''}"
+                         f" is not a number of seconds from 0 to {MAX_ARRIVAL_S:g}")
     if not isinstance(networks, list) or not all(isinstance(n, str) and n for n in networks):
         raise TypeError(f"an arrival's networks must be a list of network names, not "
                         f"{networks!r:.80}")

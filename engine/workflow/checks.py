@@ -114,6 +114,16 @@ def check_config(config: Config) -> None:
         raise ValueError("config: run.reconcile.vm is true (config/config.yaml's default, "
                          "merged into yours) but vm.enabled is false: set run.reconcile to "
                          "{pipeline: p000, policy: linear, limit: none, vm: false}")
+    from engine.schedule.policies import PolicyError, parse_policy
+
+    try:
+        policy = parse_policy(str(reconcile["policy"])).name
+        policies = {parse_policy(str(p)).name for p in config["run"]["policies"]}
+    except PolicyError as exc:
+        raise ValueError(f"config: run.reconcile.policy: {exc}") from None
+    if policy not in policies:
+        raise ValueError(f"config: run.reconcile.policy {reconcile['policy']!r} is not one of "
+                         f"run.policies ({', '.join(sorted(policies))}); choose one of them")
     names = (vm_pipeline_names(config) if reconcile_in_vm(config) and not vm_runs_main(config)
              else pipeline_names(config["pipelines"]["count"]))
     if reconcile["pipeline"] not in names:

@@ -700,3 +700,48 @@ def test_outputs_are_checked_before_the_work_and_never_half_written(tmp_path):
                         "--models", ".", "--model", "m.json", "--out", str(tmp_path / "file")],
                        cwd=REPO, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "is a regular file; name a folder" in r.stderr
+
+
+def test_low_findings_of_the_second_pass(two_runs, split_copy, tmp_path, capsys):
+    """LN1, LN6, LN9, LN10, LN12, LN17, LN21."""
+    from engine.runner.outdir import OutClaim
+    from engine.schedule.pipelines import PipelineError, load_pipeline
+
+    gone = Path(shutil.copytree(two_runs[0], tmp_path / "gone"))
+    (gone / "tasks.csv").unlink()
+    with pytest.raises(EdgeprofError, match="tasks.csv, a table this run wrote, is missing"):
+        tidy_run(gone)
+    rc, err = _cli(capsys, "reconstruct-model", "--tables", ".", "--models", ".", "--model",
+                   "m.json", "--out", str(tmp_path / "o"), "--resamples", "5")
+    assert rc == 2 and "at least 20" in err
+    rc, err = _cli(capsys, "models", "--out", str(tmp_path / "m"), "AgeNet", "AgeNet")
+    assert rc == 0 and err.count("AgeNet: wrote") == 1
+    with pytest.raises(EdgeprofError, match="lies inside .*, which this run reads"):
+        OutClaim(split_copy / "age_net_partials" / "run", inputs=(tmp_path / "p.json",
+                                                                  split_copy))
+    env = {**os.environ, "EDGEPROF_SUPERVISOR_PID": "²"}
+    r = subprocess.run([sys.executable, "-m", "engine", "child", "s.json"], cwd=REPO,
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 2 and "is not a process id" in r.stderr
+    pipe = tmp_path / "big.json"
+    pipe.write_text('{"name": "b", "arrivals": [{"time_s": 1' + "0" * 400
+                    + ', "networks": ["AgeNet"]}]}')
+    with pytest.raises(PipelineError, match="arrival time 10000000000000000000... is not"):
+        load_pipeline(pipe)
+
+
+def test_the_reconciliation_policy_is_one_of_the_runs_policies():
+    """LN21: config/README.md says so."""
+    import yaml
+
+    from engine.workflow.checks import check_config
+
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config["run"]["reconcile"]["policy"] = "masa:3"
+    cwd = os.getcwd()
+    os.chdir(REPO)
+    try:
+        with pytest.raises(ValueError, match="run.reconcile.policy 'masa:3' is not one of"):
+            check_config(config)
+    finally:
+        os.chdir(cwd)

@@ -591,7 +591,8 @@ def test_the_slurm_profile_plans_one_core_and_sized_memory_per_job(tmp_path):
     pytest.importorskip("snakemake_executor_plugin_slurm")
     cfg = load_config("paper.yaml")
     cfg = with_(cfg, results=str(tmp_path / "r"), pipelines__count=1, run__repetitions=2,
-                run__policies=["bulk"], run__probe_overhead_policy=None)
+                run__policies=["bulk"], run__probe_overhead_policy=None,
+                run__reconcile__policy="bulk")
     path = tmp_path / "paper-small.yaml"
     path.write_text(yaml.safe_dump(cfg))
     r = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm",
