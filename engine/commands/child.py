@@ -8,7 +8,7 @@ from engine.errors import EdgeprofError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("child", help=argparse.SUPPRESS)
+    p = sub.add_parser("child", help="internal: the measured process `run` starts")
     p.add_argument("spec")
     p.set_defaults(func=main)
 

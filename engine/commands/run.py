@@ -103,6 +103,21 @@ def _estimates(path: str) -> dict[str, int]:
     return estimates
 
 
+def check_numbers(batch: int | None, blas_threads: int, timeout_s: float | None,
+                  stall_s: float | None, seed: int, sample_hz: float) -> None:
+    """A run's numbers within their bounds, named by their flags: for ``run``'s arguments
+    and for a request read from a file (``supervise``)."""
+    positive(batch, "--batch", most=MAX_BATCH)
+    positive(blas_threads, "--blas-threads", most=1024)
+    positive(timeout_s, "--timeout")
+    positive(stall_s, "--stall-timeout")
+    positive(seed, "--seed", allow_zero=True, most=MAX_SEED)
+    positive(sample_hz, "--sample-hz", allow_zero=True, most=MAX_SAMPLE_HZ)
+    if 0 < sample_hz < MIN_SAMPLE_HZ:
+        raise EdgeprofError(f"--sample-hz {sample_hz:g}: 0 (no sampler) or from "
+                            f"{MIN_SAMPLE_HZ:g} to {MAX_SAMPLE_HZ:g}")
+
+
 def run_request(args: argparse.Namespace) -> RunRequest:
     """The RunRequest of ``run``'s arguments, checked (sizes, ranges, the policy)."""
     from engine.runner.request import LimitOptions, ProbeOptions, RunOptions, RunRequest
@@ -111,15 +126,8 @@ def run_request(args: argparse.Namespace) -> RunRequest:
     policy = parse_policy(args.policy)  # fail fast, before any process starts
     limit = None if args.limit is None else size(args.limit, "--limit")
     swap_bytes = swap(args.swap)
-    positive(args.batch, "--batch", most=MAX_BATCH)
-    positive(args.blas_threads, "--blas-threads", most=1024)
-    positive(args.timeout, "--timeout")
-    positive(args.stall_timeout, "--stall-timeout")
-    positive(args.seed, "--seed", allow_zero=True, most=MAX_SEED)
-    positive(args.sample_hz, "--sample-hz", allow_zero=True, most=MAX_SAMPLE_HZ)
-    if 0 < args.sample_hz < MIN_SAMPLE_HZ:
-        raise EdgeprofError(f"--sample-hz {args.sample_hz:g}: 0 (no sampler) or from "
-                            f"{MIN_SAMPLE_HZ:g} to {MAX_SAMPLE_HZ:g}")
+    check_numbers(args.batch, args.blas_threads, args.timeout, args.stall_timeout, args.seed,
+                  args.sample_hz)
     if args.swap is not None and args.limit is None:
         raise EdgeprofError("--swap is the swap allowed on top of --limit; give a --limit too")
     if (args.budget or args.estimates) and not policy.admission:

@@ -745,3 +745,21 @@ def test_the_reconciliation_policy_is_one_of_the_runs_policies():
             check_config(config)
     finally:
         os.chdir(cwd)
+
+
+def test_the_internal_verbs_check_a_request_file_as_run_checks_its_flags(split_copy,
+                                                                         tmp_path):
+    """LN15: supervise ran a request with batch -3; --help showed ==SUPPRESS==."""
+    from engine.runner.request import RunOptions, RunRequest
+
+    pipe = tmp_path / "p.json"
+    save_pipeline(Pipeline("p", [Arrival(0.0, ["AgeNet"])]), pipe)
+    req = RunRequest(str(pipe), "linear", str(split_copy), str(tmp_path / "run"),
+                     RunOptions(batch=-3))
+    (tmp_path / "req.json").write_text(req.to_json())
+    r = subprocess.run([sys.executable, "-m", "engine", "supervise", str(tmp_path / "req.json")],
+                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "--batch -3" in r.stderr and not (tmp_path / "run").exists()
+    r = subprocess.run([sys.executable, "-m", "engine", "--help"], cwd=REPO,
+                       capture_output=True, text=True, timeout=60)
+    assert "SUPPRESS" not in r.stdout and "internal: the measured process" in r.stdout
