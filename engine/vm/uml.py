@@ -37,9 +37,9 @@ from engine.files import atomic_path
 from engine.vm.guest import Log, _run, apt_state, download_deb
 
 CACHE_ENV = "EDGEPROF_UML_CACHE"
-# newest stable first; 6.1 (bookworm) lacks memory.swap.peak and per-fd peak resets
 # newest first: sid's UML (7.2 when chosen) runs where trixie's 6.12 panics (hosts with
-# AMX) or dies under a pipeline's memory (the probe's touch); every run records its kernel
+# AMX) or dies under a pipeline's memory (the probe's touch); every run records its
+# kernel. 6.1 (bookworm) lacks memory.swap.peak and per-fd peak resets.
 CANDIDATES = ("sid", "trixie")
 PACKAGE = "user-mode-linux"
 INIT_SCRIPT = Path(__file__).with_name("uml_init.sh")
