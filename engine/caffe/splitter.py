@@ -65,6 +65,7 @@ class Description:
     # what the model files were at split time, so a run can refuse changed ones up front
     caffemodel_bytes: int | None = None
     prototxt_sha256: str | None = None
+    caffemodel_sha256: str | None = None  # what bulk reads (check_caffemodel); older: None
     version: int = DESCRIPTION_VERSION
     path: str = ""  # where it was loaded from; not stored
 
@@ -153,6 +154,18 @@ class Description:
             raise ModelError(f"{self.path}: totals {self.param_count} parameters, "
                              f"{self.param_bytes} bytes, but its layers add up to {totals[0]}, "
                              f"{totals[1]}; {fix}")
+
+    def check_caffemodel(self) -> None:
+        """The whole caffemodel, which bulk reads, is the one split (same bytes): a model
+        file regenerated in its place (another seed, the same size) would give bulk
+        other weights than the partials give every other policy."""
+        whole = self.resolve(self.caffemodel)
+        if not whole.is_file():
+            raise ModelError(f"{whole}, the caffemodel bulk reads for {self.network}, is "
+                             f"missing; restore it or re-run the split stage")
+        if self.caffemodel_sha256 is not None and sha256_file(whole) != self.caffemodel_sha256:
+            raise ModelError(f"{whole} changed after {self.network} was split (its SHA-256 "
+                             f"differs): re-run the split stage")
 
     def check_files(self) -> None:
         """Refuse model files that changed since the split (one line naming the file and
@@ -327,6 +340,7 @@ def split_model(caffemodel: str | os.PathLike, prototxt: str | os.PathLike,
                                 for r in records if r.index not in matched],
             caffemodel_bytes=caffemodel.stat().st_size,
             prototxt_sha256=sha256_file(prototxt),
+            caffemodel_sha256=sha256_file(caffemodel),
         )
         if final.exists():
             shutil.rmtree(final)

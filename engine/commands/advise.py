@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from engine.commands.options import size, swap
+from engine.commands.options import limit_size, swap
 from engine.errors import EdgeprofError
 from engine.runtime import RUNTIMES
 
@@ -44,7 +44,7 @@ def main(args: argparse.Namespace) -> None:
 
     if args.find_limit and args.limit is not None:
         raise EdgeprofError("--find-limit finds the limit itself; drop --limit")
-    limit = None if args.limit in (None, "none") else size(args.limit, "--limit")
+    limit = None if args.limit in (None, "none") else limit_size(args.limit)
     if args.swap is not None and limit is None:
         raise EdgeprofError("--swap is the swap allowed on top of --limit; give a --limit too")
     print(run_advise(args.pipeline, args.model, args.models, limit, swap(args.swap),

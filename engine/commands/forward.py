@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
+from pathlib import Path
 
 from engine.commands.options import (
     MAX_BATCH,
@@ -37,6 +39,8 @@ def main(args: argparse.Namespace) -> None:
     if args.out is not None:
         output_file(args.out, "--out")  # before the forward pass, not after it
     desc = Description.load_checked(args.description)
+    if args.out is not None:
+        _not_an_input(Path(args.out), desc)
     t0 = time.perf_counter()
     outputs = run_standalone(desc, seed=args.seed, batch=args.batch, bulk=args.bulk,
                              runtime_name=args.runtime)
@@ -52,3 +56,18 @@ def main(args: argparse.Namespace) -> None:
 
         with atomic_path(args.out) as tmp, open(tmp, "wb") as f:
             np.savez(f, **outputs)
+
+
+def _not_an_input(out: Path, desc) -> None:
+    """--out must not be a file forward reads (the description, its prototxt, caffemodel
+    or partials: all of its split folder) nor lie in a run folder."""
+    from engine.errors import EdgeprofError
+
+    target = Path(os.path.abspath(out))
+    home = Path(os.path.abspath(Path(desc.path).parent))
+    inputs = {Path(os.path.abspath(desc.resolve(x))) for x in (desc.prototxt, desc.caffemodel)}
+    if home in target.parents or target in inputs:
+        raise EdgeprofError(f"--out {out} would overwrite the model files forward reads; "
+                            f"write the outputs elsewhere")
+    if any((parent / "meta.json").is_file() for parent in target.parents):
+        raise EdgeprofError(f"--out {out} lies in a run folder; write the outputs elsewhere")

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from engine.commands.options import output_dir, output_file, positive
+from engine.commands.options import MAX_SEED, output_dir, output_file, positive
 from engine.errors import EdgeprofError
 
 
@@ -22,7 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def main(args: argparse.Namespace) -> None:
     from engine.caffe import generate, zoo
 
-    positive(args.seed, "--seed", allow_zero=True)
+    positive(args.seed, "--seed", allow_zero=True, most=MAX_SEED)
     output_dir(args.out, "--out")
     names = list(dict.fromkeys(args.networks or zoo.ZOO))  # each network once
     for name in names:

@@ -12,6 +12,7 @@ from engine.runtime import DEFAULT_RUNTIME, RUNTIMES
 
 # bounds shared by the verbs and the config schema (workflow/schemas/config.schema.yaml)
 MAX_BATCH = 10_000
+MAX_LIMIT = 2**50  # 1 PiB: a memory limit past any machine's RAM is a typo
 MAX_SEED = 2**32 - 1  # numpy's legacy seeding and the pipelines' seeds
 MIN_SAMPLE_HZ, MAX_SAMPLE_HZ = 0.01, 10_000
 MAX_ORDERINGS = 10_000  # orderings a multi-worker cell's peak range is replayed over
@@ -48,6 +49,14 @@ def swap(text: str | None) -> int | None:
     if re.fullmatch(r"\s*0+(\.0*)?\s*([KMGT]?(i?B)?)?\s*", text, re.IGNORECASE):
         return 0
     return size(text, "--swap")
+
+
+def limit_size(text: str, flag: str = "--limit") -> int:
+    """A memory limit: a size, at most MAX_LIMIT."""
+    limit = size(text, flag)
+    if limit > MAX_LIMIT:
+        raise EdgeprofError(f"{flag} {text}: at most {MAX_LIMIT >> 50} PiB")
+    return limit
 
 
 def output_file(path: str, option: str) -> Path:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from engine.commands.options import output_dir, output_file, positive
+from engine.commands.options import MAX_SEED, output_dir, output_file, positive
 from engine.errors import EdgeprofError
 
 # Far above any sweep this project runs, low enough that a typo (1e12) is refused at once,
@@ -53,12 +53,20 @@ def main(args: argparse.Namespace) -> None:
     elif args.arrival == "normal":
         arrival.update(mean=args.mean, sd=args.sd)
     positive(args.count, "--count", most=MAX_PIPELINES)
+    positive(args.seed, "--seed", allow_zero=True, most=MAX_SEED)
     made = pipelines.generate_pipelines(args.seed, args.count, sizes, tuple(args.length),
                                         arrival, args.bins_mb or args.bins, prefix=args.prefix,
                                         bin_unit="MB" if args.bins_mb else "MiB")
     out = output_dir(args.out, "--out")
     for p in made:  # every file checked before the first is written: no half a set
         output_file(str(out / f"{p.name}.json"), "--out")
+    names = {f"{p.name}.json" for p in made}
+    stale = sorted(f.name for f in out.glob(f"{args.prefix}[0-9][0-9][0-9].json")
+                   if f.name not in names) if out.is_dir() else []
+    if stale:
+        raise EdgeprofError(f"--out {out} holds {', '.join(stale[:3])} of an earlier set, "
+                            f"which this one would sit beside; remove them or choose another "
+                            f"--out")
     for p in made:
         pipelines.save_pipeline(p, out / f"{p.name}.json")
         print(f"{p.name}: {len(p.networks())} networks, {p.param_bytes / 2**20:.0f} MiB "

@@ -15,6 +15,7 @@ from engine.commands.options import (
     MAX_SEED,
     MIN_SAMPLE_HZ,
     add_runtime_option,
+    limit_size,
     positive,
     size,
     swap,
@@ -124,7 +125,7 @@ def run_request(args: argparse.Namespace) -> RunRequest:
     from engine.schedule.policies import parse_policy
 
     policy = parse_policy(args.policy)  # fail fast, before any process starts
-    limit = None if args.limit is None else size(args.limit, "--limit")
+    limit = None if args.limit is None else limit_size(args.limit)
     swap_bytes = swap(args.swap)
     check_numbers(args.batch, args.blas_threads, args.timeout, args.stall_timeout, args.seed,
                   args.sample_hz)

@@ -118,7 +118,8 @@ class OutClaim:
         except EdgeprofError as exc:
             raise EdgeprofError(f"{out} is not a run folder ({exc}); --force replaces only a "
                                 f"run folder: remove it or choose another --out") from None
-        strays = sorted(p.name for p in out.iterdir() if p.name not in RUN_FILES)
+        strays = sorted(p.name for p in out.iterdir() if p.name not in RUN_FILES
+                        or p.is_symlink() or p.is_dir() != (p.name == "heap"))
         heap = out / "heap"
         if heap.is_dir() and not heap.is_symlink():
             strays += sorted(f"heap/{p.name}" for p in heap.iterdir()

@@ -21,7 +21,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 from engine.caffe.splitter import Description, description_index
-from engine.errors import EdgeprofError
 from engine.limits import LimitRequest, Session, open_session
 from engine.probes import hostload
 from engine.probes.vmstat import in_guest
@@ -100,11 +99,8 @@ def check_inputs(request: RunRequest) -> tuple[Policy, Pipeline, dict[str, Path]
     models = description_index(request.models)
     descs = resolve_descriptions(pipeline, models)
     if policy.family == "bulk":  # it reads each network's whole caffemodel, no partial
-        for net, desc in sorted(descs.items()):
-            whole = desc.resolve(desc.caffemodel)
-            if not whole.is_file():
-                raise EdgeprofError(f"{whole}, the caffemodel bulk reads for {net}, is "
-                                    f"missing; restore it or re-run the split stage")
+        for _, desc in sorted(descs.items()):
+            desc.check_caffemodel()
     return policy, pipeline, models, descs
 
 

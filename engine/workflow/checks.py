@@ -7,6 +7,7 @@ import math
 import os
 from pathlib import Path
 
+from engine.errors import EdgeprofError
 from engine.schedule.policies import parse_policy
 from engine.units import parse_size
 from engine.workflow.plan import (
@@ -53,13 +54,24 @@ def check_config(config: Config) -> None:
         if run.get(key) is not None and not math.isfinite(run[key]):
             raise ValueError(f"config: run.{key} {run[key]} must be a finite number")
     from engine.commands.options import MAX_SAMPLE_HZ, MIN_SAMPLE_HZ, swap
-    from engine.errors import EdgeprofError
 
     try:  # what every limited run's --swap will say of it
         swap(str(run["swap"]))
     except EdgeprofError as exc:
         raise ValueError(f"config: run.swap {run['swap']!r}: {exc}") from None
 
+    from engine.commands.options import MAX_LIMIT, MAX_SEED
+
+    vm = config.get("vm") or {}
+    named = [*config["run"]["limits"], *vm.get("limits", []),
+             *(lim for extra in vm.get("also") or [] for lim in extra.get("limits", []))]
+    huge = [lim for lim in named if lim != UNLIMITED and _size_or_zero(lim) > MAX_LIMIT]
+    if huge:
+        raise ValueError(f"config: limit {huge[0]}: at most {MAX_LIMIT >> 50} PiB")
+    reps = run["repetitions"]
+    if config["seed"] + reps > MAX_SEED:
+        raise ValueError(f"config: seed {config['seed']}: the runs' seeds (seed + "
+                         f"repetition) must stay at most {MAX_SEED}")
     if 0 < run["sample_hz"] < MIN_SAMPLE_HZ:
         raise ValueError(f"config: run.sample_hz {run['sample_hz']:g}: 0 (no sampler) or from "
                          f"{MIN_SAMPLE_HZ:g} to {MAX_SAMPLE_HZ:g}")
@@ -130,6 +142,14 @@ def check_config(config: Config) -> None:
         raise ValueError(f"config: run.reconcile.pipeline {reconcile['pipeline']!r} is not one "
                          f"of the {'vm ' if reconcile_in_vm(config) else ''}pipelines "
                          f"({', '.join(names[:3])}, ...)")
+
+
+def _size_or_zero(limit: object) -> int:
+    """A limit's bytes; 0 for one the limit checks below refuse with their own words."""
+    try:
+        return parse_size(str(limit))
+    except (ValueError, EdgeprofError):
+        return 0
 
 
 def _check_results_folder(results: str) -> None:

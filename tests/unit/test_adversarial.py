@@ -316,6 +316,8 @@ def test_a_missing_guest_cache_is_an_error_not_a_build(split_copy, tmp_path, cap
     ({"results": "."}, "spread outputs over the repository"),
     ({"results": "config"}, "spread outputs over the repository"),
     ({"run": {"swap": "0.5"}}, "run.swap '0.5'"),  # second pass MN5
+    ({"seed": 4294967296}, "must stay at most 4294967295"),  # third pass NM2
+    ({"run": {"limits": ["none", "99999999999999G"]}}, "at most 1 PiB"),  # NM1
 ])
 def test_configs_that_cannot_work_are_refused(change, message):
     import yaml
@@ -763,3 +765,66 @@ def test_the_internal_verbs_check_a_request_file_as_run_checks_its_flags(split_c
     r = subprocess.run([sys.executable, "-m", "engine", "--help"], cwd=REPO,
                        capture_output=True, text=True, timeout=60)
     assert "SUPPRESS" not in r.stdout and "internal: the measured process" in r.stdout
+
+
+# --- the third held-out pass (/work/notes/adversarial-25c.md: RH2, NH1-NH2, NM1-NM3) -----
+
+
+def test_force_refuses_a_run_file_name_that_is_a_folder(two_runs, tmp_path):
+    """RH2: user files under progress.jsonl/ would go with the folder."""
+    from engine.runner.outdir import OutClaim
+
+    run = Path(shutil.copytree(two_runs[0], tmp_path / "run"))
+    (run / "progress.jsonl").unlink()
+    (run / "progress.jsonl").mkdir()
+    (run / "progress.jsonl" / "notes").write_text("keep")
+    with pytest.raises(EdgeprofError, match="progress.jsonl"):
+        OutClaim(run, force=True)
+    assert (run / "progress.jsonl" / "notes").read_text() == "keep"
+
+
+def test_forward_never_writes_over_what_it_reads(split_copy, two_runs, tmp_path, capsys):
+    """NH1."""
+    desc = split_copy / "age_net.description.json"
+    before = desc.read_bytes()
+    for out in (desc, split_copy / "age_net_partials" / "x.npz", two_runs[0] / "tasks.csv"):
+        rc, err = _cli(capsys, "forward", str(desc), "--batch", "1", "--out", str(out))
+        assert rc == 2 and "elsewhere" in err, out
+    assert desc.read_bytes() == before
+
+
+def test_bulk_refuses_a_caffemodel_regenerated_after_the_split(split_copy, tmp_path, capsys):
+    """NH2: another seed, the same size: bulk would compute other weights than the
+    partials give every other policy."""
+    models = split_copy.parent / "models"
+    rc, err = _cli(capsys, "split", str(models / "age_net.caffemodel"), "--out",
+                   str(tmp_path / "s"))
+    assert rc == 0, err
+    rc, err = _cli(capsys, "models", "--out", str(models), "AgeNet", "--seed", "8")  # fixture: 7
+    assert rc == 0, err
+    pipe = tmp_path / "p.json"
+    save_pipeline(Pipeline("p", [Arrival(0.0, ["AgeNet"])]), pipe)
+    rc, err = _cli(capsys, "run", "--pipeline", str(pipe), "--models", str(tmp_path / "s"),
+                   "--policy", "bulk", "--out", str(tmp_path / "run"), "--backend", "none")
+    assert rc == 2 and "changed after AgeNet was split" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_limits_and_seeds_are_bounded_and_a_stale_set_is_named(split_copy, tmp_path, capsys):
+    """NM1, NM2, NM3."""
+    pipe = tmp_path / "p.json"
+    save_pipeline(Pipeline("p", [Arrival(0.0, ["AgeNet"])]), pipe)
+    rc, err = _cli(capsys, "run", "--pipeline", str(pipe), "--models", str(split_copy),
+                   "--policy", "linear", "--out", str(tmp_path / "run"), "--backend", "none",
+                   "--limit", "99999999999999G")
+    assert rc == 2 and "at most 1 PiB" in err
+    rc, err = _cli(capsys, "pipelines", "--models", str(split_copy), "--out",
+                   str(tmp_path / "pl"), "--seed", str(2**64))
+    assert rc == 2 and "--seed" in err
+    out = tmp_path / "g"
+    rc, _ = _cli(capsys, "pipelines", "--models", str(split_copy), "--out", str(out),
+                 "--count", "3", "--length", "1", "2")
+    assert rc == 0
+    rc, err = _cli(capsys, "pipelines", "--models", str(split_copy), "--out", str(out),
+                   "--count", "1", "--length", "1", "1", "--seed", "9")
+    assert rc == 2 and "p001.json, p002.json of an earlier set" in err
