@@ -114,10 +114,15 @@ class RunMeta:
     @classmethod
     def from_dict(cls, data: dict, source: str = FILE) -> RunMeta:
         version = data.get("schema_version", 0)  # 0: written before the record had one
-        if not isinstance(version, int) or version > SCHEMA_VERSION:
+        if isinstance(version, bool) or not isinstance(version, int) or version > SCHEMA_VERSION:
             raise EdgeprofError(f"{source}: schema_version {version!r} is newer than this "
                                 f"edgeprof reads ({SCHEMA_VERSION}); update edgeprof")
-        if version >= 5 and data.get("record_digest") != record_digest(data):
+        # whatever schema it claims: a record without its digest (written before records
+        # carried one, or stripped of it) cannot be told from one edited by hand
+        if "record_digest" not in data:
+            raise EdgeprofError(f"{source} carries no record_digest (written before records "
+                                f"carried one, schema 5, or edited): re-run the run")
+        if data.get("record_digest") != record_digest(data):
             raise EdgeprofError(f"{source} was edited after the run (its content no longer "
                                 f"matches its record_digest); restore it or re-run the run")
         names = {f.name for f in fields(cls)}

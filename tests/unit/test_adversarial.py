@@ -592,13 +592,17 @@ def test_internal_verbs_answer_bad_settings_with_one_line(tmp_path):
 
 def test_a_record_of_an_older_schema_still_has_typed_fields(tmp_path):
     """HN1: a record lowered to schema 4 (no digest) still cannot carry a wrong type."""
-    from engine.runner.meta import RunMeta
+    from engine.runner.meta import RunMeta, record_digest
 
     meta = RunMeta(policy="linear", termination="ok")
     meta.write(tmp_path)
     data = json.loads((tmp_path / "meta.json").read_text())
     data.update(schema_version=4, wall_s="fast")
     del data["record_digest"]
+    (tmp_path / "meta.json").write_text(json.dumps(data))
+    with pytest.raises(EdgeprofError, match="carries no record_digest"):
+        RunMeta.read(tmp_path)  # third pass RH1: no digest, whatever the schema
+    data["record_digest"] = record_digest(data)  # a digest renewed: the types still count
     (tmp_path / "meta.json").write_text(json.dumps(data))
     with pytest.raises(EdgeprofError, match="wall_s is 'fast', not float | None"):
         RunMeta.read(tmp_path)

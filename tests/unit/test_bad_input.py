@@ -185,7 +185,7 @@ def test_bad_vm_settings_are_refused_before_a_boot(capsys, work, monkeypatch, na
     (["pipelines", "--models", "/nonexistent"], "--models /nonexistent is not a folder"),
     (["pipelines", "--prefix", "../../evil"], "letters, digits, _ and - only"),
     (["pipelines", "--bins", "300", "100"], "strictly ascending"),
-    (["pipelines", "--seed", "-5"], "seed -5: must be >= 0"),
+    (["pipelines", "--seed", "-5"], "--seed -5: must be a number >= 0"),
     (["models", "--seed", "-1", "AgeNet"], "--seed -1: must be a number >= 0"),
     (["models", "--out", "/proc/edgeprof-models", "AgeNet"], "cannot use"),
     (["graph", "--policy", "linear", "--out", "/proc/g.dot"], "cannot use"),

@@ -17,7 +17,14 @@ from engine.cli import build_parser
 from engine.commands.run import run_request
 from engine.errors import EdgeprofError
 from engine.runner.folder import _overlaps
-from engine.runner.meta import SCHEMA_VERSION, PipelineInfo, RunMeta, describe, host_facts
+from engine.runner.meta import (
+    SCHEMA_VERSION,
+    PipelineInfo,
+    RunMeta,
+    describe,
+    host_facts,
+    record_digest,
+)
 from engine.runner.request import LimitOptions, RunRequest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -87,11 +94,16 @@ def test_the_page_size_of_the_kernel_that_counted_a_runs_pages():
     assert math.isnan(page_bytes(meta))
 
 
-def test_a_record_without_a_version_is_read_and_a_foreign_one_refused(tmp_path):
-    data = _meta().to_dict()
-    del data["schema_version"]  # written before records had one
-    (tmp_path / "meta.json").write_text(json.dumps(data))
-    assert RunMeta.read(tmp_path).policy == "linear"
+def test_a_record_without_its_digest_or_of_a_foreign_kind_is_refused(tmp_path):
+    _meta().write(tmp_path)
+    data = json.loads((tmp_path / "meta.json").read_text())
+    for strip in ({"schema_version"}, {"record_digest"}, {"schema_version", "record_digest"}):
+        (tmp_path / "meta.json").write_text(json.dumps(
+            {k: v for k, v in data.items() if k not in strip}))
+        with pytest.raises(EdgeprofError, match="record_digest|was edited"):
+            RunMeta.read(tmp_path)
+    data = {**data, "record_digest": None}
+    data["record_digest"] = record_digest(data | {"colour": "red"})
     (tmp_path / "meta.json").write_text(json.dumps(data | {"colour": "red"}))
     with pytest.raises(EdgeprofError, match="unknown field.*colour"):
         RunMeta.read(tmp_path)
@@ -220,5 +232,5 @@ def test_a_record_edited_by_hand_is_refused(tmp_path, field, value):
     # a record without its digest but of a schema that has one is no exception
     del data["record_digest"]
     (tmp_path / "meta.json").write_text(json.dumps(data))
-    with pytest.raises(EdgeprofError, match="was edited after the run"):
+    with pytest.raises(EdgeprofError, match="carries no record_digest"):
         RunMeta.read(tmp_path)
