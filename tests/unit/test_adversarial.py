@@ -34,6 +34,14 @@ def _cli(capsys, *argv: str) -> tuple[int, str]:
     return rc, err
 
 
+def _run_agenet(capsys, models: Path, tmp_path: Path, *flags: str) -> tuple[int, str]:
+    """``run`` of one AgeNet arriving at 0 s into tmp_path/run, with ``flags``."""
+    pipe = tmp_path / "p.json"
+    save_pipeline(Pipeline("p", [Arrival(0.0, ["AgeNet"])]), pipe)
+    return _cli(capsys, "run", "--pipeline", str(pipe), "--models", str(models), "--out",
+                str(tmp_path / "run"), *flags)
+
+
 @pytest.fixture
 def split_copy(zoo_split, tmp_path) -> Path:
     """AgeNet's and GenderNet's split files and models, copied: free to edit."""
@@ -290,11 +298,8 @@ def test_a_budget_for_a_policy_without_admission_is_refused(split_copy, tmp_path
 def test_a_missing_guest_cache_is_an_error_not_a_build(split_copy, tmp_path, capsys,
                                                        monkeypatch):
     monkeypatch.setenv("EDGEPROF_VM_CACHE", str(tmp_path / "nonexistent"))
-    pipe = tmp_path / "p.json"
-    save_pipeline(Pipeline("p", [Arrival(0.0, ["AgeNet"])]), pipe)
-    rc, err = _cli(capsys, "run", "--pipeline", str(pipe), "--models", str(split_copy),
-                   "--policy", "linear", "--out", str(tmp_path / "run"), "--backend", "vm",
-                   "--limit", "256M")
+    rc, err = _run_agenet(capsys, split_copy, tmp_path, "--policy", "linear", "--backend",
+                          "vm", "--limit", "256M")
     assert rc == 2 and "python -m engine.vm build" in err
     assert not (tmp_path / "nonexistent").exists() and not (tmp_path / "run").exists()
 
@@ -816,11 +821,8 @@ def test_bulk_refuses_a_caffemodel_regenerated_after_the_split(split_copy, tmp_p
 
 def test_limits_and_seeds_are_bounded_and_a_stale_set_is_named(split_copy, tmp_path, capsys):
     """NM1, NM2, NM3."""
-    pipe = tmp_path / "p.json"
-    save_pipeline(Pipeline("p", [Arrival(0.0, ["AgeNet"])]), pipe)
-    rc, err = _cli(capsys, "run", "--pipeline", str(pipe), "--models", str(split_copy),
-                   "--policy", "linear", "--out", str(tmp_path / "run"), "--backend", "none",
-                   "--limit", "99999999999999G")
+    rc, err = _run_agenet(capsys, split_copy, tmp_path, "--policy", "linear", "--backend",
+                          "none", "--limit", "99999999999999G")
     assert rc == 2 and "at most 1 PiB" in err
     rc, err = _cli(capsys, "pipelines", "--models", str(split_copy), "--out",
                    str(tmp_path / "pl"), "--seed", str(2**64))
