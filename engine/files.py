@@ -7,7 +7,7 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 _UMASK = os.umask(0)
@@ -126,9 +126,11 @@ def check_output_file(path: str | os.PathLike, what: str) -> Path:
     return out
 
 
-def read_table(path: str | os.PathLike, fix: str = "rerun the aggregate stage"):
+def read_table(path: str | os.PathLike, fix: str = "rerun the aggregate stage",
+               columns: Iterable[str] = ()):
     """The parquet table at ``path`` as a DataFrame; an EdgeprofError naming the file and
-    ``fix`` when it is missing, not a regular file, or not a readable table."""
+    ``fix`` when it is missing, not a regular file, not a readable table, or without one
+    of ``columns`` (another table in its place)."""
     import pandas as pd
 
     from engine.errors import EdgeprofError
@@ -137,7 +139,12 @@ def read_table(path: str | os.PathLike, fix: str = "rerun the aggregate stage"):
     if kind != "a regular file":
         raise EdgeprofError(f"{os.fspath(path)} is {kind}, not a table; {fix}")
     try:
-        return pd.read_parquet(path)
+        table = pd.read_parquet(path)
     except (OSError, ValueError) as exc:  # pyarrow's errors are both
         raise EdgeprofError(f"{os.fspath(path)} is not a readable table "
                             f"({type(exc).__name__}); {fix}") from None
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise EdgeprofError(f"{os.fspath(path)} has no column {missing[0]!r}: another table "
+                            f"is in its place; {fix}")
+    return table

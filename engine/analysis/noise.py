@@ -66,7 +66,8 @@ def table_warnings(tables_dir: str | os.PathLike, required: bool = False) -> lis
     if not required and not (runs_path.is_file() and floor_path.is_file()):
         return []
     fix = "name a campaign's aggregate tables (results/tables)"
-    return run_warnings(read_table(runs_path, fix), read_table(floor_path, fix))
+    return run_warnings(read_table(runs_path, fix, ["run_id", "termination", "child_cpus"]),
+                        read_table(floor_path, fix, ["metric", "cv_median"]))
 
 
 def _read(path: str) -> str | None:

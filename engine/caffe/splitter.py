@@ -16,6 +16,7 @@ import os
 import shutil
 import stat
 import tempfile
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from engine.caffe import graph, io, wire
 from engine.errors import ModelError
 from engine.files import normal_mode, parse_json, read_regular, sha256_file, write_text_atomic
 
-DESCRIPTION_VERSION = 1
+DESCRIPTION_VERSION = 2  # 2: every partial's SHA-256, the caffemodel's required
 MAX_FILE_BYTES = 16 * 2**20  # a description of a few thousand layers is a few MiB
 
 
@@ -44,6 +45,7 @@ class LayerInfo:
     output_shapes: list[list[int]]
     macs: int
     flops: int
+    partial_sha256: str | None = None  # the partial's bytes (check_partials); None: no partial
 
 
 @dataclass
@@ -65,9 +67,18 @@ class Description:
     # what the model files were at split time, so a run can refuse changed ones up front
     caffemodel_bytes: int | None = None
     prototxt_sha256: str | None = None
-    caffemodel_sha256: str | None = None  # what bulk reads (check_caffemodel); older: None
+    caffemodel_sha256: str | None = None  # what bulk reads (check_caffemodel)
     version: int = DESCRIPTION_VERSION
     path: str = ""  # where it was loaded from; not stored
+
+    def activation_bytes(self, batch: int | None) -> int:
+        """Bytes of every layer's outputs at ``batch`` (None: the deploy batch the shapes
+        are recorded at), all held at once as Caffe holds them."""
+        total = 0
+        for layer in self.layers:
+            for shape in layer.output_shapes:
+                total += math.prod(shape) // shape[0] * (batch or shape[0]) * 4
+        return total
 
     def resolve(self, relative: str) -> Path:
         return Path(self.path).parent / relative
@@ -163,9 +174,17 @@ class Description:
         if not whole.is_file():
             raise ModelError(f"{whole}, the caffemodel bulk reads for {self.network}, is "
                              f"missing; restore it or re-run the split stage")
-        if self.caffemodel_sha256 is not None and sha256_file(whole) != self.caffemodel_sha256:
+        if sha256_file(whole) != self.caffemodel_sha256:
             raise ModelError(f"{whole} changed after {self.network} was split (its SHA-256 "
                              f"differs): re-run the split stage")
+
+    def check_partials(self) -> None:
+        """Every partial is the one split (same bytes): a partial replaced by another
+        model's of the same size would load other weights than bulk's, unseen."""
+        for info in self.layers:
+            if info.partial and sha256_file(self.resolve(info.partial)) != info.partial_sha256:
+                raise ModelError(f"{self.resolve(info.partial)} changed after {self.network} "
+                                 f"was split (its SHA-256 differs): re-run the split stage")
 
     def check_files(self) -> None:
         """Refuse model files that changed since the split (one line naming the file and
@@ -176,9 +195,16 @@ class Description:
         if not prototxt.is_file():
             raise ModelError(f"{prototxt}, the deploy prototxt of {self.network}, is missing; "
                              f"{fix}")
-        if not isinstance(self.prototxt_sha256, str):
-            raise ModelError(f"{self.path} records no prototxt_sha256 to check "
-                             f"{prototxt} against; {fix}")
+        for key, what in (("prototxt_sha256", prototxt),
+                          ("caffemodel_sha256", self.resolve(self.caffemodel))):
+            if not isinstance(getattr(self, key), str):
+                raise ModelError(f"{self.path} records no {key} to check {what} against; "
+                                 f"{fix}")
+        missing = next((x for x in self.layers if x.partial and
+                        not isinstance(x.partial_sha256, str)), None)
+        if missing is not None:
+            raise ModelError(f"{self.path}: layer {missing.index} '{missing.name}' records no "
+                             f"partial_sha256 to check {missing.partial} against; {fix}")
         if sha256_file(prototxt) != self.prototxt_sha256:
             raise ModelError(f"{prototxt} changed after {self.network} was split; {fix}")
         home = Path(os.path.abspath(Path(self.path).parent))
@@ -204,6 +230,22 @@ class Description:
             if size is not None and actual != size:
                 raise ModelError(f"{path} is {actual} bytes, not the {size} it had when "
                                  f"{self.network} was split (truncated or replaced); {fix}")
+
+
+def check_batch_fits(descs: Iterable[Description], batch: int | None) -> None:
+    """Refuse a batch whose largest network's weights and outputs alone exceed this
+    machine's RAM (a typo such as --batch 10000 would otherwise swap the host for minutes
+    before failing): one line naming the network, the bytes and the fix."""
+    import psutil
+
+    ram = psutil.virtual_memory().total
+    for desc in descs:
+        need = desc.param_bytes + desc.activation_bytes(batch)
+        if need > ram:
+            raise ModelError(f"--batch {batch}: {desc.network} alone needs about "
+                             f"{need / 2**30:.1f} GiB (weights and every layer's outputs), "
+                             f"more than this machine's {ram / 2**30:.1f} GiB of RAM; use a "
+                             f"smaller --batch")
 
 
 _INT = int
@@ -305,7 +347,7 @@ def split_model(caffemodel: str | os.PathLike, prototxt: str | os.PathLike,
     tmp = Path(tempfile.mkdtemp(prefix=f".{stem}_partials.", dir=out_dir))
     normal_mode(tmp, directory=True)
     try:
-        sizes = _write_partials(caffemodel, records, stem, tmp)
+        sizes, digests = _write_partials(caffemodel, records, stem, tmp)
         start = fc_part_start(g, fc_start)
         layers = []
         for layer in g.layers:
@@ -322,6 +364,7 @@ def split_model(caffemodel: str | os.PathLike, prototxt: str | os.PathLike,
                 partial=f"{final.name}/{partial_name(stem, rec.index)}" if has_file else None,
                 param_count=layer.param_count, param_bytes=layer.param_bytes,
                 file_bytes=sizes[rec.index] if has_file else 0,
+                partial_sha256=digests[rec.index] if has_file else None,
                 output_shapes=[list(s) for s in layer.top_shapes],
                 macs=layer.macs, flops=layer.flops,
             ))
@@ -356,8 +399,9 @@ def split_model(caffemodel: str | os.PathLike, prototxt: str | os.PathLike,
 
 
 def _write_partials(caffemodel: Path, records: list[wire.LayerRecord], stem: str,
-                    folder: Path) -> dict[int, int]:
-    sizes = {}
+                    folder: Path) -> tuple[dict[int, int], dict[int, str]]:
+    """Each record's partial file written into ``folder``: (sizes, SHA-256s) by index."""
+    sizes, digests = {}, {}
     with open(caffemodel, "rb") as f:
         for rec in records:
             f.seek(rec.body)
@@ -367,7 +411,8 @@ def _write_partials(caffemodel: Path, records: list[wire.LayerRecord], stem: str
             name = partial_name(stem, rec.index)
             sizes[rec.index] = io.write_partial(
                 folder / name, name.removesuffix(".partial.caffemodel"), body, rec.v1)
-    return sizes
+            digests[rec.index] = sha256_file(folder / name)
+    return sizes, digests
 
 
 def _check_params(layer: graph.Layer, rec: wire.LayerRecord | None, model: Path) -> None:

@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from engine.commands.options import add_tables_options, output_file
+from engine.commands.options import add_tables_options, not_over_inputs, output_file
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -25,6 +25,8 @@ def main(args: argparse.Namespace) -> None:
     for policy in args.policies or ():
         parse_policy(policy)  # before the fit, not after it
     output_file(args.out, "--out")
+    not_over_inputs(args.out, "--out", [*args.tables, *args.models],
+                    "the tables or descriptions it fits on")
 
     t0 = time.perf_counter()
     model = fit_model_files(args.tables, args.models, args.out, args.policies)

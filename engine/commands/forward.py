@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -12,6 +11,7 @@ from engine.commands.options import (
     MAX_BATCH,
     MAX_SEED,
     add_runtime_option,
+    not_over_inputs,
     output_file,
     positive,
 )
@@ -31,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def main(args: argparse.Namespace) -> None:
     import numpy as np
 
-    from engine.caffe.splitter import Description
+    from engine.caffe.splitter import Description, check_batch_fits
     from engine.network import run_standalone
 
     positive(args.batch, "--batch", most=MAX_BATCH)
@@ -39,8 +39,15 @@ def main(args: argparse.Namespace) -> None:
     if args.out is not None:
         output_file(args.out, "--out")  # before the forward pass, not after it
     desc = Description.load_checked(args.description)
-    if args.out is not None:
-        _not_an_input(Path(args.out), desc)
+    if args.out is not None:  # its split folder holds the description and the partials
+        not_over_inputs(args.out, "--out", [Path(desc.path).parent, desc.resolve(desc.prototxt),
+                                            desc.resolve(desc.caffemodel)],
+                        "the model files forward reads")
+    check_batch_fits([desc], args.batch)
+    if args.bulk:  # what the pass reads is what was split, byte for byte
+        desc.check_caffemodel()
+    else:
+        desc.check_partials()
     t0 = time.perf_counter()
     outputs = run_standalone(desc, seed=args.seed, batch=args.batch, bulk=args.bulk,
                              runtime_name=args.runtime)
@@ -56,18 +63,3 @@ def main(args: argparse.Namespace) -> None:
 
         with atomic_path(args.out) as tmp, open(tmp, "wb") as f:
             np.savez(f, **outputs)
-
-
-def _not_an_input(out: Path, desc) -> None:
-    """--out must not be a file forward reads (the description, its prototxt, caffemodel
-    or partials: all of its split folder) nor lie in a run folder."""
-    from engine.errors import EdgeprofError
-
-    target = Path(os.path.abspath(out))
-    home = Path(os.path.abspath(Path(desc.path).parent))
-    inputs = {Path(os.path.abspath(desc.resolve(x))) for x in (desc.prototxt, desc.caffemodel)}
-    if home in target.parents or target in inputs:
-        raise EdgeprofError(f"--out {out} would overwrite the model files forward reads; "
-                            f"write the outputs elsewhere")
-    if any((parent / "meta.json").is_file() for parent in target.parents):
-        raise EdgeprofError(f"--out {out} lies in a run folder; write the outputs elsewhere")

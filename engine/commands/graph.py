@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from engine.commands.options import output_file, positive
+from engine.commands.options import not_over_inputs, output_file, positive
 from engine.errors import EdgeprofError
 from engine.files import write_text_atomic
 
@@ -39,6 +39,7 @@ def main(args: argparse.Namespace) -> None:
         raise EdgeprofError(f"--out {out}: graph writes DOT (.dot, .gv) or SVG (.svg); "
                             f"name the file so")
     desc = Description.load_checked(args.description, files=False)
+    not_over_inputs(out, "--out", [desc.path], "the description")
     instances = [Instance(i, desc.network, 0, len(desc.layers), desc.num_conv_layers)
                  for i in range(args.count)]
     graph = policy.build(instances)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import filecmp
+import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -15,6 +18,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("models", help="write the zoo networks as prototxt + caffemodel")
     p.add_argument("--out", required=True, help="folder for <stem>.prototxt/.caffemodel")
     p.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
+    p.add_argument("--force", action="store_true",
+                   help="replace model files in --out that differ from the ones written")
     p.add_argument("networks", nargs="*", help="zoo networks (default: all of them)")
     p.set_defaults(func=main)
 
@@ -31,9 +36,25 @@ def main(args: argparse.Namespace) -> None:
     for name in names:  # every file checked before the first is written: no half a zoo
         for suffix in (".prototxt", ".caffemodel"):
             output_file(str(Path(args.out) / f"{zoo.ZOO[name].stem}{suffix}"), "--out")
-    for name in names:
-        t0 = time.perf_counter()
-        prototxt, caffemodel = generate.write_zoo_model(name, args.out, args.seed)
-        size = caffemodel.stat().st_size
-        print(f"{name}: wrote {caffemodel} ({size / 2**20:.1f} MiB) and {prototxt.name} "
-              f"in {time.perf_counter() - t0:.2f} s", file=sys.stderr)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    # written aside first: a file already in --out that differs (another seed, a model of
+    # the user's) is never replaced unasked, and an identical one is left as it is
+    with tempfile.TemporaryDirectory(prefix=".models.", dir=out) as tmp:
+        made = []
+        for name in names:
+            t0 = time.perf_counter()
+            files = generate.write_zoo_model(name, tmp, args.seed)
+            made += [(name, f, time.perf_counter() - t0) for f in files]
+        differ = [(name, out / f.name) for name, f, _ in made if (out / f.name).exists()
+                  and not filecmp.cmp(f, out / f.name, shallow=False)]
+        if differ and not args.force:
+            name, path = differ[0]
+            raise EdgeprofError(f"--out {out}: {path.name} exists and is not {name} at seed "
+                                f"{args.seed} (another seed, or a model of yours); remove it, "
+                                f"choose another --out, or pass --force to replace it")
+        for name, f, took in made:
+            os.replace(f, out / f.name)
+            if f.suffix == ".caffemodel":
+                print(f"{name}: wrote {out / f.name} ({(out / f.name).stat().st_size / 2**20:.1f}"
+                      f" MiB) and its prototxt in {took:.2f} s", file=sys.stderr)

@@ -4,7 +4,11 @@ runtime option. Each error is an EdgeprofError naming the option (exit 2)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import math
+import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from engine.errors import EdgeprofError
@@ -67,6 +71,37 @@ def output_file(path: str, option: str) -> Path:
         return check_output_file(path, option)
     except ValueError as exc:
         raise EdgeprofError(str(exc)) from None
+
+
+def not_over_inputs(out: str | os.PathLike, option: str,
+                    inputs: Iterable[str | os.PathLike], what: str) -> None:
+    """Refuse an output that is one of the command's ``inputs`` (files or folders) or lies
+    in one, or lies in a run folder, links resolved: one line naming it, before the work."""
+    places = {Path(os.path.abspath(out)), Path(os.path.realpath(out))}
+    for item in inputs:
+        srcs = {Path(os.path.abspath(item)), Path(os.path.realpath(item))}
+        if any(t == s or s in t.parents for t in places for s in srcs):
+            raise EdgeprofError(f"{option} {out} would overwrite {what} ({item}); write the "
+                                f"output elsewhere")
+    if any((parent / "meta.json").is_file() for t in places for parent in t.parents):
+        raise EdgeprofError(f"{option} {out} lies in a run folder; write the output elsewhere")
+
+
+@contextlib.contextmanager
+def folder_lock(folder: Path, option: str, verb: str) -> Iterator[None]:
+    """An exclusive lock on the (existing) folder itself, held while ``verb`` writes into
+    it: a second one at the same time is refused, so two never leave a mixed set. The
+    kernel drops it when the process ends, however it ends; no lock file is left."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise EdgeprofError(f"{option} {folder}: another {verb} is writing into it; wait "
+                                f"for it or choose another {option}") from None
+        yield
+    finally:
+        os.close(fd)
 
 
 def output_dir(path: str, option: str) -> Path:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from engine.commands.options import MAX_SEED, output_dir, output_file, positive
+from engine.commands.options import MAX_SEED, folder_lock, output_dir, output_file, positive
 from engine.errors import EdgeprofError
 
 # Far above any sweep this project runs, low enough that a typo (1e12) is refused at once,
@@ -60,6 +61,14 @@ def main(args: argparse.Namespace) -> None:
     out = output_dir(args.out, "--out")
     for p in made:  # every file checked before the first is written: no half a set
         output_file(str(out / f"{p.name}.json"), "--out")
+    out.mkdir(parents=True, exist_ok=True)
+    with folder_lock(out, "--out", "pipelines"):
+        _write(args, made, out)
+
+
+def _write(args: argparse.Namespace, made: list, out: Path) -> None:
+    from engine.schedule import pipelines
+
     names = {f"{p.name}.json" for p in made}
     stale = sorted(f.name for f in out.glob(f"{args.prefix}[0-9][0-9][0-9].json")
                    if f.name not in names) if out.is_dir() else []

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from engine.commands.options import output_dir
+from engine.commands.options import not_over_inputs, output_dir
 from engine.errors import EdgeprofError
 
 
@@ -26,6 +26,7 @@ def main(args: argparse.Namespace) -> None:
     from engine.analysis.tables import tidy_run, write_tidy
 
     out = output_dir(args.out, "--out")
+    not_over_inputs(out, "--out", args.runs, "a run it tidies")
     # the name a run folder has ("runs/x/.." is "runs"): its tables go to --out/<name>
     names = [Path(os.path.abspath(run)).name for run in args.runs]
     twice = sorted({name for name in names if names.count(name) > 1})

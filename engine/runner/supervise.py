@@ -20,7 +20,7 @@ import uuid
 from dataclasses import asdict
 from pathlib import Path
 
-from engine.caffe.splitter import Description, description_index
+from engine.caffe.splitter import Description, check_batch_fits, description_index
 from engine.limits import LimitRequest, Session, open_session
 from engine.probes import hostload
 from engine.probes.vmstat import in_guest
@@ -98,9 +98,14 @@ def check_inputs(request: RunRequest) -> tuple[Policy, Pipeline, dict[str, Path]
     pipeline = load_pipeline(request.pipeline)
     models = description_index(request.models)
     descs = resolve_descriptions(pipeline, models)
-    if policy.family == "bulk":  # it reads each network's whole caffemodel, no partial
-        for _, desc in sorted(descs.items()):
+    check_batch_fits(descs.values(), request.options.batch)
+    # what the run will read is what was split, byte for byte: bulk reads each network's
+    # whole caffemodel, every other policy its partials
+    for _, desc in sorted(descs.items()):
+        if policy.family == "bulk":
             desc.check_caffemodel()
+        else:
+            desc.check_partials()
     return policy, pipeline, models, descs
 
 

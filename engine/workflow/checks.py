@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from engine.errors import EdgeprofError
@@ -22,6 +23,35 @@ from engine.workflow.plan import (
     vm_pipeline_names,
     vm_runs_main,
 )
+
+
+def check_config_files(paths: Iterable[str | os.PathLike]) -> None:
+    """A key given twice in one mapping of a config file (YAML keeps the last, dropping
+    the first block unseen): ValueError with one line naming the file, the key and its
+    line."""
+    import yaml
+
+    class Unique(yaml.SafeLoader):
+        pass
+
+    def mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict:
+        seen = set()
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node)
+            if key in seen:
+                raise ValueError(f"config: {os.fspath(path)} gives {key!r} twice (line "
+                                 f"{key_node.start_mark.line + 1}); YAML would keep only the "
+                                 f"last: merge the two into one")
+            seen.add(key)
+        return loader.construct_mapping(node)
+
+    Unique.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8") as f:
+                yaml.load(f, Loader=Unique)  # noqa: S506 (a SafeLoader)
+        except (OSError, yaml.YAMLError):
+            continue  # Snakemake itself says what is wrong with a file it cannot read
 
 
 def check_config(config: Config) -> None:

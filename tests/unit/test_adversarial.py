@@ -809,7 +809,8 @@ def test_bulk_refuses_a_caffemodel_regenerated_after_the_split(split_copy, tmp_p
     rc, err = _cli(capsys, "split", str(models / "age_net.caffemodel"), "--out",
                    str(tmp_path / "s"))
     assert rc == 0, err
-    rc, err = _cli(capsys, "models", "--out", str(models), "AgeNet", "--seed", "8")  # fixture: 7
+    rc, err = _cli(capsys, "models", "--out", str(models), "AgeNet", "--seed", "8",
+                   "--force")  # the fixture's are seed 7
     assert rc == 0, err
     pipe = tmp_path / "p.json"
     save_pipeline(Pipeline("p", [Arrival(0.0, ["AgeNet"])]), pipe)
@@ -834,3 +835,156 @@ def test_limits_and_seeds_are_bounded_and_a_stale_set_is_named(split_copy, tmp_p
     rc, err = _cli(capsys, "pipelines", "--models", str(split_copy), "--out", str(out),
                    "--count", "1", "--length", "1", "1", "--seed", "9")
     assert rc == 2 and "p001.json, p002.json of an earlier set" in err
+
+
+# --- the fourth held-out pass (/work/notes/adversarial-25d.md: H1-H2, M1-M6) ---------------
+
+
+def test_no_verb_writes_over_what_it_reads_or_into_a_run(two_runs, split_copy, tmp_path,
+                                                         capsys):
+    """H1 (fit-model over its own table or description), and the low ones: graph into a
+    run folder, tidy into one through a link."""
+    tables = _tables(tmp_path, two_runs)
+    for out in (tables / "runs.parquet", split_copy / "age_net.description.json"):
+        before = out.read_bytes()
+        rc, err = _cli(capsys, "fit-model", "--tables", str(tables), "--models",
+                       str(split_copy), "--out", str(out))
+        assert rc == 2 and "would overwrite the tables or descriptions" in err, err
+        assert out.read_bytes() == before
+    run = Path(shutil.copytree(two_runs[0], tmp_path / "run"))
+    rc, err = _cli(capsys, "graph", "--description", str(split_copy / "age_net.description.json"),
+                   "--policy", "linear", "--out", str(run / "g.dot"))
+    assert rc == 2 and "lies in a run folder" in err and not (run / "g.dot").exists()
+    (tmp_path / "link").symlink_to(run)
+    rc, err = _cli(capsys, "tidy", "--out", str(tmp_path / "link" / "t"), str(two_runs[1]))
+    assert rc == 2 and "lies in a run folder" in err and not (run / "t").exists()
+
+
+def _other_seed_split(tmp_path: Path, capsys) -> Path:
+    """AgeNet generated with seed 8 (the fixture's: 7) and split: files of the same sizes
+    and other bytes."""
+    rc, err = _cli(capsys, "models", "--out", str(tmp_path / "m8"), "AgeNet", "--seed", "8")
+    assert rc == 0, err
+    rc, err = _cli(capsys, "split", str(tmp_path / "m8" / "age_net.caffemodel"), "--out",
+                   str(tmp_path / "s8"))
+    assert rc == 0, err
+    return tmp_path / "s8"
+
+
+def test_every_model_file_a_run_reads_is_the_one_split(split_copy, tmp_path, capsys):
+    """H2: a description without the caffemodel's digest is refused (bulk could read
+    another model unseen); M1: a partial swapped for another seed's of the same size is
+    refused by every policy that reads partials, and by forward, before any output."""
+    s8 = _other_seed_split(tmp_path, capsys)
+    desc = split_copy / "age_net.description.json"
+    original = desc.read_text()
+    _edit(desc, lambda d: d.update(caffemodel_sha256=None))
+    for policy in ("bulk", "linear"):
+        rc, err = _run_agenet(capsys, split_copy, tmp_path, "--policy", policy, "--backend",
+                              "none")
+        assert rc == 2 and "records no caffemodel_sha256" in err, err
+    desc.write_text(original)
+    _edit(desc, lambda d: d["layers"][1].pop("partial_sha256"))
+    rc, err = _run_agenet(capsys, split_copy, tmp_path, "--policy", "linear", "--backend", "none")
+    assert rc == 2 and "records no partial_sha256" in err, err
+    desc.write_text(original)
+    partial = json.loads(original)["layers"][1]["partial"]
+    assert (s8 / partial).stat().st_size == (split_copy / partial).stat().st_size
+    assert (s8 / partial).read_bytes() != (split_copy / partial).read_bytes()
+    shutil.copy(s8 / partial, split_copy / partial)
+    for policy in ("linear", "partial:2", "deepeye"):
+        rc, err = _run_agenet(capsys, split_copy, tmp_path, "--policy", policy, "--backend",
+                              "none")
+        assert rc == 2 and f"{partial} changed after AgeNet was split" in err, (policy, err)
+        assert not (tmp_path / "run").exists()
+    rc, err = _cli(capsys, "forward", str(desc), "--batch", "1")
+    assert rc == 2 and "changed after AgeNet was split" in err
+    rc, err = _run_agenet(capsys, split_copy, tmp_path, "--policy", "bulk", "--backend",
+                          "none", "--sample-hz", "0")
+    assert rc == 0, err  # bulk reads the whole caffemodel, which is the one split
+
+
+def test_two_pipelines_at_once_into_one_folder_never_mix(split_copy, tmp_path, capsys):
+    """M2: the second is refused while the first writes (its lock, held here)."""
+    from engine.commands.options import folder_lock
+
+    out = tmp_path / "pl"
+    out.mkdir()
+    with folder_lock(out, "--out", "pipelines"):
+        rc, err = _cli(capsys, "pipelines", "--models", str(split_copy), "--out", str(out),
+                       "--count", "2", "--length", "1", "2")
+    assert rc == 2 and "another pipelines is writing into it" in err
+    assert list(out.iterdir()) == []
+    rc, err = _cli(capsys, "pipelines", "--models", str(split_copy), "--out", str(out),
+                   "--count", "2", "--length", "1", "2")
+    assert rc == 0 and sorted(f.name for f in out.iterdir()) == ["p000.json", "p001.json"]
+
+
+def test_another_table_in_a_tables_place_is_one_line(tmp_path, capsys):
+    """M3 (results-report), and doctor --tables (low)."""
+    tables = tmp_path / "t"
+    tables.mkdir()
+    other = pd.DataFrame({"run_id": ["r"], "layer": [1]})
+    for name in ("summary", "runs", "noise_floor"):
+        other.to_parquet(tables / f"{name}.parquet")
+    rc, err = _cli(capsys, "results-report", "--tables", str(tables))
+    assert rc == 2 and "summary.parquet has no column 'level'" in err, err
+    rc, err = _cli(capsys, "doctor", "--tables", str(tables))
+    assert rc == 2 and "runs.parquet has no column 'termination'" in err, err
+
+
+def test_a_config_key_given_twice_is_refused(tmp_path):
+    """M4: YAML keeps the second `run:` block and drops the first unseen."""
+    from engine.workflow.checks import check_config_files
+
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("run:\n  policies: [bulk]\nseed: 1\nrun:\n  repetitions: 1\n")
+    with pytest.raises(ValueError, match=r"gives 'run' twice \(line 4\)"):
+        check_config_files([twice])
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("run:\n  repetitions: 1\n  repetitions: 2\n")
+    with pytest.raises(ValueError, match="gives 'repetitions' twice"):
+        check_config_files([nested])
+    fine = tmp_path / "fine.yaml"
+    fine.write_text("run:\n  repetitions: 1\nvm:\n  repetitions: 1\n")
+    check_config_files([fine])  # the same key in two mappings is no repetition
+    r = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--configfile", str(twice)],
+                       cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and "gives 'run' twice" in r.stdout + r.stderr
+
+
+def test_models_never_replace_a_different_model_unasked(tmp_path, capsys):
+    """M5: a user's own file (here another seed's) in --out stays unless --force; an
+    identical one is left as it is."""
+    out = tmp_path / "m"
+    rc, err = _cli(capsys, "models", "--out", str(out), "AgeNet", "--seed", "3")
+    assert rc == 0, err
+    mine = (out / "age_net.caffemodel").read_bytes()
+    rc, err = _cli(capsys, "models", "--out", str(out), "AgeNet", "--seed", "3")
+    assert rc == 0, err  # the same model again
+    rc, err = _cli(capsys, "models", "--out", str(out), "AgeNet", "--seed", "4")
+    assert rc == 2 and "age_net.caffemodel exists and is not AgeNet at seed 4" in err, err
+    assert (out / "age_net.caffemodel").read_bytes() == mine
+    assert sorted(p.name for p in out.iterdir()) == ["age_net.caffemodel", "age_net.prototxt"]
+    rc, err = _cli(capsys, "models", "--out", str(out), "AgeNet", "--seed", "4", "--force")
+    assert rc == 0 and (out / "age_net.caffemodel").read_bytes() != mine
+
+
+def test_a_batch_past_the_machines_memory_is_refused_up_front(split_copy, tmp_path, capsys,
+                                                              monkeypatch):
+    """M6: on a machine of 1 GiB, AgeNet at batch 1,000 (about 6 MB of outputs per image)
+    is refused at once, by forward and by run, and batch 1 is not."""
+    import psutil
+
+    real = psutil.virtual_memory()
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: real._replace(total=2**30))
+    desc = split_copy / "age_net.description.json"
+    t0 = time.monotonic()
+    rc, err = _cli(capsys, "forward", str(desc), "--batch", "1000")
+    assert rc == 2 and "AgeNet alone needs about" in err and "1.0 GiB of RAM" in err, err
+    rc, err = _run_agenet(capsys, split_copy, tmp_path, "--policy", "linear", "--backend",
+                          "none", "--batch", "1000")
+    assert rc == 2 and "AgeNet alone needs about" in err, err
+    assert time.monotonic() - t0 < 30 and not (tmp_path / "run").exists()
+    rc, err = _cli(capsys, "forward", str(desc), "--batch", "1")
+    assert rc == 0, err

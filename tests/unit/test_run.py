@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import signal
 import subprocess
@@ -186,6 +187,10 @@ def test_a_failing_task_is_recorded_as_error(tmp_path):
     data = bytearray(partial.read_bytes())
     data[4:40] = b"\xff" * 36  # corrupt, same size: only reading the layer can tell
     partial.write_bytes(bytes(data))
+    # as if split so (the run checks the partials' digests up front): the task fails
+    record = json.loads(Path(desc.path).read_text())
+    record["layers"][12]["partial_sha256"] = hashlib.sha256(bytes(data)).hexdigest()
+    Path(desc.path).write_text(json.dumps(record))
     pipe = tmp_path / "p.json"
     save_pipeline(_pipeline(["AgeNet"]), pipe)
     r = _cli("run", "--pipeline", str(pipe), "--models", str(tmp_path / "s"), "--policy",

@@ -20,7 +20,7 @@ from engine.workflow.args import (
     run_options,
     vm_pipelines_args,
 )
-from engine.workflow.checks import check_config
+from engine.workflow.checks import check_config, check_config_files
 from engine.workflow.environ import job_environ
 from engine.workflow.fingerprint import code_fingerprint
 from engine.workflow.plan import (
@@ -47,6 +47,7 @@ from engine.workflow.snakemake_api import declare_signatures
 configfile: "config/config.yaml"
 
 
+check_config_files(workflow.configfiles)  # a key given twice, which YAML drops unseen
 validate(config, "../schemas/config.schema.yaml")
 check_config(config)  # what the schema cannot say: ordered ranges, limits > 0, ...
 
