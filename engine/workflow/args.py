@@ -118,3 +118,21 @@ def vm_pipelines_args(config: Config, holdout: bool = False) -> str:
     return join_words(["--count", count, "--seed", seed, "--prefix", prefix,
                        "--length", *cfg["length"], *bins_args(config),
                        "--networks", *cfg["networks"]])
+
+
+def run_command(prefix: str, pipeline: str, policy: str, models: str, out: str, limit: str,
+                batch: str, runtime: str, seed: int, options: str, log: str) -> str:
+    """The shell line of one run, ``python -m engine run ...`` after ``prefix`` (its SLURM
+    job step, or the qemu guest's cache: ``common.smk``'s ``vm_env``), its stderr into
+    ``log``."""
+    q = shlex.quote
+    return (f"{prefix}python -m engine run --pipeline {q(pipeline)} --policy {q(policy)}"
+            f" --models {q(models)} --out {q(out)} {limit} {batch} --runtime {q(runtime)}"
+            f" --seed {int(seed)} {options} 2> {q(log)}")
+
+
+def block_command(commands: Iterable[str]) -> str:
+    """One job's runs (``run.per_job: block``), one after the other in the given order:
+    each runs whatever the others did, and the job fails at its end if any failed (a
+    crash; an OOM kill or a timeout is a result), so a rerun repeats the block."""
+    return "rc=0; " + " ".join(f"{c} || rc=1;" for c in commands) + ' exit "$rc"'

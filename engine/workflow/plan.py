@@ -201,39 +201,82 @@ def unprobed_runs(config: Config) -> list[tuple[str, str]]:
     return [(pipeline, parse_policy(policy).name) for pipeline in main.pipelines]
 
 
-def run_order(config: Config) -> list[tuple[str, str, str, str, int]]:
-    """The order the runs should start in, as (kind, pipeline, policy, limit, rep).
+# A block of runs: (kind, in_vm, pipeline, limit, rep); its kind is its first run set's
+# (the unprobed twins join their pipeline's "runs" block)
+BlockKey = tuple[str, bool, str, str, int]
 
-    Repetition by repetition; within one, the blocks (one pipeline under one limit) in a
-    seeded random order, and within a block every policy (and the unprobed twin) in a
-    seeded random order of its own: the runs a comparison pairs are close in time, so a
-    drift or a neighbour's load hits every policy alike, and no policy always goes first.
+
+def run_blocks(config: Config) -> dict[BlockKey, list[tuple[str, str]]]:
+    """Every block of runs, in the order they should start, -> its runs as (kind, policy)
+    in their order.
+
+    Repetition by repetition; within one, the blocks (one pipeline under one limit, in
+    one place) in a seeded random order, and within a block every policy (and the
+    unprobed twin) in a seeded random order of its own: the runs a comparison pairs are
+    close in time, so a drift or a neighbour's load hits every policy alike, and no
+    policy always goes first. With ``run.per_job: block`` a block is one workflow job.
     """
     twins = set(unprobed_runs(config))
     sets = run_sets(config)
-    order = []
+    blocks: dict[BlockKey, list[tuple[str, str]]] = {}
     for rep in range(max(rs.repetitions for rs in sets)):
-        # a block: one pipeline under one limit, in one place; run sets that share a
-        # block (the workers experiment's policies) interleave in it
-        blocks: dict[tuple, list[tuple[str, str]]] = {}
+        # run sets that share a block (the workers experiment's policies) interleave in it
+        members: dict[tuple, list[tuple[str, str]]] = {}
         for rs in sets:
             if rep < rs.repetitions:
                 for pipeline in rs.pipelines:
                     for limit in rs.limits:
-                        blocks.setdefault((rs.kind, rs.in_vm, pipeline, limit), []).extend(
+                        members.setdefault((rs.kind, rs.in_vm, pipeline, limit), []).extend(
                             (rs.kind, policy) for policy in rs.policies)
-        keys = list(blocks)
+        keys = list(members)
         rng = np.random.default_rng([config["seed"], rep])
         for b in rng.permutation(len(keys)):
             kind, in_vm, pipeline, limit = keys[b]
-            members = blocks[keys[b]]
+            runs = members[keys[b]]
             if limit == UNLIMITED and not in_vm and kind == RUNS:
-                members += [(UNPROBED, pol) for pipe, pol in twins if pipe == pipeline]
-            for m in np.random.default_rng([config["seed"], rep, int(b)]).permutation(
-                    len(members)):
-                kind, policy = members[m]
-                order.append((kind, pipeline, policy, limit, rep))
-    return order
+                runs += [(UNPROBED, pol) for pipe, pol in twins if pipe == pipeline]
+            order = np.random.default_rng([config["seed"], rep, int(b)]).permutation(len(runs))
+            blocks[(kind, in_vm, pipeline, limit, rep)] = [runs[m] for m in order]
+    return blocks
+
+
+def run_order(config: Config) -> list[tuple[str, str, str, str, int]]:
+    """The order the runs should start in, as (kind, pipeline, policy, limit, rep): the
+    blocks' (``run_blocks``), one after the other."""
+    return [(kind, pipeline, policy, limit, rep)
+            for (_, _, pipeline, limit, rep), runs in run_blocks(config).items()
+            for kind, policy in runs]
+
+
+@dataclass(frozen=True)
+class BlockShape:
+    """Blocks that one workflow rule runs, a job each (``run.per_job: block``): the same
+    place, limit and runs (their outputs), on exactly these pipelines times these
+    repetitions."""
+
+    in_vm: bool
+    limit: str
+    runs: tuple[tuple[str, str], ...]  # (kind, policy), sorted
+    pipelines: tuple[str, ...]
+    reps: tuple[int, ...]
+
+
+def block_shapes(config: Config) -> list[BlockShape]:
+    """The blocks of ``run_blocks`` as rules: blocks alike in place, limit and runs, split
+    until each shape's blocks are its pipelines times its repetitions, so a rule's
+    wildcards (pipeline, rep) match its own blocks' folders and no other rule's."""
+    alike: dict[tuple, dict[int, list[str]]] = {}
+    for (_, in_vm, pipeline, limit, rep), runs in run_blocks(config).items():
+        alike.setdefault((in_vm, limit, tuple(sorted(runs))), {}).setdefault(
+            rep, []).append(pipeline)
+    shapes = []
+    for (in_vm, limit, runs), by_rep in alike.items():
+        reps_of: dict[tuple[str, ...], list[int]] = {}
+        for rep, pipelines in by_rep.items():
+            reps_of.setdefault(tuple(sorted(pipelines)), []).append(rep)
+        shapes += [BlockShape(in_vm, limit, runs, pipelines, tuple(sorted(reps)))
+                   for pipelines, reps in reps_of.items()]
+    return shapes
 
 
 def run_priorities(config: Config) -> dict[tuple[str, str, str, str, int], int]:

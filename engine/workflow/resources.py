@@ -64,4 +64,10 @@ def slurm_step_prefix(mem_mb: int | None) -> str:
 
 def run_runtime_min(run: Config) -> int:
     """Minutes a run job asks for: the engine's own timeout and five minutes' margin."""
-    return int(run["timeout_s"] // 60) + 5
+    return block_runtime_min(run, 1)
+
+
+def block_runtime_min(run: Config, runs: int) -> int:
+    """Minutes a job of ``runs`` runs one after the other asks for: each run's timeout and
+    five minutes' margin."""
+    return int(run["timeout_s"] // 60) * runs + 5

@@ -5,6 +5,7 @@ environment, one list of backends, and config/README.md covering every key."""
 from __future__ import annotations
 
 import copy
+import os
 import re
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from engine.workflow.args import (
     arrival_args,
     batch_args,
     bins_args,
+    block_command,
     limit_args,
     pipelines_args,
     reconcile_limit_args,
@@ -26,10 +28,12 @@ from engine.workflow.checks import check_config
 from engine.workflow.environ import job_environ
 from engine.workflow.fingerprint import JOB_ENTRIES, code_fingerprint, job_modules
 from engine.workflow.plan import (
+    block_shapes,
     kind_runtime,
     needs_vm_guest,
     policy_ids,
     reconcile_in_vm,
+    run_blocks,
     run_order,
     run_sets,
     vm_enabled,
@@ -583,16 +587,16 @@ def test_the_slurm_profile_groups_nothing_and_notices_cancelled_jobs():
 
 def test_the_slurm_profile_plans_one_core_and_sized_memory_per_job(tmp_path):
     """A dry run through profiles/slurm (needs the executor plugin, not SLURM): every job
-    asks for one core, run jobs for their limit plus the workflow's own processes, and no
-    job is a group."""
+    asks for one core, and no job is a group; paper.yaml's run jobs are blocks (one
+    pipeline under one limit in one repetition) that ask for their limit plus the
+    workflow's own processes and the sum of their runs' runtimes."""
     import subprocess
     import sys
 
     pytest.importorskip("snakemake_executor_plugin_slurm")
     cfg = load_config("paper.yaml")
     cfg = with_(cfg, results=str(tmp_path / "r"), pipelines__count=1, run__repetitions=2,
-                run__policies=["bulk"], run__probe_overhead_policy=None,
-                run__reconcile__policy="bulk")
+                run__policies=["bulk", "linear"], run__reconcile__policy="bulk")
     path = tmp_path / "paper-small.yaml"
     path.write_text(yaml.safe_dump(cfg))
     r = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm",
@@ -603,12 +607,105 @@ def test_the_slurm_profile_plans_one_core_and_sized_memory_per_job(tmp_path):
     assert "group" not in text.lower().replace("groups", "")
     jobs = re.findall(r"^rule (\w+):\n((?:    .*\n)+)", text, re.M)
     assert jobs
+    runs = []
     for rule, body in jobs:
         assert "threads:" not in body, rule  # printed only when more than one
         resources = dict(re.findall(r"(\w+)=([^,\n]+)", body.split("resources: ")[1]))
-        if rule == "run":
-            limit = re.search(r"limit=(\w+)", body).group(1)
+        assert rule != "run"
+        if rule.startswith("run_block_"):
+            outputs = re.search(r"output: (.*)", body).group(1).split(", ")
+            parts = {tuple(o.split("/")[-4:]) for o in outputs}  # pipeline/policy/limit/rep
+            assert len({(p[0], p[2], p[3]) for p in parts}) == 1, outputs  # one block
+            limit = outputs[0].split("/")[-2]
             step = run_step_mem_mb(cfg, limit, False)
             assert int(resources["mem_mb"]) == step + SLURM_JOB_OVERHEAD_MB
+            assert int(resources["runtime"]) == len(outputs) * 30 + 5  # timeout_s 1800
+            runs += outputs
         if rule == "tidy_run":  # every repetition of a pipeline x policy x limit
             assert body.count("/rep") >= 2 * 2
+    # every run, once: 3 pipelines (1 + the 2 held out) x 2 policies x 4 limits x 2 reps,
+    # and the 1 main pipeline's unprobed linear twins
+    assert len(runs) == len(set(runs)) == 3 * 2 * 4 * 2 + 2
+
+
+# --- run.per_job "block": a job per block of runs ------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "paper.yaml", "fidelity.yaml"])
+def test_blocks_hold_every_run_once_in_run_order(name):
+    """A block is one pipeline under one limit in one repetition, in one place; the blocks
+    one after the other are the run order, and every planned run is in one block."""
+    cfg = load_config(name)
+    blocks = run_blocks(cfg)
+    flat = [(kind, pipeline, policy, limit, rep)
+            for (_, _, pipeline, limit, rep), runs in blocks.items() for kind, policy in runs]
+    assert flat == run_order(cfg) and len(set(flat)) == len(flat)
+    planned = {(rs.kind, p, pol, lim, rep) for rs in run_sets(cfg) for p in rs.pipelines
+               for pol in rs.policies for lim in rs.limits for rep in range(rs.repetitions)}
+    twins = {r for r in flat if r[0] == "unprobed"}
+    assert set(flat) - twins == planned
+    for (kind, *_), runs in blocks.items():
+        assert {k for k, _ in runs} <= {kind, "unprobed"}
+        assert len(set(runs)) == len(runs)
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "paper.yaml", "fidelity.yaml"])
+def test_block_shapes_are_exact_products_that_never_overlap(name):
+    """Each shape's rule matches exactly its own blocks: its pipelines times its
+    repetitions are blocks of its place, limit and runs, and no run folder is the
+    output of two shapes."""
+    cfg = load_config(name)
+    blocks = run_blocks(cfg)
+    by_place: dict[tuple, set] = {}  # blocks of another kind may share a place (fidelity)
+    for (_, in_vm, pipeline, limit, rep), runs in blocks.items():
+        by_place.setdefault((in_vm, pipeline, limit, rep), set()).add(tuple(sorted(runs)))
+    outputs = []
+    for shape in block_shapes(cfg):
+        for pipeline in shape.pipelines:
+            for rep in shape.reps:
+                assert shape.runs in by_place[(shape.in_vm, pipeline, shape.limit, rep)]
+                outputs += [(kind, pipeline, policy, shape.limit, rep)
+                            for kind, policy in shape.runs]
+    assert sorted(outputs) == sorted(run_order(cfg))
+
+
+def test_a_block_runs_every_command_and_fails_at_its_end_if_one_failed(tmp_path):
+    """bash, not the code's formula: every line runs, in order, whatever the others did."""
+    import subprocess
+
+    log = tmp_path / "order"
+    lines = [f"echo {i} >> {log}" for i in range(3)]
+    ok = subprocess.run(["bash", "-euo", "pipefail", "-c", block_command(lines)])
+    assert ok.returncode == 0 and log.read_text().split() == ["0", "1", "2"]
+    log.unlink()
+    failing = [lines[0], f"echo x >> {log} && false", lines[2]]
+    bad = subprocess.run(["bash", "-euo", "pipefail", "-c", block_command(failing)])
+    assert bad.returncode == 1 and log.read_text().split() == ["0", "x", "2"]
+
+
+def test_blocks_plan_the_same_run_folders_as_one_job_per_run(tmp_path):
+    """A dry run of the default config both ways: the run folders planned are the same,
+    and each block job's runs are one pipeline under one limit in one repetition."""
+    import subprocess
+    import sys
+
+    planned = {}
+    for per_job in ("run", "block"):
+        cfg = with_(load_config("config.yaml"), results=str(tmp_path / per_job),
+                    run__per_job=per_job)
+        path = tmp_path / f"{per_job}.yaml"
+        path.write_text(yaml.safe_dump(cfg))
+        r = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--configfile", str(path)],
+                           cwd=REPO, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        jobs = re.findall(r"^rule (run\w*):\n(?:    .*\n)*?    output: (.*)\n",
+                          r.stdout + r.stderr, re.M)
+        folders = [os.path.relpath(o, tmp_path / per_job) for _, out in jobs
+                   for o in out.split(", ")]
+        planned[per_job] = (jobs, folders)
+        for _, out in jobs if per_job == "block" else ():
+            kinds, pipes, _, limits, reps = zip(*(o.split("/")[-5:] for o in out.split(", ")))
+            assert len(set(pipes)) == len(set(limits)) == len(set(reps)) == 1, out
+    runs, blocks = planned["run"], planned["block"]
+    assert len(runs[1]) == len(set(runs[1])) > 500
+    assert sorted(blocks[1]) == sorted(runs[1]) and len(blocks[0]) < len(runs[0]) / 3

@@ -14,9 +14,11 @@ from engine.caffe.zoo import ZOO
 from engine.schedule.policies import parse_policy, policy_fingerprint
 from engine.workflow.args import (
     batch_args,
+    block_command,
     limit_args,
     pipelines_args,
     reconcile_limit_args,
+    run_command,
     run_options,
     vm_pipelines_args,
 )
@@ -24,18 +26,21 @@ from engine.workflow.checks import check_config, check_config_files
 from engine.workflow.environ import job_environ
 from engine.workflow.fingerprint import code_fingerprint
 from engine.workflow.plan import (
+    block_shapes,
     holdout_config,
     kind_runtime,
     needs_vm_guest,
     pipeline_names,
     policy_ids,
     reconcile_in_vm,
+    run_blocks,
     run_priorities,
     run_sets,
     unprobed_runs,
     vm_pipeline_names,
 )
 from engine.workflow.resources import (
+    block_runtime_min,
     run_mem_mb,
     run_runtime_min,
     run_step_mem_mb,
@@ -107,6 +112,8 @@ POLICIES = policy_ids([p for rs in RUN_SETS for p in rs.policies])
 # main); "unprobed" for the probe-overhead twins (--no-probes)
 RUN_PATTERN = "{pipeline}/{policy}/{limit}/rep{rep}"
 KIND_PATTERN = f"{{kind}}/{RUN_PATTERN}"
+RUN_DIR = f"{RESULTS}/{KIND_PATTERN}"
+RUN_LOG = f"{RESULTS}/logs/{KIND_PATTERN}.log"
 SET_PATTERN = "{pipeline}/{policy}/{limit}"
 # (kind, pipeline, policy id, limit) -> its repetitions: one tidy job per such run set
 RUN_SET_REPS = {
@@ -134,6 +141,19 @@ UNPROBED_TIDY_DIRS = [f"{RESULTS}/tidy/{kind}/{pipeline}/{policy}/{limit}"
 # Snakemake priorities that start the runs interleaved across policies, block by block
 # (engine.workflow.plan.run_order); the order they really ran in is in the runs table.
 RUN_PRIORITY = run_priorities(config)
+# run.per_job "block": one job per block of runs (engine.workflow.plan.run_blocks), by one
+# rule per BlockShape (workflow/rules/run.smk); (shape index, pipeline, rep) -> the
+# block's runs in their order, and its priority (the blocks start in run order)
+PER_JOB = RUN.get("per_job", "run")
+BLOCK_SHAPES = block_shapes(config) if PER_JOB == "block" else []
+BLOCK_RUNS = {}
+if BLOCK_SHAPES:
+    _SHAPE_INDEX = {(s.in_vm, s.limit, s.runs, p, r): i for i, s in enumerate(BLOCK_SHAPES)
+                    for p in s.pipelines for r in s.reps}
+    _BLOCKS = list(run_blocks(config).items())
+    for _at, ((_, _in_vm, _pipe, _limit, _rep), _runs) in enumerate(_BLOCKS):
+        _i = _SHAPE_INDEX[(_in_vm, _limit, tuple(sorted(_runs)), _pipe, _rep)]
+        BLOCK_RUNS[(_i, _pipe, _rep)] = (_runs, len(_BLOCKS) - _at)
 REC_ID = REC["policy"].replace(":", "_")
 REC_DIR = f"{RESULTS}/reconcile/{REC['pipeline']}/{REC_ID}/{REC['limit']}"
 
@@ -311,20 +331,42 @@ def vm_env(wildcards, input):
     """What goes before `python -m engine run`: for a run that goes to the VM, the guest
     this workflow built; under `inherit`, a SLURM job step of its own of exactly the run's
     limit (engine.workflow.resources.slurm_step_prefix; outside a SLURM job the run starts as it
-    is). It reads `input`, so Snakemake counts it as derived from the input files and
-    never compares it to decide a rerun: it holds no setting the results depend on."""
+    is)."""
     if input.vm_guest:
         return f"EDGEPROF_VM_CACHE={os.path.dirname(input.vm_guest)} "
     return STEP_PREFIX[_limit_key(wildcards)]
+
+
+def _run_line(kind, pipeline, policy, limit, rep, in_vm, prefix):
+    """The shell line of one run (policy: its canonical name)."""
+    names = dict(kind=kind, pipeline=pipeline, policy=policy.replace(":", "_"), limit=limit,
+                 rep=rep)
+    return run_command(prefix, f"{PIPELINES_DIR}/{pipeline}.json", policy, SPLIT_DIR,
+                       RUN_DIR.format(**names), _limit_flags(kind, (in_vm, limit)),
+                       BATCH_ARGS, kind_runtime(config, kind), config["seed"] + rep,
+                       RUN_OPTIONS, RUN_LOG.format(**names))
+
+
+def run_line(wildcards, input):
+    """Rule run's shell line. It reads `input`, so Snakemake counts it as derived from
+    the input files and never compares it to decide a rerun: the params beside it that
+    the results depend on (policy, limit, ...) are compared instead."""
+    return _run_line(wildcards.kind, wildcards.pipeline, POLICIES[wildcards.policy],
+                     wildcards.limit, int(wildcards.rep), _limit_key(wildcards)[0],
+                     vm_env(wildcards, input))
 
 
 def run_policy(wildcards):
     return POLICIES[wildcards.policy]
 
 
+def _limit_flags(kind, key):
+    args = LIMIT_ARGS[key]
+    return f"{args} --no-probes" if kind == "unprobed" else args
+
+
 def run_limit_args(wildcards):
-    args = LIMIT_ARGS[_limit_key(wildcards)]
-    return f"{args} --no-probes" if wildcards.kind == "unprobed" else args
+    return _limit_flags(wildcards.kind, _limit_key(wildcards))
 
 
 def run_runtime(wildcards):
@@ -387,12 +429,52 @@ def vm_recipe(wildcards):
     return recipe_hash()
 
 
+# Rule factories of run.per_job "block" (workflow/rules/run.smk): shape i's outputs and
+# logs (every run's folder and log, with the pipeline and rep wildcards) and its shell.
+def block_paths(i, pattern):
+    shape = BLOCK_SHAPES[i]
+    return [pattern.format(kind=kind, pipeline="{pipeline}", policy=policy.replace(":", "_"),
+                           limit=shape.limit, rep="{rep}") for kind, policy in shape.runs]
+
+
+def block_shell(i):
+    """Params function of shape i: its block's runs one after the other in their order,
+    each in a SLURM job step of its own (or booting the workflow's guest)."""
+    shape = BLOCK_SHAPES[i]
+    in_qemu = needs_vm_guest(config, shape.limit, shape.in_vm)
+    prefix = f"EDGEPROF_VM_CACHE={VM_CACHE} " if in_qemu else STEP_PREFIX[(shape.in_vm,
+                                                                           shape.limit)]
+
+    def runs(wildcards):
+        order, _ = BLOCK_RUNS[(i, wildcards.pipeline, int(wildcards.rep))]
+        return block_command(_run_line(kind, wildcards.pipeline, policy, shape.limit,
+                                       int(wildcards.rep), shape.in_vm, prefix)
+                             for kind, policy in order)
+
+    declare_signatures([runs])
+    return runs
+
+
+def block_priority(i):
+    def priority(wildcards):
+        return BLOCK_RUNS[(i, wildcards.pipeline, int(wildcards.rep))][1]
+
+    declare_signatures([priority])
+    return priority
+
+
+def block_resources(i):
+    shape = BLOCK_SHAPES[i]
+    return {"mem_mb": RUN_MEM_MB[(shape.in_vm, shape.limit)],
+            "runtime": block_runtime_min(RUN, len(shape.runs))}
+
+
 # Snakemake inspects the signature of an input, params or resources function every time
 # it calls one (twice per call; 12 calls per run job): fix each function's parameters
 # once per workflow (engine.workflow.snakemake_api: public where Snakemake is not one it
 # was checked on).
 declare_signatures(
-    (output_dir, split_dir, model_files, run_vm_guest, reconcile_vm_guest, vm_env,
+    (output_dir, split_dir, model_files, run_vm_guest, reconcile_vm_guest, vm_env, run_line,
      run_policy, run_limit_args, run_runtime, run_seed, run_code, run_mem, run_priority,
      vm_recipe, caption_facts, set_runs, tables_dir, model_caption_facts,
      model_figure_tables, model_splits)

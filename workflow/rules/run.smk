@@ -3,42 +3,76 @@
 # the probe-overhead twins (kind "unprobed": the same run with --no-probes). Priorities
 # start them interleaved across policies (engine.workflow.plan.run_order). An OOM-killed or
 # timed-out run is a result (exit 0, termination recorded); a crash fails the job with
-# the engine's message, and a rerun continues from there.
+# the engine's message, and a rerun continues from there. With run.per_job "block" a job
+# runs a block of runs instead (docs/cluster.md).
 
 
-rule run:
-    input:
-        # the description files are the pipelines' input already (rule pipelines), so a
-        # changed split reruns the runs through their pipeline; listing them here too
-        # cost planning the paper sweep 200,000 more file lookups
-        pipeline=f"{PIPELINES_DIR}/{{pipeline}}.json",
-        vm_guest=RUN_VM_GUEST,
-    output:
-        directory(f"{RESULTS}/{KIND_PATTERN}"),
-    params:
-        policy=run_policy,
-        models=SPLIT_DIR,
-        limit=run_limit_args,
-        batch=BATCH_ARGS,
-        runtime=run_runtime,
-        seed=run_seed,
-        options=RUN_OPTIONS,
-        code=run_code,
-        vm_env=vm_env,
-    priority: run_priority
-    resources:
-        mem_mb=run_mem,
-        runtime=RUN_RUNTIME,
-    log:
-        f"{RESULTS}/logs/{KIND_PATTERN}.log",
-    benchmark:
-        f"{RESULTS}/benchmarks/{KIND_PATTERN}.tsv"
-    conda:
-        "../../envs/run.yaml"
-    shell:
-        "{params.vm_env}python -m engine run --pipeline {input.pipeline}"
-        " --policy {params.policy} --models {params.models} --out {output} {params.limit}"
-        " {params.batch} {params.runtime} --seed {params.seed} {params.options} 2> {log}"
+if PER_JOB == "run":
+
+    rule run:
+        input:
+            # the description files are the pipelines' input already (rule pipelines), so
+            # a changed split reruns the runs through their pipeline; listing them here too
+            # cost planning the paper sweep 200,000 more file lookups
+            pipeline=f"{PIPELINES_DIR}/{{pipeline}}.json",
+            vm_guest=RUN_VM_GUEST,
+        output:
+            directory(RUN_DIR),
+        params:
+            # what the results depend on, compared for a rerun (the command is derived)
+            policy=run_policy,
+            models=SPLIT_DIR,
+            limit=run_limit_args,
+            batch=BATCH_ARGS,
+            runtime=run_runtime,
+            seed=run_seed,
+            options=RUN_OPTIONS,
+            code=run_code,
+            command=run_line,
+        priority: run_priority
+        resources:
+            mem_mb=run_mem,
+            runtime=RUN_RUNTIME,
+        log:
+            RUN_LOG,
+        benchmark:
+            f"{RESULTS}/benchmarks/{KIND_PATTERN}.tsv"
+        conda:
+            "../../envs/run.yaml"
+        shell:
+            "{params.command}"
+
+else:
+    # run.per_job "block": a job per block of runs (a pipeline under one limit in one
+    # repetition), one rule per shape of block (its limit, place and runs: its outputs)
+    for _i, _shape in enumerate(BLOCK_SHAPES):
+
+        rule:
+            name:
+                f"run_block_{_i}"
+            input:
+                pipeline=f"{PIPELINES_DIR}/{{pipeline}}.json",
+                vm_guest=VM_GUEST if needs_vm_guest(config, _shape.limit, _shape.in_vm) else [],
+            output:
+                [directory(path) for path in block_paths(_i, RUN_DIR)],
+            wildcard_constraints:
+                pipeline="|".join(map(re.escape, _shape.pipelines)),
+                rep="|".join(map(str, _shape.reps)),
+            params:
+                # compared for a rerun: every run's line, and the code of its policies
+                runs=block_shell(_i),
+                code="-".join(sorted({RUN_CODE[p.replace(":", "_")] for _, p in _shape.runs})),
+            priority: block_priority(_i)
+            resources:
+                **block_resources(_i),
+            log:
+                block_paths(_i, RUN_LOG),
+            benchmark:
+                f"{RESULTS}/benchmarks/blocks/{{pipeline}}/{_shape.limit}/rep{{rep}}.{_i}.tsv"
+            conda:
+                "../../envs/run.yaml"
+            shell:
+                "{params.runs}"
 
 
 # The reconciliation run: the same engine with tcmalloc preloaded and a heap profile

@@ -49,9 +49,10 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 
 def tiny_config(results: Path) -> dict:
-    """test_workflow's tiny config, its limited run under `inherit` at 512M."""
+    """test_workflow's tiny config, its limited run under `inherit` at 512M, a job per
+    block of runs (as config/paper.yaml)."""
     cfg = workflow_config(results)
-    cfg["run"].update(limits=["none", "512M"], backend="inherit")
+    cfg["run"].update(limits=["none", "512M"], backend="inherit", per_job="block")
     cfg["plots"]["dpi"] = 60
     return cfg
 
@@ -146,15 +147,19 @@ def _size_mib(text: str) -> float:
 
 
 def test_every_job_went_through_sbatch(sweep, cluster):
+    """One allocation per job, rule by rule; the runs went in one job per block (one
+    pipeline under one limit in one repetition: run.per_job block)."""
     wf, log, _ = sweep
     planned = _planned(log)
     del planned["all"]  # the target rule has no action: Snakemake runs no job for it
     uuid = re.search(r"SLURM run ID: (\S+)", log).group(1)
     rows = _sacct(cluster, "-X", "--format=JobIDRaw,JobName,State,Comment")
     ours = [r for r in rows if r[1] == uuid]
-    by_rule = Counter(re.match(r"rule_([a-z_]+?)(_wildcards_.*)?$", r[3]).group(1)
+    by_rule = Counter(re.match(r"rule_([a-z_0-9]+?)(_wildcards_.*)?$", r[3]).group(1)
                       for r in ours)
     assert by_rule == planned, (by_rule, planned)
+    blocks = sum(n for rule, n in by_rule.items() if rule.startswith("run_block_"))
+    assert blocks == 2 * 3  # a job per limit and repetition
     assert {r[2] for r in ours} == {"COMPLETED"}
 
 
@@ -187,29 +192,52 @@ def test_unenforced_runs_are_labelled_and_read_no_cgroup_counters(sweep):
     assert samples.cg_current_bytes.isna().all()  # "not measured", never the node's
 
 
+def _seconds(elapsed: str) -> int:
+    """sacct's Elapsed ('[D-]HH:MM:SS') in seconds."""
+    days, _, clock = elapsed.rpartition("-")
+    h, m, s = (int(x) for x in clock.split(":"))
+    return int(days or 0) * 86400 + h * 3600 + m * 60 + s
+
+
 def test_each_run_had_a_step_of_its_limit_and_the_rest_fits_the_job(sweep, cluster):
-    """A run job: the batch step (the plugin's jobstep Snakemake, srun), step 0 (the job's
-    Snakemake, its shell, srun) and step 1, the engine alone with --mem=<limit>. What the
-    job asks beyond the limit (SLURM_JOB_OVERHEAD_MB) must hold the first two."""
+    """A block job: the batch step (the plugin's jobstep Snakemake, srun), step 0 (the
+    job's Snakemake, its shell, srun) and one step per run, the engine alone with
+    --mem=<limit>. What the job asks beyond the limit (SLURM_JOB_OVERHEAD_MB) must hold
+    the first two. Prints the wall time a job spends beside its engine steps, per run: a
+    block's against the single-run reconciliation job's."""
     wf, log, _ = sweep
-    rows = _sacct(cluster, "--format=JobID,Comment,ReqMem,AllocTRES,MaxRSS,State")
+    rows = _sacct(cluster, "--format=JobID,Comment,ReqMem,AllocTRES,MaxRSS,State,Elapsed")
     jobs = {r[0]: r for r in rows if "." not in r[0]}
-    run_jobs = {j: r for j, r in jobs.items() if r[1].startswith(("rule_run_", "rule_reconcile"))}
-    assert len(run_jobs) == 12 + 3 + 1  # runs, linear's unprobed twins, reconciliation
-    overheads = []
+    run_jobs = {j: r for j, r in jobs.items()
+                if r[1].startswith(("rule_run_block_", "rule_reconcile"))}
+    assert len(run_jobs) == 6 + 1  # blocks, reconciliation
+    # a block rule's limit, from the outputs Snakemake printed for its jobs
+    limits = dict(re.findall(r"^ *rule (run_block_\d+):\n(?: .*\n)*? +output: \S+/(none|512M)/rep",
+                             log, re.M))
+    overheads, engine_steps, per_run = [], 0, {"block": [], "single": []}
     for job, row in run_jobs.items():
         steps = {r[0].split(".", 1)[1]: r for r in rows if r[0].startswith(f"{job}.")}
-        limit_mib = 512 if "512M" in row[1] else UNLIMITED_MEM_MB
-        step_mem = re.search(r"mem=([^,]+)", steps["1"][3]).group(1)
-        assert _size_mib(step_mem) == limit_mib, (row, steps)  # the engine's own step
+        rule = re.match(r"rule_([a-z_0-9]+?)(_wildcards_.*)?$", row[1]).group(1)
+        limit = limits.get(rule, "none")  # the reconciliation run: unconstrained
+        limit_mib = 512 if limit == "512M" else UNLIMITED_MEM_MB
         assert _size_mib(row[2]) == limit_mib + SLURM_JOB_OVERHEAD_MB
+        mem = {name: _size_mib(re.search(r"mem=([^,]+)", r[3]).group(1))
+               for name, r in steps.items() if name != "batch"}
+        engine = [name for name, m in mem.items() if m == limit_mib]  # the engine's own
+        expected = 1 if rule == "reconcile_run" else (3 if limit == "none" else 2)
+        assert len(engine) == expected and set(mem) - set(engine) == {"0"}, (row, steps)
+        engine_steps += len(engine)
         overhead = _size_mib(steps["batch"][4]) + _size_mib(steps["0"][4])
         overheads.append(overhead)
-        engine = (f"{_size_mib(steps['1'][4]):.0f} MiB" if steps["1"][4]
-                  else "not sampled (under the 1 s sampling period)")
-        print(f"{row[1]}: job --mem {row[2]}, step 1 {steps['1'][3]}, engine MaxRSS "
-              f"{engine}, workflow's own processes (batch + step 0 MaxRSS) "
-              f"{overhead:.0f} MiB")
+        beside = _seconds(row[6]) - sum(_seconds(steps[n][6]) for n in engine)
+        per_run["single" if expected == 1 else "block"].append(beside / expected)
+        print(f"{row[1]}: job --mem {row[2]}, {len(engine)} engine step(s) of --mem "
+              f"{limit_mib} MiB, workflow's own processes (batch + step 0 MaxRSS) "
+              f"{overhead:.0f} MiB, wall s beside the engine {beside} "
+              f"({beside / expected:.1f} per run)")
+    assert engine_steps == 15 + 1
+    print("wall s per run beside the engine: block jobs "
+          f"{sorted(per_run['block'])}, a single-run job {per_run['single']}")
     assert max(overheads) < SLURM_JOB_OVERHEAD_MB, overheads
 
 
