@@ -160,6 +160,10 @@ class Description:
                 if a != b:
                     raise ModelError(f"{self.path}: layer {info.index} '{info.name}' has "
                                      f"{what} {a!r} but {prototxt} says {b!r}; {fix}")
+        inputs = [list(x.top_shapes[0]) for x in g.layers if x.type == "Input"][:1]
+        if self.input_shape != (inputs[0] if inputs else []):
+            raise ModelError(f"{self.path}: input_shape {self.input_shape!r} but {prototxt} "
+                             f"says {inputs[0] if inputs else []!r}; {fix}")
         totals = (sum(x.param_count for x in self.layers), sum(x.param_bytes for x in self.layers))
         if (self.param_count, self.param_bytes) != totals:
             raise ModelError(f"{self.path}: totals {self.param_count} parameters, "

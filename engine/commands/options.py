@@ -31,7 +31,8 @@ def positive(value: float | None, flag: str, allow_zero: bool = False,
     if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
         raise EdgeprofError(f"{flag} {value}: must be a number {'>= 0' if allow_zero else '> 0'}")
     if value > most:
-        raise EdgeprofError(f"{flag} {value}: must be at most {most:g}")
+        shown = f"{most:,}" if float(most).is_integer() else f"{most:g}"
+        raise EdgeprofError(f"{flag} {value}: must be at most {shown}")
 
 
 def size(text: str, flag: str) -> int:

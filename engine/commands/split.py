@@ -34,6 +34,11 @@ def main(args: argparse.Namespace) -> None:
             what = "does not exist" if kind == "missing" else f"is {kind}, not a file"
             raise EdgeprofError(f"{path} {what} (a split needs a .caffemodel and its "
                                 "deploy .prototxt side by side, or --prototxt)")
+    name = args.network
+    if name is not None and (not name.strip() or name != name.strip()
+                             or set(name) & set("/\\\n")):
+        raise EdgeprofError(f"--network {args.network!r}: a display name, without slashes, "
+                            f"newlines or spaces around it (pipelines name networks by it)")
     stem = model.name.removesuffix(".caffemodel")
     # A zoo file keeps its zoo name and conv|fc split even when --network is not given.
     entry = zoo.ZOO.get(args.network or "") or next(

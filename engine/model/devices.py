@@ -74,7 +74,9 @@ def parse_swap_cost(text: str, model: Model | None = None) -> Device:
     if path.suffix == ".json" and path.is_file():
         return read_device(path)
     match = _NUMBER.fullmatch(text.strip())
-    if match and float(match.group(1)) > 0:
+    if match and not float(match.group(1)) > 0:
+        raise EdgeprofError(f"--swap-cost {text}: a time per page must be above 0")
+    if match:
         seconds = float(match.group(1)) * _SCALE[match.group(2)]
         if not seconds <= MAX_PAGE_COST_S:
             raise EdgeprofError(f"--swap-cost {text}: more than {MAX_PAGE_COST_S:g} s per "

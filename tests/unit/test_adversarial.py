@@ -988,3 +988,31 @@ def test_a_batch_past_the_machines_memory_is_refused_up_front(split_copy, tmp_pa
     assert time.monotonic() - t0 < 30 and not (tmp_path / "run").exists()
     rc, err = _cli(capsys, "forward", str(desc), "--batch", "1")
     assert rc == 0, err
+
+
+def test_low_findings_of_the_fourth_pass(split_copy, tmp_path, capsys):
+    """Bounds printed as integers, a display name that is a path, a zero swap cost, an
+    input shape that is not the prototxt's, no size bins."""
+    from engine.model.devices import parse_swap_cost
+    from tests.unit.test_workflow_args import SCHEMA, load_config
+
+    rc, err = _cli(capsys, "pipelines", "--models", str(split_copy), "--out",
+                   str(tmp_path / "pl"), "--seed", str(2**40))
+    assert rc == 2 and "at most 4,294,967,295" in err
+    model = split_copy.parent / "models" / "age_net.caffemodel"
+    for name in ("../x", " AgeNet", "a\nb"):
+        rc, err = _cli(capsys, "split", str(model), "--network", name, "--out",
+                       str(tmp_path / "s"))
+        assert rc == 2 and "without slashes" in err and not (tmp_path / "s").exists()
+    with pytest.raises(EdgeprofError, match="must be above 0"):
+        parse_swap_cost("0us")
+    desc = split_copy / "age_net.description.json"
+    _edit(desc, lambda d: d.update(input_shape=[1, 3, 200, 200]))
+    with pytest.raises(ModelError, match="input_shape"):
+        Description.load_checked(desc)
+    import jsonschema
+
+    cfg = load_config("config.yaml")
+    cfg["pipelines"]["bins"] = []
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(cfg, SCHEMA)
