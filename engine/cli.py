@@ -31,6 +31,7 @@ from engine.commands import (
     tidy,
 )
 from engine.errors import EdgeprofError
+from engine.runner.interrupt import Signalled
 
 # Every verb, in the order --help lists them; each module adds its own parser
 # (engine/commands/__init__.py says how).
@@ -63,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:  # before a run's own handlers are installed, or outside one
         print("error: interrupted", file=sys.stderr)
+        return 130
+    except Signalled as exc:  # a verb that cleans up on SIGTERM/SIGHUP too (models, split)
+        print(f"error: interrupted by {exc.name}; nothing written", file=sys.stderr)
         return 130
     except OSError as exc:  # a path the command cannot read or write
         where = f" {exc.filename}" if exc.filename else ""

@@ -110,7 +110,7 @@ def report(tables_dir: str | Path, mode: str | None = None, peaks_only: bool = F
     summary = read_table(Path(tables_dir) / "summary.parquet",
                          "run the workflow's aggregate stage first",
                          ["level", "limit", "runtime", "size_bin", "policy", "emulated",
-                          "peak_rss_bytes_median"])
+                          "sandbox", "peak_rss_bytes_median"])
     if mode is not None and mode not in set(summary.pipe(_modes)):
         raise EdgeprofError(f"--mode {mode}: the tables hold runs of "
                             f"{', '.join(sorted(set(summary.pipe(_modes))))} only")

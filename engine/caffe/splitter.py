@@ -15,7 +15,6 @@ import math
 import os
 import shutil
 import stat
-import tempfile
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ from pathlib import Path
 from engine.caffe import graph, io, wire
 from engine.errors import ModelError
 from engine.files import normal_mode, parse_json, read_regular, sha256_file, write_text_atomic
+from engine.procs import stamped_tempdir, sweep
 
 DESCRIPTION_VERSION = 2  # 2: every partial's SHA-256, the caffemodel's required
 MAX_FILE_BYTES = 16 * 2**20  # a description of a few thousand layers is a few MiB
@@ -154,6 +154,10 @@ class Description:
                       layer.param_bytes, layer.macs, layer.flops, part, kind)
             ours = (info.index, info.name, info.type, info.output_shapes, info.param_count,
                     info.param_bytes, info.macs, info.flops, info.part, info.kind)
+            if layer.param_shapes and not info.partial:  # its weights would never load
+                raise ModelError(f"{self.path}: layer {info.index} '{info.name}' has "
+                                 f"{len(layer.param_shapes)} parameter blob(s) in {prototxt} "
+                                 f"but no partial file; {fix}")
             for what, a, b in zip(("index", "name", "type", "output shapes",
                                    "parameter count", "parameter bytes", "MACs", "FLOPs",
                                    "DeepEye part", "kind"), ours, theirs):
@@ -348,7 +352,9 @@ def split_model(caffemodel: str | os.PathLike, prototxt: str | os.PathLike,
     created = not out_dir.exists()
     out_dir.mkdir(parents=True, exist_ok=True)
     final = out_dir / f"{stem}_partials"
-    tmp = Path(tempfile.mkdtemp(prefix=f".{stem}_partials.", dir=out_dir))
+    # a split killed before it could clean up (SIGKILL) left its folder: gone now
+    sweep(out_dir, f".{stem}_partials.")
+    tmp = stamped_tempdir(f".{stem}_partials.", out_dir)
     normal_mode(tmp, directory=True)
     try:
         sizes, digests = _write_partials(caffemodel, records, stem, tmp)

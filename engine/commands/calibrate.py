@@ -7,7 +7,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from engine.commands.options import positive, size
+from engine.commands.options import (
+    limit_size,
+    not_over_inputs,
+    output_dir,
+    output_file,
+    positive,
+)
 from engine.limits import BACKENDS
 from engine.units import format_size
 
@@ -33,10 +39,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def main(args: argparse.Namespace) -> None:
     from engine.model.calibrate import calibrate
 
-    limit = size(args.limit, "--limit")
+    limit = limit_size(args.limit)
     positive(args.repetitions, "--repetitions", most=100)
-    out = Path(args.out)
+    out = output_file(args.out, "--out")  # before any run, not after them
+    not_over_inputs(out, "--out", [args.models], "the descriptions it runs")
     work = Path(args.work) if args.work else out.with_name(out.stem + ".runs")
+    output_dir(str(work), "--work")
+    not_over_inputs(work, "--work", [args.models, out], "what it reads or writes")
     device = calibrate(args.models, args.network, format_size(limit), args.backend,
                        args.repetitions, work, out, args.name or out.stem)
     print(f"{device.name}: {device.per_page_in_s * 1e6:.1f} us per page in, "

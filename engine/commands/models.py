@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import filecmp
 import os
+import shutil
 import sys
-import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from engine.commands.options import MAX_SEED, output_dir, output_file, positive
 from engine.errors import EdgeprofError
+from engine.procs import stamped_tempdir, sweep
+from engine.runner.interrupt import signals_unwind
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -22,6 +26,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="replace model files in --out that differ from the ones written")
     p.add_argument("networks", nargs="*", help="zoo networks (default: all of them)")
     p.set_defaults(func=main)
+
+
+@contextlib.contextmanager
+def _aside(out: Path) -> Iterator[Path]:
+    tmp = stamped_tempdir(".models.", out)
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main(args: argparse.Namespace) -> None:
@@ -38,9 +51,10 @@ def main(args: argparse.Namespace) -> None:
             output_file(str(Path(args.out) / f"{zoo.ZOO[name].stem}{suffix}"), "--out")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    sweep(out, ".models.")  # what a killed `models` left (SIGKILL: no cleanup ran)
     # written aside first: a file already in --out that differs (another seed, a model of
     # the user's) is never replaced unasked, and an identical one is left as it is
-    with tempfile.TemporaryDirectory(prefix=".models.", dir=out) as tmp:
+    with signals_unwind(), _aside(out) as tmp:
         made = []
         for name in names:
             t0 = time.perf_counter()

@@ -89,17 +89,18 @@ def not_over_inputs(out: str | os.PathLike, option: str,
 
 
 @contextlib.contextmanager
-def folder_lock(folder: Path, option: str, verb: str) -> Iterator[None]:
-    """An exclusive lock on the (existing) folder itself, held while ``verb`` writes into
-    it: a second one at the same time is refused, so two never leave a mixed set. The
-    kernel drops it when the process ends, however it ends; no lock file is left."""
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+def folder_lock(folder: Path, option: str, verb: str, what: str) -> Iterator[None]:
+    """An exclusive lock on ``what`` in the (existing) folder (a hidden ``.<what>.lock``
+    file), held while ``verb`` writes it: a second one at the same time is refused, so two
+    never leave a mixed set, while writers of other sets share the folder. The kernel
+    drops the lock when the process ends, however it ends."""
+    fd = os.open(folder / f".{what}.lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise EdgeprofError(f"{option} {folder}: another {verb} is writing into it; wait "
-                                f"for it or choose another {option}") from None
+            raise EdgeprofError(f"{option} {folder}: another {verb} is writing {what} into "
+                                f"it; wait for it or choose another {option}") from None
         yield
     finally:
         os.close(fd)

@@ -34,6 +34,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                       help="the same in decimal MB (10**6 bytes), e.g. 400 800 1200")
     p.add_argument("--networks", nargs="*", help="draw from these (default: all split models)")
     p.add_argument("--prefix", default="p", help="pipeline names: <prefix>NNN (default p)")
+    p.add_argument("--force", action="store_true",
+                   help="replace pipeline files in --out that differ from the ones written")
     p.set_defaults(func=main)
 
 
@@ -47,7 +49,7 @@ def main(args: argparse.Namespace) -> None:
     if unknown:
         raise EdgeprofError(f"no split model for {', '.join(unknown)} in {args.models} "
                             f"(available: {', '.join(sorted(models)) or 'none'})")
-    sizes = {n: Description.load(models[n]).param_bytes for n in names}
+    sizes = {n: Description.load_checked(models[n], files=False).param_bytes for n in names}
     arrival = {"mode": args.arrival}
     if args.arrival == "poisson":
         arrival["rate"] = args.rate
@@ -62,7 +64,7 @@ def main(args: argparse.Namespace) -> None:
     for p in made:  # every file checked before the first is written: no half a set
         output_file(str(out / f"{p.name}.json"), "--out")
     out.mkdir(parents=True, exist_ok=True)
-    with folder_lock(out, "--out", "pipelines"):
+    with folder_lock(out, "--out", "pipelines", f"{args.prefix}NNN.json"):
         _write(args, made, out)
 
 
@@ -76,6 +78,14 @@ def _write(args: argparse.Namespace, made: list, out: Path) -> None:
         raise EdgeprofError(f"--out {out} holds {', '.join(stale[:3])} of an earlier set, "
                             f"which this one would sit beside; remove them or choose another "
                             f"--out")
+    # a file of the same name that differs (another seed, one written by hand) is never
+    # replaced unasked; the same set again is left as it is
+    differ = [p.name for p in made if (out / f"{p.name}.json").is_file()
+              and (out / f"{p.name}.json").read_text(errors="replace") != p.to_json()]
+    if differ and not args.force:
+        raise EdgeprofError(f"--out {out}: {differ[0]}.json exists and is not the pipeline "
+                            f"this set writes (another seed, or a file of yours); remove it, "
+                            f"choose another --out, or pass --force to replace it")
     for p in made:
         pipelines.save_pipeline(p, out / f"{p.name}.json")
         print(f"{p.name}: {len(p.networks())} networks, {p.param_bytes / 2**20:.0f} MiB "

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from engine.errors import EdgeprofError
+from engine.runner.interrupt import signals_unwind
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -46,7 +47,9 @@ def main(args: argparse.Namespace) -> None:
     fc_start = args.fc_start or (entry.fc_start if entry else None)
     network = args.network or (entry.name if entry else None)
     t0 = time.perf_counter()
-    path = splitter.split_model(model, prototxt, args.out, network=network, fc_start=fc_start)
+    with signals_unwind():  # SIGTERM/SIGHUP clean up the half-written partials too
+        path = splitter.split_model(model, prototxt, args.out, network=network,
+                                    fc_start=fc_start)
     desc = splitter.Description.load(path)
     print(f"{desc.network}: {len(desc.layers)} layers, {desc.num_conv_layers}|"
           f"{desc.num_fc_layers} conv|fc, {desc.param_count:,} parameters -> {path} "

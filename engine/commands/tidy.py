@@ -26,9 +26,10 @@ def main(args: argparse.Namespace) -> None:
     from engine.analysis.tables import tidy_run, write_tidy
 
     out = output_dir(args.out, "--out")
-    not_over_inputs(out, "--out", args.runs, "a run it tidies")
     # the name a run folder has ("runs/x/.." is "runs"): its tables go to --out/<name>
     names = [Path(os.path.abspath(run)).name for run in args.runs]
+    for name in names:  # --out/<name> may be a run itself (--out its parent folder)
+        not_over_inputs(out / name, "--out", args.runs, "a run it tidies")
     twice = sorted({name for name in names if names.count(name) > 1})
     if twice:
         raise EdgeprofError(f"runs named {', '.join(twice)} more than once: each is written "

@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -77,7 +78,6 @@ def calibrate(models_dir: str, network: str, limit: str, backend: str, repetitio
     """Run ``network`` unconstrained and under ``limit`` ``repetitions`` times each in
     ``work``, fit its per-page costs and write the device file ``out``."""
     from engine.caffe.splitter import Description, description_index
-    from engine.schedule.pipelines import Arrival, Pipeline, save_pipeline
 
     if backend in ("none", "inherit"):
         raise EdgeprofError(f"calibrate: --backend {backend} sets no limit of its own; give "
@@ -86,16 +86,33 @@ def calibrate(models_dir: str, network: str, limit: str, backend: str, repetitio
     if network not in index:
         raise EdgeprofError(f"calibrate: no split model of {network} in {models_dir} "
                             f"(available: {', '.join(sorted(index)) or 'none'})")
+    desc = Description.load_checked(index[network])
+    created = not work.exists()
     work.mkdir(parents=True, exist_ok=True)
-    desc = Description.load(index[network])
+    try:
+        device = _measure(models_dir, desc, limit, backend, repetitions, work, name, policy)
+    except BaseException:
+        if created:  # a refused backend or limit leaves no folder behind
+            shutil.rmtree(work, ignore_errors=True)
+        raise
+    write_text_atomic(out, json.dumps({**device.__dict__}, indent=1) + "\n")
+    return device
+
+
+def _measure(models_dir: str, desc, limit: str, backend: str, repetitions: int, work: Path,
+             name: str, policy: str) -> Device:
+    from engine.schedule.pipelines import Arrival, Pipeline, save_pipeline
+
     pipeline = work / "calibrate.json"
-    save_pipeline(Pipeline("calibrate", [Arrival(0.0, [network])],
+    save_pipeline(Pipeline("calibrate", [Arrival(0.0, [desc.network])],
                            param_bytes=desc.param_bytes), pipeline)
     folders = []
     for rep in range(repetitions):
-        for kind, flags in ((FREE, ["--backend", "none"]),
-                            (LIMITED, ["--backend", backend, "--limit", limit,
-                                       "--swap", "max"])):
+        # the limited run first: a backend that cannot set the limit is refused before
+        # anything is measured
+        for kind, flags in ((LIMITED, ["--backend", backend, "--limit", limit,
+                                       "--swap", "max"]),
+                            (FREE, ["--backend", "none"])):
             folder = work / kind / f"rep{rep}"
             print(f"calibrate: {kind} run {rep + 1}/{repetitions}", file=sys.stderr,
                   flush=True)
@@ -103,6 +120,4 @@ def calibrate(models_dir: str, network: str, limit: str, backend: str, repetitio
                   models_dir, "--out", os.fspath(folder), "--batch", "1", "--seed", str(rep),
                   "--force", *flags])
             folders.append(folder)
-    device = fit_device(folders, name)
-    write_text_atomic(out, json.dumps({**device.__dict__}, indent=1) + "\n")
-    return device
+    return fit_device(folders, name)

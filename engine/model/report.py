@@ -103,7 +103,13 @@ def report(folder: str | os.PathLike) -> str:
     for name, title, render in sections:
         table = read(name)
         if table is not None and not table.empty:
-            parts.append(f"### {title} (`{name}`)\n\n{render(table)}\n")
+            try:
+                text = render(table)
+            except KeyError as exc:  # another table in its place, or an older one
+                raise EdgeprofError(f"{folder / name}.parquet has no column {exc}: another "
+                                    f"or an older table is in its place; rerun the model "
+                                    f"stage") from None
+            parts.append(f"### {title} (`{name}`)\n\n{text}\n")
     if not parts:
         raise EdgeprofError(f"no model tables in {folder}; run the model stage (snakemake "
                             f"results/model/cv.json)")

@@ -910,14 +910,18 @@ def test_two_pipelines_at_once_into_one_folder_never_mix(split_copy, tmp_path, c
 
     out = tmp_path / "pl"
     out.mkdir()
-    with folder_lock(out, "--out", "pipelines"):
+    with folder_lock(out, "--out", "pipelines", "pNNN.json"):
         rc, err = _cli(capsys, "pipelines", "--models", str(split_copy), "--out", str(out),
                        "--count", "2", "--length", "1", "2")
-    assert rc == 2 and "another pipelines is writing into it" in err
-    assert list(out.iterdir()) == []
+        assert rc == 2 and "another pipelines is writing pNNN.json into it" in err
+        # another set (prefix) in the same folder at the same time is not held up
+        rc, err = _cli(capsys, "pipelines", "--models", str(split_copy), "--out", str(out),
+                       "--count", "1", "--length", "1", "2", "--prefix", "v")
+        assert rc == 0, err
+    assert sorted(f.name for f in out.glob("p*.json")) == []
     rc, err = _cli(capsys, "pipelines", "--models", str(split_copy), "--out", str(out),
                    "--count", "2", "--length", "1", "2")
-    assert rc == 0 and sorted(f.name for f in out.iterdir()) == ["p000.json", "p001.json"]
+    assert rc == 0 and sorted(f.name for f in out.glob("p*.json")) == ["p000.json", "p001.json"]
 
 
 def test_another_table_in_a_tables_place_is_one_line(tmp_path, capsys):
@@ -1016,3 +1020,121 @@ def test_low_findings_of_the_fourth_pass(split_copy, tmp_path, capsys):
     cfg["pipelines"]["bins"] = []
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(cfg, SCHEMA)
+
+
+# --- the fifth held-out pass (/work/notes/adversarial-25e.md: HA-HB, MA-MH) ---------------
+
+
+def test_calibrate_checks_its_out_limit_and_backend_before_measuring(split_copy, tmp_path,
+                                                                     capsys):
+    """HA, HB, MC: --out over a description, empty, or the root; a limit past 1 PiB; a
+    backend that sets no limit: one line, before any run, and no work folder left."""
+    desc = split_copy / "age_net.description.json"
+    before = desc.read_bytes()
+    cases = [(str(desc), "would overwrite the descriptions it runs"),
+             ("", "--out is empty"), ("/", "--out / is a folder"),
+             (str(tmp_path / "dev.json"), "at most 1 PiB")]
+    for out, says in cases:
+        limit = "99999999999G" if "PiB" in says else "48M"
+        rc, err = _cli(capsys, "calibrate", "--limit", limit, "--backend", "none",
+                       "--models", str(split_copy), "--out", out, "--repetitions", "1")
+        assert rc == 2 and says in err, (out, err)
+    rc, err = _cli(capsys, "calibrate", "--limit", "48M", "--backend", "none", "--models",
+                   str(split_copy), "--out", str(tmp_path / "dev.json"), "--repetitions", "1")
+    assert rc == 2 and "sets no limit of its own" in err
+    assert desc.read_bytes() == before and list(tmp_path.iterdir()) == [split_copy.parent]
+
+
+def test_tidy_never_writes_into_a_run_through_its_parent(two_runs, tmp_path, capsys):
+    """MA: --out the run's own parent folder would put the tables inside the run."""
+    parent = tmp_path / "r"
+    run = Path(shutil.copytree(two_runs[0], parent / "t1"))
+    listing = sorted(p.name for p in run.iterdir())
+    (tmp_path / "link").symlink_to(parent)
+    for out in (parent, tmp_path / "link"):
+        rc, err = _cli(capsys, "tidy", "--out", str(out), str(run))
+        assert rc == 2 and "would overwrite a run it tidies" in err, err
+    assert sorted(p.name for p in run.iterdir()) == listing
+
+
+def test_pipelines_never_replace_a_different_file_unasked(split_copy, tmp_path, capsys):
+    """MB: a hand-written p000.json (or another seed's) stays unless --force; the same set
+    again is fine. MG: the descriptions are checked against their prototxt."""
+    out = tmp_path / "pl"
+    args = ["pipelines", "--models", str(split_copy), "--out", str(out), "--count", "1",
+            "--length", "1", "1"]
+    rc, err = _cli(capsys, *args)
+    assert rc == 0, err
+    rc, err = _cli(capsys, *args)
+    assert rc == 0, err  # the same set again
+    mine = '{"name": "p000", "arrivals": []}'
+    (out / "p000.json").write_text(mine)
+    rc, err = _cli(capsys, *args)
+    assert rc == 2 and "p000.json exists and is not the pipeline this set writes" in err
+    assert (out / "p000.json").read_text() == mine
+    rc, err = _cli(capsys, *args, "--force")
+    assert rc == 0 and (out / "p000.json").read_text() != mine
+    _edit(split_copy / "age_net.description.json", lambda d: d.update(param_bytes=1))
+    rc, err = _cli(capsys, *args[:4], str(tmp_path / "p2"), *args[5:])
+    assert rc == 2 and "re-run the split stage" in err and not (tmp_path / "p2").exists()
+
+
+def test_models_and_split_clean_up_after_a_signal_and_a_kill(split_copy, tmp_path):
+    """MD: SIGTERM mid-write removes the hidden folder at once (exit 130); one left by a
+    SIGKILL is removed by the next models or split in that folder."""
+    import signal
+
+    from engine.procs import stamped_tempdir
+
+    out = tmp_path / "m"
+    proc = subprocess.Popen([sys.executable, "-m", "engine", "models", "--out", str(out),
+                             "SoS-AlexNet"], stderr=subprocess.PIPE, text=True, cwd=REPO)
+    deadline = time.monotonic() + 60
+    while not list(out.glob(".models.*")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    err = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 130 and "interrupted by SIGTERM" in err, err
+    assert list(out.iterdir()) == []
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    for folder, prefix in ((out, ".models."), (split_copy, ".age_net_partials.")):
+        left = stamped_tempdir(prefix, folder)
+        left.rename(folder / f"{prefix}{dead}.x")  # as a SIGKILLed process leaves it
+    rc = subprocess.run([sys.executable, "-m", "engine", "models", "--out", str(out),
+                         "AgeNet"], cwd=REPO, capture_output=True).returncode
+    model = split_copy.parent / "models" / "age_net.caffemodel"
+    rc2 = subprocess.run([sys.executable, "-m", "engine", "split", str(model), "--out",
+                          str(split_copy)], cwd=REPO, capture_output=True).returncode
+    assert rc == rc2 == 0
+    assert not list(out.glob(".models.*")) and not list(split_copy.glob(".age_net_partials.*"))
+
+
+def test_older_or_other_tables_are_one_line_in_the_reports(two_runs, tmp_path, capsys):
+    """ME: a summary from before the sandbox column, another table as cv_targets."""
+    tables = _tables(tmp_path, two_runs)
+    summary = pd.read_parquet(tables / "summary.parquet")
+    summary.drop(columns=["sandbox"]).to_parquet(tables / "summary.parquet")
+    rc, err = _cli(capsys, "results-report", "--tables", str(tables))
+    assert rc == 2 and "has no column 'sandbox'" in err, err
+    model = tmp_path / "model"
+    model.mkdir()
+    summary.to_parquet(model / "cv_targets.parquet")
+    rc, err = _cli(capsys, "model-report", "--dir", str(model))
+    assert rc == 2 and "cv_targets.parquet has no column" in err, err
+
+
+def test_a_weighted_layer_without_its_partial_is_refused(split_copy, tmp_path, capsys):
+    """MF: its weights would never load; refused with the description's other checks."""
+    def drop(d):
+        d["layers"][1].update(partial=None, partial_sha256=None, file_bytes=0)
+
+    _edit(split_copy / "age_net.description.json", drop)
+    rc, err = _run_agenet(capsys, split_copy, tmp_path, "--policy", "linear", "--backend",
+                          "none")
+    assert rc == 2 and "but no partial file" in err and not (tmp_path / "run").exists()
+
+
+def test_the_held_out_seed_is_bounded_as_the_verbs_bound_it():
+    """MH: the pipelines verb refuses a seed past MAX_SEED; so does the config."""
+    assert "is greater than the maximum" in _schema_refuses({"model": {"holdout": {"seed": 2**32}}})
