@@ -15,6 +15,7 @@ from engine.commands.options import (
     output_file,
     positive,
 )
+from engine.errors import EdgeprofError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -38,6 +39,9 @@ def main(args: argparse.Namespace) -> None:
     positive(args.seed, "--seed", allow_zero=True, most=MAX_SEED)
     if args.out is not None:
         output_file(args.out, "--out")  # before the forward pass, not after it
+        if not args.out.endswith(".npz"):  # np.savez's file: never over a table or JSON
+            raise EdgeprofError(f"--out {args.out}: forward writes an .npz archive; name "
+                                f"the file so")
     desc = Description.load_checked(args.description)
     if args.out is not None:  # its split folder holds the description and the partials
         not_over_inputs(args.out, "--out", [Path(desc.path).parent, desc.resolve(desc.prototxt),

@@ -65,13 +65,16 @@ def limit_size(text: str, flag: str = "--limit") -> int:
 
 
 def output_file(path: str, option: str) -> Path:
-    """An output file checked before the work (engine.files.check_output_file)."""
+    """An output file checked before the work (engine.files.check_output_file), never in
+    a run folder."""
     from engine.files import check_output_file
 
     try:
-        return check_output_file(path, option)
+        out = check_output_file(path, option)
     except ValueError as exc:
         raise EdgeprofError(str(exc)) from None
+    not_over_inputs(out, option, [], "")  # never into a run folder
+    return out
 
 
 def not_over_inputs(out: str | os.PathLike, option: str,
@@ -107,7 +110,8 @@ def folder_lock(folder: Path, option: str, verb: str, what: str) -> Iterator[Non
 
 
 def output_dir(path: str, option: str) -> Path:
-    """An output folder, checked before the work: not empty, not a file."""
+    """An output folder, checked before the work: not empty, not a file, not in a run
+    folder."""
     from engine.files import file_kind
 
     if not path.strip():
@@ -115,6 +119,7 @@ def output_dir(path: str, option: str) -> Path:
     kind = file_kind(path)
     if kind not in ("missing", "a folder"):
         raise EdgeprofError(f"{option} {path} is {kind}; name a folder")
+    not_over_inputs(path, option, [], "")  # never into a run folder
     return Path(path)
 
 

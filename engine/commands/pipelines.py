@@ -11,7 +11,7 @@ from engine.errors import EdgeprofError
 
 # Far above any sweep this project runs, low enough that a typo (1e12) is refused at once,
 # not after an hour (documented in --help)
-MAX_PIPELINES = 100_000
+MAX_PIPELINES = 10_000  # the config schema's pipelines.count too
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

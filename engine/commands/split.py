@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+from engine.commands.options import output_dir
 from engine.errors import EdgeprofError
 from engine.runner.interrupt import signals_unwind
 
@@ -24,10 +25,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def main(args: argparse.Namespace) -> None:
     from engine.caffe import splitter, zoo
+    from engine.files import file_kind
 
+    output_dir(args.out, "--out")
     model = Path(args.model)
     prototxt = Path(args.prototxt) if args.prototxt else model.with_suffix(".prototxt")
-    from engine.files import file_kind
 
     for path in (model, prototxt):
         kind = file_kind(path)

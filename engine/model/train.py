@@ -170,6 +170,14 @@ def read_tables(tables_dir: Paths, models_dir: Paths) -> Tables:
     if len(set(labels)) < len(labels):
         raise EdgeprofError(f"table folders {', '.join(map(str, dirs))} do not name their "
                             f"campaigns apart (their parent folders: {', '.join(labels)})")
+    # the same run (its id and start time) in two folders: a campaign given twice, or a
+    # copy of one, would count its runs twice and narrow every CI
+    seen: dict[tuple, str] = {}
+    for d, (runs, *_) in zip(dirs, parts):
+        for key in zip(runs["run_id"].astype(str), runs.get("started_at", runs["run_id"])):
+            if seen.setdefault(key, str(d)) != str(d):
+                raise EdgeprofError(f"--tables {seen[key]} and {d} hold the same run "
+                                    f"({key[0]}, started {key[1]}): give each campaign once")
     frames: list[list[pd.DataFrame]] = [[], [], []]
     descriptions: dict[str, Description] = {}
     for label, (runs, tasks, networks, descs) in zip(labels, parts):

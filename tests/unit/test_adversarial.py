@@ -796,9 +796,14 @@ def test_forward_never_writes_over_what_it_reads(split_copy, two_runs, tmp_path,
     """NH1."""
     desc = split_copy / "age_net.description.json"
     before = desc.read_bytes()
-    for out in (desc, split_copy / "age_net_partials" / "x.npz", two_runs[0] / "tasks.csv"):
+    for out in (split_copy / "x.npz", split_copy / "age_net_partials" / "x.npz",
+                two_runs[0] / "x.npz"):
         rc, err = _cli(capsys, "forward", str(desc), "--batch", "1", "--out", str(out))
         assert rc == 2 and "elsewhere" in err, out
+    # anything but an .npz archive (a description, a table) is refused by its name
+    for out in (desc, tmp_path / "runs.parquet"):
+        rc, err = _cli(capsys, "forward", str(desc), "--batch", "1", "--out", str(out))
+        assert rc == 2 and "writes an .npz archive" in err, out
     assert desc.read_bytes() == before
 
 
@@ -1138,3 +1143,26 @@ def test_a_weighted_layer_without_its_partial_is_refused(split_copy, tmp_path, c
 def test_the_held_out_seed_is_bounded_as_the_verbs_bound_it():
     """MH: the pipelines verb refuses a seed past MAX_SEED; so does the config."""
     assert "is greater than the maximum" in _schema_refuses({"model": {"holdout": {"seed": 2**32}}})
+
+
+def test_low_findings_of_the_fifth_pass(two_runs, split_copy, tmp_path, capsys):
+    """Outputs never go into a run folder, whichever verb writes them; the same campaign
+    given twice to the model is refused; pipelines are bounded as the config bounds them."""
+    run = Path(shutil.copytree(two_runs[0], tmp_path / "run"))
+    listing = sorted(p.name for p in run.iterdir())
+    model = split_copy.parent / "models" / "age_net.caffemodel"
+    for argv in (["pipelines", "--models", str(split_copy), "--out", str(run), "--count", "1",
+                  "--length", "1", "1"],
+                 ["split", str(model), "--out", str(run / "s")],
+                 ["models", "--out", str(run), "AgeNet"]):
+        rc, err = _cli(capsys, *argv)
+        assert rc == 2 and "lies in a run folder" in err, (argv, err)
+    assert sorted(p.name for p in run.iterdir()) == listing
+    tables = _tables(tmp_path, two_runs)
+    copy_of = Path(shutil.copytree(tables, tmp_path / "again" / "tables"))
+    rc, err = _cli(capsys, "fit-model", "--tables", str(tables), str(copy_of), "--models",
+                   str(split_copy), "--out", str(tmp_path / "m.json"))
+    assert rc == 2 and "hold the same run" in err, err
+    rc, err = _cli(capsys, "pipelines", "--models", str(split_copy), "--out",
+                   str(tmp_path / "pl"), "--count", "10001")
+    assert rc == 2 and "at most 10,000" in err
