@@ -2,15 +2,17 @@
 slurmdbd, slurmctld, slurmd; no cgroup plugin, so it enforces no memory limit) runs a tiny
 sweep through profiles/slurm with the snakemake-executor-plugin-slurm.
 
-Checked: every job went through sbatch (sacct lists one allocation per job, by rule), each
+Checked: every job went through sbatch (sacct lists one allocation per job, by rule, the
+runs one job per block), each
 run ran in a job step of its own of exactly its limit and its job's other steps (the
 workflow's own processes) fit in what the job asked for beyond it, the tables and plots
 exist, runs whose limit SLURM did not enforce are labelled so (and read no cgroup
 counters), a cancelled job is noticed within a status check and the rest of the workflow
 keeps going (profiles/slurm: keep-going), and every daemon stops by its PID. Skipped, with
 the reason, only where the daemons cannot be started (not root, no apt-get, a SLURM already
-configured in /etc/slurm, ...). About 2.6 minutes on 2 cores, plus the apt-get on a fresh
-machine; `pytest -m slurm` runs it alone."""
+configured in /etc/slurm, ...). The sweep runs its runs as config/paper.yaml does, a job
+per block of runs (run.per_job: block). About 5 minutes on 2 cores, plus the apt-get on a
+fresh machine; `pytest -m slurm` runs it alone."""
 
 from __future__ import annotations
 
