@@ -174,7 +174,10 @@ def read_tables(tables_dir: Paths, models_dir: Paths) -> Tables:
     # copy of one, would count its runs twice and narrow every CI
     seen: dict[tuple, str] = {}
     for d, (runs, *_) in zip(dirs, parts):
-        for key in zip(runs["run_id"].astype(str), runs.get("started_at", runs["run_id"])):
+        if "started_at" not in runs:
+            continue
+        known = runs[runs["started_at"].notna()]
+        for key in zip(known["run_id"].astype(str), known["started_at"].astype(str)):
             if seen.setdefault(key, str(d)) != str(d):
                 raise EdgeprofError(f"--tables {seen[key]} and {d} hold the same run "
                                     f"({key[0]}, started {key[1]}): give each campaign once")

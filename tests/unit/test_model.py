@@ -766,12 +766,14 @@ def test_calibrate_refuses_a_limit_nothing_enforced(calibration_runs, tmp_path, 
     record_tables(copy)
     with pytest.raises(EdgeprofError, match="did not enforce the limit"):
         fit_device([free, copy], "x")
+    models = tmp_path / "split"
+    models.mkdir()
     assert main(["calibrate", "--limit", "48M", "--backend", "none", "--out",
-                 str(tmp_path / "d.json"), "--models", str(tmp_path)]) == 2
+                 str(tmp_path / "d.json"), "--models", str(models)]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "sets no limit of its own" in err
     assert main(["calibrate", "--limit", "48M", "--backend", "vm", "--out",
-                 str(tmp_path / "d.json"), "--models", str(tmp_path)]) == 2
+                 str(tmp_path / "d.json"), "--models", str(models)]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "no split model of AgeNet" in err
 
