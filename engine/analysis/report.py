@@ -107,6 +107,15 @@ def report(tables_dir: str | Path, mode: str | None = None, peaks_only: bool = F
     """The campaign's tables (from ``tables_dir``'s summary.parquet): peak RAM and swap
     side by side, then (unless ``peaks_only``) each metric's own; ``mode``: one
     execution mode's rows in the side-by-side table."""
+    try:
+        return _report(tables_dir, mode, peaks_only)
+    except KeyError as exc:  # a column an older or another table lacks
+        raise EdgeprofError(f"{Path(tables_dir) / 'summary.parquet'} has no column {exc}: "
+                            f"an older or another table is in its place; run the "
+                            f"workflow's aggregate stage again") from None
+
+
+def _report(tables_dir: str | Path, mode: str | None, peaks_only: bool) -> str:
     summary = read_table(Path(tables_dir) / "summary.parquet",
                          "run the workflow's aggregate stage first",
                          ["level", "limit", "runtime", "size_bin", "policy", "emulated",

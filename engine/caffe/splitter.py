@@ -223,6 +223,14 @@ class Description:
             if where is not None and home not in where.parents:
                 raise ModelError(f"{self.path}: layer {info.index} '{info.name}' reads "
                                  f"{info.partial}, outside {home}; {fix}")
+            # bulk finds a layer's weights in the caffemodel by model_index, the others by
+            # the partial named after it: the two must be one entry
+            named = None if info.model_index is None else partial_name(self.stem,
+                                                                       info.model_index)
+            if (where.name if where else None) != named:
+                raise ModelError(f"{self.path}: layer {info.index} '{info.name}' has "
+                                 f"model_index {info.model_index!r} but partial "
+                                 f"{info.partial!r}; {fix}")
         files = [(self.resolve(x.partial), x.file_bytes) for x in self.layers if x.partial]
         caffemodel = self.resolve(self.caffemodel)
         if caffemodel.exists():  # only Bulk reads it, and says so if it is gone

@@ -15,6 +15,7 @@ from engine.commands.options import (
     positive,
 )
 from engine.limits import BACKENDS
+from engine.runner.interrupt import signals_unwind
 from engine.units import format_size
 
 
@@ -46,8 +47,9 @@ def main(args: argparse.Namespace) -> None:
     work = Path(args.work) if args.work else out.with_name(out.stem + ".runs")
     output_dir(str(work), "--work")
     not_over_inputs(work, "--work", [args.models, out], "what it reads or writes")
-    device = calibrate(args.models, args.network, format_size(limit), args.backend,
-                       args.repetitions, work, out, args.name or out.stem)
+    with signals_unwind():  # SIGTERM/SIGHUP end the run under way and remove --work too
+        device = calibrate(args.models, args.network, format_size(limit), args.backend,
+                           args.repetitions, work, out, args.name or out.stem)
     print(f"{device.name}: {device.per_page_in_s * 1e6:.1f} us per page in, "
           f"{device.per_page_out_s * 1e6:.1f} us out ({device.source}) -> {out}",
           file=sys.stderr)

@@ -3,19 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import filecmp
-import os
-import shutil
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-from engine.commands.options import MAX_SEED, output_dir, output_file, positive
+from engine.commands.options import MAX_SEED, output_dir, output_file, positive, staged
 from engine.errors import EdgeprofError
-from engine.procs import stamped_tempdir, sweep
-from engine.runner.interrupt import signals_unwind
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -26,15 +20,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="replace model files in --out that differ from the ones written")
     p.add_argument("networks", nargs="*", help="zoo networks (default: all of them)")
     p.set_defaults(func=main)
-
-
-@contextlib.contextmanager
-def _aside(out: Path) -> Iterator[Path]:
-    tmp = stamped_tempdir(".models.", out)
-    try:
-        yield tmp
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main(args: argparse.Namespace) -> None:
@@ -51,10 +36,9 @@ def main(args: argparse.Namespace) -> None:
             output_file(str(Path(args.out) / f"{zoo.ZOO[name].stem}{suffix}"), "--out")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    sweep(out, ".models.")  # what a killed `models` left (SIGKILL: no cleanup ran)
     # written aside first: a file already in --out that differs (another seed, a model of
     # the user's) is never replaced unasked, and an identical one is left as it is
-    with signals_unwind(), _aside(out) as tmp:
+    with staged(out, ".models.") as tmp:
         made = []
         for name in names:
             t0 = time.perf_counter()
@@ -67,8 +51,8 @@ def main(args: argparse.Namespace) -> None:
             raise EdgeprofError(f"--out {out}: {path.name} exists and is not {name} at seed "
                                 f"{args.seed} (another seed, or a model of yours); remove it, "
                                 f"choose another --out, or pass --force to replace it")
-        for name, f, took in made:
-            os.replace(f, out / f.name)
-            if f.suffix == ".caffemodel":
-                print(f"{name}: wrote {out / f.name} ({(out / f.name).stat().st_size / 2**20:.1f}"
-                      f" MiB) and its prototxt in {took:.2f} s", file=sys.stderr)
+    for name, f, took in made:
+        if f.suffix == ".caffemodel":
+            size = (out / f.name).stat().st_size
+            print(f"{name}: wrote {out / f.name} ({size / 2**20:.1f} MiB) and its prototxt "
+                  f"in {took:.2f} s", file=sys.stderr)

@@ -87,8 +87,9 @@ def not_over_inputs(out: str | os.PathLike, option: str,
         if any(t == s or s in t.parents for t in places for s in srcs):
             raise EdgeprofError(f"{option} {out} would overwrite {what} ({item}); write the "
                                 f"output elsewhere")
-    if any((parent / "meta.json").is_file() for t in places for parent in t.parents):
-        raise EdgeprofError(f"{option} {out} lies in a run folder; write the output elsewhere")
+    if any((parent / "meta.json").is_file() for t in places for parent in (t, *t.parents)):
+        raise EdgeprofError(f"{option} {out} is or lies in a run folder; write the output "
+                            f"elsewhere")
 
 
 @contextlib.contextmanager
@@ -107,6 +108,33 @@ def folder_lock(folder: Path, option: str, verb: str, what: str) -> Iterator[Non
         yield
     finally:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def staged(out: Path, prefix: str) -> Iterator[Path]:
+    """A hidden folder in ``out`` (``<prefix><pid>.<random>``) to write a set of outputs
+    into, under signals that unwind (SIGINT, SIGTERM, SIGHUP). When the block ends well
+    its entries replace their namesakes in ``out`` with those signals held back, so an
+    interrupted writer leaves none of the set and a finished one all of it; the folder
+    goes either way, and one a SIGKILLed writer left is removed by the next."""
+    import shutil
+
+    from engine.procs import stamped_tempdir, sweep
+    from engine.runner.interrupt import signals_deferred, signals_unwind
+
+    sweep(out, prefix)
+    tmp = stamped_tempdir(prefix, out)
+    try:
+        with signals_unwind():
+            yield tmp
+            with signals_deferred():
+                for entry in sorted(tmp.iterdir()):
+                    dest = out / entry.name
+                    if dest.is_dir() and not dest.is_symlink():
+                        shutil.rmtree(dest)
+                    os.replace(entry, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def output_dir(path: str, option: str) -> Path:

@@ -6,7 +6,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from engine.commands.options import MAX_SEED, folder_lock, output_dir, output_file, positive
+from engine.commands.options import (
+    MAX_SEED,
+    folder_lock,
+    output_dir,
+    output_file,
+    positive,
+    staged,
+)
 from engine.errors import EdgeprofError
 
 # Far above any sweep this project runs, low enough that a typo (1e12) is refused at once,
@@ -86,7 +93,9 @@ def _write(args: argparse.Namespace, made: list, out: Path) -> None:
         raise EdgeprofError(f"--out {out}: {differ[0]}.json exists and is not the pipeline "
                             f"this set writes (another seed, or a file of yours); remove it, "
                             f"choose another --out, or pass --force to replace it")
+    with staged(out, f".{args.prefix}NNN.") as tmp:  # an interrupted set leaves none
+        for p in made:
+            pipelines.save_pipeline(p, tmp / f"{p.name}.json")
     for p in made:
-        pipelines.save_pipeline(p, out / f"{p.name}.json")
         print(f"{p.name}: {len(p.networks())} networks, {p.param_bytes / 2**20:.0f} MiB "
               f"({p.size_bin}), {args.arrival}", file=sys.stderr)

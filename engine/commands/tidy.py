@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from engine.commands.options import not_over_inputs, output_dir
+from engine.commands.options import not_over_inputs, output_dir, staged
 from engine.errors import EdgeprofError
 
 
@@ -37,8 +37,11 @@ def main(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     # every run read and checked before anything is written: a damaged run leaves no output
     tables = [(run, name, tidy_run(run)) for run, name in zip(args.runs, names)]
+    out.mkdir(parents=True, exist_ok=True)
+    with staged(out, ".tidy.") as tmp:  # an interrupted tidy leaves none of its runs
+        for _, name, tidy in tables:
+            write_tidy(tidy, tmp / name)
     for run, name, tidy in tables:
-        write_tidy(tidy, out / name)
         print(f"{run}: {len(tidy['tasks'])} tasks, {len(tidy['samples'])} samples -> "
               f"{out / name}", file=sys.stderr)
     print(f"{len(tables)} runs tidied in {time.perf_counter() - t0:.2f} s", file=sys.stderr)

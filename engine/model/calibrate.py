@@ -15,6 +15,7 @@ import datetime
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -66,10 +67,21 @@ def fit_device(folders: list[Path], name: str) -> Device:
 
 
 def _run(args: list[str]) -> None:
-    proc = subprocess.run([sys.executable, "-m", "engine", "run", *args],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    """One ``engine run``, which dies with this process; interrupted here (a signal
+    unwinding, Ctrl-C), it is ended with SIGTERM first, so it removes what it wrote."""
+    from engine.procs import preexec
+
+    proc = subprocess.Popen([sys.executable, "-m", "engine", "run", *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=preexec())
+    try:
+        _, stderr = proc.communicate()
+    except BaseException:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate()
+        raise
     if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["failed"])[-1]
+        last = (stderr.strip().splitlines() or ["failed"])[-1]
         raise EdgeprofError(f"calibrate: a run failed: {last}")
 
 

@@ -134,5 +134,8 @@ def run_command(prefix: str, pipeline: str, policy: str, models: str, out: str, 
 def block_command(commands: Iterable[str]) -> str:
     """One job's runs (``run.per_job: block``), one after the other in the given order:
     each runs whatever the others did, and the job fails at its end if any failed (a
-    crash; an OOM kill or a timeout is a result), so a rerun repeats the block."""
-    return "rc=0; " + " ".join(f"{c} || rc=1;" for c in commands) + ' exit "$rc"'
+    crash; an OOM kill or a timeout is a result), so a rerun repeats the block. A run
+    ended by a signal (exit status 128 or more: Ctrl-C, the job cancelled) ends the job
+    at once with that status: the rest of the block does not start."""
+    stop = '{ s=$?; if [ "$s" -ge 128 ]; then exit "$s"; fi; rc=1; }'
+    return "rc=0; " + " ".join(f"{c} || {stop};" for c in commands) + ' exit "$rc"'

@@ -54,6 +54,29 @@ def check_config_files(paths: Iterable[str | os.PathLike]) -> None:
             continue  # Snakemake itself says what is wrong with a file it cannot read
 
 
+def check_config_batch(config: Config) -> None:
+    """``run.batch`` where its largest zoo network's weights and outputs alone exceed this
+    machine's RAM (what every run job would refuse: engine.caffe.splitter's
+    check_batch_fits). Not under ``inherit``: a cluster's nodes are not the submit host."""
+    batch = config["run"].get("batch")
+    if batch is None or config["run"]["backend"] == "inherit":
+        return
+    import psutil
+
+    from engine.caffe import graph, zoo
+
+    ram = psutil.virtual_memory().total
+    for name in config["models"]["zoo"]:
+        g = graph.build_graph(zoo.deploy_net(name), source=name)
+        outputs = sum(math.prod(s) // s[0] for layer in g.layers for s in layer.top_shapes)
+        need = 4 * (g.param_count + outputs * batch)
+        if need > ram:
+            raise ValueError(f"config: run.batch {batch}: {name} alone needs about "
+                             f"{need / 2**30:.1f} GiB (weights and every layer's outputs), "
+                             f"more than this machine's {ram / 2**30:.1f} GiB; use a smaller "
+                             f"batch")
+
+
 def check_config(config: Config) -> None:
     """Checks of the final, merged config that JSON schema cannot express; ValueError with
     one line naming the key and the fix."""

@@ -1132,7 +1132,8 @@ def test_older_or_other_tables_are_one_line_in_the_reports(two_runs, tmp_path, c
 def test_a_weighted_layer_without_its_partial_is_refused(split_copy, tmp_path, capsys):
     """MF: its weights would never load; refused with the description's other checks."""
     def drop(d):
-        d["layers"][1].update(partial=None, partial_sha256=None, file_bytes=0)
+        d["layers"][1].update(partial=None, partial_sha256=None, file_bytes=0,
+                              model_index=None)
 
     _edit(split_copy / "age_net.description.json", drop)
     rc, err = _run_agenet(capsys, split_copy, tmp_path, "--policy", "linear", "--backend",
@@ -1166,3 +1167,104 @@ def test_low_findings_of_the_fifth_pass(two_runs, split_copy, tmp_path, capsys):
     rc, err = _cli(capsys, "pipelines", "--models", str(split_copy), "--out",
                    str(tmp_path / "pl"), "--count", "10001")
     assert rc == 2 and "at most 10,000" in err
+
+
+# --- the sixth held-out pass (/work/notes/adversarial-25f.md: M1-M6, L1) -------------------
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGHUP"])
+def test_an_interrupted_pipelines_or_tidy_leaves_none_of_its_set(split_copy, two_runs,
+                                                                 tmp_path, sig):
+    """M1: a signal mid-set leaves no file of the set (exit 130); the set is written
+    aside and moved into place at once."""
+    import signal
+
+    runs = [shutil.copytree(two_runs[i % 2], tmp_path / "many" / f"r{i:03d}")
+            for i in range(40)]
+    jobs = {"pipelines": ["pipelines", "--models", str(split_copy), "--out",
+                          str(tmp_path / "pl"), "--count", "10000", "--length", "1", "3"],
+            "tidy": ["tidy", "--out", str(tmp_path / "td"), *map(str, runs)]}
+    for verb, argv in jobs.items():
+        out = Path(argv[argv.index("--out") + 1])
+        proc = subprocess.Popen([sys.executable, "-m", "engine", *argv], cwd=REPO,
+                                stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while not list(out.glob(".*.*")) and time.monotonic() < deadline:
+            time.sleep(0.02)  # its hidden folder exists: the set is being written
+        time.sleep(0.3)
+        proc.send_signal(getattr(signal, sig))
+        err = proc.communicate(timeout=120)[1]
+        assert proc.returncode == 130, (verb, proc.returncode, err[-500:])
+        left = [p.name for p in out.iterdir() if not p.name.endswith(".lock")]
+        assert left == [], (verb, left[:5])
+
+
+def test_calibrate_interrupted_ends_its_run_and_leaves_nothing(split_copy, tmp_path):
+    """M2: the run under way (here waiting for a network that arrives at 60 s) gets
+    SIGTERM too, removes what it wrote, and nothing outlives calibrate."""
+    import signal
+
+    pipe = tmp_path / "late.json"
+    save_pipeline(Pipeline("late", [Arrival(60.0, ["AgeNet"])], arrival_mode="given"), pipe)
+    code = ("import sys; from engine.model.calibrate import _run; "
+            "from engine.runner.interrupt import signals_unwind\n"
+            "with signals_unwind(): _run(sys.argv[1:])")
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-c", code, "--pipeline", str(pipe), "--policy",
+                             "linear", "--models", str(split_copy), "--out", str(out),
+                             "--backend", "none", "--sample-hz", "0"], cwd=REPO,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob(".run.[0-9]*")) and time.monotonic() < deadline:
+        time.sleep(0.05)  # the run has started (its hidden folder)
+    children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
+                              text=True).stdout.split()
+    assert children, "the run did not start"
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    time.sleep(0.5)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in children)
+    assert not out.exists() and not list(tmp_path.glob(".run.[0-9]*"))
+
+
+def test_a_description_whose_model_index_is_not_its_partial_is_refused(split_copy, tmp_path,
+                                                                       capsys):
+    """M4: bulk reads the caffemodel entry model_index names, the others the partial."""
+    _edit(split_copy / "age_net.description.json",
+          lambda d: d["layers"][2].__setitem__("model_index", 7))
+    rc, err = _run_agenet(capsys, split_copy, tmp_path, "--policy", "bulk", "--backend",
+                          "none")
+    assert rc == 2 and "has model_index 7 but partial" in err and not (tmp_path / "run").exists()
+
+
+def test_older_tables_and_big_batches_are_refused_up_front(two_runs, tmp_path, capsys):
+    """M5: a summary without its CI columns; M6: a config batch past this machine's RAM
+    (as every run job would refuse it), not under inherit; L1: --out a run folder itself."""
+    import psutil
+
+    from engine.workflow.checks import check_config_batch
+    from tests.unit.test_workflow_args import load_config
+
+    tables = _tables(tmp_path, two_runs)
+    summary = pd.read_parquet(tables / "summary.parquet")
+    # one cell of the report, two policies apart (these runs sampled no RSS)
+    summary = summary.assign(level="size_bin", size_bin="0-100 MiB",
+                             peak_rss_bytes_median=100e6)
+    summary = pd.concat([summary, summary.assign(policy="bulk", peak_rss_bytes_median=200e6)],
+                        ignore_index=True)
+    summary.drop(columns=[c for c in summary if c.endswith("_ci_low")]).to_parquet(
+        tables / "summary.parquet")
+    rc, err = _cli(capsys, "results-report", "--tables", str(tables))
+    assert rc == 2 and "summary.parquet has no column" in err and "ci_low" in err, err
+    cfg = load_config("config.yaml")
+    per_image = 6 * 2**20  # AgeNet's outputs per image, about 6 MiB
+    cfg["run"]["batch"] = int(psutil.virtual_memory().total / per_image * 1.2)
+    with pytest.raises(ValueError, match="AgeNet alone needs about"):
+        check_config_batch(cfg)
+    cfg["run"]["backend"] = "inherit"
+    check_config_batch(cfg)  # a cluster node's RAM is not this machine's
+    cfg["run"]["batch"] = 1
+    check_config_batch(load_config("config.yaml"))
+    run = Path(shutil.copytree(two_runs[0], tmp_path / "r"))
+    rc, err = _cli(capsys, "evaluate-model", "--tables", str(tables), "--out", str(run))
+    assert rc == 2 and "is or lies in a run folder" in err, err

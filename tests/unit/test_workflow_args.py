@@ -681,6 +681,10 @@ def test_a_block_runs_every_command_and_fails_at_its_end_if_one_failed(tmp_path)
     failing = [lines[0], f"echo x >> {log} && false", lines[2]]
     bad = subprocess.run(["bash", "-euo", "pipefail", "-c", block_command(failing)])
     assert bad.returncode == 1 and log.read_text().split() == ["0", "x", "2"]
+    log.unlink()
+    interrupted = [lines[0], f"echo x >> {log} && sh -c 'exit 130'", lines[2]]  # Ctrl-C's
+    stopped = subprocess.run(["bash", "-euo", "pipefail", "-c", block_command(interrupted)])
+    assert stopped.returncode == 130 and log.read_text().split() == ["0", "x"]
 
 
 def test_blocks_plan_the_same_run_folders_as_one_job_per_run(tmp_path):

@@ -22,7 +22,7 @@ from engine.workflow.args import (
     run_options,
     vm_pipelines_args,
 )
-from engine.workflow.checks import check_config, check_config_files
+from engine.workflow.checks import check_config, check_config_batch, check_config_files
 from engine.workflow.environ import job_environ
 from engine.workflow.fingerprint import code_fingerprint
 from engine.workflow.plan import (
@@ -55,6 +55,8 @@ configfile: "config/config.yaml"
 check_config_files(workflow.configfiles)  # a key given twice, which YAML drops unseen
 validate(config, "../schemas/config.schema.yaml")
 check_config(config)  # what the schema cannot say: ordered ranges, limits > 0, ...
+if workflow.is_main_process:  # builds the zoo's graphs: once, not in every job
+    check_config_batch(config)
 
 
 # Jobs run `python -m engine ...`: `python` is the venv running Snakemake (or, under
