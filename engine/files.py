@@ -6,6 +6,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -37,6 +38,36 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+@contextlib.contextmanager
+def staged(out: Path, prefix: str) -> Iterator[Path]:
+    """A hidden folder in the existing folder ``out`` (``<prefix><pid>.<random>``) to write
+    a set of outputs into, under signals that unwind (SIGINT, SIGTERM, SIGHUP). When the
+    block ends well, its files replace their namesakes in ``out``, and the files of each
+    of its folders those in ``out``'s folder of that name (created if missing; nothing
+    else in it is touched), with those signals held back: an interrupted writer leaves
+    none of the set and a finished one all of it. The hidden folder goes either way; one
+    a SIGKILLed writer left is removed by the next."""
+    from engine.procs import stamped_tempdir, sweep
+    from engine.runner.interrupt import signals_deferred, signals_unwind
+
+    sweep(out, prefix)
+    tmp = stamped_tempdir(prefix, out)
+    try:
+        with signals_unwind():
+            yield tmp
+            with signals_deferred():
+                for entry in sorted(tmp.iterdir()):
+                    dest = out / entry.name
+                    if entry.is_dir():
+                        dest.mkdir(exist_ok=True)
+                        for item in sorted(entry.iterdir()):
+                            os.replace(item, dest / item.name)
+                    else:
+                        os.replace(entry, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def parse_json(text: str | bytes, finite: bool = False) -> object:

@@ -113,6 +113,10 @@ def report(tables_dir: str | Path, mode: str | None = None, peaks_only: bool = F
         raise EdgeprofError(f"{Path(tables_dir) / 'summary.parquet'} has no column {exc}: "
                             f"an older or another table is in its place; run the "
                             f"workflow's aggregate stage again") from None
+    except (TypeError, ValueError) as exc:  # a column of the wrong type (edited by hand)
+        raise EdgeprofError(f"{Path(tables_dir) / 'summary.parquet'} holds a value of the "
+                            f"wrong type ({type(exc).__name__}); run the workflow's "
+                            f"aggregate stage again") from None
 
 
 def _report(tables_dir: str | Path, mode: str | None, peaks_only: bool) -> str:

@@ -10,6 +10,7 @@ error) keeps its rows; only the quantities it could not produce are NaN.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Iterable
@@ -305,16 +306,43 @@ def tidy_run(folder: str | os.PathLike) -> dict[str, pd.DataFrame]:
             "samples": _with_identity(samples, ident)}
 
 
+TIDY_DIGESTS = "digests.json"  # each tidy table's SHA-256, as tidy wrote it
+
+
 def write_tidy(tables: dict[str, pd.DataFrame], out_dir: str | os.PathLike) -> None:
-    """One Parquet file per tidy table in ``out_dir``."""
+    """One Parquet file per tidy table in ``out_dir``, and their SHA-256s
+    (``TIDY_DIGESTS``), which ``read_tidy`` checks."""
+    from engine.files import sha256_file, write_text_atomic
+
+    digests = {}
     for name, df in tables.items():
         with atomic_path(Path(out_dir) / f"{name}.parquet") as tmp:
             df.to_parquet(tmp)
+        digests[f"{name}.parquet"] = sha256_file(Path(out_dir) / f"{name}.parquet")
+    write_text_atomic(Path(out_dir) / TIDY_DIGESTS, json.dumps(digests, indent=1))
+
+
+def _check_tidy(folder: Path) -> None:
+    """Each tidy table of ``folder`` is the one tidy wrote (its SHA-256): a table copied
+    from another run or edited by hand is refused, naming it."""
+    from engine.files import parse_json, read_regular, sha256_file
+
+    fix = "re-run the tidy stage (snakemake reruns it when the folder is removed)"
+    try:
+        digests = parse_json(read_regular(folder / TIDY_DIGESTS, "digest file", 2**20))
+    except (OSError, ValueError):
+        raise EdgeprofError(f"{folder} has no readable {TIDY_DIGESTS} (its tables' "
+                            f"SHA-256s); {fix}") from None
+    for name in TIDY_TABLES:
+        path = folder / f"{name}.parquet"
+        if not isinstance(digests, dict) or digests.get(path.name) != sha256_file(path):
+            raise EdgeprofError(f"{path} is not the table tidy wrote (its SHA-256 differs); "
+                                f"{fix}")
 
 
 def write_tables(tables: dict[str, pd.DataFrame], out_dir: str | os.PathLike) -> None:
-    """``<name>.csv`` and ``<name>.parquet`` per table, each written atomically; every
-    target checked first, so a folder in one's place leaves none of them half a set."""
+    """``<name>.csv`` and ``<name>.parquet`` per table, moved into place together (every
+    target checked first, so a folder in one's place leaves none of them half a set)."""
     from engine.files import check_output_file
 
     out = Path(out_dir)
@@ -324,11 +352,13 @@ def write_tables(tables: dict[str, pd.DataFrame], out_dir: str | os.PathLike) ->
                 check_output_file(out / f"{name}.{ext}", "an output table")
     except ValueError as exc:
         raise EdgeprofError(str(exc)) from None
-    for name, df in tables.items():
-        with atomic_path(out / f"{name}.csv") as tmp:
-            df.to_csv(tmp, index=False)
-        with atomic_path(out / f"{name}.parquet") as tmp:
-            df.to_parquet(tmp, index=False)
+    from engine.files import staged
+
+    out.mkdir(parents=True, exist_ok=True)
+    with staged(out, ".tables.") as tmp:  # an interrupted writer leaves none of the set
+        for name, df in tables.items():
+            df.to_csv(tmp / f"{name}.csv", index=False)
+            df.to_parquet(tmp / f"{name}.parquet", index=False)
 
 
 def downsample(samples: pd.DataFrame, max_rows: int = MAX_SAMPLES_PER_RUN) -> pd.DataFrame:
@@ -356,7 +386,8 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
 
 
 def tidy_run_table(tidy_dir: str | os.PathLike) -> pd.DataFrame:
-    """The runs table of one tidy folder."""
+    """The runs table of one tidy folder (checked as ``read_tidy`` checks it)."""
+    _check_tidy(Path(tidy_dir))
     return pd.read_parquet(Path(tidy_dir) / "runs.parquet")
 
 
@@ -364,6 +395,7 @@ def read_tidy(tidy_dirs: Iterable[str | os.PathLike]) -> dict[str, pd.DataFrame]
     """The tidy tables (``TIDY_TABLES``) of these per-run tidy folders, concatenated."""
     parts: dict[str, list[pd.DataFrame]] = {name: [] for name in TIDY_TABLES}
     for d in tidy_dirs:
+        _check_tidy(Path(d))
         for name in TIDY_TABLES:
             parts[name].append(pd.read_parquet(Path(d) / f"{name}.parquet"))
     return {name: _concat(frames) for name, frames in parts.items()}

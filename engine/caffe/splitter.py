@@ -185,6 +185,14 @@ class Description:
         if sha256_file(whole) != self.caffemodel_sha256:
             raise ModelError(f"{whole} changed after {self.network} was split (its SHA-256 "
                              f"differs): re-run the split stage")
+        # the entry bulk reads for each layer (model_index) holds that layer
+        names = {rec.index: rec.name for rec in wire.scan(whole)}
+        for info in self.layers:
+            if info.model_index is not None and names.get(info.model_index) != info.name:
+                raise ModelError(f"{self.path}: layer {info.index} '{info.name}' has "
+                                 f"model_index {info.model_index}, which is "
+                                 f"'{names.get(info.model_index)}' in {whole}; re-run the "
+                                 f"split stage")
 
     def check_partials(self) -> None:
         """Every partial is the one split (same bytes): a partial replaced by another
@@ -193,6 +201,11 @@ class Description:
             if info.partial and sha256_file(self.resolve(info.partial)) != info.partial_sha256:
                 raise ModelError(f"{self.resolve(info.partial)} changed after {self.network} "
                                  f"was split (its SHA-256 differs): re-run the split stage")
+            held = [rec.name for rec in wire.scan(self.resolve(info.partial))] \
+                if info.partial else [info.name]
+            if held != [info.name]:  # a partial of another layer, its digest moved along
+                raise ModelError(f"{self.path}: layer {info.index} '{info.name}' reads "
+                                 f"{info.partial}, which holds {held}; re-run the split stage")
 
     def check_files(self) -> None:
         """Refuse model files that changed since the split (one line naming the file and

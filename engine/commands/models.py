@@ -8,8 +8,9 @@ import sys
 import time
 from pathlib import Path
 
-from engine.commands.options import MAX_SEED, output_dir, output_file, positive, staged
+from engine.commands.options import MAX_SEED, output_dir, output_file, positive
 from engine.errors import EdgeprofError
+from engine.files import staged
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -110,33 +110,6 @@ def folder_lock(folder: Path, option: str, verb: str, what: str) -> Iterator[Non
         os.close(fd)
 
 
-@contextlib.contextmanager
-def staged(out: Path, prefix: str) -> Iterator[Path]:
-    """A hidden folder in ``out`` (``<prefix><pid>.<random>``) to write a set of outputs
-    into, under signals that unwind (SIGINT, SIGTERM, SIGHUP). When the block ends well
-    its entries replace their namesakes in ``out`` with those signals held back, so an
-    interrupted writer leaves none of the set and a finished one all of it; the folder
-    goes either way, and one a SIGKILLed writer left is removed by the next."""
-    import shutil
-
-    from engine.procs import stamped_tempdir, sweep
-    from engine.runner.interrupt import signals_deferred, signals_unwind
-
-    sweep(out, prefix)
-    tmp = stamped_tempdir(prefix, out)
-    try:
-        with signals_unwind():
-            yield tmp
-            with signals_deferred():
-                for entry in sorted(tmp.iterdir()):
-                    dest = out / entry.name
-                    if dest.is_dir() and not dest.is_symlink():
-                        shutil.rmtree(dest)
-                    os.replace(entry, dest)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
 def output_dir(path: str, option: str) -> Path:
     """An output folder, checked before the work: not empty, not a file, not in a run
     folder."""

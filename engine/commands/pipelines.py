@@ -12,9 +12,9 @@ from engine.commands.options import (
     output_dir,
     output_file,
     positive,
-    staged,
 )
 from engine.errors import EdgeprofError
+from engine.files import staged
 
 # Far above any sweep this project runs, low enough that a typo (1e12) is refused at once,
 # not after an hour (documented in --help)

@@ -10,8 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-from engine.commands.options import not_over_inputs, output_dir, staged
+from engine.commands.options import not_over_inputs, output_dir
 from engine.errors import EdgeprofError
+from engine.files import file_kind, staged
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -30,6 +31,11 @@ def main(args: argparse.Namespace) -> None:
     names = [Path(os.path.abspath(run)).name for run in args.runs]
     for name in names:  # --out/<name> may be a run itself (--out its parent folder)
         not_over_inputs(out / name, "--out", args.runs, "a run it tidies")
+        kind = file_kind(out / name)
+        if kind not in ("missing", "a folder") or (out / name).is_symlink():
+            raise EdgeprofError(f"--out {out}: {out / name}, where this run's tables go, is "
+                                f"{'a link' if (out / name).is_symlink() else kind}; "
+                                f"choose another --out")
     twice = sorted({name for name in names if names.count(name) > 1})
     if twice:
         raise EdgeprofError(f"runs named {', '.join(twice)} more than once: each is written "

@@ -1268,3 +1268,91 @@ def test_older_tables_and_big_batches_are_refused_up_front(two_runs, tmp_path, c
     run = Path(shutil.copytree(two_runs[0], tmp_path / "r"))
     rc, err = _cli(capsys, "evaluate-model", "--tables", str(tables), "--out", str(run))
     assert rc == 2 and "is or lies in a run folder" in err, err
+
+
+# --- the seventh held-out pass (/work/notes/adversarial-25g.md: H1-H2, M1, M3-M4) ----------
+
+
+def test_tidy_never_deletes_what_it_did_not_write(two_runs, tmp_path, capsys):
+    """H1: a folder in --out with a run's name keeps its other files; M3: a file or a
+    link in that place is refused up front, naming the user's path."""
+    out = tmp_path / "td"
+    (out / "gg").mkdir(parents=True)
+    (out / "gg" / "notes.txt").write_text("mine")
+    rc, err = _cli(capsys, "tidy", "--out", str(out), str(two_runs[0]))
+    assert rc == 0, err
+    assert (out / "gg" / "notes.txt").read_text() == "mine"
+    assert (out / "gg" / "runs.parquet").is_file()
+    for make in (lambda p: p.write_text("x"), lambda p: p.symlink_to(tmp_path)):
+        other = tmp_path / "td2"
+        shutil.rmtree(other, ignore_errors=True)
+        other.mkdir()
+        make(other / "gg")
+        rc, err = _cli(capsys, "tidy", "--out", str(other), str(two_runs[0]))
+        assert rc == 2 and f"{other / 'gg'}, where this run's tables go, is" in err, err
+        assert ".tidy." not in err
+
+
+def test_a_tidy_table_edited_or_copied_from_another_run_is_refused(two_runs, tmp_path):
+    """H2: aggregate reads only the tables tidy wrote (their SHA-256s)."""
+    from engine.analysis.tables import aggregate, tidy_run, write_tidy
+
+    dirs = []
+    for run in two_runs:
+        write_tidy(tidy_run(run), tmp_path / "tidy" / run.name)
+        dirs.append(tmp_path / "tidy" / run.name)
+    aggregate(dirs, None)  # as written: fine
+    shutil.copy(dirs[1] / "tasks.parquet", dirs[0] / "tasks.parquet")
+    with pytest.raises(EdgeprofError, match="tasks.parquet is not the table tidy wrote"):
+        aggregate(dirs, None)
+    (dirs[0] / "digests.json").unlink()
+    with pytest.raises(EdgeprofError, match="has no readable digests.json"):
+        aggregate(dirs, None)
+
+
+def test_an_interrupted_table_writer_leaves_none_of_its_set(two_runs, tmp_path):
+    """M1: write_tables (aggregate, evaluate-model, reconstruct-model ...) moves its set
+    into place at once; a signal while writing leaves none of it."""
+    import signal
+
+    code = ("import sys, pandas as pd\n"
+            "from engine.analysis.tables import write_tables\n"
+            "big = pd.DataFrame({'x': range(3_000_000)})\n"
+            "write_tables({f't{i}': big for i in range(20)}, sys.argv[1])\n")
+    out = tmp_path / "tables"
+    proc = subprocess.Popen([sys.executable, "-c", code, str(out)], cwd=REPO,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not list(out.glob(".tables.*/*")) and time.monotonic() < deadline:
+        time.sleep(0.02)  # writing into its hidden folder
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=120)
+    assert proc.returncode != 0 and list(out.iterdir()) == []
+
+
+def test_a_summary_of_the_wrong_types_is_one_line(two_runs, tmp_path, capsys):
+    """M4: a metric column saved as strings."""
+    tables = _tables(tmp_path, two_runs)
+    summary = pd.read_parquet(tables / "summary.parquet")
+    summary = summary.assign(level="size_bin", size_bin="0-100 MiB", peak_rss_bytes_median=1e8)
+    summary = pd.concat([summary, summary.assign(policy="bulk", peak_rss_bytes_median=2e8)],
+                        ignore_index=True)
+    summary.astype({"peak_rss_bytes_median": str}).to_parquet(tables / "summary.parquet")
+    rc, err = _cli(capsys, "results-report", "--tables", str(tables))
+    assert rc == 2 and "summary.parquet" in err and err.count("\n") == 1, err
+
+
+def test_swapped_layers_with_their_digests_are_refused(split_copy, tmp_path, capsys):
+    """M2 (seventh pass): layers 1 and 2 swap model_index, partial, digest and size, each
+    consistent on its own: every policy reads the other layer's weights, so each refuses
+    before any folder exists."""
+    def swap(d):
+        a, b = d["layers"][1], d["layers"][2]
+        for key in ("model_index", "partial", "partial_sha256", "file_bytes"):
+            a[key], b[key] = b[key], a[key]
+
+    _edit(split_copy / "age_net.description.json", swap)
+    for policy, says in (("bulk", "which is 'relu1'"), ("linear", "which holds")):
+        rc, err = _run_agenet(capsys, split_copy, tmp_path, "--policy", policy, "--backend",
+                              "none")
+        assert rc == 2 and says in err and not (tmp_path / "run").exists(), (policy, err)

@@ -164,7 +164,8 @@ def test_the_tidy_verb_writes_one_folder_per_run_or_nothing(campaign, tmp_path, 
     assert sorted(p.name for p in out.iterdir()) == ["rep0", "rep1"]
     for rep, emulated in (("rep0", False), ("rep1", True)):
         assert sorted(p.name for p in (out / rep).iterdir()) == [
-            "networks.parquet", "runs.parquet", "samples.parquet", "tasks.parquet"]
+            "digests.json", "networks.parquet", "runs.parquet", "samples.parquet",
+            "tasks.parquet"]
         runs = pd.read_parquet(out / rep / "runs.parquet")
         assert runs.run_id.tolist() == [f"p000/linear/none/{rep}"]
         assert bool(runs.emulated.iloc[0]) is emulated
