@@ -48,10 +48,7 @@ def main(args: argparse.Namespace) -> None:
                                             desc.resolve(desc.caffemodel)],
                         "the model files forward reads")
     check_batch_fits([desc], args.batch)
-    if args.bulk:  # what the pass reads is what was split, byte for byte
-        desc.check_caffemodel()
-    else:
-        desc.check_partials()
+    desc.check_reads(bulk=args.bulk)
     t0 = time.perf_counter()
     outputs = run_standalone(desc, seed=args.seed, batch=args.batch, bulk=args.bulk,
                              runtime_name=args.runtime)

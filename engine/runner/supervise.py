@@ -99,13 +99,8 @@ def check_inputs(request: RunRequest) -> tuple[Policy, Pipeline, dict[str, Path]
     models = description_index(request.models)
     descs = resolve_descriptions(pipeline, models)
     check_batch_fits(descs.values(), request.options.batch)
-    # what the run will read is what was split, byte for byte: bulk reads each network's
-    # whole caffemodel, every other policy its partials
     for _, desc in sorted(descs.items()):
-        if policy.family == "bulk":
-            desc.check_caffemodel()
-        else:
-            desc.check_partials()
+        desc.check_reads(bulk=policy.family == "bulk")
     return policy, pipeline, models, descs
 
 
