@@ -80,7 +80,7 @@ def _write(args: argparse.Namespace, made: list, out: Path) -> None:
 
     names = {f"{p.name}.json" for p in made}
     stale = sorted(f.name for f in out.glob(f"{args.prefix}[0-9][0-9][0-9].json")
-                   if f.name not in names) if out.is_dir() else []
+                   if f.name not in names)
     if stale:
         raise EdgeprofError(f"--out {out} holds {', '.join(stale[:3])} of an earlier set, "
                             f"which this one would sit beside; remove them or choose another "
