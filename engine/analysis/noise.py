@@ -2,8 +2,10 @@
 figure's caption, and before a sweep (``python -m engine doctor``).
 
 After: the noise floor of identical native runs (its median makespan CV) above
-``CV_LIMIT``, or the host's load during the runs above its CPUs (the runs record both),
-each warned with its numbers: then the machine, not the policies, may decide a result.
+``CV_LIMIT``, or other work taking ``OTHER_CPUS_LIMIT`` CPUs or more during the runs while
+less than one CPU was idle (each run records the host's busy CPUs and its own; the load
+average counts the run's own threads too), each warned with its numbers: then the
+machine, not the policies, may decide a result.
 Before: the load, the CPU frequency governors, the transparent hugepage mode and swap,
 each with what it means for the results.
 """
@@ -11,11 +13,16 @@ each with what it means for the results.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pandas as pd
 
 CV_LIMIT = 0.10  # median makespan CV of identical native runs; ~3.5 % on a quiet machine
+# CPUs other work took during a run (its busy CPUs less the run's own), median over the
+# native runs: warned when at least this much, with less than one CPU left idle
+OTHER_CPUS_LIMIT = 0.5
+BUSY_WINDOW_S = 1.0  # how long doctor watches the CPUs
 
 
 def run_warnings(runs: pd.DataFrame, noise_floor: pd.DataFrame) -> list[str]:
@@ -44,15 +51,18 @@ def run_warnings(runs: pd.DataFrame, noise_floor: pd.DataFrame) -> list[str]:
                        f"{100 * r['cv_ci_low']:.0f}-{100 * r['cv_ci_high']:.0f} %; a quiet "
                        f"machine: about 3.5 %): speed-ups within about "
                        f"{141 * r['cv_median']:.0f} % of 1 are noise")
-    if not runs.empty and {"host_load1_start", "host_load1_end"} <= set(runs):
+    if not runs.empty and {"host_other_cpus", "host_busy_cpus"} <= set(runs):
         native = runs[~runs["emulated"].astype(bool)] if "emulated" in runs else runs
-        cpus = (native["child_cpus"].max() if "child_cpus" in native else None) or 1
-        host_cpus = os.cpu_count() or cpus
-        load = pd.concat([native["host_load1_start"], native["host_load1_end"]]).dropna()
-        if len(load) and load.median() > host_cpus:
-            out.append(f"loaded host: the 1-minute load average during the runs was "
-                       f"{load.median():.1f} (median; up to {load.max():.1f}) on "
-                       f"{host_cpus} CPUs: other work shared the CPUs with the runs")
+        other, busy = native["host_other_cpus"].dropna(), native["host_busy_cpus"].dropna()
+        host_cpus = os.cpu_count() or 1
+        if len(other) and len(busy) and other.median() >= OTHER_CPUS_LIMIT \
+                and host_cpus - busy.median() < 1:
+            load = pd.concat([native.get("host_load1_start", pd.Series(dtype=float)),
+                              native.get("host_load1_end", pd.Series(dtype=float))]).dropna()
+            said = f"; 1-minute load {load.median():.1f}" if len(load) else ""
+            out.append(f"loaded host: other work took {other.median():.1f} CPUs during the "
+                       f"runs (median; up to {other.max():.1f}) and left less than one of "
+                       f"the {host_cpus} CPUs idle{said}: it shared the CPUs with the runs")
     return out
 
 
@@ -86,6 +96,16 @@ def host_checks() -> list[tuple[str, bool, str]]:
                    load5 < 0.5 * cpus,
                    "other work shares the CPUs: times vary with it; wait for a quiet "
                    "machine, or compare only runs interleaved in one sweep"))
+    from engine.probes.hostload import host_load, snapshot
+
+    start = snapshot()
+    time.sleep(BUSY_WINDOW_S)
+    other = host_load(start, snapshot())["other_cpus"]
+    if other is not None:
+        checks.append((f"CPUs other work keeps busy: {other:.2f} of {cpus} (over "
+                       f"{BUSY_WINDOW_S:.0f} s)", other < OTHER_CPUS_LIMIT,
+                       "a run shares the CPUs with it (a campaign warns at "
+                       f"{OTHER_CPUS_LIMIT} with no CPU idle)"))
     governors = {_read(str(p)) for p in
                  Path("/sys/devices/system/cpu").glob("cpu[0-9]*/cpufreq/scaling_governor")}
     governors.discard(None)

@@ -166,6 +166,8 @@ def _run_row(meta: RunMeta, folder: Path, tasks: pd.DataFrame, networks: pd.Data
         "host_load1_start": _known(load.get("load1_start")),
         "host_load1_end": _known(load.get("load1_end")),
         "host_busy_cpus": _known(load.get("busy_cpus")),
+        # CPUs other work took over the run (busy less the run's own); NaN before schema 6
+        "host_other_cpus": _known(load.get("other_cpus")),
         "cpu_pinned": bool((meta.cpu_affinity or {}).get("pinned", False)),
         # the CPUs the measured child could run on (its workers share them)
         "child_cpus": len((meta.cpu_affinity or {}).get("child") or []) or np.nan,

@@ -1,11 +1,14 @@
 """What else the host's CPUs did during a run: load averages and busy CPUs from
-/proc/loadavg and /proc/stat, read once at the start and once at the end (two reads of
-small files: nothing during the run)."""
+/proc/loadavg and /proc/stat, and this process's own CPU time with its reaped children's
+(getrusage), read once at the start and once at the end (nothing during the run). The
+host's busy CPUs less the run's own are the CPUs other work took: the load average cannot
+tell them apart (it counts the run's own runnable threads, ~3 on a quiet 2-CPU machine)."""
 
 from __future__ import annotations
 
 import fcntl
 import os
+import resource
 import tempfile
 import time
 from dataclasses import dataclass
@@ -16,6 +19,7 @@ class CpuSnapshot:
     t: float  # time.monotonic()
     busy_s: float | None  # CPU-seconds all CPUs spent not idle since boot
     load1: float | None
+    own_s: float | None = None  # CPU-seconds of this process and its reaped children
 
 
 def _busy_seconds() -> float | None:
@@ -33,24 +37,36 @@ def _busy_seconds() -> float | None:
     return busy / os.sysconf("SC_CLK_TCK")
 
 
+def _own_seconds() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
+
+
 def snapshot() -> CpuSnapshot:
     try:
         load1 = os.getloadavg()[0]
     except OSError:
         load1 = None
-    return CpuSnapshot(time.monotonic(), _busy_seconds(), load1)
+    return CpuSnapshot(time.monotonic(), _busy_seconds(), load1, _own_seconds())
 
 
 def host_load(start: CpuSnapshot, end: CpuSnapshot) -> dict:
-    """``load1_start``/``load1_end`` (1-minute load averages) and ``busy_cpus``: how many
-    CPUs were busy on average over the run, the run's own processes included (None
-    where /proc/stat could not be read)."""
+    """``load1_start``/``load1_end`` (1-minute load averages); ``busy_cpus``: how many
+    CPUs were busy on average over the run, the run's own processes included;
+    ``own_cpus``: the run's own (this process and the children it reaped before ``end``:
+    take ``end`` after the last of them is waited for); ``other_cpus``: the rest, other
+    work's. None where /proc/stat could not be read."""
     span = end.t - start.t
-    busy = None
+    busy = own = other = None
     if start.busy_s is not None and end.busy_s is not None and span > 0:
         busy = round((end.busy_s - start.busy_s) / span, 3)
+        if start.own_s is not None and end.own_s is not None:
+            own = round((end.own_s - start.own_s) / span, 3)
+            # both count whole clock ticks: a short run's difference can dip below zero
+            other = round(max(0.0, busy - own), 3)
     return {"load1_start": start.load1, "load1_end": end.load1, "busy_cpus": busy,
-            "cpus": os.cpu_count()}
+            "own_cpus": own, "other_cpus": other, "cpus": os.cpu_count()}
 
 
 @dataclass

@@ -75,8 +75,9 @@ class RunMeta:
     wall_s: float | None = _f("wall time of the measured process, seconds")
     started_at: float | None = _f("when the measured process started, seconds since the "
                                   "epoch (the order runs ran in)")
-    host_load: dict | None = _f("the host's 1-minute load average at the start and end "
-                                "and its mean busy CPUs over the run (this run's included)")
+    host_load: dict | None = _f("the host's 1-minute load average at the start and end, "
+                                "its mean busy CPUs over the run (this run's included), "
+                                "the run's own (own_cpus) and other work's (other_cpus)")
     cpu_affinity: dict | None = _f("CPUs the measured child and the probes (supervisor, "
                                    "sampler) could run on; pinned: child alone on one")
     probes: dict = _f("which probes were on", {})

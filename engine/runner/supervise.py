@@ -183,11 +183,12 @@ def run_supervised(request: RunRequest, session: Session | None = None) -> RunMe
             else:
                 code = waited.code
             wall_s = time.monotonic() - t_start
-            load = hostload.host_load(load_start, hostload.snapshot())
             if claim_cpu:
                 claim_cpu.close()
             sampler_stats = sampler.stop() if sampler is not None else None
             sampler = None
+            # after the sampler is reaped: its CPU time is the run's own, not other work's
+            load = hostload.host_load(load_start, hostload.snapshot())
             oom_kills = session.oom_kills()
             termination, reason = _termination(code, timed_out, oom_kills, session, tmp,
                                                options.stall_s)

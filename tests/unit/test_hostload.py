@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 
+import psutil
 import pytest
 
 from engine.probes import hostload
@@ -48,13 +51,47 @@ def test_one_cpu_is_never_pinned(cpus):
 
 
 def test_busy_cpus_is_non_idle_cpu_time_over_wall_time():
-    start = hostload.CpuSnapshot(t=100.0, busy_s=50.0, load1=0.5)
-    end = hostload.CpuSnapshot(t=110.0, busy_s=65.0, load1=1.5)
+    start = hostload.CpuSnapshot(t=100.0, busy_s=50.0, load1=0.5, own_s=2.0)
+    end = hostload.CpuSnapshot(t=110.0, busy_s=65.0, load1=1.5, own_s=6.0)
     load = hostload.host_load(start, end)
     assert load["busy_cpus"] == 1.5 and load["load1_start"] == 0.5
     assert load["load1_end"] == 1.5 and load["cpus"] == os.cpu_count()
-    assert hostload.host_load(start, hostload.CpuSnapshot(110.0, None, None))[
-        "busy_cpus"] is None
+    # 15 busy CPU-seconds in 10 s, 4 of them the run's own
+    assert load["own_cpus"] == 0.4 and load["other_cpus"] == 1.1
+    unread = hostload.host_load(start, hostload.CpuSnapshot(110.0, None, None))
+    assert unread["busy_cpus"] is None and unread["other_cpus"] is None
+
+
+def _burn(seconds: float) -> None:
+    t0 = time.process_time()
+    while time.process_time() - t0 < seconds:
+        sum(i * i for i in range(10_000))
+
+
+BURN = "import time\nt0 = time.process_time()\nwhile time.process_time() - t0 < 0.6: pass"
+
+
+def test_work_of_a_process_not_yet_reaped_is_other_work_and_a_reaped_childs_is_own():
+    """The kernel's own accounting decides: a child still running at the end snapshot is
+    not the run's (its time is not in getrusage yet), one waited for is."""
+    start = hostload.snapshot()
+    other = subprocess.Popen([sys.executable, "-c", BURN])
+    _burn(0.3)
+    while psutil.Process(other.pid).status() != psutil.STATUS_ZOMBIE:
+        time.sleep(0.02)
+    burnt = sum(psutil.Process(other.pid).cpu_times()[:2])
+    end = hostload.snapshot()
+    load, span = hostload.host_load(start, end), end.t - start.t
+    assert burnt >= 0.55
+    # ticks of 10 ms: allow for a few at each end
+    assert load["other_cpus"] * span >= burnt - 0.1
+    assert load["own_cpus"] * span < 0.3 + burnt / 2
+    other.wait()
+    start = hostload.snapshot()
+    subprocess.run([sys.executable, "-c", BURN], check=True)
+    end = hostload.snapshot()
+    load = hostload.host_load(start, end)
+    assert load["own_cpus"] * (end.t - start.t) >= 0.55
 
 
 def test_a_snapshot_of_this_machine_is_plausible():

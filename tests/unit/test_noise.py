@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from engine.analysis.noise import CV_LIMIT, host_checks, run_warnings
+from engine.analysis import noise
+from engine.analysis.noise import CV_LIMIT, OTHER_CPUS_LIMIT, host_checks, run_warnings
 from engine.cli import main
 
 
@@ -15,27 +16,44 @@ def _floor(cv: float) -> pd.DataFrame:
                           "cv_max": 2 * cv, "rel_range_median": 2 * cv}])
 
 
-def _runs(load: float) -> pd.DataFrame:
+def _runs(other: float, busy: float, load: float = 2.9) -> pd.DataFrame:
     return pd.DataFrame({"emulated": [False] * 4, "child_cpus": [1] * 4,
-                         "host_load1_start": [load] * 4, "host_load1_end": [load] * 4})
+                         "host_load1_start": [load] * 4, "host_load1_end": [load] * 4,
+                         "host_other_cpus": [other] * 4, "host_busy_cpus": [busy] * 4})
 
 
-def test_a_quiet_campaign_gives_no_warning():
-    assert run_warnings(_runs(0.4), _floor(0.035)) == []
+def test_a_quiet_campaign_gives_no_warning(monkeypatch):
+    monkeypatch.setattr(noise.os, "cpu_count", lambda: 2)
+    # the run's own threads make the load ~3 on a quiet 2-CPU machine: not a warning
+    assert run_warnings(_runs(0.1, 1.2, load=2.9), _floor(0.035)) == []
+    # a two-worker run fills both CPUs itself: other work took little
+    assert run_warnings(_runs(0.2, 1.98), _floor(0.035)) == []
+    # other work on a big machine with CPUs to spare
+    monkeypatch.setattr(noise.os, "cpu_count", lambda: 64)
+    assert run_warnings(_runs(20.0, 21.0), _floor(0.035)) == []
 
 
-def test_a_noisy_floor_and_a_loaded_host_are_each_named_with_their_numbers():
-    warnings = run_warnings(_runs(7.5), _floor(0.43))
+def test_a_noisy_floor_and_a_loaded_host_are_each_named_with_their_numbers(monkeypatch):
+    monkeypatch.setattr(noise.os, "cpu_count", lambda: 2)
+    warnings = run_warnings(_runs(1.3, 2.0, load=7.5), _floor(0.43))
     assert len(warnings) == 2
     assert "43 %" in warnings[0] and "30 cells" in warnings[0]
-    assert "7.5" in warnings[1] and "load average" in warnings[1]
-    # just under the limit: quiet enough
-    assert run_warnings(_runs(0.4), _floor(CV_LIMIT * 0.99)) == []
+    assert "1.3 CPUs" in warnings[1] and "7.5" in warnings[1] and "2 CPUs" in warnings[1]
+    # just under the limits: quiet enough
+    assert run_warnings(_runs(OTHER_CPUS_LIMIT * 0.99, 2.0), _floor(CV_LIMIT * 0.99)) == []
+    assert len(run_warnings(_runs(OTHER_CPUS_LIMIT, 2.0), _floor(0.03))) == 1
+    # a CPU left idle: the runs had one to themselves
+    assert run_warnings(_runs(0.6, 0.99), _floor(0.03)) == []
+
+
+def test_tables_recorded_before_other_cpus_give_no_load_warning():
+    runs = _runs(1.3, 2.0, load=7.5).drop(columns="host_other_cpus")
+    assert run_warnings(runs, _floor(0.03)) == []
 
 
 def test_doctor_names_every_check_and_exits_with_its_verdict(capsys):
     checks = host_checks()
-    assert {c[0].split(":")[0].split(" ")[0] for c in checks} >= {"load", "CPU",
+    assert {c[0].split(":")[0].split(" ")[0] for c in checks} >= {"load", "CPU", "CPUs",
                                                                   "transparent", "host"}
     rc = main(["doctor"])
     out = capsys.readouterr().out

@@ -102,6 +102,8 @@ def test_every_table_and_figure_is_written_and_plausible(workflow):
     assert set(runs.policy) == {"bulk", "linear"} and set(runs["limit"]) == {"none", "256M"}
     assert set(runs.rep) == {0, 1, 2} and runs.cpu_pinned.all()
     assert (runs.cpu_s > 0).all() and (runs.host_busy_cpus > 0).all()
+    # the run's own CPU time (its child's among it) is not counted as other work's
+    assert (runs.host_other_cpus <= runs.host_busy_cpus - 0.8 * runs.cpu_s / runs.wall_s).all()
     assert (runs.termination == "ok").all()
     # backend none cannot enforce 256M: it must say so, never pass as limited
     assert not runs.limit_enforced.any()
