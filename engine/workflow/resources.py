@@ -3,11 +3,25 @@ job step of its own."""
 
 from __future__ import annotations
 
+import argparse
+import functools
+import math
+import shlex
+
+import numpy as np
+
 from engine.units import parse_size
 from engine.workflow.args import join_words
 from engine.workflow.plan import SANDBOXES, UNLIMITED, Config, run_backend
 
-UNLIMITED_MEM_MB = 8192  # what an unconstrained run may use (its step's --mem under inherit)
+UNLIMITED_MEM_MB = 8192  # an unconstrained run whose networks the plan cannot bound
+# The engine's own processes besides its networks' bytes: the measured child's Python,
+# numpy and engine (the slowdown model's baseline_bytes: 43 MiB) and its supervisor,
+# sampler and GNU time (61 MiB: the process tree's peak RSS less the child's, sampled
+# every 10 ms over `python -m engine run`, FaceNet + GoogLeNet, linear and bulk),
+# rounded up
+ENGINE_BASELINE_MB = 128
+PEAK_MARGIN = 1.5  # the bound is of the bytes the runtime holds; allocator and pages above
 # MiB a SLURM run job needs besides its run's own step: the batch script, the executor
 # plugin's two Snakemake interpreters (the jobstep executor in the batch step and the job
 # itself in step 0, ~170 MiB each), two srun clients and a shell. Measured per job with
@@ -16,31 +30,97 @@ UNLIMITED_MEM_MB = 8192  # what an unconstrained run may use (its step's --mem u
 SLURM_JOB_OVERHEAD_MB = 512
 
 
-def run_step_mem_mb(config: Config, limit: str, in_vm: bool) -> int | None:
+@functools.lru_cache(maxsize=64)
+def network_bound_bytes(name: str, batch: int | None, runtime: str) -> tuple[int, int]:
+    """(held, transient): an upper bound of the bytes one instance of zoo network ``name``
+    holds at once at ``batch`` (None: its deploy batch) in ``runtime``, and of what a task
+    of it holds for a moment on top. Held: every weight and every layer's output, none
+    freed (what Caffe 1.0 keeps; the lean runtime frees some), and in caffe the buffers
+    each layer owns. Transient: the largest operator scratch, and in caffe a LOAD's
+    parsed message, at most three times the weights (a V1 file upgraded:
+    engine.runtime.protobuf). From the zoo's prototxt alone, so the plan can ask before
+    anything is split."""
+    from engine.caffe import graph, zoo
+    from engine.ops import scratch_bytes
+
+    g = graph.build_graph(zoo.deploy_net(name), batch=batch, source=name)
+    shapes = {top: shape for layer in g.layers for top, shape in zip(layer.tops,
+                                                                     layer.top_shapes)}
+    weights = 4 * g.param_count
+    held = weights + sum(4 * math.prod(s) for layer in g.layers for s in layer.top_shapes)
+    scratch = max(scratch_bytes(layer.type, layer.args, layer.param_shapes,
+                                [shapes[b] for b in layer.bottoms]) for layer in g.layers)
+    if runtime == "caffe":
+        from engine.runtime.caffe import layer_buffers
+
+        held += sum(n * np.dtype(dtype).itemsize for layer in g.layers
+                    for n, dtype in layer_buffers(layer))
+        return held, max(scratch, 3 * weights)
+    return held, scratch
+
+
+def pipelines_networks(args: str, names: list[str]) -> dict[str, list[str]]:
+    """Pipeline name -> its networks, as ``python -m engine pipelines <args>`` draws them
+    from ``names`` (the same parser and generator; the arrival times do not change which
+    networks are drawn). Empty for empty ``args``."""
+    if not args:
+        return {}
+    from engine.commands import pipelines as command
+    from engine.schedule.pipelines import generate_pipelines
+
+    parser = argparse.ArgumentParser()
+    command.add_parser(parser.add_subparsers())
+    a = parser.parse_args(["pipelines", "--models", ".", "--out", ".", *shlex.split(args)])
+    drawn = generate_pipelines(a.seed, a.count, dict.fromkeys(a.networks or names, 1),
+                               tuple(a.length), {"mode": "batch"}, prefix=a.prefix)
+    return {p.name: p.networks() for p in drawn}
+
+
+def unconstrained_mem_mb(networks: list[str], batch: int | None, runtime: str,
+                         workers: int) -> int:
+    """MiB an unconstrained run of ``networks`` may use: the bound of every instance's
+    held bytes, the ``workers`` largest transients on top (one task per worker at once),
+    the engine's baseline, and a margin; ``UNLIMITED_MEM_MB`` when a network is not the
+    zoo's (a user model: no prototxt at planning)."""
+    from engine.caffe import zoo
+
+    if not networks or any(n not in zoo.ZOO for n in networks):
+        return UNLIMITED_MEM_MB
+    bounds = [network_bound_bytes(n, batch, runtime) for n in networks]
+    transients = sorted((t for _, t in bounds), reverse=True)[:max(1, workers)]
+    need = sum(h for h, _ in bounds) + sum(transients)
+    return ENGINE_BASELINE_MB + math.ceil(PEAK_MARGIN * need / 2**20)
+
+
+def run_step_mem_mb(config: Config, limit: str, in_vm: bool,
+                    unconstrained_mb: int = UNLIMITED_MEM_MB) -> int | None:
     """MiB of the run's own SLURM job step (``srun --mem``) under ``inherit``: exactly its
-    limit (``UNLIMITED_MEM_MB`` for an unconstrained run), so the step's cgroup, where a
-    SLURM with task/cgroup enforces memory, holds the engine's processes alone under
-    exactly that limit, and the workflow's own processes stay outside it. None for the
-    other backends, which set (or emulate) the limit themselves."""
+    limit (``unconstrained_mb``, its networks' bound, for an unconstrained run), so the
+    step's cgroup, where a SLURM with task/cgroup enforces memory, holds the engine's
+    processes alone under exactly that limit, and the workflow's own processes stay
+    outside it. None for the other backends, which set (or emulate) the limit
+    themselves."""
     if run_backend(config, limit, in_vm) != "inherit":
         return None
-    return UNLIMITED_MEM_MB if limit == UNLIMITED else parse_size(limit) // 2**20
+    return unconstrained_mb if limit == UNLIMITED else parse_size(limit) // 2**20
 
 
-def run_mem_mb(config: Config, limit: str, in_vm: bool) -> int:
+def run_mem_mb(config: Config, limit: str, in_vm: bool,
+               unconstrained_mb: int = UNLIMITED_MEM_MB) -> int:
     """Memory (MiB) a run job asks for. Under ``inherit`` the run gets a job step of exactly
     its limit (``run_step_mem_mb``) and the job asks for that plus the workflow's own
     processes (``SLURM_JOB_OVERHEAD_MB``); a backend that sets its own cgroup needs room
     above the limit for the supervisor and sampler; a VM needs its guest RAM (limit + 768
-    MiB, at least 1 GiB) and qemu's own ~300 MiB."""
-    step = run_step_mem_mb(config, limit, in_vm)
+    MiB, at least 1 GiB) and qemu's own ~300 MiB. ``unconstrained_mb``: what an
+    unconstrained run's networks may use (``unconstrained_mem_mb``)."""
+    step = run_step_mem_mb(config, limit, in_vm, unconstrained_mb)
     if step is not None:
         return step + SLURM_JOB_OVERHEAD_MB
     mib = None if limit == UNLIMITED else parse_size(limit) // 2**20
     if run_backend(config, limit, in_vm) in SANDBOXES:
         guest = 4096 if mib is None else max(1024, mib + 768)  # engine.vm.run.plan's RAM
         return guest + 512
-    return UNLIMITED_MEM_MB if mib is None else mib + 1024
+    return unconstrained_mb if mib is None else mib + 1024
 
 
 def slurm_step_prefix(mem_mb: int | None) -> str:

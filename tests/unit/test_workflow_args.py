@@ -41,12 +41,16 @@ from engine.workflow.plan import (
     vm_sandbox,
 )
 from engine.workflow.resources import (
+    ENGINE_BASELINE_MB,
     SLURM_JOB_OVERHEAD_MB,
     UNLIMITED_MEM_MB,
+    network_bound_bytes,
+    pipelines_networks,
     run_mem_mb,
     run_runtime_min,
     run_step_mem_mb,
     slurm_step_prefix,
+    unconstrained_mem_mb,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -249,7 +253,78 @@ def test_run_mem_mb(cfg):
     assert run_step_mem_mb(inherit, "none", False) == UNLIMITED_MEM_MB
     assert run_mem_mb(inherit, "none", False) == (UNLIMITED_MEM_MB
                                                      + SLURM_JOB_OVERHEAD_MB)
+    # an unconstrained run of networks the plan can bound asks for that bound
+    assert run_step_mem_mb(inherit, "none", False, 700) == 700
+    assert run_mem_mb(inherit, "none", False, 700) == 700 + SLURM_JOB_OVERHEAD_MB
+    assert run_step_mem_mb(inherit, "512M", False, 700) == 512
     assert slurm_step_prefix(None) == ""
+
+
+@pytest.mark.parametrize("arrival", [[], ["--arrival", "poisson", "--rate", "2"]])
+def test_the_plan_draws_the_networks_the_pipelines_command_writes(zoo_split, tmp_path,
+                                                                  cfg, arrival):
+    """What the plan asks memory for is what the pipelines stage really writes."""
+    import shlex
+
+    from engine.cli import main
+    from engine.schedule.pipelines import load_pipeline
+
+    names = sorted(zoo_split)
+    args = pipelines_args(with_(cfg, pipelines__count=12), names) + " " + " ".join(arrival)
+    models = Path(next(iter(zoo_split.values())).path).parent
+    assert main(["pipelines", "--models", str(models), "--out", str(tmp_path),
+                 *shlex.split(args)]) == 0
+    written = {f.stem: load_pipeline(f).networks() for f in tmp_path.glob("p*.json")}
+    assert len(written) == 12
+    assert pipelines_networks(args, names) == written
+    assert pipelines_networks("", names) == {}
+
+
+def test_a_networks_bound_is_its_split_weights_and_outputs(zoo_split):
+    """Held bytes against the split (weights as read from the caffemodel, each layer's
+    output shapes as recorded); the caffe transient covers a V1 message: three times the
+    weights."""
+    import math
+
+    for name in ("AgeNet", "FaceNet"):  # deploy batch 1
+        desc = zoo_split[name]
+        outputs = 4 * sum(math.prod(s) for layer in desc.layers for s in layer.output_shapes)
+        held, transient = network_bound_bytes(name, None, "lean")
+        assert held == desc.param_bytes + outputs
+        assert 0 < transient < desc.param_bytes
+        held_c, transient_c = network_bound_bytes(name, None, "caffe")
+        assert held_c > held and transient_c == 3 * desc.param_bytes
+    # a batch of 4 holds four times the outputs, the same weights
+    held4, _ = network_bound_bytes("AgeNet", 4, "lean")
+    desc = zoo_split["AgeNet"]
+    assert held4 - desc.param_bytes == 4 * (network_bound_bytes("AgeNet", 1, "lean")[0]
+                                            - desc.param_bytes)
+    one = unconstrained_mem_mb(["AgeNet"], 1, "lean", 1)
+    assert unconstrained_mem_mb(["AgeNet", "AgeNet"], 1, "lean", 1) > one
+    assert unconstrained_mem_mb(["AgeNet", "mine"], 1, "lean", 1) == UNLIMITED_MEM_MB
+
+
+@pytest.mark.parametrize("runtime", ["lean", "caffe"])
+def test_an_unconstrained_runs_ask_covers_what_the_kernel_measured(tiny, tmp_path, runtime):
+    """Real runs (backend none) of every worker count: the child's peak RSS (the kernel's
+    VmHWM) never exceeds the networks' bound plus the engine's baseline, with no margin."""
+    from engine.cli import main
+    from engine.runner.meta import RunMeta
+    from engine.schedule.pipelines import load_pipeline
+    from engine.workflow.resources import ENGINE_BASELINE_MB
+
+    nets = load_pipeline(tiny["pipeline"]).networks()
+    for policy, workers in (("bulk", 1), ("linear", 1), ("partial:2", 2)):
+        out = tmp_path / policy.replace(":", "_")
+        assert main(["run", "--pipeline", str(tiny["pipeline"]), "--policy", policy,
+                     "--models", str(tiny["models"]), "--out", str(out), "--backend", "none",
+                     "--runtime", runtime]) == 0
+        bounds = [network_bound_bytes(n, None, runtime) for n in nets]
+        need = (sum(h for h, _ in bounds)
+                + sum(sorted((t for _, t in bounds), reverse=True)[:workers]))
+        hwm = RunMeta.read(out).hwm_rss_bytes
+        assert hwm <= need + ENGINE_BASELINE_MB * 2**20, (policy, hwm / 2**20, need / 2**20)
+        assert unconstrained_mem_mb(nets, None, runtime, workers) * 2**20 >= hwm
 
 
 def _step(tmp_path: Path, prefix: str, *, slurm: bool, srun_rc: int = 0,
@@ -605,20 +680,29 @@ def test_the_slurm_profile_plans_one_core_and_sized_memory_per_job(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     text = r.stdout + r.stderr
     assert "group" not in text.lower().replace("groups", "")
-    jobs = re.findall(r"^rule (\w+):\n((?:    .*\n)+)", text, re.M)
+    jobs = re.findall(r"^rule (\w+):\n((?:    .*\n)+(?:Shell command: .*\n)?)", text, re.M)
     assert jobs
     runs = []
     for rule, body in jobs:
         assert "threads:" not in body, rule  # printed only when more than one
-        resources = dict(re.findall(r"(\w+)=([^,\n]+)", body.split("resources: ")[1]))
+        resources = dict(re.findall(r"(\w+)=([^,\n]+)",
+                                    body.split("resources: ")[1].split("\n")[0]))
         assert rule != "run"
         if rule.startswith("run_block_"):
             outputs = re.search(r"output: (.*)", body).group(1).split(", ")
             parts = {tuple(o.split("/")[-4:]) for o in outputs}  # pipeline/policy/limit/rep
             assert len({(p[0], p[2], p[3]) for p in parts}) == 1, outputs  # one block
             limit = outputs[0].split("/")[-2]
-            step = run_step_mem_mb(cfg, limit, False)
-            assert int(resources["mem_mb"]) == step + SLURM_JOB_OVERHEAD_MB
+            mem = int(resources["mem_mb"])
+            if limit == "none":  # its networks' bound, below the catch-all
+                step = mem - SLURM_JOB_OVERHEAD_MB
+                assert ENGINE_BASELINE_MB < step < UNLIMITED_MEM_MB
+            else:
+                step = run_step_mem_mb(cfg, limit, False)
+                assert mem == step + SLURM_JOB_OVERHEAD_MB
+            # and every run of the block runs in a step of exactly that
+            steps = set(re.findall(r"--mem=(\d+)M", body))
+            assert steps == {str(step)}, (steps, step)
             assert int(resources["runtime"]) == len(outputs) * 30 + 5  # timeout_s 1800
             runs += outputs
         if rule == "tidy_run":  # every repetition of a pipeline x policy x limit

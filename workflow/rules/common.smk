@@ -26,6 +26,7 @@ from engine.workflow.checks import check_config, check_config_batch, check_confi
 from engine.workflow.environ import job_environ
 from engine.workflow.fingerprint import code_fingerprint
 from engine.workflow.plan import (
+    UNLIMITED,
     block_shapes,
     holdout_config,
     kind_runtime,
@@ -40,11 +41,14 @@ from engine.workflow.plan import (
     vm_pipeline_names,
 )
 from engine.workflow.resources import (
+    UNLIMITED_MEM_MB,
     block_runtime_min,
+    pipelines_networks,
     run_mem_mb,
     run_runtime_min,
     run_step_mem_mb,
     slurm_step_prefix,
+    unconstrained_mem_mb,
 )
 from engine.workflow.snakemake_api import declare_signatures
 
@@ -239,9 +243,28 @@ RUN_RUNTIME = run_runtime_min(RUN)
 _LIMITS = sorted({(rs.in_vm, limit) for rs in RUN_SETS for limit in rs.limits}
                  | {(reconcile_in_vm(config), str(REC["limit"]))})
 LIMIT_ARGS = {key: limit_args(config, key[1], key[0]) for key in _LIMITS}
-RUN_MEM_MB = {key: run_mem_mb(config, key[1], key[0]) for key in _LIMITS}
-STEP_PREFIX = {key: slurm_step_prefix(run_step_mem_mb(config, key[1], key[0]))
-               for key in _LIMITS}
+# An unconstrained run asks for what its pipeline's networks may hold (drawn here as the
+# pipelines stage draws them; engine.workflow.resources.unconstrained_mem_mb), so its
+# memory and step are keyed by the pipeline too; a limited run's by its limit alone.
+_DRAWN = {name: nets for args in (PIPELINES_ARGS, HOLDOUT_PIPELINES_ARGS, VM_PIPELINES_ARGS,
+                                  HOLDOUT_VM_PIPELINES_ARGS)
+          for name, nets in pipelines_networks(args, list(NETWORKS.values())).items()}
+_WORKERS = max(parse_policy(p).workers for p in POLICIES.values())
+_UNCONSTRAINED_MB = {name: unconstrained_mem_mb(nets, RUN.get("batch"), RUN["runtime"],
+                                                _WORKERS) for name, nets in _DRAWN.items()}
+_MEM_KEYS = [(in_vm, limit, name) for in_vm, limit in _LIMITS
+             for name in ([None] if limit != UNLIMITED else [*_DRAWN, None])]
+RUN_MEM_MB = {key: run_mem_mb(config, key[1], key[0],
+                              _UNCONSTRAINED_MB.get(key[2], UNLIMITED_MEM_MB))
+              for key in _MEM_KEYS}
+STEP_PREFIX = {key: slurm_step_prefix(run_step_mem_mb(
+    config, key[1], key[0], _UNCONSTRAINED_MB.get(key[2], UNLIMITED_MEM_MB)))
+    for key in _MEM_KEYS}
+
+
+def mem_key(in_vm, limit, pipeline):
+    """RUN_MEM_MB's and STEP_PREFIX's key of a run."""
+    return (in_vm, limit, pipeline if limit == UNLIMITED and pipeline in _DRAWN else None)
 # Run jobs take the built qemu guest as input only where some run boots it (a uml run's
 # kernel is setup.sh's: python -m engine.vm build).
 ANY_RUN_IN_QEMU = any(needs_vm_guest(config, limit, in_vm) for in_vm, limit in _LIMITS)
@@ -336,7 +359,8 @@ def vm_env(wildcards, input):
     is)."""
     if input.vm_guest:
         return f"EDGEPROF_VM_CACHE={os.path.dirname(input.vm_guest)} "
-    return STEP_PREFIX[_limit_key(wildcards)]
+    return STEP_PREFIX[mem_key(*_limit_key(wildcards), getattr(wildcards, "pipeline",
+                                                                 REC["pipeline"]))]
 
 
 def _run_line(kind, pipeline, policy, limit, rep, in_vm, prefix):
@@ -384,7 +408,7 @@ def run_code(wildcards):
 
 
 def run_mem(wildcards):
-    return RUN_MEM_MB[_limit_key(wildcards)]
+    return RUN_MEM_MB[mem_key(*_limit_key(wildcards), wildcards.pipeline)]
 
 
 def set_runs(wildcards):
@@ -444,10 +468,10 @@ def block_shell(i):
     each in a SLURM job step of its own (or booting the workflow's guest)."""
     shape = BLOCK_SHAPES[i]
     in_qemu = needs_vm_guest(config, shape.limit, shape.in_vm)
-    prefix = f"EDGEPROF_VM_CACHE={VM_CACHE} " if in_qemu else STEP_PREFIX[(shape.in_vm,
-                                                                           shape.limit)]
 
     def runs(wildcards):
+        prefix = (f"EDGEPROF_VM_CACHE={VM_CACHE} " if in_qemu else
+                  STEP_PREFIX[mem_key(shape.in_vm, shape.limit, wildcards.pipeline)])
         order, _ = BLOCK_RUNS[(i, wildcards.pipeline, int(wildcards.rep))]
         return block_command(_run_line(kind, wildcards.pipeline, policy, shape.limit,
                                        int(wildcards.rep), shape.in_vm, prefix)
@@ -467,8 +491,12 @@ def block_priority(i):
 
 def block_resources(i):
     shape = BLOCK_SHAPES[i]
-    return {"mem_mb": RUN_MEM_MB[(shape.in_vm, shape.limit)],
-            "runtime": block_runtime_min(RUN, len(shape.runs))}
+
+    def mem_mb(wildcards):
+        return RUN_MEM_MB[mem_key(shape.in_vm, shape.limit, wildcards.pipeline)]
+
+    declare_signatures([mem_mb])
+    return {"mem_mb": mem_mb, "runtime": block_runtime_min(RUN, len(shape.runs))}
 
 
 # Snakemake inspects the signature of an input, params or resources function every time

@@ -95,7 +95,7 @@ rule reconcile_run:
         code=REC_CODE,
         vm_env=vm_env,
     resources:
-        mem_mb=RUN_MEM_MB[(reconcile_in_vm(config), str(REC["limit"]))],
+        mem_mb=RUN_MEM_MB[mem_key(reconcile_in_vm(config), str(REC["limit"]), REC["pipeline"])],
         runtime=RUN_RUNTIME,
     log:
         f"{RESULTS}/logs/reconcile.log",
