@@ -21,7 +21,7 @@ rule tidy_run:
     conda:
         "../../envs/analysis.yaml"
     shell:
-        "python -m engine tidy --out {output.tidy:q} {input.runs:q} 2> {log}"
+        "python -m engine tidy --out {output.tidy:q} {input.runs:q} 2> {log:q}"
 
 
 rule aggregate:

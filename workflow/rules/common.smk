@@ -5,6 +5,7 @@
 # nothing here probes the host, so building the DAG on a submit host is cheap.
 import os
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -358,7 +359,7 @@ def vm_env(wildcards, input):
     limit (engine.workflow.resources.slurm_step_prefix; outside a SLURM job the run starts as it
     is)."""
     if input.vm_guest:
-        return f"EDGEPROF_VM_CACHE={os.path.dirname(input.vm_guest)} "
+        return f"EDGEPROF_VM_CACHE={shlex.quote(os.path.dirname(input.vm_guest))} "
     return STEP_PREFIX[mem_key(*_limit_key(wildcards), getattr(wildcards, "pipeline",
                                                                  REC["pipeline"]))]
 
@@ -470,7 +471,7 @@ def block_shell(i):
     in_qemu = needs_vm_guest(config, shape.limit, shape.in_vm)
 
     def runs(wildcards):
-        prefix = (f"EDGEPROF_VM_CACHE={VM_CACHE} " if in_qemu else
+        prefix = (f"EDGEPROF_VM_CACHE={shlex.quote(VM_CACHE)} " if in_qemu else
                   STEP_PREFIX[mem_key(shape.in_vm, shape.limit, wildcards.pipeline)])
         order, _ = BLOCK_RUNS[(i, wildcards.pipeline, int(wildcards.rep))]
         return block_command(_run_line(kind, wildcards.pipeline, policy, shape.limit,

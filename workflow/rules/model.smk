@@ -22,8 +22,8 @@ rule fit_model:
     conda:
         "../../envs/analysis.yaml"
     shell:
-        "python -m engine fit-model --tables {params.tables} --models {params.models}"
-        " --out {output} --policies {params.policies} 2> {log}"
+        "python -m engine fit-model --tables {params.tables:q} --models {params.models:q}"
+        " --out {output:q} --policies {params.policies} 2> {log:q}"
 
 
 rule evaluate_model:
@@ -43,8 +43,8 @@ rule evaluate_model:
     conda:
         "../../envs/analysis.yaml"
     shell:
-        "python -m engine evaluate-model --tables {params.tables} --models {params.models}"
-        " --model {input.model} --out {params.out} 2> {log}"
+        "python -m engine evaluate-model --tables {params.tables:q} --models {params.models:q}"
+        " --model {input.model:q} --out {params.out:q} 2> {log:q}"
 
 
 rule reconstruct_model:
@@ -65,8 +65,8 @@ rule reconstruct_model:
     conda:
         "../../envs/analysis.yaml"
     shell:
-        "python -m engine reconstruct-model --tables {params.tables} --models {params.models}"
-        " --model {input.model} --out {params.out} --resamples {params.resamples} 2> {log}"
+        "python -m engine reconstruct-model --tables {params.tables:q} --models {params.models:q}"
+        " --model {input.model:q} --out {params.out:q} --resamples {params.resamples} 2> {log:q}"
 
 
 # The held-out seed's runs (model.holdout), aggregated apart: the fit never reads them.
@@ -102,8 +102,8 @@ rule score_holdout:
     conda:
         "../../envs/analysis.yaml"
     shell:
-        "python -m engine score-holdout --tables {params.tables} --models {params.models}"
-        " --model {input.model} --out {params.out} 2> {log}"
+        "python -m engine score-holdout --tables {params.tables:q} --models {params.models:q}"
+        " --model {input.model:q} --out {params.out:q} 2> {log:q}"
 
 
 rule model_plot:

@@ -17,5 +17,5 @@ rule zoo_model:
     conda:
         "../../envs/run.yaml"
     shell:
-        "python -m engine models --out {params.out} --seed {params.seed} {params.network}"
-        " 2> {log}"
+        "python -m engine models --out {params.out:q} --seed {params.seed} {params.network:q}"
+        " 2> {log:q}"

@@ -16,8 +16,8 @@ rule pipelines:
     conda:
         "../../envs/run.yaml"
     shell:
-        "python -m engine pipelines --models {params.models} --out {params.out} {params.args}"
-        " 2> {log}"
+        "python -m engine pipelines --models {params.models:q} --out {params.out:q} {params.args}"
+        " 2> {log:q}"
 
 
 # The smaller pipelines that the limited runs use when they go to the VM (vm.enabled).
@@ -36,8 +36,8 @@ rule vm_pipelines:
     conda:
         "../../envs/run.yaml"
     shell:
-        "python -m engine pipelines --models {params.models} --out {params.out} {params.args}"
-        " 2> {log}"
+        "python -m engine pipelines --models {params.models:q} --out {params.out:q} {params.args}"
+        " 2> {log:q}"
 
 
 # The model's held-out pipelines (model.holdout): the same generators with a seed never
@@ -57,8 +57,8 @@ rule holdout_pipelines:
     conda:
         "../../envs/run.yaml"
     shell:
-        "python -m engine pipelines --models {params.models} --out {params.out} {params.args}"
-        " 2> {log}"
+        "python -m engine pipelines --models {params.models:q} --out {params.out:q} {params.args}"
+        " 2> {log:q}"
 
 
 rule holdout_vm_pipelines:
@@ -76,5 +76,5 @@ rule holdout_vm_pipelines:
     conda:
         "../../envs/run.yaml"
     shell:
-        "python -m engine pipelines --models {params.models} --out {params.out} {params.args}"
-        " 2> {log}"
+        "python -m engine pipelines --models {params.models:q} --out {params.out:q} {params.args}"
+        " 2> {log:q}"

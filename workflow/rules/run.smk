@@ -104,7 +104,7 @@ rule reconcile_run:
     conda:
         "../../envs/run.yaml"
     shell:
-        "{params.vm_env}python -m engine run --pipeline {input.pipeline}"
-        " --policy {params.policy} --models {params.models} --out {output} {params.limit}"
+        "{params.vm_env}python -m engine run --pipeline {input.pipeline:q}"
+        " --policy {params.policy:q} --models {params.models:q} --out {output:q} {params.limit}"
         " {params.batch} {params.runtime} --seed {params.seed} {params.options} --heap-profile"
-        " 2> {log}"
+        " 2> {log:q}"

@@ -18,5 +18,5 @@ rule split:
     conda:
         "../../envs/run.yaml"
     shell:
-        "python -m engine split {input.caffemodel} --prototxt {input.prototxt}"
-        " --out {params.out} --network {params.network} 2> {log}"
+        "python -m engine split {input.caffemodel:q} --prototxt {input.prototxt:q}"
+        " --out {params.out:q} --network {params.network:q} 2> {log:q}"

@@ -19,4 +19,4 @@ rule vm_guest:
     conda:
         "../../envs/run.yaml"
     shell:
-        "python -m engine.vm build --sandbox vm --force --cache {params.cache} 2> {log}"
+        "python -m engine.vm build --sandbox vm --force --cache {params.cache:q} 2> {log:q}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -292,3 +293,35 @@ def test_the_report_bundles_every_figure(workflow, tmp_path):
 
     names = zipfile.ZipFile(report).namelist()
     assert sum(name.endswith(".png") for name in names) >= len(FIGURES) + len(MODEL_FIGURES)
+
+
+def test_a_results_path_with_spaces_and_shell_characters_is_only_a_path(tmp_path):
+    """Every path a rule's shell gets is quoted: a `results:` with a space and a `;`
+    neither overwrites the file its first word names nor runs what follows the `;`."""
+    wf = Workflow(tmp_path)
+    (tmp_path / "my").write_text("data\n")
+    results = tmp_path / f"my res;touch {tmp_path}/INJECTED;x"
+    cfg = tiny_config(results)
+    cfg["models"]["zoo"] = ["AgeNet"]
+    cfg["pipelines"]["length"] = [1, 1]
+    cfg["run"].update(limits=["none"], repetitions=1)
+    wf.write_config(cfg)
+    r = wf.snakemake(str(results / "tables" / "summary.parquet"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (tmp_path / "my").read_text() == "data\n"
+    assert not (tmp_path / "INJECTED").exists()
+    assert len(list((results / "runs" / "p000").glob("*/none/rep0/meta.json"))) == 2
+
+
+def test_every_path_a_rule_puts_in_a_shell_is_quoted():
+    """The rules' shell lines: a placeholder is quoted (`:q`) unless it is an argument
+    string the workflow builds and quotes itself (engine.workflow.args)."""
+    built = {"params.command", "params.runs", "params.vm_env", "params.limit",
+             "params.batch", "params.runtime", "params.options", "params.args",
+             "params.seed", "params.resamples", "params.policies"}
+    for smk in (REPO / "workflow" / "rules").glob("*.smk"):
+        text = smk.read_text()
+        for shell in re.findall(r"shell:\n((?:\s+\".*\"\n)+)", text):
+            for name in re.findall(r"\{([\w.]+)(?::q)?\}", shell):
+                quoted = "{" + name + ":q}" in shell
+                assert quoted or name in built, (smk.name, name)
