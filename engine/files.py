@@ -6,10 +6,13 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+
+from engine.errors import EdgeprofError
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)
@@ -57,6 +60,7 @@ def staged(out: Path, prefix: str) -> Iterator[Path]:
     try:
         with signals_unwind():
             yield tmp
+            _check_targets(tmp, out)
             with signals_deferred():
                 for entry in sorted(tmp.iterdir()):
                     dest = out / entry.name
@@ -68,6 +72,26 @@ def staged(out: Path, prefix: str) -> Iterator[Path]:
                         os.replace(entry, dest)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _check_targets(tmp: Path, out: Path) -> None:
+    """Every place ``staged`` moves a file of ``tmp`` into takes it (a folder for a
+    folder, a file or nothing for a file), checked before the first move: a folder of the
+    user's where a table goes refuses the whole set, naming the user's path."""
+    def refuse(dest: Path, want: str) -> None:
+        raise EdgeprofError(f"cannot write {dest}: it is {file_kind(dest)}, where {want} "
+                            f"goes; move it away or choose another output folder")
+
+    for entry in tmp.iterdir():
+        dest = out / entry.name
+        if entry.is_dir():
+            if dest.is_symlink() or file_kind(dest) not in ("missing", "a folder"):
+                refuse(dest, "a folder")
+            for item in entry.iterdir():
+                if file_kind(dest / item.name) not in ("missing", "a regular file"):
+                    refuse(dest / item.name, "a file")
+        elif file_kind(dest) not in ("missing", "a regular file"):
+            refuse(dest, "a file")
 
 
 def parse_json(text: str | bytes, finite: bool = False) -> object:
@@ -157,6 +181,13 @@ def check_output_file(path: str | os.PathLike, what: str) -> Path:
     return out
 
 
+# Columns of measurements, by their names' units and statistics: read_table refuses text
+# in them (a table edited by hand) rather than let arithmetic on it end in a traceback.
+MEASURED = re.compile(r"(_ns|_s|_bytes|_cpus|_delta|_median|_ci_low|_ci_high|_n|_hz|_start"
+                      r"|_end|_pct|_mib|_us)$")
+TEXT_COLUMNS = {"running_at_end"}  # the tasks running at a run's end, by name
+
+
 def read_table(path: str | os.PathLike, fix: str = "rerun the aggregate stage",
                columns: Iterable[str] = ()):
     """The parquet table at ``path`` as a DataFrame; an EdgeprofError naming the file and
@@ -178,4 +209,12 @@ def read_table(path: str | os.PathLike, fix: str = "rerun the aggregate stage",
     if missing:
         raise EdgeprofError(f"{os.fspath(path)} has no column {missing[0]!r}: another table "
                             f"is in its place; {fix}")
+    for col in table.columns:
+        values = table[col]
+        if (MEASURED.search(str(col)) and col not in TEXT_COLUMNS
+                and not (pd.api.types.is_numeric_dtype(values)
+                         or pd.api.types.is_bool_dtype(values) or values.isna().all())):
+            example = values.dropna().iloc[0]
+            raise EdgeprofError(f"{os.fspath(path)}: column {col!r} holds {example!r}, where "
+                                f"numbers belong (an edited or another table); {fix}")
     return table

@@ -57,7 +57,9 @@ def _identity(meta: RunMeta, folder: Path) -> dict:
     return {"run_id": run_id, "pipeline": pipeline, "policy": meta.policy, "limit": limit,
             "limit_enforced": bool(meta.limit_enforced), "backend": meta.backend,
             "emulated": bool(meta.emulated), "sandbox": sandbox, "runtime": meta.runtime,
-            "rep": rep, "termination": meta.termination}
+            "rep": rep, "termination": meta.termination,
+            # False for a probe-overhead twin (--no-probes): never a probed run's stand-in
+            "probed": bool((meta.probes or {}).get("process", True))}
 
 
 def sandbox_of(meta: RunMeta) -> str:
@@ -391,6 +393,44 @@ def tidy_run_table(tidy_dir: str | os.PathLike) -> pd.DataFrame:
     """The runs table of one tidy folder (checked as ``read_tidy`` checks it)."""
     _check_tidy(Path(tidy_dir))
     return pd.read_parquet(Path(tidy_dir) / "runs.parquet")
+
+
+def set_folders(set_dir: str | os.PathLike, reps: int, probed: bool = True) -> list[Path]:
+    """The per-run tidy folders of one run set's tidy folder
+    (``tidy/<kind>/<pipeline>/<policy id>/<limit>``, as the workflow lays it out): exactly
+    ``rep0`` .. ``rep<reps - 1>``, each holding the run its path names (pipeline, policy,
+    limit, repetition, and probed or not). A folder missing, one too many, or a run tidied
+    into another's place is refused, naming it: the aggregate would silently drop, add
+    or misplace a run."""
+    folder = Path(set_dir)
+    fix = f"remove {folder} and run the workflow again (it tidies the set anew)"
+    expected = [f"rep{i}" for i in range(reps)]
+    try:
+        present = sorted(e.name for e in folder.iterdir() if not e.name.startswith("."))
+    except OSError as exc:
+        raise EdgeprofError(f"cannot read the tidy folder {folder}: {exc.strerror}; "
+                            f"{fix}") from None
+    missing, stray = sorted(set(expected) - set(present)), sorted(set(present) - set(expected))
+    if missing or stray:
+        said = "; ".join(filter(None, [missing and f"no {', '.join(missing)}",
+                                       stray and f"{', '.join(stray)} is not one of its "
+                                                 f"{reps} runs"]))
+        raise EdgeprofError(f"{folder}: {said}; {fix}")
+    pipeline, policy_id, limit = folder.parts[-3:]
+    for i, name in enumerate(expected):
+        _check_tidy(folder / name)
+        runs = pd.read_parquet(folder / name / "runs.parquet")
+        row = runs.iloc[0] if len(runs) == 1 else None
+        if (row is None or row["pipeline"] != pipeline or row["limit"] != limit
+                or str(row["policy"]).replace(":", "_") != policy_id or row["rep"] != i
+                or bool(row.get("probed", True)) != probed):
+            held = "no single run" if row is None else (
+                f"{row['run_id']}{'' if row.get('probed', True) else ' (unprobed)'}")
+            raise EdgeprofError(f"{folder / name} holds {held}, not "
+                                f"{pipeline}/{policy_id}/{limit}/rep{i}"
+                                f"{'' if probed else ' (unprobed)'}: another run's tables "
+                                f"copied into its place; {fix}")
+    return [folder / name for name in expected]
 
 
 def read_tidy(tidy_dirs: Iterable[str | os.PathLike]) -> dict[str, pd.DataFrame]:

@@ -87,9 +87,26 @@ def not_over_inputs(out: str | os.PathLike, option: str,
         if any(t == s or s in t.parents for t in places for s in srcs):
             raise EdgeprofError(f"{option} {out} would overwrite {what} ({item}); write the "
                                 f"output elsewhere")
-    if any((parent / "meta.json").is_file() for t in places for parent in (t, *t.parents)):
-        raise EdgeprofError(f"{option} {out} is or lies in a run folder; write the output "
-                            f"elsewhere")
+    run = next((parent for t in places for parent in (t, *t.parents) if _is_run(parent)),
+               None)
+    if run is not None:
+        raise EdgeprofError(f"{option} {out} is or lies in the run folder {run}; write the "
+                            f"output elsewhere")
+
+
+def _is_run(folder: Path) -> bool:
+    """A run folder: its meta.json is a run record (engine.runner.meta), not any file of
+    that name (a project's own meta.json)."""
+    from engine.files import parse_json
+
+    meta = folder / "meta.json"
+    try:
+        if not meta.is_file() or meta.stat().st_size > 2**24:
+            return False
+        record = parse_json(meta.read_bytes())
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and {"pipeline", "policy", "termination"} <= set(record)
 
 
 @contextlib.contextmanager

@@ -43,6 +43,15 @@ def main(args: argparse.Namespace) -> None:
         raise EdgeprofError(f"--network {args.network!r}: a display name, without slashes, "
                             f"newlines or spaces around it (pipelines name networks by it)")
     stem = model.name.removesuffix(".caffemodel")
+    # where the set goes, checked before the work (split replaces the partials folder)
+    partials, described = Path(args.out) / f"{stem}_partials", Path(args.out) / (
+        f"{stem}.description.json")
+    for target, want in ((partials, "a folder"), (described, "a regular file")):
+        kind = "a link" if target.is_symlink() else file_kind(target)
+        if kind not in ("missing", want):
+            raise EdgeprofError(f"--out {args.out}: {target}, where the split writes "
+                                f"{'its partials' if want == 'a folder' else 'its description'}"
+                                f", is {kind}; move it away or choose another --out")
     # A zoo file keeps its zoo name and conv|fc split even when --network is not given.
     entry = zoo.ZOO.get(args.network or "") or next(
         (e for e in zoo.ZOO.values() if e.stem == stem and not args.network), None)

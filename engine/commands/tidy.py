@@ -24,7 +24,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> None:
-    from engine.analysis.tables import tidy_run, write_tidy
+    from engine.analysis.tables import TIDY_DIGESTS, TIDY_TABLES, tidy_run, write_tidy
 
     out = output_dir(args.out, "--out")
     # the name a run folder has ("runs/x/.." is "runs"): its tables go to --out/<name>
@@ -36,6 +36,11 @@ def main(args: argparse.Namespace) -> None:
             raise EdgeprofError(f"--out {out}: {out / name}, where this run's tables go, is "
                                 f"{'a link' if (out / name).is_symlink() else kind}; "
                                 f"choose another --out")
+        for table in [f"{t}.parquet" for t in TIDY_TABLES] + [TIDY_DIGESTS]:
+            if file_kind(out / name / table) not in ("missing", "a regular file"):
+                raise EdgeprofError(f"--out {out}: {out / name / table}, where a table of "
+                                    f"this run goes, is {file_kind(out / name / table)}; "
+                                    f"move it away or choose another --out")
     twice = sorted({name for name in names if names.count(name) > 1})
     if twice:
         raise EdgeprofError(f"runs named {', '.join(twice)} more than once: each is written "

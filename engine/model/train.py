@@ -240,5 +240,11 @@ def fit_model_files(tables_dir: Paths, models_dir: Paths, out: str | os.PathLike
     """``fit-model``: train on the tables in ``tables_dir``, write the model file."""
     runs, tasks, networks, descriptions = read_tables(tables_dir, models_dir)
     model = train(runs, tasks, networks, descriptions, policies)
+    if not model.modes:  # nothing for advise to predict with: no file rather than an empty one
+        folders = tables_dir if isinstance(tables_dir, list) else [tables_dir]
+        ended = runs["termination"].value_counts().to_dict() if "termination" in runs else {}
+        raise EdgeprofError(f"{', '.join(map(str, folders))}: no mode could be fitted (it needs "
+                            f"finished unconstrained runs; the runs ended: {ended or 'none'}); "
+                            f"fit on a campaign whose runs finished")
     model.write(out)
     return model

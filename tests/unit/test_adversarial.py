@@ -859,10 +859,10 @@ def test_no_verb_writes_over_what_it_reads_or_into_a_run(two_runs, split_copy, t
     run = Path(shutil.copytree(two_runs[0], tmp_path / "run"))
     rc, err = _cli(capsys, "graph", "--description", str(split_copy / "age_net.description.json"),
                    "--policy", "linear", "--out", str(run / "g.dot"))
-    assert rc == 2 and "lies in a run folder" in err and not (run / "g.dot").exists()
+    assert rc == 2 and "lies in the run folder" in err and not (run / "g.dot").exists()
     (tmp_path / "link").symlink_to(run)
     rc, err = _cli(capsys, "tidy", "--out", str(tmp_path / "link" / "t"), str(two_runs[1]))
-    assert rc == 2 and "lies in a run folder" in err and not (run / "t").exists()
+    assert rc == 2 and "lies in the run folder" in err and not (run / "t").exists()
 
 
 def _other_seed_split(tmp_path: Path, capsys) -> Path:
@@ -1157,7 +1157,7 @@ def test_low_findings_of_the_fifth_pass(two_runs, split_copy, tmp_path, capsys):
                  ["split", str(model), "--out", str(run / "s")],
                  ["models", "--out", str(run), "AgeNet"]):
         rc, err = _cli(capsys, *argv)
-        assert rc == 2 and "lies in a run folder" in err, (argv, err)
+        assert rc == 2 and "lies in the run folder" in err, (argv, err)
     assert sorted(p.name for p in run.iterdir()) == listing
     tables = _tables(tmp_path, two_runs)
     copy_of = Path(shutil.copytree(tables, tmp_path / "again" / "tables"))
@@ -1267,7 +1267,7 @@ def test_older_tables_and_big_batches_are_refused_up_front(two_runs, tmp_path, c
     check_config_batch(load_config("config.yaml"))
     run = Path(shutil.copytree(two_runs[0], tmp_path / "r"))
     rc, err = _cli(capsys, "evaluate-model", "--tables", str(tables), "--out", str(run))
-    assert rc == 2 and "is or lies in a run folder" in err, err
+    assert rc == 2 and "is or lies in the run folder" in err, err
 
 
 # --- the seventh held-out pass (/work/notes/adversarial-25g.md: H1-H2, M1, M3-M4) ----------
@@ -1356,3 +1356,114 @@ def test_swapped_layers_with_their_digests_are_refused(split_copy, tmp_path, cap
         rc, err = _run_agenet(capsys, split_copy, tmp_path, "--policy", policy, "--backend",
                               "none")
         assert rc == 2 and says in err and not (tmp_path / "run").exists(), (policy, err)
+
+
+# --- the eighth held-out pass (/work/notes/adversarial-25h.md: H1-H3, M1-M6) ---------------
+
+
+def test_the_aggregate_reads_exactly_the_planned_runs_each_in_its_place(two_runs, tmp_path,
+                                                                        capsys):
+    """H2, H3: a run set's tidy folder holds rep0 .. rep<n-1> and nothing else, each the
+    run its path names: a deleted, stray or swapped-in folder (tables and digests whole)
+    is refused, naming it, where the aggregate silently dropped, added or misplaced it."""
+    from engine.analysis.tables import set_folders
+
+    def tidy(run: Path, kind: str) -> Path:
+        name = run.name
+        pipe, policy = run.parts[-4], run.parts[-3]
+        out = tmp_path / "tidy" / kind / pipe / policy / "none"
+        rc, err = _cli(capsys, "tidy", "--out", str(out), str(run))
+        assert rc == 0, err
+        return out / name
+
+    for src in two_runs:  # runs/<pipeline>/linear/none/rep<i>, as the workflow lays out
+        for rep in (0, 1):
+            shutil.copytree(src, tmp_path / "runs" / src.name / "linear" / "none" / f"rep{rep}")
+            tidy(tmp_path / "runs" / src.name / "linear" / "none" / f"rep{rep}", "runs")
+    gg = tmp_path / "tidy" / "runs" / "gg" / "linear" / "none"
+    assert [p.name for p in set_folders(gg, 2)] == ["rep0", "rep1"]
+    with pytest.raises(EdgeprofError, match=r"no rep2; remove .*gg/linear/none and run"):
+        set_folders(gg, 3)
+    with pytest.raises(EdgeprofError, match=r"\(unprobed\)"):
+        set_folders(gg, 2, probed=False)  # a probed run in an unprobed twin's place
+    shutil.copytree(gg / "rep0", gg / "rep0.old")
+    with pytest.raises(EdgeprofError, match=r"rep0.old is not one of its 2 runs"):
+        set_folders(gg, 2)
+    shutil.rmtree(gg / "rep0.old")
+    shutil.rmtree(gg / "rep1")
+    shutil.copytree(tmp_path / "tidy" / "runs" / "ga" / "linear" / "none" / "rep1", gg / "rep1")
+    with pytest.raises(EdgeprofError, match=r"rep1 holds ga/linear/none/rep1, not "
+                                            r"gg/linear/none/rep1"):
+        set_folders(gg, 2)
+
+
+def test_a_folder_where_a_table_goes_refuses_the_whole_set_naming_it(two_runs, tmp_path,
+                                                                     capsys):
+    """M1: tidy checks each table's place up front; a writer's staged set checks every
+    place before its first move, so nothing of the set is committed."""
+    from engine.files import staged
+
+    out = tmp_path / "td"
+    (out / "gg" / "tasks.parquet").mkdir(parents=True)
+    rc, err = _cli(capsys, "tidy", "--out", str(out), *map(str, two_runs))
+    assert rc == 2 and f"{out / 'gg' / 'tasks.parquet'}, where a table" in err, err
+    assert ".tidy." not in err and sorted(p.name for p in out.iterdir()) == ["gg"]
+    (tmp_path / "s" / "b").mkdir(parents=True)
+    (tmp_path / "s" / "a.txt").write_text("old")
+    with pytest.raises(EdgeprofError, match=r"s/b: it is a folder, where a file goes"):
+        with staged(tmp_path / "s", ".t.") as tmp:
+            (tmp / "a.txt").write_text("new")
+            (tmp / "b").write_text("new")
+    assert (tmp_path / "s" / "a.txt").read_text() == "old"
+
+
+def test_split_checks_where_its_set_goes_before_the_work(split_copy, tmp_path, capsys):
+    """M2: a linked partials folder, or a folder where the description goes."""
+    model = split_copy.parent / "models" / "age_net.caffemodel"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "a" / "age_net_partials").symlink_to(tmp_path / "mine")
+    rc, err = _cli(capsys, "split", str(model), "--out", str(tmp_path / "a"))
+    assert rc == 2 and "age_net_partials, where the split writes its partials, is a link" in err
+    (tmp_path / "b" / "age_net.description.json").mkdir(parents=True)
+    rc, err = _cli(capsys, "split", str(model), "--out", str(tmp_path / "b"))
+    assert rc == 2 and "where the split writes its description, is a folder" in err, err
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == ["age_net.description.json"]
+
+
+def test_text_in_a_measured_column_and_a_campaign_with_no_finished_run(two_runs, split_copy,
+                                                                       tmp_path, capsys):
+    """M3: fit-model, evaluate-model, reconstruct-model and doctor name the column; M4: a
+    campaign where no run finished gives no model file, and says why."""
+    tables = _tables(tmp_path, two_runs)
+    tasks = pd.read_parquet(tables / "tasks.parquet")
+    tasks.astype({"duration_ns": str}).to_parquet(tables / "tasks.parquet")
+    out = tmp_path / "m.json"
+    rc, err = _cli(capsys, "fit-model", "--tables", str(tables), "--models", str(split_copy),
+                   "--out", str(out))
+    assert rc == 2 and "column 'duration_ns' holds" in err and err.count("\n") == 1, err
+    tasks.to_parquet(tables / "tasks.parquet")
+    runs = pd.read_parquet(tables / "runs.parquet")
+    runs.assign(host_load1_start="high").to_parquet(tables / "runs.parquet")
+    rc, err = _cli(capsys, "doctor", "--tables", str(tables))
+    assert rc == 2 and "column 'host_load1_start' holds 'high'" in err, err
+    runs.assign(termination="error").to_parquet(tables / "runs.parquet")
+    rc, err = _cli(capsys, "fit-model", "--tables", str(tables), "--models", str(split_copy),
+                   "--out", str(out))
+    assert rc == 2 and "no mode could be fitted" in err and "'error': 2" in err, err
+    assert not out.exists()
+
+
+def test_a_project_meta_json_is_not_a_run_and_uml_refuses_a_space_up_front(
+        split_copy, tmp_path, capsys):
+    """M6: only a run record makes a run folder; M5: the uml sandbox's share path goes on
+    its kernel's command line, so a space in it is refused before anything starts."""
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "meta.json").write_text('{"author": "me"}')
+    model = split_copy.parent / "models" / "age_net.caffemodel"
+    rc, err = _cli(capsys, "split", str(model), "--out", str(tmp_path / "proj" / "s"))
+    assert rc == 0, err
+    spaced = tmp_path / "sp ace"
+    rc, err = _run_agenet(capsys, split_copy, spaced, "--policy", "linear", "--backend", "uml",
+                          "--limit", "48M")
+    assert rc == 2 and "has a space" in err and not (spaced / "run").exists(), err

@@ -33,6 +33,7 @@ rule aggregate:
         expand(f"{RESULTS}/tables/{{table}}.{{ext}}", table=TABLES, ext=["csv", "parquet"]),
     params:
         code=CODE_ANALYSIS,
+        reps=TIDY_REPS,
     log:
         f"{RESULTS}/logs/aggregate.log",
     conda:

@@ -145,6 +145,11 @@ HOLDOUT_TIDY_DIRS = [f"{RESULTS}/tidy/{kind}/{pipeline}/{policy}/{limit}"
 UNPROBED_TIDY_DIRS = [f"{RESULTS}/tidy/{kind}/{pipeline}/{policy}/{limit}"
                       for (kind, pipeline, policy, limit) in RUN_SET_REPS
                       if kind == "unprobed"]
+# tidy folder -> its runs, which each aggregate checks it holds (no more, no fewer)
+_REPS = {f"{RESULTS}/tidy/{kind}/{pipeline}/{policy}/{limit}": reps
+         for (kind, pipeline, policy, limit), reps in RUN_SET_REPS.items()}
+TIDY_REPS = {d: _REPS[d] for d in TIDY_DIRS + UNPROBED_TIDY_DIRS}
+HOLDOUT_TIDY_REPS = {d: _REPS[d] for d in HOLDOUT_TIDY_DIRS}
 # Snakemake priorities that start the runs interleaved across policies, block by block
 # (engine.workflow.plan.run_order); the order they really ran in is in the runs table.
 RUN_PRIORITY = run_priorities(config)

@@ -77,6 +77,7 @@ rule aggregate_holdout:
         HOLDOUT_TABLES,
     params:
         code=CODE_ANALYSIS,
+        reps=HOLDOUT_TIDY_REPS,
     log:
         f"{RESULTS}/logs/holdout/aggregate.log",
     conda:

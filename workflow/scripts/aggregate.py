@@ -5,16 +5,21 @@
 import sys
 from pathlib import Path
 
-from engine.analysis.tables import aggregate, write_tables
+from engine.analysis.tables import aggregate, set_folders, write_tables
+from engine.errors import EdgeprofError
 
 sys.stderr = open(snakemake.log[0], "w")  # pandas/pyarrow warnings go to the rule's log
-def runs_of(sets: list[str]) -> list[Path]:
-    """The per-run tidy folders (rep<N>) of each run set's tidy folder."""
-    return [run for folder in sets for run in sorted(Path(folder).glob("rep*"))]
+def runs_of(sets: list[str], probed: bool = True) -> list[Path]:
+    """The per-run tidy folders (rep<N>) of each run set's tidy folder, as planned."""
+    return [run for folder in sets
+            for run in set_folders(folder, snakemake.params.reps[folder], probed)]
 
 
-tables = aggregate(runs_of(snakemake.input.tidy), snakemake.input.reconcile,
-                   runs_of(snakemake.input.unprobed))
+try:
+    tables = aggregate(runs_of(snakemake.input.tidy), snakemake.input.reconcile,
+                       runs_of(snakemake.input.unprobed, probed=False))
+except EdgeprofError as exc:
+    sys.exit(f"error: {exc}")
 write_tables(tables, Path(snakemake.output[0]).parent)
 for name, df in tables.items():
     print(f"{name}: {len(df)} rows, {df.shape[1]} columns", file=sys.stderr)

@@ -6,11 +6,16 @@ aggregated apart from the campaign the model is fitted on."""
 import sys
 from pathlib import Path
 
-from engine.analysis.tables import read_tidy, write_tables
+from engine.analysis.tables import read_tidy, set_folders, write_tables
+from engine.errors import EdgeprofError
 
 sys.stderr = open(snakemake.log[0], "w")  # pandas/pyarrow warnings go to the rule's log
-runs = [run for folder in snakemake.input.tidy for run in sorted(Path(folder).glob("rep*"))]
-tables = read_tidy(runs)
+try:
+    runs = [run for folder in snakemake.input.tidy
+            for run in set_folders(folder, snakemake.params.reps[folder])]
+    tables = read_tidy(runs)
+except EdgeprofError as exc:
+    sys.exit(f"error: {exc}")
 write_tables({name: tables[name] for name in ("runs", "tasks", "networks")},
              Path(snakemake.output[0]).parent)
 print(f"{len(tables['runs'])} held-out runs", file=sys.stderr)
