@@ -33,7 +33,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from engine.workflow.resources import SLURM_JOB_OVERHEAD_MB, UNLIMITED_MEM_MB
+from engine.workflow.resources import (
+    ENGINE_BASELINE_MB,
+    SLURM_JOB_OVERHEAD_MB,
+    UNLIMITED_MEM_MB,
+)
 from tests.integration.slurm.slurm_cluster import ClusterUnavailable, SlurmCluster, _alive
 from tests.integration.workflow.test_workflow import tiny_config as workflow_config
 
@@ -204,7 +208,8 @@ def _seconds(elapsed: str) -> int:
 def test_each_run_had_a_step_of_its_limit_and_the_rest_fits_the_job(sweep, cluster):
     """A block job: the batch step (the plugin's jobstep Snakemake, srun), step 0 (the
     job's Snakemake, its shell, srun) and one step per run, the engine alone with
-    --mem=<limit>. What the job asks beyond the limit (SLURM_JOB_OVERHEAD_MB) must hold
+    --mem=<limit> (unconstrained: its networks' bound, which its MaxRSS must respect).
+    What the job asks beyond the limit (SLURM_JOB_OVERHEAD_MB) must hold
     the first two. Prints the wall time a job spends beside its engine steps, per run: a
     block's against the single-run reconciliation job's."""
     wf, log, _ = sweep
@@ -221,14 +226,20 @@ def test_each_run_had_a_step_of_its_limit_and_the_rest_fits_the_job(sweep, clust
         steps = {r[0].split(".", 1)[1]: r for r in rows if r[0].startswith(f"{job}.")}
         rule = re.match(r"rule_([a-z_0-9]+?)(_wildcards_.*)?$", row[1]).group(1)
         limit = limits.get(rule, "none")  # the reconciliation run: unconstrained
-        limit_mib = 512 if limit == "512M" else UNLIMITED_MEM_MB
-        assert _size_mib(row[2]) == limit_mib + SLURM_JOB_OVERHEAD_MB
+        if limit == "512M":
+            limit_mib = 512
+            assert _size_mib(row[2]) == limit_mib + SLURM_JOB_OVERHEAD_MB
+        else:  # the bound of its pipeline's networks, which SLURM's MaxRSS must respect
+            limit_mib = _size_mib(row[2]) - SLURM_JOB_OVERHEAD_MB
+            assert ENGINE_BASELINE_MB < limit_mib < UNLIMITED_MEM_MB, row
         mem = {name: _size_mib(re.search(r"mem=([^,]+)", r[3]).group(1))
                for name, r in steps.items() if name != "batch"}
         engine = [name for name, m in mem.items() if m == limit_mib]  # the engine's own
         expected = 1 if rule == "reconcile_run" else (3 if limit == "none" else 2)
         assert len(engine) == expected and set(mem) - set(engine) == {"0"}, (row, steps)
         engine_steps += len(engine)
+        for name in engine:  # what the engine's processes used, as SLURM measured it
+            assert _size_mib(steps[name][4]) <= limit_mib, (row, steps[name])
         overhead = _size_mib(steps["batch"][4]) + _size_mib(steps["0"][4])
         overheads.append(overhead)
         beside = _seconds(row[6]) - sum(_seconds(steps[n][6]) for n in engine)
