@@ -22,12 +22,12 @@ UNLIMITED_MEM_MB = 8192  # an unconstrained run whose networks the plan cannot b
 # rounded up
 ENGINE_BASELINE_MB = 128
 PEAK_MARGIN = 1.5  # the bound is of the bytes the runtime holds; allocator and pages above
-# MiB a SLURM run job needs besides its run's own step: the batch script, the executor
-# plugin's two Snakemake interpreters (the jobstep executor in the batch step and the job
-# itself in step 0, ~170 MiB each), two srun clients and a shell. Measured per job with
-# sacct's MaxRSS of the batch step and step 0 (README, "Running the paper sweep on
-# SLURM"), rounded up.
-SLURM_JOB_OVERHEAD_MB = 512
+# What a SLURM run job needs besides its run's own step: the executor plugin's two
+# Snakemake interpreters (the jobstep executor in the batch step, the job itself in step
+# 0), each of which loads this workflow as the planning process does, and two srun
+# clients, a shell and the batch script (SLURM_JOB_SHELLS_MB, about 12 MiB each).
+SLURM_JOB_SHELLS_MB = 64
+RESERVE_MARGIN = 1.25
 
 
 @functools.lru_cache(maxsize=64)
@@ -92,6 +92,14 @@ def unconstrained_mem_mb(networks: list[str], batch: int | None, runtime: str,
     return ENGINE_BASELINE_MB + math.ceil(PEAK_MARGIN * need / 2**20)
 
 
+def job_reserve_mb(workflow_rss_bytes: int) -> int:
+    """MiB a run job asks for beside its run's step: two Snakemake interpreters of
+    ``workflow_rss_bytes`` each (the resident size of the process planning the workflow,
+    measured once its rules are loaded: a job's interpreters load the same workflow and
+    config, and their DAG is one job), the shells, and a margin."""
+    return math.ceil(RESERVE_MARGIN * 2 * workflow_rss_bytes / 2**20) + SLURM_JOB_SHELLS_MB
+
+
 def run_step_mem_mb(config: Config, limit: str, in_vm: bool,
                     unconstrained_mb: int = UNLIMITED_MEM_MB) -> int | None:
     """MiB of the run's own SLURM job step (``srun --mem``) under ``inherit``: exactly its
@@ -105,17 +113,17 @@ def run_step_mem_mb(config: Config, limit: str, in_vm: bool,
     return unconstrained_mb if limit == UNLIMITED else parse_size(limit) // 2**20
 
 
-def run_mem_mb(config: Config, limit: str, in_vm: bool,
+def run_mem_mb(config: Config, limit: str, in_vm: bool, reserve_mb: int,
                unconstrained_mb: int = UNLIMITED_MEM_MB) -> int:
     """Memory (MiB) a run job asks for. Under ``inherit`` the run gets a job step of exactly
     its limit (``run_step_mem_mb``) and the job asks for that plus the workflow's own
-    processes (``SLURM_JOB_OVERHEAD_MB``); a backend that sets its own cgroup needs room
+    processes (``reserve_mb``: ``job_reserve_mb``); a backend that sets its own cgroup needs room
     above the limit for the supervisor and sampler; a VM needs its guest RAM (limit + 768
     MiB, at least 1 GiB) and qemu's own ~300 MiB. ``unconstrained_mb``: what an
     unconstrained run's networks may use (``unconstrained_mem_mb``)."""
     step = run_step_mem_mb(config, limit, in_vm, unconstrained_mb)
     if step is not None:
-        return step + SLURM_JOB_OVERHEAD_MB
+        return step + reserve_mb
     mib = None if limit == UNLIMITED else parse_size(limit) // 2**20
     if run_backend(config, limit, in_vm) in SANDBOXES:
         guest = 4096 if mib is None else max(1024, mib + 768)  # engine.vm.run.plan's RAM

@@ -42,8 +42,8 @@ from engine.workflow.plan import (
 )
 from engine.workflow.resources import (
     ENGINE_BASELINE_MB,
-    SLURM_JOB_OVERHEAD_MB,
     UNLIMITED_MEM_MB,
+    job_reserve_mb,
     network_bound_bytes,
     pipelines_networks,
     run_mem_mb,
@@ -236,26 +236,29 @@ def test_a_config_without_a_vm_block_runs_nothing_in_the_vm(cfg):
     assert run_sets(cfg)[0].limits == ["none", "1G", "512M", "256M"]
 
 
+RESERVE = 300  # any reserve the planning process measured (job_reserve_mb)
+
+
 def test_run_mem_mb(cfg):
-    assert run_mem_mb(cfg, "none", False) == 8192
-    assert run_mem_mb(cfg, "256M", True) == 1024 + 512  # guest RAM >= 1 GiB, plus qemu
-    assert run_mem_mb(cfg, "1G", True) == 1024 + 768 + 512
-    assert run_mem_mb(cfg, "none", True) == 4096 + 512  # a baseline guest (vm.run.plan)
+    assert run_mem_mb(cfg, "none", False, RESERVE) == 8192
+    assert run_mem_mb(cfg, "256M", True, RESERVE) == 1024 + 512  # guest RAM >= 1 GiB, plus qemu
+    assert run_mem_mb(cfg, "1G", True, RESERVE) == 1024 + 768 + 512
+    assert run_mem_mb(cfg, "none", True, RESERVE) == 4096 + 512  # a baseline guest (vm.run.plan)
     native = with_(cfg, vm__enabled=False)
-    assert run_mem_mb(native, "512M", False) == 512 + 1024  # auto: room for the supervisor
+    assert run_mem_mb(native, "512M", False, RESERVE) == 512 + 1024  # auto: room for the supervisor
     assert run_step_mem_mb(native, "512M", False) is None  # auto sets its own cgroup
     # inherit: the run's own job step gets exactly the limit, the job that plus the
     # workflow's own processes (two Snakemake interpreters, srun: measured on SLURM)
     inherit = with_(native, run__backend="inherit")
     assert run_step_mem_mb(inherit, "512M", False) == 512
-    assert run_mem_mb(inherit, "512M", False) == 512 + SLURM_JOB_OVERHEAD_MB
+    assert run_mem_mb(inherit, "512M", False, RESERVE) == 512 + RESERVE
     assert run_step_mem_mb(inherit, "1.5G", False) == 1536
     assert run_step_mem_mb(inherit, "none", False) == UNLIMITED_MEM_MB
-    assert run_mem_mb(inherit, "none", False) == (UNLIMITED_MEM_MB
-                                                     + SLURM_JOB_OVERHEAD_MB)
+    assert run_mem_mb(inherit, "none", False, RESERVE) == (UNLIMITED_MEM_MB
+                                                     + RESERVE)
     # an unconstrained run of networks the plan can bound asks for that bound
     assert run_step_mem_mb(inherit, "none", False, 700) == 700
-    assert run_mem_mb(inherit, "none", False, 700) == 700 + SLURM_JOB_OVERHEAD_MB
+    assert run_mem_mb(inherit, "none", False, RESERVE, 700) == 700 + RESERVE
     assert run_step_mem_mb(inherit, "512M", False, 700) == 512
     assert slurm_step_prefix(None) == ""
 
@@ -382,7 +385,7 @@ def test_paper_config_runs_nothing_in_the_vm():
     assert batch_args(paper["run"]) == "" and "--pin-cpu" in run_options(paper["run"])
     assert bins_args(paper) == ["--bins-mb", 400, 800, 1200, 1600]
     assert run_step_mem_mb(paper, "256M", False) == 256  # the step: exactly the limit
-    assert run_mem_mb(paper, "256M", False) == 256 + SLURM_JOB_OVERHEAD_MB
+    assert run_mem_mb(paper, "256M", False, RESERVE) == 256 + RESERVE
 
 
 # --- the jobs' environment -------------------------------------------------------------------
@@ -596,8 +599,8 @@ def _fingerprints(root: Path) -> dict[str, str]:
     ("engine/analysis/figures/speedup.py", "def draw(", "def draw(  # edited\n", {"plots"}),
     # the workflow's own logic runs where Snakemake plans, never inside a job: its modules
     # (and the package's __init__, which imports none of them) are no job's code
-    ("engine/workflow/resources.py", "SLURM_JOB_OVERHEAD_MB = 512",
-     "SLURM_JOB_OVERHEAD_MB = 513", set()),
+    ("engine/workflow/resources.py", "SLURM_JOB_SHELLS_MB = 64",
+     "SLURM_JOB_SHELLS_MB = 65", set()),
     ("engine/workflow/__init__.py", '"""What the Snakemake', '"""What  the Snakemake', set()),
 ])
 def test_a_code_change_changes_the_fingerprints_of_the_jobs_that_run_it(
@@ -682,7 +685,7 @@ def test_the_slurm_profile_plans_one_core_and_sized_memory_per_job(tmp_path):
     assert "group" not in text.lower().replace("groups", "")
     jobs = re.findall(r"^rule (\w+):\n((?:    .*\n)+(?:Shell command: .*\n)?)", text, re.M)
     assert jobs
-    runs = []
+    runs, reserves = [], set()
     for rule, body in jobs:
         assert "threads:" not in body, rule  # printed only when more than one
         resources = dict(re.findall(r"(\w+)=([^,\n]+)",
@@ -694,15 +697,16 @@ def test_the_slurm_profile_plans_one_core_and_sized_memory_per_job(tmp_path):
             assert len({(p[0], p[2], p[3]) for p in parts}) == 1, outputs  # one block
             limit = outputs[0].split("/")[-2]
             mem = int(resources["mem_mb"])
-            if limit == "none":  # its networks' bound, below the catch-all
-                step = mem - SLURM_JOB_OVERHEAD_MB
+            # every run of the block runs in a step of one size: its limit, or unconstrained
+            # its networks' bound, below the catch-all
+            steps = {int(m) for m in re.findall(r"--mem=(\d+)M", body)}
+            assert len(steps) == 1, steps
+            step = steps.pop()
+            if limit == "none":
                 assert ENGINE_BASELINE_MB < step < UNLIMITED_MEM_MB
             else:
-                step = run_step_mem_mb(cfg, limit, False)
-                assert mem == step + SLURM_JOB_OVERHEAD_MB
-            # and every run of the block runs in a step of exactly that
-            steps = set(re.findall(r"--mem=(\d+)M", body))
-            assert steps == {str(step)}, (steps, step)
+                assert step == run_step_mem_mb(cfg, limit, False)
+            reserves.add(mem - step)
             assert int(resources["runtime"]) == len(outputs) * 30 + 5  # timeout_s 1800
             runs += outputs
         if rule == "tidy_run":  # every repetition of a pipeline x policy x limit
@@ -710,6 +714,10 @@ def test_the_slurm_profile_plans_one_core_and_sized_memory_per_job(tmp_path):
     # every run, once: 3 pipelines (1 + the 2 held out) x 2 policies x 4 limits x 2 reps,
     # and the 1 main pipeline's unprobed linear twins
     assert len(runs) == len(set(runs)) == 3 * 2 * 4 * 2 + 2
+    # one reserve for the workflow's own processes, measured by the planning process: two
+    # interpreters of this workflow (each 100 MiB at least: Python, Snakemake, pandas)
+    reserve, = reserves
+    assert job_reserve_mb(100 * 2**20) < reserve < job_reserve_mb(2**30)
 
 
 # --- run.per_job "block": a job per block of runs ------------------------------------------

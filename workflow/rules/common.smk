@@ -2,13 +2,15 @@
 # every stage expands over, the jobs' environment, and the code fingerprints that decide
 # which jobs a code change reruns. Argument strings, job lists and resources come from
 # engine.workflow (pure functions of the config, unit-tested in tests/unit/test_workflow_args.py);
-# nothing here probes the host, so building the DAG on a submit host is cheap.
+# nothing here probes the host (only this process's own size, for the jobs' reserve), so
+# building the DAG on a submit host is cheap.
 import os
 import re
 import shlex
 import sys
 from pathlib import Path
 
+import psutil
 from snakemake.utils import validate
 
 from engine.caffe.zoo import ZOO
@@ -44,6 +46,7 @@ from engine.workflow.plan import (
 from engine.workflow.resources import (
     UNLIMITED_MEM_MB,
     block_runtime_min,
+    job_reserve_mb,
     pipelines_networks,
     run_mem_mb,
     run_runtime_min,
@@ -260,7 +263,10 @@ _UNCONSTRAINED_MB = {name: unconstrained_mem_mb(nets, RUN.get("batch"), RUN["run
                                                 _WORKERS) for name, nets in _DRAWN.items()}
 _MEM_KEYS = [(in_vm, limit, name) for in_vm, limit in _LIMITS
              for name in ([None] if limit != UNLIMITED else [*_DRAWN, None])]
-RUN_MEM_MB = {key: run_mem_mb(config, key[1], key[0],
+# what a run job's own Snakemake interpreters need: measured on this one, which has
+# loaded the same workflow and config by now (engine.workflow.resources.job_reserve_mb)
+RESERVE_MB = job_reserve_mb(psutil.Process().memory_info().rss)
+RUN_MEM_MB = {key: run_mem_mb(config, key[1], key[0], RESERVE_MB,
                               _UNCONSTRAINED_MB.get(key[2], UNLIMITED_MEM_MB))
               for key in _MEM_KEYS}
 STEP_PREFIX = {key: slurm_step_prefix(run_step_mem_mb(
