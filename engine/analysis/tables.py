@@ -337,9 +337,12 @@ def _check_tidy(folder: Path) -> None:
     except (OSError, ValueError):
         raise EdgeprofError(f"{folder} has no readable {TIDY_DIGESTS} (its tables' "
                             f"SHA-256s); {fix}") from None
+    if not isinstance(digests, dict):
+        raise EdgeprofError(f"{folder / TIDY_DIGESTS} is not tidy's record of its tables' "
+                            f"SHA-256s (a JSON object); {fix}")
     for name in TIDY_TABLES:
         path = folder / f"{name}.parquet"
-        if not isinstance(digests, dict) or digests.get(path.name) != sha256_file(path):
+        if digests.get(path.name) != sha256_file(path):
             raise EdgeprofError(f"{path} is not the table tidy wrote (its SHA-256 differs); "
                                 f"{fix}")
 

@@ -183,8 +183,9 @@ class Description:
             raise ModelError(f"{whole}, the caffemodel bulk reads for {self.network}, is "
                              f"missing; restore it or re-run the split stage")
         if sha256_file(whole) != self.caffemodel_sha256:
-            raise ModelError(f"{whole} changed after {self.network} was split (its SHA-256 "
-                             f"differs): re-run the split stage")
+            raise ModelError(f"{whole} does not match {self.path}'s caffemodel_sha256 (the "
+                             f"file changed after {self.network} was split, or the description "
+                             f"was edited): re-run the split stage")
         # the entry bulk reads for each layer (model_index) holds that layer
         names = {rec.index: rec.name for rec in wire.scan(whole)}
         for info in self.layers:
@@ -207,8 +208,10 @@ class Description:
         model's of the same size would load other weights than bulk's, unseen."""
         for info in self.layers:
             if info.partial and sha256_file(self.resolve(info.partial)) != info.partial_sha256:
-                raise ModelError(f"{self.resolve(info.partial)} changed after {self.network} "
-                                 f"was split (its SHA-256 differs): re-run the split stage")
+                raise ModelError(f"{self.resolve(info.partial)} does not match {self.path}'s "
+                                 f"partial_sha256 of layer {info.index} (the file changed after "
+                                 f"{self.network} was split, or the description was edited): "
+                                 f"re-run the split stage")
             try:
                 held = [rec.name for rec in wire.scan(self.resolve(info.partial))] \
                     if info.partial else [info.name]
@@ -238,7 +241,9 @@ class Description:
             raise ModelError(f"{self.path}: layer {missing.index} '{missing.name}' records no "
                              f"partial_sha256 to check {missing.partial} against; {fix}")
         if sha256_file(prototxt) != self.prototxt_sha256:
-            raise ModelError(f"{prototxt} changed after {self.network} was split; {fix}")
+            raise ModelError(f"{prototxt} does not match {self.path}'s prototxt_sha256 (the "
+                             f"file changed after {self.network} was split, or the description "
+                             f"was edited); {fix}")
         home = Path(os.path.abspath(Path(self.path).parent))
         for info in self.layers:
             # a partial elsewhere (another network's) would load other weights unseen;

@@ -10,6 +10,8 @@ import time
 from engine.commands.options import (
     MAX_ORDERINGS,
     add_model_tables_parser,
+    flat_paths,
+    not_over_inputs,
     output_dir,
     positive,
 )
@@ -30,6 +32,8 @@ def main(args: argparse.Namespace) -> None:
 
     positive(args.orderings, "--orderings", most=MAX_ORDERINGS)
     output_dir(args.out, "--out")  # before the work, not after it
+    not_over_inputs(args.out, "--out", flat_paths(args.tables, args.models, args.model),
+                    "the tables, descriptions or model it scores")
     t0 = time.perf_counter()
     summary = evaluate_files(args.tables, args.models, args.model, args.out, args.orderings)
     for mode, scores in summary.items():

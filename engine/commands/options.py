@@ -77,6 +77,17 @@ def output_file(path: str, option: str) -> Path:
     return out
 
 
+def flat_paths(*items: str | os.PathLike | Iterable[str | os.PathLike] | None) -> list[str]:
+    """The paths of options that give one path, several, or none, as one list."""
+    out: list[str] = []
+    for item in items:
+        if item is None:
+            continue
+        out.extend([os.fspath(item)] if isinstance(item, (str, os.PathLike))
+                   else map(os.fspath, item))
+    return out
+
+
 def not_over_inputs(out: str | os.PathLike, option: str,
                     inputs: Iterable[str | os.PathLike], what: str) -> None:
     """Refuse an output that is one of the command's ``inputs`` (files or folders) or lies

@@ -9,6 +9,7 @@ from pathlib import Path
 from engine.commands.options import (
     MAX_SEED,
     folder_lock,
+    not_over_inputs,
     output_dir,
     output_file,
     positive,
@@ -68,6 +69,7 @@ def main(args: argparse.Namespace) -> None:
                                         arrival, args.bins_mb or args.bins, prefix=args.prefix,
                                         bin_unit="MB" if args.bins_mb else "MiB")
     out = output_dir(args.out, "--out")
+    not_over_inputs(out, "--out", [args.models], "the split models it draws from")
     for p in made:  # every file checked before the first is written: no half a set
         output_file(str(out / f"{p.name}.json"), "--out")
     out.mkdir(parents=True, exist_ok=True)

@@ -12,6 +12,8 @@ from engine.commands.options import (
     MAX_RESAMPLES,
     MIN_RESAMPLES,
     add_model_tables_parser,
+    flat_paths,
+    not_over_inputs,
     output_dir,
     positive,
 )
@@ -36,6 +38,8 @@ def main(args: argparse.Namespace) -> None:
         raise EdgeprofError(f"--resamples {args.resamples}: at least {MIN_RESAMPLES} for a "
                             f"bootstrap CI (the schema's model.resamples minimum too)")
     output_dir(args.out, "--out")  # before the work, not after it
+    not_over_inputs(args.out, "--out", flat_paths(args.tables, args.models, args.model),
+                    "the tables, descriptions or model it rebuilds from")
     t0 = time.perf_counter()
     tables = reconstruct_files(args.tables, args.models, args.model, args.out,
                                args.resamples)

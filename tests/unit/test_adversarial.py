@@ -821,7 +821,7 @@ def test_bulk_refuses_a_caffemodel_regenerated_after_the_split(split_copy, tmp_p
     save_pipeline(Pipeline("p", [Arrival(0.0, ["AgeNet"])]), pipe)
     rc, err = _cli(capsys, "run", "--pipeline", str(pipe), "--models", str(tmp_path / "s"),
                    "--policy", "bulk", "--out", str(tmp_path / "run"), "--backend", "none")
-    assert rc == 2 and "changed after AgeNet was split" in err
+    assert rc == 2 and "(the file changed after AgeNet was split, or the description" in err
     assert not (tmp_path / "run").exists()
 
 
@@ -900,10 +900,10 @@ def test_every_model_file_a_run_reads_is_the_one_split(split_copy, tmp_path, cap
     for policy in ("linear", "partial:2", "deepeye"):
         rc, err = _run_agenet(capsys, split_copy, tmp_path, "--policy", policy, "--backend",
                               "none")
-        assert rc == 2 and f"{partial} changed after AgeNet was split" in err, (policy, err)
+        assert rc == 2 and f"{partial} does not match" in err, (policy, err)
         assert not (tmp_path / "run").exists()
     rc, err = _cli(capsys, "forward", str(desc), "--batch", "1")
-    assert rc == 2 and "changed after AgeNet was split" in err
+    assert rc == 2 and "(the file changed after AgeNet was split, or the description" in err
     rc, err = _run_agenet(capsys, split_copy, tmp_path, "--policy", "bulk", "--backend",
                           "none", "--sample-hz", "0")
     assert rc == 0, err  # bulk reads the whole caffemodel, which is the one split
@@ -1467,3 +1467,24 @@ def test_a_project_meta_json_is_not_a_run_and_uml_refuses_a_space_up_front(
     rc, err = _run_agenet(capsys, split_copy, spaced, "--policy", "linear", "--backend", "uml",
                           "--limit", "48M")
     assert rc == 2 and "has a space" in err and not (spaced / "run").exists(), err
+
+
+def test_outputs_over_the_model_stages_inputs_and_messages_that_blame_the_right_file(
+        two_runs, split_copy, tmp_path, capsys):
+    """L2: pipelines into the split folder, the model stages into their own inputs; L1: a
+    digest that does not match names the record too, a digests.json of the wrong shape
+    says so."""
+    rc, err = _cli(capsys, "pipelines", "--models", str(split_copy), "--out",
+                   str(split_copy / "age_net_partials"), "--count", "1", "--length", "1", "1")
+    assert rc == 2 and "would overwrite the split models it draws from" in err, err
+    tables = _tables(tmp_path, two_runs)
+    for verb in ("evaluate-model", "reconstruct-model"):
+        rc, err = _cli(capsys, verb, "--tables", str(tables), "--models", str(split_copy),
+                       "--model", str(tmp_path / "m.json"), "--out", str(tables))
+        assert rc == 2 and "would overwrite the tables, descriptions or model" in err, err
+    from engine.analysis.tables import TIDY_DIGESTS, tidy_run_table
+
+    digests = tmp_path / "tidy" / two_runs[0].name / TIDY_DIGESTS
+    digests.write_text("[]")
+    with pytest.raises(EdgeprofError, match="is not tidy's record of its tables' SHA-256s"):
+        tidy_run_table(digests.parent)

@@ -45,6 +45,8 @@ TABLES = ["runs", "tasks", "networks", "samples", "reconcile", "speedup"]
 # pause between checks while jobs finish): short, so the tiny sweep takes minutes, not
 # the ~40 s per round of the plugin's default.
 POLL_S = 2
+# where to write the measurements docs/cluster.md gives (benchmarks/slurm_numbers.py)
+NUMBERS_ENV = "EDGEPROF_SLURM_NUMBERS"
 
 # slow too: `pytest -m "not slow and not vm"` stays the quick unit tests
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -218,6 +220,7 @@ def test_each_run_had_a_step_of_its_limit_and_the_rest_fits_the_job(sweep, clust
     limits = dict(re.findall(r"^ *rule (run_block_\d+):\n(?: .*\n)*? +output: \S+/(none|512M)/rep",
                              log, re.M))
     overheads, engine_steps, per_run, reserves = [], 0, {"block": [], "single": []}, set()
+    by_size, beside_block, engine_rss = {}, [], []
     for job, row in run_jobs.items():
         steps = {r[0].split(".", 1)[1]: r for r in rows if r[0].startswith(f"{job}.")}
         rule = re.match(r"rule_([a-z_0-9]+?)(_wildcards_.*)?$", row[1]).group(1)
@@ -237,12 +240,16 @@ def test_each_run_had_a_step_of_its_limit_and_the_rest_fits_the_job(sweep, clust
         assert len(engine) == expected and set(mem) - set(engine) == {"0"}, (row, steps)
         engine_steps += len(engine)
         for name in engine:  # what the engine's processes used, as SLURM measured it
-            assert _size_mib(steps[name][4]) <= limit_mib, (row, steps[name])
+            engine_rss.append(_size_mib(steps[name][4]))
+            assert engine_rss[-1] <= limit_mib, (row, steps[name])
         overhead = _size_mib(steps["batch"][4]) + _size_mib(steps["0"][4])
         overheads.append(overhead)
         assert overhead < reserve, (row, overhead, reserve)  # as SLURM measured them
         beside = _seconds(row[6]) - sum(_seconds(steps[n][6]) for n in engine)
         per_run["single" if expected == 1 else "block"].append(beside / expected)
+        if expected > 1:
+            by_size.setdefault(str(expected), []).append(round(beside / expected, 2))
+            beside_block.append(beside)
         print(f"{row[1]}: job --mem {row[2]}, {len(engine)} engine step(s) of --mem "
               f"{limit_mib} MiB, workflow's own processes (batch + step 0 MaxRSS) "
               f"{overhead:.0f} MiB, wall s beside the engine {beside} "
@@ -251,8 +258,23 @@ def test_each_run_had_a_step_of_its_limit_and_the_rest_fits_the_job(sweep, clust
     print("wall s per run beside the engine: block jobs "
           f"{sorted(per_run['block'])}, a single-run job {per_run['single']}")
     assert len(reserves) == 1, reserves  # one per workflow
-    print(f"reserve {reserves.pop()} MiB per job; the workflow's own processes used "
+    reserve = reserves.pop()
+    print(f"reserve {reserve} MiB per job; the workflow's own processes used "
           f"{min(overheads):.0f}-{max(overheads):.0f} MiB")
+    if os.environ.get(NUMBERS_ENV):  # docs/cluster.md's numbers: benchmarks/slurm_numbers.py
+        runs = pd.read_parquet(wf.results / "tables" / "runs.parquet")
+        load = pd.concat([runs.host_load1_start, runs.host_load1_end]).dropna()
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
+                                capture_output=True, text=True).stdout.strip()
+        Path(os.environ[NUMBERS_ENV]).write_text(json.dumps({
+            "commit": commit or "unknown", "cpus": os.cpu_count(),
+            "load_median": round(float(load.median()), 2),
+            "load_max": round(float(load.max()), 2),
+            "block_jobs": len(beside_block), "block_runs": engine_steps - len(per_run["single"]),
+            "beside_block_s": beside_block, "per_run_block": by_size,
+            "per_run_single": [round(v, 2) for v in per_run["single"]],
+            "overhead_mib": [round(v) for v in overheads], "reserve_mib": reserve,
+            "engine_max_rss_mib": [round(v) for v in engine_rss]}, indent=1) + "\n")
 
 
 @pytest.mark.timing
