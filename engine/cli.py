@@ -55,8 +55,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _empty_value(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str | None:
+    """The first option or argument given as an empty string (a path such as --models ''
+    would name the current folder): no verb takes one."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for action in sub.choices[args.command]._actions:
+        value = getattr(args, action.dest, None)
+        values = value if isinstance(value, list) else [value]
+        if any(isinstance(v, str) and not v.strip() for v in values):
+            return action.option_strings[0] if action.option_strings else action.dest
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    empty = _empty_value(parser, args)
+    if empty is not None:
+        print(f"error: {empty} is empty; give a value (a path: '.' for this folder)",
+              file=sys.stderr)
+        return 2
     try:
         return args.func(args) or 0
     except EdgeprofError as exc:

@@ -94,6 +94,17 @@ def _check_targets(tmp: Path, out: Path) -> None:
             refuse(dest, "a file")
 
 
+def flat_paths(*items: str | os.PathLike | Iterable[str | os.PathLike] | None) -> list[str]:
+    """The paths of options that give one path, several, or none, as one list."""
+    out: list[str] = []
+    for item in items:
+        if item is None:
+            continue
+        out.extend([os.fspath(item)] if isinstance(item, (str, os.PathLike))
+                   else map(os.fspath, item))
+    return out
+
+
 def parse_json(text: str | bytes, finite: bool = False) -> object:
     """``json.loads`` where every problem is a ValueError: also nesting too deep for the
     parser, a key given twice, and (``finite``) NaN and Infinity, which are not JSON."""
@@ -186,6 +197,11 @@ def check_output_file(path: str | os.PathLike, what: str) -> Path:
 MEASURED = re.compile(r"(_ns|_s|_bytes|_cpus|_delta|_median|_ci_low|_ci_high|_n|_hz|_start"
                       r"|_end|_pct|_mib|_us)$")
 TEXT_COLUMNS = {"running_at_end"}  # the tasks running at a run's end, by name
+# Columns that name what a row is about: read_table refuses a number or other non-text in
+# them (a policy 3.0 would reach the policy parser as a float)
+NAME_COLUMNS = {"policy", "pipeline", "limit", "run_id", "termination", "networks",
+                "backend", "sandbox", "runtime", "size_bin", "policy_family", "arrival_mode",
+                "network", "kind", "mode"}
 
 
 def read_table(path: str | os.PathLike, fix: str = "rerun the aggregate stage",
@@ -211,6 +227,12 @@ def read_table(path: str | os.PathLike, fix: str = "rerun the aggregate stage",
                             f"is in its place; {fix}")
     for col in table.columns:
         values = table[col]
+        if col in NAME_COLUMNS:
+            if values.notna().any() and pd.api.types.infer_dtype(values, skipna=True) != "string":
+                odd = next(v for v in values.dropna() if not isinstance(v, str))
+                raise EdgeprofError(f"{os.fspath(path)}: column {col!r} holds {odd!r}, "
+                                    f"where names belong (an edited or another table); {fix}")
+            continue
         if (MEASURED.search(str(col)) and col not in TEXT_COLUMNS
                 and not (pd.api.types.is_numeric_dtype(values)
                          or pd.api.types.is_bool_dtype(values) or values.isna().all())):

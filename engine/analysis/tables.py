@@ -59,7 +59,9 @@ def _identity(meta: RunMeta, folder: Path) -> dict:
             "emulated": bool(meta.emulated), "sandbox": sandbox, "runtime": meta.runtime,
             "rep": rep, "termination": meta.termination,
             # False for a probe-overhead twin (--no-probes): never a probed run's stand-in
-            "probed": bool((meta.probes or {}).get("process", True))}
+            "probed": bool((meta.probes or {}).get("process", True)),
+            # which record: the aggregate matches it to the run folder's (set_folders)
+            "record_digest": _record_digest(folder)}
 
 
 def sandbox_of(meta: RunMeta) -> str:
@@ -168,8 +170,9 @@ def _run_row(meta: RunMeta, folder: Path, tasks: pd.DataFrame, networks: pd.Data
         "host_load1_start": _known(load.get("load1_start")),
         "host_load1_end": _known(load.get("load1_end")),
         "host_busy_cpus": _known(load.get("busy_cpus")),
-        # CPUs other work took over the run (busy less the run's own); NaN before schema 6
+        # CPUs other work took over the run (busy less the run's own); NaN where not recorded
         "host_other_cpus": _known(load.get("other_cpus")),
+        "host_cpus": _known(load.get("cpus")),
         "cpu_pinned": bool((meta.cpu_affinity or {}).get("pinned", False)),
         # the CPUs the measured child could run on (its workers share them)
         "child_cpus": len((meta.cpu_affinity or {}).get("child") or []) or np.nan,
@@ -347,25 +350,40 @@ def _check_tidy(folder: Path) -> None:
                                 f"{fix}")
 
 
-def write_tables(tables: dict[str, pd.DataFrame], out_dir: str | os.PathLike) -> None:
-    """``<name>.csv`` and ``<name>.parquet`` per table, moved into place together (every
-    target checked first, so a folder in one's place leaves none of them half a set)."""
+def check_table_outputs(out_dir: str | os.PathLike, names: Iterable[str],
+                        files: Iterable[str] = ()) -> None:
+    """Every place ``write_tables`` would write (``<name>.csv`` and ``.parquet`` per name,
+    and ``files``) takes a file: checked before the work, one line naming the first that
+    does not."""
     from engine.files import check_output_file
 
     out = Path(out_dir)
     try:
-        for name in tables:
+        for name in names:
             for ext in ("csv", "parquet"):
                 check_output_file(out / f"{name}.{ext}", "an output table")
+        for name in files:
+            check_output_file(out / name, "an output file")
     except ValueError as exc:
         raise EdgeprofError(str(exc)) from None
+
+
+def write_tables(tables: dict[str, pd.DataFrame], out_dir: str | os.PathLike,
+                 texts: dict[str, str] | None = None) -> None:
+    """``<name>.csv`` and ``<name>.parquet`` per table, and each of ``texts`` (file name ->
+    its text), moved into place together (every target checked first, so a folder in one's
+    place leaves none of them half a set)."""
     from engine.files import staged
 
+    out = Path(out_dir)
+    check_table_outputs(out, tables, texts or {})
     out.mkdir(parents=True, exist_ok=True)
     with staged(out, ".tables.") as tmp:  # an interrupted writer leaves none of the set
         for name, df in tables.items():
             df.to_csv(tmp / f"{name}.csv", index=False)
             df.to_parquet(tmp / f"{name}.parquet", index=False)
+        for name, text in (texts or {}).items():
+            (tmp / name).write_text(text)
 
 
 def downsample(samples: pd.DataFrame, max_rows: int = MAX_SAMPLES_PER_RUN) -> pd.DataFrame:
@@ -398,13 +416,15 @@ def tidy_run_table(tidy_dir: str | os.PathLike) -> pd.DataFrame:
     return pd.read_parquet(Path(tidy_dir) / "runs.parquet")
 
 
-def set_folders(set_dir: str | os.PathLike, reps: int, probed: bool = True) -> list[Path]:
+def set_folders(set_dir: str | os.PathLike, reps: int, probed: bool = True,
+                runs_dir: str | os.PathLike | None = None) -> list[Path]:
     """The per-run tidy folders of one run set's tidy folder
     (``tidy/<kind>/<pipeline>/<policy id>/<limit>``, as the workflow lays it out): exactly
     ``rep0`` .. ``rep<reps - 1>``, each holding the run its path names (pipeline, policy,
-    limit, repetition, and probed or not). A folder missing, one too many, or a run tidied
-    into another's place is refused, naming it: the aggregate would silently drop, add
-    or misplace a run."""
+    limit, repetition, and probed or not) and, given the run set's folder ``runs_dir``,
+    the very run recorded there (its record's digest: not another campaign's run of the
+    same name). A folder missing, one too many, or a run tidied into another's place is
+    refused, naming it: the aggregate would silently drop, add or misplace a run."""
     folder = Path(set_dir)
     fix = f"remove {folder} and run the workflow again (it tidies the set anew)"
     expected = [f"rep{i}" for i in range(reps)]
@@ -433,7 +453,22 @@ def set_folders(set_dir: str | os.PathLike, reps: int, probed: bool = True) -> l
                                 f"{pipeline}/{policy_id}/{limit}/rep{i}"
                                 f"{'' if probed else ' (unprobed)'}: another run's tables "
                                 f"copied into its place; {fix}")
+        if runs_dir is not None and row.get("record_digest") != _record_digest(
+                Path(runs_dir) / name):
+            raise EdgeprofError(f"{folder / name} holds the tables of another run than "
+                                f"{Path(runs_dir) / name} (their records differ: another "
+                                f"campaign's, or the run was redone since); {fix}")
     return [folder / name for name in expected]
+
+
+def _record_digest(run: Path) -> str | None:
+    from engine.files import parse_json, read_regular
+
+    try:
+        record = parse_json(read_regular(run / "meta.json", "run record", 2**26))
+    except (OSError, ValueError):
+        return None
+    return record.get("record_digest") if isinstance(record, dict) else None
 
 
 def read_tidy(tidy_dirs: Iterable[str | os.PathLike]) -> dict[str, pd.DataFrame]:

@@ -77,17 +77,6 @@ def output_file(path: str, option: str) -> Path:
     return out
 
 
-def flat_paths(*items: str | os.PathLike | Iterable[str | os.PathLike] | None) -> list[str]:
-    """The paths of options that give one path, several, or none, as one list."""
-    out: list[str] = []
-    for item in items:
-        if item is None:
-            continue
-        out.extend([os.fspath(item)] if isinstance(item, (str, os.PathLike))
-                   else map(os.fspath, item))
-    return out
-
-
 def not_over_inputs(out: str | os.PathLike, option: str,
                     inputs: Iterable[str | os.PathLike], what: str) -> None:
     """Refuse an output that is one of the command's ``inputs`` (files or folders) or lies
@@ -98,26 +87,31 @@ def not_over_inputs(out: str | os.PathLike, option: str,
         if any(t == s or s in t.parents for t in places for s in srcs):
             raise EdgeprofError(f"{option} {out} would overwrite {what} ({item}); write the "
                                 f"output elsewhere")
-    run = next((parent for t in places for parent in (t, *t.parents) if _is_run(parent)),
+    run = next((parent for t in places for parent in (t, *t.parents) if is_run(parent)),
                None)
     if run is not None:
         raise EdgeprofError(f"{option} {out} is or lies in the run folder {run}; write the "
                             f"output elsewhere")
 
 
-def _is_run(folder: Path) -> bool:
-    """A run folder: its meta.json is a run record (engine.runner.meta), not any file of
-    that name (a project's own meta.json)."""
+def is_run(folder: Path) -> bool:
+    """A run folder: its meta.json is a run record (engine.runner.meta: it carries its
+    record_digest), or one damaged beside the tables a run writes; not any file of that
+    name (a project's own meta.json)."""
     from engine.files import parse_json
 
     meta = folder / "meta.json"
     try:
-        if not meta.is_file() or meta.stat().st_size > 2**24:
+        if not meta.is_file():
             return False
-        record = parse_json(meta.read_bytes())
-    except (OSError, ValueError):
+        record = parse_json(meta.read_bytes()) if meta.stat().st_size <= 2**24 else None
+    except ValueError:
+        record = None
+    except OSError:
         return False
-    return isinstance(record, dict) and {"pipeline", "policy", "termination"} <= set(record)
+    if isinstance(record, dict):
+        return {"pipeline", "policy", "record_digest"} <= set(record)
+    return (folder / "tasks.csv").is_file() or (folder / "networks.csv").is_file()
 
 
 @contextlib.contextmanager

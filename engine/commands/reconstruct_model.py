@@ -12,12 +12,12 @@ from engine.commands.options import (
     MAX_RESAMPLES,
     MIN_RESAMPLES,
     add_model_tables_parser,
-    flat_paths,
     not_over_inputs,
     output_dir,
     positive,
 )
 from engine.errors import EdgeprofError
+from engine.files import flat_paths
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -31,13 +31,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> None:
-    from engine.model.reconstruct import reconstruct_files
+    from engine.analysis.tables import check_table_outputs
+    from engine.model.reconstruct import RECONSTRUCT_TABLES, reconstruct_files
 
     positive(args.resamples, "--resamples", most=MAX_RESAMPLES)
     if args.resamples < MIN_RESAMPLES:
         raise EdgeprofError(f"--resamples {args.resamples}: at least {MIN_RESAMPLES} for a "
                             f"bootstrap CI (the schema's model.resamples minimum too)")
     output_dir(args.out, "--out")  # before the work, not after it
+    check_table_outputs(args.out, RECONSTRUCT_TABLES, ())
     not_over_inputs(args.out, "--out", flat_paths(args.tables, args.models, args.model),
                     "the tables, descriptions or model it rebuilds from")
     t0 = time.perf_counter()

@@ -131,11 +131,13 @@ def run_request(args: argparse.Namespace) -> RunRequest:
                   args.sample_hz)
     if args.swap is not None and args.limit is None:
         raise EdgeprofError("--swap is the swap allowed on top of --limit; give a --limit too")
-    out_parent = os.path.dirname(os.path.abspath(args.out))
-    if args.backend == "uml" and any(c.isspace() for c in out_parent):
-        # its share folder, beside --out, goes on the guest kernel's command line
+    out = os.path.abspath(args.out)
+    # its share folder, beside --out and named after it, goes on the guest kernel's
+    # command line, links resolved
+    share = os.path.join(os.path.realpath(os.path.dirname(out)), os.path.basename(out))
+    if args.backend == "uml" and any(c.isspace() for c in share):
         raise EdgeprofError(f"--out {args.out}: the uml sandbox cannot share a folder whose "
-                            f"path has a space ({out_parent}); choose an --out without one")
+                            f"path has a space ({share}); choose an --out without one")
     if (args.budget or args.estimates) and not policy.admission:
         raise EdgeprofError(f"--budget and --estimates set masa's admission; {policy.name} "
                             f"admits every network: drop them or use masa")

@@ -10,11 +10,11 @@ import time
 from engine.commands.options import (
     MAX_ORDERINGS,
     add_model_tables_parser,
-    flat_paths,
     not_over_inputs,
     output_dir,
     positive,
 )
+from engine.files import flat_paths
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -26,10 +26,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> None:
-    from engine.model.evaluate import score_holdout_files
+    from engine.analysis.tables import check_table_outputs
+    from engine.model.evaluate import HOLDOUT_TABLES, score_holdout_files
 
     positive(args.orderings, "--orderings", most=MAX_ORDERINGS)
     output_dir(args.out, "--out")  # before the work, not after it
+    check_table_outputs(args.out, HOLDOUT_TABLES, ())
     not_over_inputs(args.out, "--out", flat_paths(args.tables, args.models, args.model),
                     "the tables, descriptions or model it scores")
     t0 = time.perf_counter()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from pathlib import Path
@@ -52,6 +53,16 @@ def main(args: argparse.Namespace) -> None:
             raise EdgeprofError(f"--out {args.out}: {target}, where the split writes "
                                 f"{'its partials' if want == 'a folder' else 'its description'}"
                                 f", is {kind}; move it away or choose another --out")
+    # the partials folder is replaced whole: only if it holds nothing but a split's partials
+    if partials.is_dir():
+        theirs = re.compile(rf"{re.escape(stem)}\d{{2,}}\.partial\.caffemodel")
+        other = sorted(e.name for e in partials.iterdir()
+                       if not (theirs.fullmatch(e.name) and e.is_file() and not e.is_symlink()))
+        if other:
+            raise EdgeprofError(f"--out {args.out}: {partials} holds {other[0]!r}"
+                                f"{f' and {len(other) - 1} more' if len(other) > 1 else ''}, "
+                                f"which a split does not write, and the split replaces that "
+                                f"folder whole; move them away or choose another --out")
     # A zoo file keeps its zoo name and conv|fc split even when --network is not given.
     entry = zoo.ZOO.get(args.network or "") or next(
         (e for e in zoo.ZOO.values() if e.stem == stem and not args.network), None)

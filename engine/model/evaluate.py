@@ -53,7 +53,7 @@ from engine.analysis.stats import (
     kendall_tau,
 )
 from engine.caffe.splitter import Description
-from engine.files import sha256_file, write_text_atomic
+from engine.files import sha256_file
 from engine.model.fit import mode_keys
 from engine.model.params import Model
 from engine.model.predict import Networks, predict, predict_against_unconstrained
@@ -95,6 +95,11 @@ TARGETS = {
         (0.8, "min"),
     ("OOM predicted correctly (share)", "limited cells"): (1.0, "min"),
 }
+
+# what evaluate-model and score-holdout write (their commands check each place up front)
+EVALUATE_TABLES = ("cv_predictions", "cv_scores", "cv_folds", "cv_targets", "layer_residuals")
+CV_SUMMARY = "cv.json"
+HOLDOUT_TABLES = ("holdout_predictions", "holdout_scores", "holdout_targets")
 
 
 def _pct(pred: float, meas: float) -> float:
@@ -484,14 +489,13 @@ def evaluate_files(tables_dir: Paths, models_dir: Paths,
                                  progress=_progress)
     table = scores(pred, notes)
     resid = layer_residuals(Model.read(model_path), runs, tasks, descriptions)
-    out = Path(out_dir)
-    write_tables({"cv_predictions": pred, "cv_scores": table, "cv_folds": fold_scores(pred),
-                  "cv_targets": target_table(table), "layer_residuals": resid}, out)
     summary = score_summary(table, pred)
     # which model file the scores go with: advise refuses to state them for another
     summary["model_sha256"] = sha256_file(model_path)
-    write_text_atomic(out / "cv.json", json.dumps(summary, indent=1, allow_nan=False,
-                                                  default=_no_nan) + "\n")
+    write_tables(dict(zip(EVALUATE_TABLES, (pred, table, fold_scores(pred), target_table(table),
+                                            resid), strict=True)), out_dir,
+                 {CV_SUMMARY: json.dumps(summary, indent=1, allow_nan=False,
+                                         default=_no_nan) + "\n"})
     return summary
 
 
@@ -514,8 +518,10 @@ def score_holdout_files(tables_dir: Paths, models_dir: Paths,
     overlap = sorted(fitted & set(runs["pipeline"].astype(str)))
     if overlap:
         from engine.errors import EdgeprofError
+        from engine.files import flat_paths
 
-        raise EdgeprofError(f"{tables_dir} holds pipelines the model was fitted on "
+        raise EdgeprofError(f"{', '.join(flat_paths(tables_dir))} holds pipelines the model "
+                            f"was fitted on "
                             f"({', '.join(overlap)}): they are not held out")
     runs = runs[runs["limit_enforced"].astype(bool) | (runs["limit"] == "none")]
     runs = runs.assign(pipeline=runs["pipeline"].astype(str))
@@ -533,6 +539,6 @@ def score_holdout_files(tables_dir: Paths, models_dir: Paths,
                                                      fold=HELD_OUT_SEED))
     pred = _with_errors(preds)
     table = scores(pred, notes)
-    write_tables({"holdout_predictions": pred, "holdout_scores": table,
-                  "holdout_targets": target_table(table)}, Path(out_dir))
+    write_tables(dict(zip(HOLDOUT_TABLES, (pred, table, target_table(table)), strict=True)),
+                 Path(out_dir))
     return table

@@ -65,6 +65,10 @@ COST_GRID = np.logspace(-6, -2, 17)  # seconds per 4 KiB page: 1 us .. 10 ms, 4 
 WORK_KEY = ["instance", "layer", "task_type"]
 CI_LOW, CI_HIGH = 2.5, 97.5
 
+# what reconstruct-model writes (the command checks each place up front)
+RECONSTRUCT_TABLES = ("reconstruction", "reconstruction_validation", "reconstruction_scores",
+                      "swap_cost_curves", "swap_cost_crossovers")
+
 
 class ReconstructionError(ValueError):
     """A cell whose measurements cannot be combined (a task never timed natively)."""
@@ -610,9 +614,8 @@ def reconstruct_files(tables_dir: Paths, models_dir: Paths, model_path: str, out
                                _progress)
     check = validate(campaign, model, resamples, _progress)
     curves, crossovers = cost_curves(campaign, model, progress=_progress)
-    tables = {"reconstruction": table, "reconstruction_validation": check,
-              "reconstruction_scores": validation_scores(check,
-                                                         repetition_noise(campaign.runs)),
-              "swap_cost_curves": curves, "swap_cost_crossovers": crossovers}
+    tables = dict(zip(RECONSTRUCT_TABLES, (
+        table, check, validation_scores(check, repetition_noise(campaign.runs)), curves,
+        crossovers), strict=True))
     write_tables(tables, Path(out_dir))
     return tables

@@ -242,9 +242,10 @@ def fit_model_files(tables_dir: Paths, models_dir: Paths, out: str | os.PathLike
     model = train(runs, tasks, networks, descriptions, policies)
     if not model.modes:  # nothing for advise to predict with: no file rather than an empty one
         folders = tables_dir if isinstance(tables_dir, list) else [tables_dir]
-        ended = runs["termination"].value_counts().to_dict() if "termination" in runs else {}
-        raise EdgeprofError(f"{', '.join(map(str, folders))}: no mode could be fitted (it needs "
-                            f"finished unconstrained runs; the runs ended: {ended or 'none'}); "
-                            f"fit on a campaign whose runs finished")
+        said = {col: runs[col].astype(str).value_counts().to_dict()
+                for col in ("termination", "limit") if col in runs}
+        raise EdgeprofError(f"{', '.join(map(str, folders))}: no mode could be fitted: a mode "
+                            f"needs unconstrained runs (limit none) that finished, with their "
+                            f"tasks; these runs: {said or 'none'}")
     model.write(out)
     return model

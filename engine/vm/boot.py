@@ -179,8 +179,8 @@ def boot(guest: Guest | uml.Uml, share: Path, *, accel: str = "tcg", ram_mb: int
             if swap_dir is not None:
                 shutil.rmtree(swap_dir, ignore_errors=True)
     total = time.monotonic() - t0
+    name = "uml" if isinstance(guest, uml.Uml) else "qemu"
     if proc is not None:
-        name = "uml" if isinstance(guest, uml.Uml) else "qemu"
         lines.append(f"[{total:9.3f}] host: {name} (pid {proc.pid}) ended with "
                      f"{proc.returncode}{', killed: ' + error if timed_out else ''}")
     rc_file = share / "rc"
@@ -188,7 +188,7 @@ def boot(guest: Guest | uml.Uml, share: Path, *, accel: str = "tcg", ram_mb: int
     if rc is None and error is None:
         fatal = [ln for ln in lines if "FATAL" in ln or "Kernel panic" in ln or
                  "qemu-system" in ln]
-        error = (f"the guest stopped without finishing the job (qemu exit "
+        error = (f"the guest stopped without finishing the job ({name} exit "
                  f"{proc.returncode}){': ' + fatal[0] if fatal else ''}")
     return BootResult(rc=rc, accel=accel, boot_s=marks.get("start"), total_s=total,
                       timed_out=timed_out, qemu_exit=proc.returncode,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from engine.errors import EdgeprofError
 from engine.schedule.policies import parse_policy
-from engine.units import parse_size
+from engine.units import format_size, parse_size
 from engine.workflow.plan import (
     UNLIMITED,
     Config,
@@ -150,7 +150,8 @@ def check_config(config: Config) -> None:
     if not all(math.isfinite(b) for b in bins) or list(bins) != sorted(set(bins)):
         raise ValueError(f"config: pipelines.bins {list(bins)} must be strictly "
                          f"ascending upper edges")
-    lists = [("run.limits", config["run"]["limits"])]
+    lists = [("run.limits", config["run"]["limits"]),
+             ("run.reconcile.limit", [config["run"]["reconcile"]["limit"]])]
     if vm_enabled(config):
         lists.append(("vm.limits", config["vm"]["limits"]))
         lists += [(f"vm.also[{i}].limits", extra["limits"])
@@ -168,6 +169,10 @@ def check_config(config: Config) -> None:
                 raise ValueError(f"config: {key} {seen[size]!r} and {limit!r} are the same "
                                  f"size; list each limit once")
             seen[size] = limit
+            if format_size(size) != limit:  # the runs' folders and tables name it so
+                raise ValueError(f"config: {key} {limit!r} is {format_size(size)!r}: write it "
+                                 f"so (run folders and tables name a limit by its shortest "
+                                 f"spelling)")
     _check_run_extras(config)
     holdout = holdout_config(config)
     if holdout and holdout["seed"] == config["seed"]:
@@ -208,7 +213,20 @@ def _size_or_zero(limit: object) -> int:
 def _check_results_folder(results: str) -> None:
     """``results`` must be a folder this user can create or write into (not a file, not a
     read-only or pseudo filesystem such as /proc): said before any job starts."""
+    if any(c in results for c in "{}") or any(not c.isprintable() for c in results):
+        raise ValueError(f"config: results {results!r}: braces (Snakemake's wildcards) and "
+                         f"control characters are not allowed in it; name a plain folder")
+    if results.startswith("~"):  # Snakemake and the shell rules would not expand it
+        raise ValueError(f"config: results {results}: write the path out "
+                         f"({Path(results).expanduser()}); '~' is not expanded in a config")
     path = Path(results)
+    if path.resolve() == Path("/"):
+        raise ValueError("config: results is /; name a folder of its own")
+    from engine.commands.options import is_run
+
+    if any(is_run(p) for p in (path.resolve(), *path.resolve().parents)):
+        raise ValueError(f"config: results {results} lies in a run folder; name a folder of "
+                         f"its own")
     existing = next((p for p in (path, *path.parents) if p.exists()), None)
     if existing is not None and existing != path and not existing.is_dir():
         raise ValueError(f"config: results {results}: {existing} is not a folder")

@@ -115,20 +115,21 @@ def run_step_mem_mb(config: Config, limit: str, in_vm: bool,
 
 def run_mem_mb(config: Config, limit: str, in_vm: bool, reserve_mb: int,
                unconstrained_mb: int = UNLIMITED_MEM_MB) -> int:
-    """Memory (MiB) a run job asks for. Under ``inherit`` the run gets a job step of exactly
-    its limit (``run_step_mem_mb``) and the job asks for that plus the workflow's own
-    processes (``reserve_mb``: ``job_reserve_mb``); a backend that sets its own cgroup needs room
-    above the limit for the supervisor and sampler; a VM needs its guest RAM (limit + 768
-    MiB, at least 1 GiB) and qemu's own ~300 MiB. ``unconstrained_mb``: what an
-    unconstrained run's networks may use (``unconstrained_mem_mb``)."""
+    """Memory (MiB) a run job asks for: the run's own and, whatever the backend, the
+    workflow's own processes beside it (``reserve_mb``: ``job_reserve_mb``). Under
+    ``inherit`` the run gets a job step of exactly its limit (``run_step_mem_mb``); a
+    backend that sets its own cgroup needs the limit and, outside it, the supervisor and
+    sampler (``ENGINE_BASELINE_MB``); an unconstrained run its networks' bound
+    (``unconstrained_mb``: ``unconstrained_mem_mb``, the engine's baseline included); a VM
+    its guest RAM (limit + 768 MiB, at least 1 GiB) and qemu's own ~300 MiB."""
     step = run_step_mem_mb(config, limit, in_vm, unconstrained_mb)
     if step is not None:
         return step + reserve_mb
     mib = None if limit == UNLIMITED else parse_size(limit) // 2**20
     if run_backend(config, limit, in_vm) in SANDBOXES:
         guest = 4096 if mib is None else max(1024, mib + 768)  # engine.vm.run.plan's RAM
-        return guest + 512
-    return unconstrained_mb if mib is None else mib + 1024
+        return guest + 512 + reserve_mb
+    return reserve_mb + (unconstrained_mb if mib is None else mib + ENGINE_BASELINE_MB)
 
 
 def slurm_step_prefix(mem_mb: int | None) -> str:

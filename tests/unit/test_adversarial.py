@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -1381,7 +1382,12 @@ def test_the_aggregate_reads_exactly_the_planned_runs_each_in_its_place(two_runs
             shutil.copytree(src, tmp_path / "runs" / src.name / "linear" / "none" / f"rep{rep}")
             tidy(tmp_path / "runs" / src.name / "linear" / "none" / f"rep{rep}", "runs")
     gg = tmp_path / "tidy" / "runs" / "gg" / "linear" / "none"
-    assert [p.name for p in set_folders(gg, 2)] == ["rep0", "rep1"]
+    runs_gg = tmp_path / "runs" / "gg" / "linear" / "none"
+    assert [p.name for p in set_folders(gg, 2, runs_dir=runs_gg)] == ["rep0", "rep1"]
+    # (ninth pass M7) the same slot's tables from another campaign: another record
+    shutil.copy(two_runs[1] / "meta.json", runs_gg / "rep0" / "meta.json")
+    with pytest.raises(EdgeprofError, match=r"rep0 holds the tables of another run than"):
+        set_folders(gg, 2, runs_dir=runs_gg)
     with pytest.raises(EdgeprofError, match=r"no rep2; remove .*gg/linear/none and run"):
         set_folders(gg, 3)
     with pytest.raises(EdgeprofError, match=r"\(unprobed\)"):
@@ -1488,3 +1494,100 @@ def test_outputs_over_the_model_stages_inputs_and_messages_that_blame_the_right_
     digests.write_text("[]")
     with pytest.raises(EdgeprofError, match="is not tidy's record of its tables' SHA-256s"):
         tidy_run_table(digests.parent)
+
+
+# --- the ninth held-out pass (/work/notes/adversarial-25i.md: H1, M1-M9) -------------------
+
+
+def test_split_never_replaces_a_partials_folder_holding_files_of_the_users(split_copy,
+                                                                            tmp_path, capsys):
+    """H1: the partials folder is replaced whole, so it may hold only a split's partials."""
+    model = split_copy.parent / "models" / "age_net.caffemodel"
+    partials = tmp_path / "age_net_partials"
+    (partials / "sub").mkdir(parents=True)
+    (partials / "my_notes.txt").write_text("mine")
+    rc, err = _cli(capsys, "split", str(model), "--out", str(tmp_path))
+    assert rc == 2 and "holds 'my_notes.txt' and 1 more" in err, err
+    assert (partials / "my_notes.txt").read_text() == "mine"
+    shutil.rmtree(partials)
+    for _ in range(2):  # its own partials: replaced, as a re-split does
+        rc, err = _cli(capsys, "split", str(model), "--out", str(tmp_path))
+        assert rc == 0, err
+
+
+def test_configs_that_would_fail_after_their_runs_are_refused_up_front(tmp_path):
+    """M1: a limit not in its shortest spelling (folders and tables name it so); M4: a
+    results path with '~' (not expanded); L: results in a run folder, or /."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_workflow_args import load_config, with_
+
+    from engine.workflow.checks import check_config
+
+    for changes, says in ((dict(run__limits=["none", "1024M"]), "'1024M' is '1G'"),
+                          (dict(run__reconcile__limit="1024M"), "'1024M' is '1G'"),
+                          (dict(results="~/x"), "'~' is not expanded"),
+                          (dict(results="/"), "results is /"),
+                          (dict(results=str(tmp_path / "r{x}")), "braces"),
+                          (dict(results=str(tmp_path / "a\nb")), "control characters")):
+        with pytest.raises(ValueError, match=re.escape(says)):
+            check_config(with_(load_config(), **changes))
+
+
+def test_names_of_the_wrong_type_and_a_fit_on_limited_runs_only(two_runs, split_copy,
+                                                                tmp_path, capsys):
+    """M8: a number in the policy column; M9: the refusal names what the runs were."""
+    tables = _tables(tmp_path, two_runs)
+    runs = pd.read_parquet(tables / "runs.parquet")
+    runs.assign(policy=3.0).to_parquet(tables / "runs.parquet")
+    out = tmp_path / "m.json"
+    rc, err = _cli(capsys, "fit-model", "--tables", str(tables), "--models", str(split_copy),
+                   "--out", str(out))
+    assert rc == 2 and "column 'policy' holds 3.0" in err, err
+    runs.assign(limit="512M", limit_enforced=True).to_parquet(tables / "runs.parquet")
+    rc, err = _cli(capsys, "fit-model", "--tables", str(tables), "--models", str(split_copy),
+                   "--out", str(out))
+    assert rc == 2 and "no mode could be fitted" in err and "'512M': 2" in err, err
+    assert not out.exists()
+
+
+def test_evaluate_model_checks_every_output_before_the_work(two_runs, split_copy, tmp_path,
+                                                            capsys):
+    """M6: cv.json a folder: refused up front, none of the tables written."""
+    tables = _tables(tmp_path, two_runs)
+    out = tmp_path / "ev"
+    (out / "cv.json").mkdir(parents=True)
+    rc, err = _cli(capsys, "evaluate-model", "--tables", str(tables), "--models",
+                   str(split_copy), "--model", str(tmp_path / "m.json"), "--out", str(out))
+    assert rc == 2 and "cv.json is a folder" in err, err
+    assert [p.name for p in out.iterdir()] == ["cv.json"]
+
+
+def test_uml_refuses_a_space_in_the_share_path_however_it_gets_there(split_copy, tmp_path,
+                                                                     capsys):
+    """M5: a space in --out's own name, or behind a link in its parent."""
+    (tmp_path / "s p").mkdir()
+    (tmp_path / "lnk").symlink_to(tmp_path / "s p")
+    for out in (tmp_path / "r 1", tmp_path / "lnk" / "r1"):
+        pipe = tmp_path / "p.json"
+        save_pipeline(Pipeline("p", [Arrival(0.0, ["AgeNet"])]), pipe)
+        rc, err = _cli(capsys, "run", "--pipeline", str(pipe), "--models", str(split_copy),
+                       "--policy", "linear", "--out", str(out), "--backend", "uml",
+                       "--limit", "48M")
+        assert rc == 2 and "has a space" in err and not out.exists(), err
+
+
+def test_a_run_folder_is_told_by_its_record(two_runs, tmp_path):
+    """L8: a project's meta.json with a run's keys is not a run; a run whose meta.json was
+    cut short still is (its tables beside it)."""
+    from engine.commands.options import is_run
+
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "meta.json").write_text(
+        '{"pipeline": "mine", "policy": "fast", "termination": "never"}')
+    assert not is_run(tmp_path / "proj")
+    run = Path(shutil.copytree(two_runs[0], tmp_path / "run"))
+    assert is_run(run)
+    (run / "meta.json").write_text((run / "meta.json").read_text()[:100])
+    assert is_run(run)

@@ -46,6 +46,14 @@ def test_a_noisy_floor_and_a_loaded_host_are_each_named_with_their_numbers(monke
     assert run_warnings(_runs(0.6, 0.99), _floor(0.03)) == []
 
 
+def test_the_cpus_are_the_run_hosts_not_this_machines(monkeypatch):
+    """doctor --tables on another machine: the runs' own host had 64 CPUs, 44 idle."""
+    monkeypatch.setattr(noise.os, "cpu_count", lambda: 2)
+    runs = _runs(10.0, 20.0).assign(host_cpus=64)
+    assert run_warnings(runs, _floor(0.03)) == []
+    assert len(run_warnings(runs.assign(host_cpus=2), _floor(0.03))) == 1
+
+
 def test_tables_recorded_before_other_cpus_give_no_load_warning():
     runs = _runs(1.3, 2.0, load=7.5).drop(columns="host_other_cpus")
     assert run_warnings(runs, _floor(0.03)) == []

@@ -240,12 +240,15 @@ RESERVE = 300  # any reserve the planning process measured (job_reserve_mb)
 
 
 def test_run_mem_mb(cfg):
-    assert run_mem_mb(cfg, "none", False, RESERVE) == 8192
-    assert run_mem_mb(cfg, "256M", True, RESERVE) == 1024 + 512  # guest RAM >= 1 GiB, plus qemu
-    assert run_mem_mb(cfg, "1G", True, RESERVE) == 1024 + 768 + 512
-    assert run_mem_mb(cfg, "none", True, RESERVE) == 4096 + 512  # a baseline guest (vm.run.plan)
+    # every job holds the workflow's own processes (RESERVE) beside its run
+    assert run_mem_mb(cfg, "none", False, RESERVE) == 8192 + RESERVE
+    assert run_mem_mb(cfg, "none", False, RESERVE, 700) == 700 + RESERVE
+    assert run_mem_mb(cfg, "256M", True, RESERVE) == 1024 + 512 + RESERVE  # guest >= 1 GiB, qemu
+    assert run_mem_mb(cfg, "1G", True, RESERVE) == 1024 + 768 + 512 + RESERVE
+    assert run_mem_mb(cfg, "none", True, RESERVE) == 4096 + 512 + RESERVE  # a baseline guest
     native = with_(cfg, vm__enabled=False)
-    assert run_mem_mb(native, "512M", False, RESERVE) == 512 + 1024  # auto: room for the supervisor
+    # auto: the limit, the supervisor and sampler outside it
+    assert run_mem_mb(native, "512M", False, RESERVE) == 512 + ENGINE_BASELINE_MB + RESERVE
     assert run_step_mem_mb(native, "512M", False) is None  # auto sets its own cgroup
     # inherit: the run's own job step gets exactly the limit, the job that plus the
     # workflow's own processes (two Snakemake interpreters, srun: measured on SLURM)
@@ -805,3 +808,29 @@ def test_blocks_plan_the_same_run_folders_as_one_job_per_run(tmp_path):
     runs, blocks = planned["run"], planned["block"]
     assert len(runs[1]) == len(set(runs[1])) > 500
     assert sorted(blocks[1]) == sorted(runs[1]) and len(blocks[0]) < len(runs[0]) / 3
+
+
+def test_the_model_stages_get_every_campaign_as_its_own_argument(tmp_path):
+    """model.campaigns: each campaign's tables and split folder is one shell word, even
+    with a space in its path (the rules quote each)."""
+    import shlex
+    import subprocess
+    import sys
+
+    other = tmp_path / "other campaign"
+    for table in ("runs", "tasks", "networks"):
+        (other / "tables").mkdir(parents=True, exist_ok=True)
+        (other / "tables" / f"{table}.parquet").write_bytes(b"")
+    cfg = with_(load_config(), results=str(tmp_path / "r"), model__campaigns=[str(other)])
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    r = subprocess.run([sys.executable, "-m", "snakemake", str(tmp_path / "r" / "model" /
+                        "model.json"), "-n", "-p", "--cores", "1", "--configfile", str(path)],
+                       cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    line = next(x for x in (r.stdout + r.stderr).splitlines() if "engine fit-model" in x)
+    words = shlex.split(line.split("Shell command: ", 1)[-1])
+    tables = words[words.index("--tables") + 1:words.index("--models")]
+    models = words[words.index("--models") + 1:words.index("--out")]
+    assert tables == [str(tmp_path / "r" / "tables"), str(other / "tables")]
+    assert models == [str(tmp_path / "r" / "split"), str(other / "split")]

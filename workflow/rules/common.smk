@@ -148,8 +148,10 @@ HOLDOUT_TIDY_DIRS = [f"{RESULTS}/tidy/{kind}/{pipeline}/{policy}/{limit}"
 UNPROBED_TIDY_DIRS = [f"{RESULTS}/tidy/{kind}/{pipeline}/{policy}/{limit}"
                       for (kind, pipeline, policy, limit) in RUN_SET_REPS
                       if kind == "unprobed"]
-# tidy folder -> its runs, which each aggregate checks it holds (no more, no fewer)
-_REPS = {f"{RESULTS}/tidy/{kind}/{pipeline}/{policy}/{limit}": reps
+# tidy folder -> its runs' count and folder, which each aggregate checks it holds (these
+# runs, no more, no fewer)
+_REPS = {f"{RESULTS}/tidy/{kind}/{pipeline}/{policy}/{limit}":
+         [reps, f"{RESULTS}/{kind}/{pipeline}/{policy}/{limit}"]
          for (kind, pipeline, policy, limit), reps in RUN_SET_REPS.items()}
 TIDY_REPS = {d: _REPS[d] for d in TIDY_DIRS + UNPROBED_TIDY_DIRS}
 HOLDOUT_TIDY_REPS = {d: _REPS[d] for d in HOLDOUT_TIDY_DIRS}
@@ -315,7 +317,7 @@ def output_dir(wildcards, output):
 
 def tables_dir(wildcards, input):
     """The folder(s) of the aggregate tables a model job reads, one per campaign."""
-    return " ".join(dict.fromkeys(os.path.dirname(t) for t in input.tables))
+    return list(dict.fromkeys(os.path.dirname(t) for t in input.tables))
 
 
 def model_splits(wildcards, input):
@@ -323,7 +325,7 @@ def model_splits(wildcards, input):
     output, then each other campaign's ``split`` beside its ``tables``."""
     tables = list(dict.fromkeys(os.path.dirname(t) for t in input.tables))
     others = [os.path.join(os.path.dirname(t), "split") for t in tables[1:]]
-    return " ".join([os.path.dirname(input.descriptions[0]), *others])
+    return [os.path.dirname(input.descriptions[0]), *others]
 
 
 def split_dir(wildcards, input):

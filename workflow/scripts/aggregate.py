@@ -11,8 +11,11 @@ from engine.errors import EdgeprofError
 sys.stderr = open(snakemake.log[0], "w")  # pandas/pyarrow warnings go to the rule's log
 def runs_of(sets: list[str], probed: bool = True) -> list[Path]:
     """The per-run tidy folders (rep<N>) of each run set's tidy folder, as planned."""
-    return [run for folder in sets
-            for run in set_folders(folder, snakemake.params.reps[folder], probed)]
+    out = []
+    for folder in sets:
+        reps, runs_dir = snakemake.params.reps[folder]
+        out += set_folders(folder, reps, probed, runs_dir)
+    return out
 
 
 try:

@@ -12,7 +12,8 @@ from engine.errors import EdgeprofError
 sys.stderr = open(snakemake.log[0], "w")  # pandas/pyarrow warnings go to the rule's log
 try:
     runs = [run for folder in snakemake.input.tidy
-            for run in set_folders(folder, snakemake.params.reps[folder])]
+            for run in set_folders(folder, snakemake.params.reps[folder][0],
+                                   runs_dir=snakemake.params.reps[folder][1])]
     tables = read_tidy(runs)
 except EdgeprofError as exc:
     sys.exit(f"error: {exc}")
