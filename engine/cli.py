@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     empty = _empty_value(parser, args)
     if empty is not None:
-        print(f"error: {empty} is empty; give a value (a path: '.' for this folder)",
+        print(f"error: {empty} is empty; give a value (for a folder, '.' names this one)",
               file=sys.stderr)
         return 2
     try:

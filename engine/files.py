@@ -14,6 +14,10 @@ from pathlib import Path
 
 from engine.errors import EdgeprofError
 
+# what Snakemake leaves in each folder a rule declares as a directory() output (a run
+# folder, the split's partials): the workflow's, never a user's file
+SNAKEMAKE_MARKER = ".snakemake_timestamp"
+
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 
@@ -229,9 +233,12 @@ def read_table(path: str | os.PathLike, fix: str = "rerun the aggregate stage",
         values = table[col]
         if col in NAME_COLUMNS:
             if values.notna().any() and pd.api.types.infer_dtype(values, skipna=True) != "string":
-                odd = next(v for v in values.dropna() if not isinstance(v, str))
-                raise EdgeprofError(f"{os.fspath(path)}: column {col!r} holds {odd!r}, "
-                                    f"where names belong (an edited or another table); {fix}")
+                # a categorical of names infers as "categorical": its distinct values decide
+                odd = next((v for v in pd.unique(values.dropna()) if not isinstance(v, str)),
+                           None)
+                if odd is not None:
+                    raise EdgeprofError(f"{os.fspath(path)}: column {col!r} holds {odd!r}, where "
+                                        f"names belong (an edited or another table); {fix}")
             continue
         if (MEASURED.search(str(col)) and col not in TEXT_COLUMNS
                 and not (pd.api.types.is_numeric_dtype(values)

@@ -55,8 +55,8 @@ def run_warnings(runs: pd.DataFrame, noise_floor: pd.DataFrame) -> list[str]:
         native = runs[~runs["emulated"].astype(bool)] if "emulated" in runs else runs
         other, busy = native["host_other_cpus"].dropna(), native["host_busy_cpus"].dropna()
         # the CPUs of the host that ran them, as the runs recorded (not this machine's)
-        recorded = (native["host_cpus"].dropna() if "host_cpus" in native
-                    else pd.Series(dtype=float))
+        recorded = (native["host_cpus"] if "host_cpus" in native else pd.Series(dtype=float))
+        recorded = recorded[recorded.between(1, 1e6)]  # a count of CPUs, or not recorded
         host_cpus = int(recorded.median()) if len(recorded) else (os.cpu_count() or 1)
         if len(other) and len(busy) and other.median() >= OTHER_CPUS_LIMIT \
                 and host_cpus - busy.median() < 1:

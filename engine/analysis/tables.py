@@ -453,6 +453,10 @@ def set_folders(set_dir: str | os.PathLike, reps: int, probed: bool = True,
                                 f"{pipeline}/{policy_id}/{limit}/rep{i}"
                                 f"{'' if probed else ' (unprobed)'}: another run's tables "
                                 f"copied into its place; {fix}")
+        if runs_dir is not None and not (Path(runs_dir) / name / "meta.json").is_file():
+            raise EdgeprofError(f"{Path(runs_dir) / name}, the run {folder / name} was "
+                                f"tidied from, is gone (or holds no meta.json); {fix}: it "
+                                f"measures the run again")
         if runs_dir is not None and row.get("record_digest") != _record_digest(
                 Path(runs_dir) / name):
             raise EdgeprofError(f"{folder / name} holds the tables of another run than "

@@ -26,7 +26,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def main(args: argparse.Namespace) -> None:
     from engine.caffe import splitter, zoo
-    from engine.files import file_kind
+    from engine.files import SNAKEMAKE_MARKER, file_kind
 
     output_dir(args.out, "--out")
     model = Path(args.model)
@@ -56,8 +56,8 @@ def main(args: argparse.Namespace) -> None:
     # the partials folder is replaced whole: only if it holds nothing but a split's partials
     if partials.is_dir():
         theirs = re.compile(rf"{re.escape(stem)}\d{{2,}}\.partial\.caffemodel")
-        other = sorted(e.name for e in partials.iterdir()
-                       if not (theirs.fullmatch(e.name) and e.is_file() and not e.is_symlink()))
+        other = sorted(e.name for e in partials.iterdir() if e.name != SNAKEMAKE_MARKER and
+                       not (theirs.fullmatch(e.name) and e.is_file() and not e.is_symlink()))
         if other:
             raise EdgeprofError(f"--out {args.out}: {partials} holds {other[0]!r}"
                                 f"{f' and {len(other) - 1} more' if len(other) > 1 else ''}, "

@@ -18,7 +18,7 @@ import shutil
 from pathlib import Path
 
 from engine.errors import EdgeprofError
-from engine.files import normal_mode
+from engine.files import SNAKEMAKE_MARKER, normal_mode
 from engine.procs import stamped_tempdir, sweep
 
 TEMP_KINDS = ("", "vm.", "old.")  # .<name>.<kind><pid>.<random>: assembly, vm share, replaced
@@ -27,7 +27,8 @@ SWAP_PREFIX = ".edgeprof-swap."  # + owner pid: the vm backend's swap images, be
 # --force replaces a folder only when it holds nothing else
 RUN_FILES = frozenset({"meta.json", "spec.json", "child.json", "progress.jsonl", "tasks.csv",
                        "networks.csv", "samples.csv", "gnu_time.txt", "outputs.npz",
-                       "cpu.prof", "heap", "console.log", "guest_job.log"})
+                       "cpu.prof", "heap", "console.log", "guest_job.log",
+                       SNAKEMAKE_MARKER})
 HEAP_FILE = re.compile(r"heap\.csv|tcmalloc\.csv|heap\.\d+\.heap")  # engine.probes.heap
 
 

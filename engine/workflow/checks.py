@@ -83,6 +83,7 @@ def check_config(config: Config) -> None:
     if not str(config["results"]).strip():
         raise ValueError("config: results is empty; name the folder for all outputs")
     _check_results_folder(str(config["results"]))
+    _check_campaign_names(config)
     arrival = config["pipelines"]["arrival"]
     needs = {"poisson": ("rate",), "normal": ("mean", "sd")}.get(arrival["mode"], ())
     missing = [k for k in needs if k not in arrival]
@@ -210,6 +211,19 @@ def _size_or_zero(limit: object) -> int:
         return 0
 
 
+def _check_campaign_names(config: Config) -> None:
+    """The model names each campaign by its folder's name (``<campaign>:pNNN``): two of the
+    same name could not be told apart, which fit-model would say only after every run."""
+    folders = [str(config["results"]), *map(str, (config.get("model") or {}).get(
+        "campaigns", []))]
+    names = [os.path.basename(os.path.normpath(os.path.abspath(f))) for f in folders]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"config: results and model.campaigns name two campaigns "
+                         f"{twice[0]!r} (the model tells campaigns apart by their folder's "
+                         f"name); rename one")
+
+
 def _check_results_folder(results: str) -> None:
     """``results`` must be a folder this user can create or write into (not a file, not a
     read-only or pseudo filesystem such as /proc): said before any job starts."""
@@ -217,8 +231,8 @@ def _check_results_folder(results: str) -> None:
         raise ValueError(f"config: results {results!r}: braces (Snakemake's wildcards) and "
                          f"control characters are not allowed in it; name a plain folder")
     if results.startswith("~"):  # Snakemake and the shell rules would not expand it
-        raise ValueError(f"config: results {results}: write the path out "
-                         f"({Path(results).expanduser()}); '~' is not expanded in a config")
+        raise ValueError(f"config: results {results}: write the path out; '~' is not "
+                         f"expanded in a config")
     path = Path(results)
     if path.resolve() == Path("/"):
         raise ValueError("config: results is /; name a folder of its own")
@@ -239,7 +253,8 @@ def _check_results_folder(results: str) -> None:
                          f"name a folder on disk")
     resolved = path.resolve()
     repo = Path.cwd().resolve()  # snakemake runs from the repository
-    source = ("config", "workflow", "engine", "tests", "docs", "envs", "profiles")
+    source = ("config", "workflow", "engine", "tests", "docs", "envs", "profiles",
+              "resources", "benchmarks", ".venv", ".snakemake", ".git", ".ci")
     if resolved == repo or any(resolved == repo / d or repo / d in resolved.parents
                                for d in source):
         raise ValueError(f"config: results {results} would spread outputs over the "

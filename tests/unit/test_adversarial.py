@@ -1591,3 +1591,69 @@ def test_a_run_folder_is_told_by_its_record(two_runs, tmp_path):
     assert is_run(run)
     (run / "meta.json").write_text((run / "meta.json").read_text()[:100])
     assert is_run(run)
+
+
+# --- the tenth held-out pass (/work/notes/adversarial-25j.md: M1-M6) ----------------------
+
+
+def test_a_run_folder_gone_is_said_so(two_runs, tmp_path, capsys):
+    """M1: the aggregate names a deleted run folder as gone, not as another campaign's."""
+    from engine.analysis.tables import set_folders
+
+    run = tmp_path / "runs" / "gg" / "linear" / "none" / "rep0"
+    shutil.copytree(two_runs[0], run)
+    out = tmp_path / "tidy" / "runs" / "gg" / "linear" / "none"
+    rc, err = _cli(capsys, "tidy", "--out", str(out), str(run))
+    assert rc == 0, err
+    shutil.rmtree(run)
+    with pytest.raises(EdgeprofError, match=r"rep0, the run .* was tidied from, is gone"):
+        set_folders(out, 1, runs_dir=run.parent)
+
+
+def test_campaign_names_and_the_repositorys_folders_are_checked_up_front(tmp_path):
+    """M2: two campaigns of one folder name; M6: results in resources/ or .venv/."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_workflow_args import load_config, with_
+
+    from engine.workflow.checks import check_config
+
+    (tmp_path / "other" / "res1").mkdir(parents=True)
+    for changes, says in ((dict(results=str(tmp_path / "res1"),
+                                model__campaigns=[str(tmp_path / "other" / "res1")]),
+                           "name two campaigns 'res1'"),
+                          (dict(results="resources/x"), "repository's own files"),
+                          (dict(results=".venv/r"), "repository's own files")):
+        with pytest.raises(ValueError, match=re.escape(says)):
+            check_config(with_(load_config(), **changes))
+
+
+def test_snakemakes_marker_is_the_workflows_not_the_users(split_copy, two_runs, tmp_path,
+                                                          capsys):
+    """M3: split and run --force accept the .snakemake_timestamp Snakemake leaves in a
+    directory output."""
+    from engine.files import SNAKEMAKE_MARKER
+    from engine.runner.outdir import OutClaim
+
+    model = split_copy.parent / "models" / "age_net.caffemodel"
+    rc, err = _cli(capsys, "split", str(model), "--out", str(tmp_path / "s"))
+    assert rc == 0, err
+    (tmp_path / "s" / "age_net_partials" / SNAKEMAKE_MARKER).write_text("")
+    rc, err = _cli(capsys, "split", str(model), "--out", str(tmp_path / "s"))
+    assert rc == 0, err
+    run = Path(shutil.copytree(two_runs[0], tmp_path / "run"))
+    (run / SNAKEMAKE_MARKER).write_text("")
+    OutClaim(run, force=True)._check()  # no refusal
+
+
+def test_a_categorical_name_column_reads_and_an_odd_cpu_count_is_ignored(two_runs, tmp_path,
+                                                                          capsys):
+    """M4: a categorical of valid names is names; M5: host_cpus inf is not a count."""
+    from engine.files import read_table
+
+    tables = _tables(tmp_path, two_runs)
+    runs = pd.read_parquet(tables / "runs.parquet")
+    runs.assign(policy=runs["policy"].astype("category")).to_parquet(tables / "runs.parquet")
+    assert len(read_table(tables / "runs.parquet")) == len(runs)
+    runs.assign(host_cpus=float("inf")).to_parquet(tables / "runs.parquet")
+    rc, err = _cli(capsys, "doctor", "--tables", str(tables))
+    assert rc in (0, 1) and "Traceback" not in err, err

@@ -84,3 +84,19 @@ def test_no_docstring_or_comment_cites_a_file_outside_the_repository():
             continue
         for name in pattern.findall(path.read_text()):
             assert (REPO / name).exists(), f"{path.relative_to(REPO)} cites {name}"
+
+
+def test_the_slurm_numbers_are_the_recorded_runs():
+    """docs/cluster.md's SLURM measurements are benchmarks/slurm_numbers.py's rendering of
+    what the SLURM test recorded (benchmarks/results/slurm.json), never typed by hand."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("slurm_numbers",
+                                                  REPO / "benchmarks" / "slurm_numbers.py")
+    numbers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(numbers)
+    text = (REPO / "docs" / "cluster.md").read_text()
+    block = text[text.index(numbers.BEGIN) + len(numbers.BEGIN):text.index(numbers.END)]
+    recorded = json.loads((REPO / "benchmarks" / "results" / "slurm.json").read_text())
+    assert block.strip() == numbers.render(recorded)

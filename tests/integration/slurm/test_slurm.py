@@ -266,7 +266,9 @@ def test_each_run_had_a_step_of_its_limit_and_the_rest_fits_the_job(sweep, clust
         load = pd.concat([runs.host_load1_start, runs.host_load1_end]).dropna()
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
                                 capture_output=True, text=True).stdout.strip()
-        Path(os.environ[NUMBERS_ENV]).write_text(json.dumps({
+        numbers = Path(os.environ[NUMBERS_ENV])
+        numbers.parent.mkdir(parents=True, exist_ok=True)
+        numbers.write_text(json.dumps({
             "commit": commit or "unknown", "cpus": os.cpu_count(),
             "load_median": round(float(load.median()), 2),
             "load_max": round(float(load.max()), 2),
