@@ -87,7 +87,7 @@ os.environ.update(
     )
 )
 
-RESULTS = str(config["results"]).rstrip("/") or "/"  # "results/" names the same folder
+RESULTS = os.path.normpath(config["results"])  # "results/" names the same folder
 RUN = config["run"]
 REC = RUN["reconcile"]
 MODELS_DIR = f"{RESULTS}/models"
