@@ -7,6 +7,7 @@ else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from typing import NoReturn
 
@@ -67,6 +68,13 @@ def _empty_value(parser: argparse.ArgumentParser, args: argparse.Namespace) -> s
     return None
 
 
+def _hold_signals() -> None:
+    """Interrupted, and exiting: a second Ctrl-C (or TERM, HUP) a few ms after the first
+    must not kill the process on its way out with a signal instead of exit 130."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -81,9 +89,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # before a run's own handlers are installed, or outside one
+        _hold_signals()
         print("error: interrupted", file=sys.stderr)
         return 130
     except Signalled as exc:  # a verb that cleans up on SIGTERM/SIGHUP too (models, split)
+        _hold_signals()
         print(f"error: interrupted by {exc.name}; nothing written", file=sys.stderr)
         return 130
     except OSError as exc:  # a path the command cannot read or write

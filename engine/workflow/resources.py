@@ -27,7 +27,10 @@ PEAK_MARGIN = 1.5  # the bound is of the bytes the runtime holds; allocator and 
 # 0), each of which loads this workflow as the planning process does, and two srun
 # clients, a shell and the batch script (SLURM_JOB_SHELLS_MB, about 12 MiB each).
 SLURM_JOB_SHELLS_MB = 64
-RESERVE_MARGIN = 1.25
+# a job's interpreter holds more than the planner once it has loaded the workflow (the
+# executor plugin, its one job): on the test cluster the batch step and step 0 peaked at
+# 546 MiB where the planner held 175 MiB (1.38 times two of it, the shells aside)
+RESERVE_MARGIN = 1.6
 
 
 @functools.lru_cache(maxsize=64)
@@ -96,7 +99,7 @@ def job_reserve_mb(workflow_rss_bytes: int) -> int:
     """MiB a run job asks for beside its run's step: two Snakemake interpreters of
     ``workflow_rss_bytes`` each (the resident size of the process planning the workflow,
     measured once its rules are loaded: a job's interpreters load the same workflow and
-    config, and their DAG is one job), the shells, and a margin."""
+    config, and their DAG is one job), the shells, and a margin (``RESERVE_MARGIN``)."""
     return math.ceil(RESERVE_MARGIN * 2 * workflow_rss_bytes / 2**20) + SLURM_JOB_SHELLS_MB
 
 
