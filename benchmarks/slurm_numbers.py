@@ -35,12 +35,17 @@ def _paper_block(n: dict) -> str:
     if len({size for size, _ in points}) < 2:
         return ""
     per_run, fixed = np.polyfit(*zip(*points), 1)
+    if per_run <= 0:  # within the noise: a fixed cost a job, none measurable a run
+        fixed = float(np.mean([total for _, total in points]))
+        return (f" (a fixed {fixed:.1f} s a job, no cost a run beyond the noise: about "
+                f"{fixed / 11:.1f} s a run in paper.yaml's blocks of 11)")
     return (f" (a fixed {fixed:.1f} s a job and {per_run:.1f} s a run: about "
             f"{(fixed + 11 * per_run) / 11:.1f} s a run in paper.yaml's blocks of 11)")
 
 
 def render(n: dict) -> str:
     """The paragraph docs/cluster.md gives the numbers in."""
+    sampled = [v for v in n["engine_max_rss_mib"] if v > 0]
     blocks = ", ".join(f"{_span(v)} s a run in the jobs of {size} runs" for size, v in
                        sorted(n["per_run_block"].items(), key=lambda kv: -int(kv[0])))
     return (
@@ -54,8 +59,9 @@ def render(n: dict) -> str:
         f"{_paper_block(n)}. The "
         f"workflow's own processes (batch step + step 0, sacct MaxRSS) held "
         f"{_span(n['overhead_mib'], '{:.0f}')} MiB in a job, within the reserve of "
-        f"{n['reserve_mib']} MiB the planning process measured; the engine's steps peaked at "
-        f"{_span(n['engine_max_rss_mib'], '{:.0f}')} MiB, within their --mem.")
+        f"{n['reserve_mib']:.0f} MiB the planning process measured; the engine's steps "
+        f"peaked at {_span(sampled, '{:.0f}')} MiB, within their --mem ({len(sampled)} of "
+        f"{len(n['engine_max_rss_mib'])} steps; sacct's sampling missed the shortest).")
 
 
 def write_doc(numbers: dict, doc: Path = DOC) -> None:
