@@ -35,7 +35,7 @@ def _paper_block(n: dict) -> str:
     if len({size for size, _ in points}) < 2:
         return ""
     per_run, fixed = np.polyfit(*zip(*points), 1)
-    if per_run <= 0:  # within the noise: a fixed cost a job, none measurable a run
+    if per_run <= 0 or fixed <= 0:  # within the noise: a fixed cost a job, or none
         fixed = float(np.mean([total for _, total in points]))
         return (f" (a fixed {fixed:.1f} s a job, no cost a run beyond the noise: about "
                 f"{fixed / 11:.1f} s a run in paper.yaml's blocks of 11)")
@@ -58,10 +58,12 @@ def render(n: dict) -> str:
         f"so {blocks}, against {_span(n['per_run_single'])} s for the single-run job"
         f"{_paper_block(n)}. The "
         f"workflow's own processes (batch step + step 0, sacct MaxRSS) held "
-        f"{_span(n['overhead_mib'], '{:.0f}')} MiB in a job, within the reserve of "
-        f"{n['reserve_mib']:.0f} MiB the planning process measured; the engine's steps "
-        f"peaked at {_span(sampled, '{:.0f}')} MiB, within their --mem ({len(sampled)} of "
-        f"{len(n['engine_max_rss_mib'])} steps; sacct's sampling missed the shortest).")
+        f"{_span(n['overhead_mib'], '{:.0f}')} MiB in a job, "
+        f"{'within' if max(n['overhead_mib']) < n['reserve_mib'] else 'ABOVE'} the reserve "
+        f"of {n['reserve_mib']:.0f} MiB the planning process measured; "
+        + (f"the engine's steps peaked at {_span(sampled, '{:.0f}')} MiB ({len(sampled)} of "
+           f"{len(n['engine_max_rss_mib'])} steps; sacct's sampling missed the shortest)."
+           if sampled else "sacct sampled none of the engine's steps (all too short)."))
 
 
 def write_doc(numbers: dict, doc: Path = DOC) -> None:

@@ -206,6 +206,7 @@ TEXT_COLUMNS = {"running_at_end"}  # the tasks running at a run's end, by name
 NAME_COLUMNS = {"policy", "pipeline", "limit", "run_id", "termination", "networks",
                 "backend", "sandbox", "runtime", "size_bin", "policy_family", "arrival_mode",
                 "network", "kind", "mode"}
+KEY_COLUMNS = {"policy", "pipeline", "limit", "run_id", "termination"}  # never missing
 
 
 def read_table(path: str | os.PathLike, fix: str = "rerun the aggregate stage",
@@ -232,11 +233,15 @@ def read_table(path: str | os.PathLike, fix: str = "rerun the aggregate stage",
     for col in table.columns:
         values = table[col]
         if col in NAME_COLUMNS:
+            if col in KEY_COLUMNS and values.isna().any():
+                raise EdgeprofError(f"{os.fspath(path)}: column {col!r} has a row without a "
+                                    f"value (an edited or another table); {fix}")
             if values.notna().any() and pd.api.types.infer_dtype(values, skipna=True) != "string":
                 # a categorical of names infers as "categorical": its distinct values decide
                 odd = next((v for v in pd.unique(values.dropna()) if not isinstance(v, str)),
                            None)
                 if odd is not None:
+                    odd = odd.item() if hasattr(odd, "item") else odd  # numpy's scalar
                     raise EdgeprofError(f"{os.fspath(path)}: column {col!r} holds {odd!r}, where "
                                         f"names belong (an edited or another table); {fix}")
             continue

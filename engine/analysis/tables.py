@@ -457,8 +457,12 @@ def set_folders(set_dir: str | os.PathLike, reps: int, probed: bool = True,
             raise EdgeprofError(f"{Path(runs_dir) / name}, the run {folder / name} was "
                                 f"tidied from, is gone (or holds no meta.json); {fix}: it "
                                 f"measures the run again")
-        if runs_dir is not None and row.get("record_digest") != _record_digest(
-                Path(runs_dir) / name):
+        recorded = _record_digest(Path(runs_dir) / name) if runs_dir is not None else None
+        if runs_dir is not None and recorded is None:
+            raise EdgeprofError(f"{Path(runs_dir) / name}/meta.json, the record of the run "
+                                f"{folder / name} was tidied from, is unreadable (cut short "
+                                f"or edited); {fix}: it measures the run again")
+        if runs_dir is not None and row.get("record_digest") != recorded:
             raise EdgeprofError(f"{folder / name} holds the tables of another run than "
                                 f"{Path(runs_dir) / name} (their records differ: another "
                                 f"campaign's, or the run was redone since); {fix}")

@@ -432,17 +432,25 @@ def split_model(caffemodel: str | os.PathLike, prototxt: str | os.PathLike,
             prototxt_sha256=sha256_file(prototxt),
             caffemodel_sha256=sha256_file(caffemodel),
         )
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+        # the old partials aside and the new ones in, with signals held back: an
+        # interrupted re-split leaves the old set or the new one, never half of one
+        from engine.runner.interrupt import signals_deferred
+
+        with signals_deferred():
+            old = None
+            if final.exists():
+                old = stamped_tempdir(f".{stem}_partials.", out_dir)
+                os.replace(final, old / "old")
+            os.replace(tmp, final)
+            write_text_atomic(out_dir / f"{stem}.description.json", desc.to_json())
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         if created and not any(out_dir.iterdir()):  # a failed split leaves no empty --out
             out_dir.rmdir()
         raise
-    path = out_dir / f"{stem}.description.json"
-    write_text_atomic(path, desc.to_json())
-    return path
+    return out_dir / f"{stem}.description.json"
 
 
 def _write_partials(caffemodel: Path, records: list[wire.LayerRecord], stem: str,

@@ -216,7 +216,7 @@ def _check_campaign_names(config: Config) -> None:
     same name could not be told apart, which fit-model would say only after every run."""
     folders = [str(config["results"]), *map(str, (config.get("model") or {}).get(
         "campaigns", []))]
-    names = [os.path.basename(os.path.normpath(os.path.abspath(f))) for f in folders]
+    names = [Path(f).resolve().name for f in folders]  # as fit-model names them
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise ValueError(f"config: results and model.campaigns name two campaigns "

@@ -1657,3 +1657,52 @@ def test_a_categorical_name_column_reads_and_an_odd_cpu_count_is_ignored(two_run
     runs.assign(host_cpus=float("inf")).to_parquet(tables / "runs.parquet")
     rc, err = _cli(capsys, "doctor", "--tables", str(tables))
     assert rc in (0, 1) and "Traceback" not in err, err
+
+
+# --- the eleventh held-out pass (/work/notes/adversarial-25k.md: M1-M5) -------------------
+
+
+def test_eleventh_pass_names_records_and_campaigns(two_runs, split_copy, tmp_path, capsys):
+    """M3: a name column with a missing value; M4: a run's meta.json cut short; M1: a
+    campaign reached through a link named like the results folder."""
+    from engine.analysis.tables import set_folders
+
+    tables = _tables(tmp_path, two_runs)
+    runs = pd.read_parquet(tables / "runs.parquet")
+    runs.loc[runs.index[0], "policy"] = None
+    runs.to_parquet(tables / "runs.parquet")
+    rc, err = _cli(capsys, "fit-model", "--tables", str(tables), "--models", str(split_copy),
+                   "--out", str(tmp_path / "m.json"))
+    assert rc == 2 and "column 'policy' has a row without a value" in err, err
+    run = tmp_path / "runs" / "gg" / "linear" / "none" / "rep0"
+    shutil.copytree(two_runs[0], run)
+    out = tmp_path / "tidy" / "runs" / "gg" / "linear" / "none"
+    assert _cli(capsys, "tidy", "--out", str(out), str(run))[0] == 0
+    (run / "meta.json").write_text((run / "meta.json").read_text()[:100])
+    with pytest.raises(EdgeprofError, match=r"meta.json, the record of the run .* is "
+                                            r"unreadable"):
+        set_folders(out, 1, runs_dir=run.parent)
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_workflow_args import load_config, with_
+
+    from engine.workflow.checks import check_config
+
+    (tmp_path / "other" / "res1").mkdir(parents=True)
+    (tmp_path / "alias").symlink_to(tmp_path / "other" / "res1")
+    with pytest.raises(ValueError, match="name two campaigns 'res1'"):
+        check_config(with_(load_config(), results=str(tmp_path / "res1"),
+                           model__campaigns=[str(tmp_path / "alias")]))
+
+
+def test_a_re_split_swaps_its_set_whole(split_copy, tmp_path, capsys):
+    """M2: the old partials go aside and the new ones in together; nothing is left aside."""
+    model = split_copy.parent / "models" / "age_net.caffemodel"
+    out = tmp_path / "s"
+    for _ in range(2):
+        rc, err = _cli(capsys, "split", str(model), "--out", str(out))
+        assert rc == 0, err
+    assert sorted(p.name for p in out.iterdir()) == ["age_net.description.json",
+                                                    "age_net_partials"]
+    rc, err = _run_agenet(capsys, out, tmp_path / "r", "--policy", "linear",
+                          "--backend", "none")
+    assert rc == 0, err

@@ -100,3 +100,18 @@ def test_the_slurm_numbers_are_the_recorded_runs():
     block = text[text.index(numbers.BEGIN) + len(numbers.BEGIN):text.index(numbers.END)]
     recorded = json.loads((REPO / "benchmarks" / "results" / "slurm.json").read_text())
     assert block.strip() == numbers.render(recorded)
+
+
+def test_the_slurm_numbers_render_a_record_with_no_step_sampled():
+    """A record where sacct sampled none of the engine's steps still renders, saying so."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("slurm_numbers",
+                                                  REPO / "benchmarks" / "slurm_numbers.py")
+    numbers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(numbers)
+    recorded = json.loads((REPO / "benchmarks" / "results" / "slurm.json").read_text())
+    text = numbers.render({**recorded, "engine_max_rss_mib": [0, 0, 0]})
+    assert "sacct sampled none of the engine's steps" in text
+    assert "ABOVE" in numbers.render({**recorded, "reserve_mib": 1})
