@@ -177,6 +177,9 @@ def _run_row(meta: RunMeta, folder: Path, tasks: pd.DataFrame, networks: pd.Data
         # the CPUs the measured child could run on (its workers share them)
         "child_cpus": len((meta.cpu_affinity or {}).get("child") or []) or np.nan,
         "batch": meta.batch,  # None: each network's deploy batch
+        # the run's settings, which the workflow's aggregate checks against its config
+        "seed": meta.seed, "blas_threads": meta.blas_threads,
+        "sample_hz": float((meta.probes or {}).get("sample_hz") or 0),
         # numpy's transparent-hugepage advice in the child (engine.runner.supervise)
         "numpy_hugepages": (meta.child or {}).get("numpy_hugepage_advice"),
         "gt_max_rss_bytes": _known(gnu.get("gt_max_rss_bytes")),
@@ -776,6 +779,30 @@ def outputs_agree(runs: pd.DataFrame) -> pd.Series:
         lambda d: d.mode().iloc[0] if d.notna().sum() >= 2 else pd.NA)
     agree = (digests == common).astype("boolean")
     return agree.where(digests.notna() & common.notna(), pd.NA)
+
+
+def check_settings(runs: pd.DataFrame, expected: dict[str, object], base_seed: int) -> None:
+    """Every run was made with the settings the workflow asks for (``expected``: column ->
+    value, None for "not set"; each repetition's seed is ``base_seed`` + rep): a run
+    redone by hand with other settings (another batch, BLAS threads, sampling rate) is
+    refused, naming it and the setting, instead of being compared as the config's run."""
+    def same(value: object, want: object) -> bool:
+        if want is None:
+            return value is None or (isinstance(value, float) and np.isnan(value))
+        return value is not None and not (isinstance(value, float) and np.isnan(value)) \
+            and float(value) == float(want)
+
+    wants = dict(expected)
+    for row in runs.itertuples(index=False):
+        checks = {**wants, "seed": base_seed + int(row.rep)}
+        if not getattr(row, "probed", True):
+            checks["sample_hz"] = 0
+        for col, want in checks.items():
+            value = getattr(row, col, None)
+            if not same(value, want):
+                raise EdgeprofError(f"run {row.run_id} was made with {col} {value!r}, not the "
+                                    f"config's {want!r} (redone by hand?); remove its folder "
+                                    f"and run the workflow again")
 
 
 def _refuse_copies(runs: pd.DataFrame) -> None:

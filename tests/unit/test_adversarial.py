@@ -1706,3 +1706,19 @@ def test_a_re_split_swaps_its_set_whole(split_copy, tmp_path, capsys):
     rc, err = _run_agenet(capsys, out, tmp_path / "r", "--policy", "linear",
                           "--backend", "none")
     assert rc == 0, err
+
+
+def test_a_run_redone_by_hand_with_other_settings_is_refused(two_runs, tmp_path):
+    """H1 (eleventh pass): the aggregate compares each run's settings with the config's."""
+    from engine.analysis.tables import check_settings
+
+    tables = _tables(tmp_path, two_runs)
+    runs = pd.read_parquet(tables / "runs.parquet").assign(rep=0)
+    seed = int(runs["seed"].iloc[0])
+    settings = {"batch": 1, "blas_threads": 1, "sample_hz": 0}
+    check_settings(runs, settings, seed)
+    for col, other in (("batch", 2), ("blas_threads", 2), ("sample_hz", 1000)):
+        with pytest.raises(EdgeprofError, match=f"was made with {col} "):
+            check_settings(runs, {**settings, col: other}, seed)
+    with pytest.raises(EdgeprofError, match="was made with seed"):
+        check_settings(runs, settings, seed + 1)

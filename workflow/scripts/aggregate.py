@@ -5,7 +5,7 @@
 import sys
 from pathlib import Path
 
-from engine.analysis.tables import aggregate, set_folders, write_tables
+from engine.analysis.tables import aggregate, check_settings, set_folders, write_tables
 from engine.errors import EdgeprofError
 
 sys.stderr = open(snakemake.log[0], "w")  # pandas/pyarrow warnings go to the rule's log
@@ -18,9 +18,13 @@ def runs_of(sets: list[str], probed: bool = True) -> list[Path]:
     return out
 
 
+run = snakemake.config["run"]
 try:
     tables = aggregate(runs_of(snakemake.input.tidy), snakemake.input.reconcile,
                        runs_of(snakemake.input.unprobed, probed=False))
+    check_settings(tables["runs"], {"batch": run.get("batch"),
+                                    "blas_threads": run["blas_threads"],
+                                    "sample_hz": run["sample_hz"]}, snakemake.config["seed"])
 except EdgeprofError as exc:
     sys.exit(f"error: {exc}")
 write_tables(tables, Path(snakemake.output[0]).parent)
