@@ -206,7 +206,7 @@ TEXT_COLUMNS = {"running_at_end"}  # the tasks running at a run's end, by name
 NAME_COLUMNS = {"policy", "pipeline", "limit", "run_id", "termination", "networks",
                 "backend", "sandbox", "runtime", "size_bin", "policy_family", "arrival_mode",
                 "network", "kind", "mode"}
-KEY_COLUMNS = {"policy", "pipeline", "limit", "run_id", "termination"}  # never missing
+KEY_COLUMNS = {"policy", "pipeline", "limit", "run_id", "termination", "network"}  # never missing
 
 
 def read_table(path: str | os.PathLike, fix: str = "rerun the aggregate stage",

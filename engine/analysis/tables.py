@@ -786,11 +786,13 @@ def check_settings(runs: pd.DataFrame, expected: dict[str, object], base_seed: i
     value, None for "not set"; each repetition's seed is ``base_seed`` + rep): a run
     redone by hand with other settings (another batch, BLAS threads, sampling rate) is
     refused, naming it and the setting, instead of being compared as the config's run."""
+    def missing(value: object) -> bool:  # None, NaN or pd.NA (an unset batch)
+        return value is None or bool(pd.api.types.is_scalar(value) and pd.isna(value))
+
     def same(value: object, want: object) -> bool:
         if want is None:
-            return value is None or (isinstance(value, float) and np.isnan(value))
-        return value is not None and not (isinstance(value, float) and np.isnan(value)) \
-            and float(value) == float(want)
+            return missing(value)
+        return not missing(value) and float(value) == float(want)
 
     wants = dict(expected)
     for row in runs.itertuples(index=False):

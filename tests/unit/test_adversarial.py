@@ -1722,3 +1722,29 @@ def test_a_run_redone_by_hand_with_other_settings_is_refused(two_runs, tmp_path)
             check_settings(runs, {**settings, col: other}, seed)
     with pytest.raises(EdgeprofError, match="was made with seed"):
         check_settings(runs, settings, seed + 1)
+
+
+# --- the twelfth held-out pass (/work/notes/adversarial-25l.md: M1, M3) --------------------
+
+
+def test_an_unset_batch_is_the_configs_unset_batch_and_a_network_name_is_never_missing(
+        two_runs, split_copy, tmp_path, capsys):
+    """M1: run.batch null (paper.yaml) against runs whose batch reads back as pd.NA; M3: a
+    task without its network is one line."""
+    from engine.analysis.tables import check_settings
+
+    tables = _tables(tmp_path, two_runs)
+    runs = pd.read_parquet(tables / "runs.parquet").assign(rep=0)
+    seed = int(runs["seed"].iloc[0])
+    unset = runs.assign(batch=pd.array([pd.NA] * len(runs), dtype="Int64"))
+    check_settings(unset, {"batch": None, "blas_threads": 1, "sample_hz": 0}, seed)
+    with pytest.raises(EdgeprofError, match="was made with batch"):
+        check_settings(unset, {"batch": 1, "blas_threads": 1, "sample_hz": 0}, seed)
+    with pytest.raises(EdgeprofError, match="was made with batch"):
+        check_settings(runs, {"batch": None, "blas_threads": 1, "sample_hz": 0}, seed)
+    tasks = pd.read_parquet(tables / "tasks.parquet")
+    tasks.loc[tasks.index[0], "network"] = None
+    tasks.to_parquet(tables / "tasks.parquet")
+    rc, err = _cli(capsys, "fit-model", "--tables", str(tables), "--models", str(split_copy),
+                   "--out", str(tmp_path / "m.json"))
+    assert rc == 2 and "column 'network' has a row without a value" in err, err
