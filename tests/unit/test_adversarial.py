@@ -1662,18 +1662,26 @@ def test_a_categorical_name_column_reads_and_an_odd_cpu_count_is_ignored(two_run
 # --- the eleventh held-out pass (/work/notes/adversarial-25k.md: M1-M5) -------------------
 
 
+def _blank_cell_is_one_line(capsys, tables: Path, split_copy: Path, table: str,
+                            column: str) -> None:
+    """A key name column of ``table`` with one cell blanked: fit-model says so in one
+    line and writes no model."""
+    df = pd.read_parquet(tables / f"{table}.parquet")
+    df.loc[df.index[0], column] = None
+    df.to_parquet(tables / f"{table}.parquet")
+    out = tables.parent / "blank.json"
+    rc, err = _cli(capsys, "fit-model", "--tables", str(tables), "--models", str(split_copy),
+                   "--out", str(out))
+    assert rc == 2 and f"column '{column}' has a row without a value" in err, err
+    assert not out.exists()
+
+
 def test_eleventh_pass_names_records_and_campaigns(two_runs, split_copy, tmp_path, capsys):
     """M3: a name column with a missing value; M4: a run's meta.json cut short; M1: a
     campaign reached through a link named like the results folder."""
     from engine.analysis.tables import set_folders
 
-    tables = _tables(tmp_path, two_runs)
-    runs = pd.read_parquet(tables / "runs.parquet")
-    runs.loc[runs.index[0], "policy"] = None
-    runs.to_parquet(tables / "runs.parquet")
-    rc, err = _cli(capsys, "fit-model", "--tables", str(tables), "--models", str(split_copy),
-                   "--out", str(tmp_path / "m.json"))
-    assert rc == 2 and "column 'policy' has a row without a value" in err, err
+    _blank_cell_is_one_line(capsys, _tables(tmp_path, two_runs), split_copy, "runs", "policy")
     run = tmp_path / "runs" / "gg" / "linear" / "none" / "rep0"
     shutil.copytree(two_runs[0], run)
     out = tmp_path / "tidy" / "runs" / "gg" / "linear" / "none"
@@ -1742,9 +1750,4 @@ def test_an_unset_batch_is_the_configs_unset_batch_and_a_network_name_is_never_m
         check_settings(unset, {"batch": 1, "blas_threads": 1, "sample_hz": 0}, seed)
     with pytest.raises(EdgeprofError, match="was made with batch"):
         check_settings(runs, {"batch": None, "blas_threads": 1, "sample_hz": 0}, seed)
-    tasks = pd.read_parquet(tables / "tasks.parquet")
-    tasks.loc[tasks.index[0], "network"] = None
-    tasks.to_parquet(tables / "tasks.parquet")
-    rc, err = _cli(capsys, "fit-model", "--tables", str(tables), "--models", str(split_copy),
-                   "--out", str(tmp_path / "m.json"))
-    assert rc == 2 and "column 'network' has a row without a value" in err, err
+    _blank_cell_is_one_line(capsys, tables, split_copy, "tasks", "network")
