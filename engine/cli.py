@@ -94,7 +94,9 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Signalled as exc:  # a verb that cleans up on SIGTERM/SIGHUP too (models, split)
         _hold_signals()
-        print(f"error: interrupted by {exc.name}; nothing written", file=sys.stderr)
+        said = ("its outputs were written whole before it" if exc.committed
+                else "nothing written")
+        print(f"error: interrupted by {exc.name}; {said}", file=sys.stderr)
         return 130
     except OSError as exc:  # a path the command cannot read or write
         where = f" {exc.filename}" if exc.filename else ""

@@ -57,7 +57,7 @@ def staged(out: Path, prefix: str) -> Iterator[Path]:
     none of the set and a finished one all of it. The hidden folder goes either way; one
     a SIGKILLed writer left is removed by the next."""
     from engine.procs import stamped_tempdir, sweep
-    from engine.runner.interrupt import signals_deferred, signals_unwind
+    from engine.runner.interrupt import committed, signals_deferred, signals_unwind
 
     sweep(out, prefix)
     tmp = stamped_tempdir(prefix, out)
@@ -74,6 +74,7 @@ def staged(out: Path, prefix: str) -> Iterator[Path]:
                             os.replace(item, dest / item.name)
                     else:
                         os.replace(entry, dest)
+                committed()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

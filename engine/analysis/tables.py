@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -174,6 +174,8 @@ def _run_row(meta: RunMeta, folder: Path, tasks: pd.DataFrame, networks: pd.Data
         "host_other_cpus": _known(load.get("other_cpus")),
         "host_cpus": _known(load.get("cpus")),
         "cpu_pinned": bool((meta.cpu_affinity or {}).get("pinned", False)),
+        # --pin-cpu given (pinned or not: other runs may hold the CPUs); NA: not recorded
+        "cpu_pin_asked": (meta.cpu_affinity or {}).get("asked"),
         # the CPUs the measured child could run on (its workers share them)
         "child_cpus": len((meta.cpu_affinity or {}).get("child") or []) or np.nan,
         "batch": meta.batch,  # None: each network's deploy batch
@@ -332,12 +334,11 @@ def write_tidy(tables: dict[str, pd.DataFrame], out_dir: str | os.PathLike) -> N
     write_text_atomic(Path(out_dir) / TIDY_DIGESTS, json.dumps(digests, indent=1))
 
 
-def _check_tidy(folder: Path) -> None:
+def _check_tidy(folder: Path, fix: str = "remove the folder and tidy the run again") -> None:
     """Each tidy table of ``folder`` is the one tidy wrote (its SHA-256): a table copied
-    from another run or edited by hand is refused, naming it."""
+    from another run or edited by hand is refused, naming it and ``fix``."""
     from engine.files import parse_json, read_regular, sha256_file
 
-    fix = "re-run the tidy stage (snakemake reruns it when the folder is removed)"
     try:
         digests = parse_json(read_regular(folder / TIDY_DIGESTS, "digest file", 2**20))
     except (OSError, ValueError):
@@ -420,14 +421,17 @@ def tidy_run_table(tidy_dir: str | os.PathLike) -> pd.DataFrame:
 
 
 def set_folders(set_dir: str | os.PathLike, reps: int, probed: bool = True,
-                runs_dir: str | os.PathLike | None = None) -> list[Path]:
+                runs_dir: str | os.PathLike | None = None,
+                settings: Mapping[str, object] | None = None) -> list[Path]:
     """The per-run tidy folders of one run set's tidy folder
     (``tidy/<kind>/<pipeline>/<policy id>/<limit>``, as the workflow lays it out): exactly
     ``rep0`` .. ``rep<reps - 1>``, each holding the run its path names (pipeline, policy,
-    limit, repetition, and probed or not) and, given the run set's folder ``runs_dir``,
-    the very run recorded there (its record's digest: not another campaign's run of the
-    same name). A folder missing, one too many, or a run tidied into another's place is
-    refused, naming it: the aggregate would silently drop, add or misplace a run."""
+    limit, repetition, and probed or not), made with the set's ``settings``
+    (``check_settings``) and, given the run set's folder ``runs_dir``, the very run
+    recorded there (its record's digest: not another campaign's run of the same name). A
+    folder missing, one too many, a run tidied into another's place or redone by hand
+    with other flags is refused, naming it and what to remove so that the workflow
+    measures or tidies it anew: the aggregate would silently drop, add or misplace a run."""
     folder = Path(set_dir)
     fix = f"remove {folder} and run the workflow again (it tidies the set anew)"
     expected = [f"rep{i}" for i in range(reps)]
@@ -444,7 +448,7 @@ def set_folders(set_dir: str | os.PathLike, reps: int, probed: bool = True,
         raise EdgeprofError(f"{folder}: {said}; {fix}")
     pipeline, policy_id, limit = folder.parts[-3:]
     for i, name in enumerate(expected):
-        _check_tidy(folder / name)
+        _check_tidy(folder / name, fix)
         runs = pd.read_parquet(folder / name / "runs.parquet")
         row = runs.iloc[0] if len(runs) == 1 else None
         if (row is None or row["pipeline"] != pipeline or row["limit"] != limit
@@ -456,20 +460,31 @@ def set_folders(set_dir: str | os.PathLike, reps: int, probed: bool = True,
                                 f"{pipeline}/{policy_id}/{limit}/rep{i}"
                                 f"{'' if probed else ' (unprobed)'}: another run's tables "
                                 f"copied into its place; {fix}")
-        if runs_dir is not None and not (Path(runs_dir) / name / "meta.json").is_file():
-            raise EdgeprofError(f"{Path(runs_dir) / name}, the run {folder / name} was "
-                                f"tidied from, is gone (or holds no meta.json); {fix}: it "
-                                f"measures the run again")
-        recorded = _record_digest(Path(runs_dir) / name) if runs_dir is not None else None
-        if runs_dir is not None and recorded is None:
-            raise EdgeprofError(f"{Path(runs_dir) / name}/meta.json, the record of the run "
-                                f"{folder / name} was tidied from, is unreadable (cut short "
-                                f"or edited); {fix}: it measures the run again")
-        if runs_dir is not None and row.get("record_digest") != recorded:
-            raise EdgeprofError(f"{folder / name} holds the tables of another run than "
-                                f"{Path(runs_dir) / name} (their records differ: another "
-                                f"campaign's, or the run was redone since); {fix}")
+        # the run itself is wrong: measure it anew, and tidy it anew (the tidy set is
+        # one output: Snakemake redoes it only when it is gone)
+        run = Path(runs_dir or "<its run folder>") / name
+        redo = f"remove {run} and {folder}, and run the workflow again: it measures the run anew"
+        if runs_dir is not None:
+            _check_source(folder / name, run, row, fix, redo)
+        if settings is not None:
+            check_settings(runs, settings, redo)
     return [folder / name for name in expected]
+
+
+def _check_source(tidied: Path, run: Path, row: pd.Series, fix: str, redo: str) -> None:
+    """The per-run tidy folder ``tidied`` holds the tables of the run folder ``run`` (its
+    record's digest)."""
+    if not (run / "meta.json").is_file():
+        raise EdgeprofError(f"{run}, the run {tidied} was tidied from, is gone (or holds no "
+                            f"meta.json); {redo}")
+    recorded = _record_digest(run)
+    if recorded is None:
+        raise EdgeprofError(f"{run}/meta.json, the record of the run {tidied} was tidied "
+                            f"from, is unreadable (cut short or edited); {redo}")
+    if row.get("record_digest") != recorded:
+        raise EdgeprofError(f"{tidied} holds the tables of another run than {run} (their "
+                            f"records differ: another campaign's, or the run was redone "
+                            f"since); {fix}")
 
 
 def _record_digest(run: Path) -> str | None:
@@ -748,14 +763,24 @@ def probe_overhead_table(runs: pd.DataFrame, unprobed: pd.DataFrame) -> pd.DataF
     return pd.DataFrame(rows, columns=cols)
 
 
-def _reconcile(reconcile_dir: str | os.PathLike | None) -> pd.DataFrame:
+def _reconcile(reconcile_dir: str | os.PathLike | None,
+               settings: Mapping[str, object] | None = None) -> pd.DataFrame:
+    """The reconciliation table of the reconciliation run, checked (given ``settings``,
+    its pipeline, policy and limit among them) to be the run the workflow asks for, heap
+    profile included."""
     from engine.analysis.reconcile import reconcile_run
 
     if reconcile_dir is None:
         return pd.DataFrame()
+    redo = f"remove {reconcile_dir} and run the workflow again (it redoes the reconciliation run)"
     if not (Path(reconcile_dir) / "meta.json").is_file():
-        raise EdgeprofError(f"the reconciliation run {reconcile_dir} holds no meta.json; "
-                            f"rerun it (the workflow's reconcile run)")
+        raise EdgeprofError(f"the reconciliation run {reconcile_dir} holds no meta.json; {redo}")
+    if settings is not None:
+        tables = tidy_run(reconcile_dir)
+        check_settings(tables["runs"].assign(rep=0), settings, redo)
+        if not RunMeta.read(reconcile_dir).probes.get("heap_profile"):
+            raise EdgeprofError(f"the reconciliation run {reconcile_dir} was made without "
+                                f"--heap-profile (redone by hand?); {redo}")
     return reconcile_run(reconcile_dir)
 
 
@@ -781,30 +806,34 @@ def outputs_agree(runs: pd.DataFrame) -> pd.Series:
     return agree.where(digests.notna() & common.notna(), pd.NA)
 
 
-def check_settings(runs: pd.DataFrame, expected: dict[str, object], base_seed: int) -> None:
+def check_settings(runs: pd.DataFrame, expected: Mapping[str, object], fix: str) -> None:
     """Every run was made with the settings the workflow asks for (``expected``: column ->
-    value, None for "not set"; each repetition's seed is ``base_seed`` + rep): a run
-    redone by hand with other settings (another batch, BLAS threads, sampling rate) is
-    refused, naming it and the setting, instead of being compared as the config's run."""
+    value, None for "not set"; ``seed`` is repetition 0's, each repetition adds its
+    number): a run redone by hand with other settings
+    (another batch, runtime, sandbox, swap, ...) is refused, naming it, the setting and
+    ``fix``, instead of being compared as the config's run."""
     def missing(value: object) -> bool:  # None, NaN or pd.NA (an unset batch)
         return value is None or bool(pd.api.types.is_scalar(value) and pd.isna(value))
 
     def same(value: object, want: object) -> bool:
-        if want is None:
-            return missing(value)
-        return not missing(value) and float(value) == float(want)
+        if want is None or missing(value):
+            return missing(value) and want is None
+        if isinstance(want, bool):
+            return isinstance(value, (bool, np.bool_)) and bool(value) == want
+        if isinstance(want, str):
+            return str(value) == want
+        return float(value) == float(want)
 
-    wants = dict(expected)
     for row in runs.itertuples(index=False):
-        checks = {**wants, "seed": base_seed + int(row.rep)}
-        if not getattr(row, "probed", True):
-            checks["sample_hz"] = 0
+        checks = dict(expected)
+        if "seed" in checks:
+            checks["seed"] = int(checks["seed"]) + int(row.rep)
         for col, want in checks.items():
             value = getattr(row, col, None)
             if not same(value, want):
-                raise EdgeprofError(f"run {row.run_id} was made with {col} {value!r}, not the "
-                                    f"config's {want!r} (redone by hand?); remove its folder "
-                                    f"and run the workflow again")
+                said, wanted = ("unset" if missing(v) else repr(v) for v in (value, want))
+                raise EdgeprofError(f"run {row.run_id} was made with {col} {said}, not the "
+                                    f"config's {wanted} (redone by hand?); {fix}")
 
 
 def _refuse_copies(runs: pd.DataFrame) -> None:
@@ -823,14 +852,17 @@ def _refuse_copies(runs: pd.DataFrame) -> None:
 
 def aggregate(tidy_dirs: Iterable[str | os.PathLike],
               reconcile_dir: str | os.PathLike | None,
-              unprobed_dirs: Iterable[str | os.PathLike] = ()) -> dict[str, pd.DataFrame]:
+              unprobed_dirs: Iterable[str | os.PathLike] = (),
+              reconcile_settings: Mapping[str, object] | None = None
+              ) -> dict[str, pd.DataFrame]:
     """The campaign's tables: runs, tasks, networks, samples (at most
-    MAX_SAMPLES_PER_RUN per run), reconcile, speedup (per pair), and the statistics over
-    repetitions: summary, speedup_summary, noise_floor, probe_overhead (the probed runs
-    against the unprobed twins in ``unprobed_dirs``)."""
+    MAX_SAMPLES_PER_RUN per run), reconcile (its run checked against
+    ``reconcile_settings``, as ``check_settings``), speedup (per pair), and the statistics
+    over repetitions: summary, speedup_summary, noise_floor, probe_overhead (the probed
+    runs against the unprobed twins in ``unprobed_dirs``)."""
     tables = read_tidy(tidy_dirs)
     tables["samples"] = downsample(tables["samples"])
-    tables["reconcile"] = _reconcile(reconcile_dir)
+    tables["reconcile"] = _reconcile(reconcile_dir, reconcile_settings)
     runs = tables["runs"]
     _refuse_copies(runs)
     if not runs.empty:  # the order the runs really started in (runs.started_at)

@@ -432,19 +432,27 @@ def split_model(caffemodel: str | os.PathLike, prototxt: str | os.PathLike,
             prototxt_sha256=sha256_file(prototxt),
             caffemodel_sha256=sha256_file(caffemodel),
         )
-        # the old partials aside and the new ones in, with signals held back: an
-        # interrupted re-split leaves the old set or the new one, never half of one
-        from engine.runner.interrupt import signals_deferred
+        # the old partials aside, the new ones in and the old ones gone, with signals
+        # held back: an interrupted re-split leaves the old set or the new one, never half
+        # of one (nor the old one hidden); a signal held back is delivered after it
+        from engine.runner.interrupt import committed, signals_deferred
 
         with signals_deferred():
             old = None
             if final.exists():
                 old = stamped_tempdir(f".{stem}_partials.", out_dir)
                 os.replace(final, old / "old")
-            os.replace(tmp, final)
+            try:
+                os.replace(tmp, final)
+            except OSError:
+                if old is not None:  # the old set back in its place
+                    os.replace(old / "old", final)
+                    old.rmdir()
+                raise
             write_text_atomic(out_dir / f"{stem}.description.json", desc.to_json())
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+            committed()
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         if created and not any(out_dir.iterdir()):  # a failed split leaves no empty --out

@@ -25,14 +25,16 @@ class Interrupted(EdgeprofError):
 
 
 class Signalled(BaseException):
-    """Raised by the handler inside ``signals_unwind``; ``name`` is e.g. "SIGTERM"."""
+    """Raised by the handler inside ``signals_unwind``; ``name`` is e.g. "SIGTERM";
+    ``committed``: the command had written its outputs whole before (``committed``)."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, committed: bool = False) -> None:
         super().__init__(name)
-        self.name = name
+        self.name, self.committed = name, committed
 
 
 _signalled = False  # a signal began unwinding a run: this process is ending
+_committed = False  # the command's outputs are in place, whole (``committed``)
 
 
 def _raise(signum: int, frame: object) -> None:
@@ -41,7 +43,15 @@ def _raise(signum: int, frame: object) -> None:
     # the first signal starts the unwinding; one arriving a few ms later, before any
     # cleanup code could say so, must not cut that cleanup short
     ignore_signals()
-    raise Signalled(signal.Signals(signum).name)
+    raise Signalled(signal.Signals(signum).name, _committed)
+
+
+def committed() -> None:
+    """Called at the end of a command's commit (inside ``signals_deferred``): a signal
+    held back during it is delivered next, and its exit 130 must say that the outputs
+    were written whole, not that nothing was."""
+    global _committed
+    _committed = True
 
 
 @contextmanager
@@ -75,11 +85,26 @@ def ignore_signals() -> None:
 
 @contextmanager
 def signals_deferred() -> Iterator[None]:
-    """Hold UNWIND_SIGNALS back for the block (a cleanup that must not be cut short: a
-    machine's kill and its swap image's removal); one that arrived meanwhile is delivered
-    when the block ends."""
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, UNWIND_SIGNALS)
+    """Hold UNWIND_SIGNALS back for the block (a cleanup or a commit that must not be cut
+    short: a machine's kill and its swap image's removal, a set of outputs moved in); one
+    that arrived meanwhile is delivered when the block ends, to the handler before it.
+    In the main thread the handlers themselves hold them: a signal mask is per thread,
+    and the kernel hands a process's signal to any thread that does not block it (a
+    BLAS thread), whose arrival Python then acts on in the main thread, mid-block."""
+    if threading.current_thread() is not threading.main_thread():
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, UNWIND_SIGNALS)
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        return
+    held: list[int] = []
+    old = {sig: signal.signal(sig, lambda signum, frame: held.append(signum))
+           for sig in UNWIND_SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for sig, handler in old.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        if held:
+            signal.raise_signal(held[0])

@@ -79,7 +79,8 @@ class RunMeta:
                                 "its mean busy CPUs over the run (this run's included), "
                                 "the run's own (own_cpus) and other work's (other_cpus)")
     cpu_affinity: dict | None = _f("CPUs the measured child and the probes (supervisor, "
-                                   "sampler) could run on; pinned: child alone on one")
+                                   "sampler) could run on; asked: --pin-cpu; pinned: child "
+                                   "alone on one")
     probes: dict = _f("which probes were on", {})
     sampler: dict | None = _f("the sampler's own statistics (rate achieved, cost)")
     host: dict = _f("kernel, machine, CPUs, Python, page size (bytes: the unit of its "

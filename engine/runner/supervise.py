@@ -158,7 +158,8 @@ def run_supervised(request: RunRequest, session: Session | None = None) -> RunMe
                                     start_new_session=True)
             session.attach_pid(proc.pid)
             own_cpus = os.sched_getaffinity(0)
-            affinity = {"pinned": bool(child_cpus), "child": sorted(child_cpus or own_cpus),
+            affinity = {"asked": bool(options.pin_cpu), "pinned": bool(child_cpus),
+                        "child": sorted(child_cpus or own_cpus),
                         "probes": sorted(probe_cpus or own_cpus),
                         "why_not": claim_cpu.reason if claim_cpu else "not asked (--pin-cpu)"}
             if probes.sample_hz > 0:

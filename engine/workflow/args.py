@@ -14,6 +14,7 @@ from engine.workflow.plan import (
     UNLIMITED,
     Config,
     holdout_config,
+    kind_runtime,
     reconcile_in_vm,
     run_backend,
     vm_enabled,
@@ -68,6 +69,31 @@ def run_options(run: Config) -> str:
     stall = ["--stall-timeout", run["stall_s"]] if run.get("stall_s") else []
     return join_words(["--blas-threads", run["blas_threads"], "--timeout", run["timeout_s"],
                        *stall, "--sample-hz", run["sample_hz"], *pin])
+
+
+def run_settings(config: Config, kind: str, limit: str, in_vm: bool,
+                 probed: bool = True) -> dict[str, object]:
+    """What each run of a run set records of the settings its flags set (the runs table's
+    columns: ``engine.analysis.tables.check_settings`` compares them), as ``limit_args``,
+    ``run_options`` and ``batch_args`` give them: a run redone by hand with other flags is
+    told from the config's. ``seed`` is the first repetition's (each adds its number).
+    Under ``auto`` the backend is the host's choice, not compared; so is its sandbox under
+    a limit (``auto`` never boots one without: engine.limits.select)."""
+    from engine.commands.options import swap
+
+    run = config["run"]
+    backend = run_backend(config, limit, in_vm)
+    settings: dict[str, object] = {
+        "batch": run["batch"], "blas_threads": run["blas_threads"],
+        "sample_hz": run["sample_hz"] if probed else 0, "seed": config["seed"],
+        "runtime": kind_runtime(config, kind), "cpu_pin_asked": bool(run.get("pin_cpu")),
+        "swap_bytes": None if limit == UNLIMITED else swap(swap_arg(config, limit))}
+    if backend != "auto":
+        settings |= {"backend": backend,
+                     "sandbox": backend if backend in SANDBOXES else "none"}
+    elif limit == UNLIMITED:
+        settings["sandbox"] = "none"
+    return settings
 
 
 def arrival_args(arrival: Config) -> str:

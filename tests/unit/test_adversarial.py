@@ -1723,13 +1723,12 @@ def test_a_run_redone_by_hand_with_other_settings_is_refused(two_runs, tmp_path)
     tables = _tables(tmp_path, two_runs)
     runs = pd.read_parquet(tables / "runs.parquet").assign(rep=0)
     seed = int(runs["seed"].iloc[0])
-    settings = {"batch": 1, "blas_threads": 1, "sample_hz": 0}
-    check_settings(runs, settings, seed)
-    for col, other in (("batch", 2), ("blas_threads", 2), ("sample_hz", 1000)):
-        with pytest.raises(EdgeprofError, match=f"was made with {col} "):
-            check_settings(runs, {**settings, col: other}, seed)
-    with pytest.raises(EdgeprofError, match="was made with seed"):
-        check_settings(runs, settings, seed + 1)
+    settings = {"batch": 1, "blas_threads": 1, "sample_hz": 0, "seed": seed}
+    check_settings(runs, settings, "fix")
+    for col, other in (("batch", 2), ("blas_threads", 2), ("sample_hz", 1000),
+                       ("seed", seed + 1)):
+        with pytest.raises(EdgeprofError, match=f"was made with {col} .*; fix$"):
+            check_settings(runs, {**settings, col: other}, "fix")
 
 
 # --- the twelfth held-out pass (/work/notes/adversarial-25l.md: M1, M3) --------------------
@@ -1743,11 +1742,117 @@ def test_an_unset_batch_is_the_configs_unset_batch_and_a_network_name_is_never_m
 
     tables = _tables(tmp_path, two_runs)
     runs = pd.read_parquet(tables / "runs.parquet").assign(rep=0)
-    seed = int(runs["seed"].iloc[0])
+    settings = {"blas_threads": 1, "sample_hz": 0, "seed": int(runs["seed"].iloc[0])}
     unset = runs.assign(batch=pd.array([pd.NA] * len(runs), dtype="Int64"))
-    check_settings(unset, {"batch": None, "blas_threads": 1, "sample_hz": 0}, seed)
+    check_settings(unset, {**settings, "batch": None}, "fix")
     with pytest.raises(EdgeprofError, match="was made with batch"):
-        check_settings(unset, {"batch": 1, "blas_threads": 1, "sample_hz": 0}, seed)
+        check_settings(unset, {**settings, "batch": 1}, "fix")
     with pytest.raises(EdgeprofError, match="was made with batch"):
-        check_settings(runs, {"batch": None, "blas_threads": 1, "sample_hz": 0}, seed)
+        check_settings(runs, {**settings, "batch": None}, "fix")
     _blank_cell_is_one_line(capsys, tables, split_copy, "tasks", "network")
+
+
+# --- the twelfth held-out pass, continued (H1, H2, M2) -----------------------------------
+
+
+def _workflow_run(config: dict, models: Path, out: Path, limit: str, policy: str = "linear",
+                  drop: tuple[str, ...] = (), extra: tuple[str, ...] = ()) -> Path:
+    """A run of one GenderNet with the flags the workflow's rules give it (engine.workflow.args)
+    under ``config``; ``drop``: flags left out, ``extra``: flags added (a redo by hand)."""
+    import shlex
+
+    from engine.workflow.args import batch_args, limit_args, run_options
+    from engine.workflow.plan import kind_runtime
+
+    pipe = out.parent / "p000.json"
+    save_pipeline(Pipeline("p000", [Arrival(0.0, ["GenderNet"])]), pipe)
+    flags = shlex.split(" ".join([limit_args(config, limit, False), run_options(config["run"]),
+                                  batch_args(config["run"]),
+                                  f"--runtime {kind_runtime(config, 'runs')}"]))
+    argv = ["run", "--pipeline", str(pipe), "--models", str(models), "--policy", policy,
+            "--out", str(out), "--seed", str(config["seed"]),
+            *[f for f in flags if f not in drop], *extra]
+    assert main(argv) == 0
+    return out
+
+
+def test_a_run_redone_by_hand_with_other_flags_than_the_workflows_is_refused(
+        zoo_split, tmp_path, capsys):
+    """H1: the run's runtime, sandbox and backend, CPU pinning asked and swap are checked
+    against what the workflow's flags make a run record (not only batch, BLAS threads,
+    sampling rate and seed); the message names the run and what to remove (M2: the run
+    and its tidy set, since Snakemake redoes a set only when it is gone)."""
+    from engine.analysis.tables import set_folders
+    from engine.workflow.args import run_settings
+    from tests.unit.test_workflow_args import load_config, with_
+
+    models = Path(zoo_split["GenderNet"].path).parent
+    config = with_(load_config(), run__backend="none", run__swap="0", run__sample_hz=0)
+    assert config["run"]["pin_cpu"] is True and config["run"]["runtime"] == "lean"
+
+    def check(limit: str, **redo) -> None:
+        runs = tmp_path / f"runs{len(list(tmp_path.iterdir()))}" / "p000" / "linear" / limit
+        _workflow_run(config, models, runs / "rep0", limit, **redo)
+        tidy = runs.parents[3] / "tidy" / "runs" / "p000" / "linear" / limit
+        rc, err = _cli(capsys, "tidy", "--out", str(tidy), str(runs / "rep0"))
+        assert rc == 0, err
+        set_folders(tidy, 1, runs_dir=runs, settings=run_settings(config, "runs", limit, False))
+
+    check("none")
+    check("1G")  # a limit with swap 0 (unenforced here: backend none)
+    redos = [("none", {"extra": ("--runtime", "caffe")}, "runtime 'caffe'"),
+             ("none", {"drop": ("--pin-cpu",)}, "cpu_pin_asked False"),
+             ("none", {"extra": ("--backend", "inherit")}, "backend 'inherit'"),
+             ("1G", {"extra": ("--swap", "max")}, "swap_bytes unset")]
+    for limit, redo, said in redos:
+        with pytest.raises(EdgeprofError, match=rf"run p000/linear/{limit}(/caffe)?/rep0 was "
+                                                rf"made with {re.escape(said)}, not the "
+                                                rf"config's .*; remove .*/rep0 and "
+                                                rf".*tidy/runs/p000/linear/{limit}, and run"):
+            check(limit, **redo)
+
+
+def test_the_reconciliation_run_is_checked_as_the_workflow_asks_for_it(two_runs, tmp_path):
+    """H2: the reconciliation run is the one the config names, made with the heap profile."""
+    from engine.analysis.tables import aggregate, tidy_run
+
+    run = two_runs[0]
+    settings = {"pipeline": "gg", "policy": "linear", "limit": "none", **{
+        col: tidy_run(run)["runs"][col].iloc[0]
+        for col in ("batch", "blas_threads", "sample_hz", "seed", "runtime", "sandbox")}}
+    with pytest.raises(EdgeprofError, match=r"was made without --heap-profile .*; remove "):
+        aggregate([], run, reconcile_settings=settings)
+    with pytest.raises(EdgeprofError, match=r"made with policy 'linear', not the config's "
+                                            r"'bulk'.*; remove .*gg and run the workflow"):
+        aggregate([], run, reconcile_settings={**settings, "policy": "bulk"})
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_during_a_re_splits_commit_says_the_set_was_written_whole(
+        split_copy, tmp_path, capsys, sig):
+    """M4: a signal that arrives while a re-split commits (held back) is delivered after
+    it: exit 130 saying the outputs were written whole (not "nothing written"), the new
+    set in place and usable, nothing hidden left behind."""
+    model = split_copy.parent / "models" / "age_net.caffemodel"
+    out = tmp_path / "s"
+    assert _cli(capsys, "split", str(model), "--out", str(out))[0] == 0
+    # the signal sent from inside the commit, as a Ctrl-C landing there
+    script = ("import os, signal, sys\n"
+              "import engine.caffe.splitter as s\n"
+              "write = s.write_text_atomic\n"
+              "def signalled(*a):\n"
+              f"    os.kill(os.getpid(), signal.{sig})\n"
+              "    write(*a)\n"
+              "s.write_text_atomic = signalled\n"
+              "from engine.cli import main\n"
+              "sys.exit(main(sys.argv[1:]))\n")
+    r = subprocess.run([sys.executable, "-c", script, "split", str(model), "--out", str(out)],
+                       capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert r.returncode == 130, r.stderr
+    assert r.stderr.strip().splitlines()[-1] == (f"error: interrupted by {sig}; its outputs "
+                                                 f"were written whole before it")
+    assert sorted(p.name for p in out.iterdir()) == ["age_net.description.json",
+                                                    "age_net_partials"]
+    rc, err = _run_agenet(capsys, out, tmp_path / "r", "--policy", "linear",
+                          "--backend", "none")
+    assert rc == 0, err

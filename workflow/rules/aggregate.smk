@@ -34,6 +34,7 @@ rule aggregate:
     params:
         code=CODE_ANALYSIS,
         reps=TIDY_REPS,
+        reconcile=REC_SETTINGS,
     log:
         f"{RESULTS}/logs/aggregate.log",
     conda:

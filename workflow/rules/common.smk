@@ -23,6 +23,7 @@ from engine.workflow.args import (
     reconcile_limit_args,
     run_command,
     run_options,
+    run_settings,
     vm_pipelines_args,
 )
 from engine.workflow.checks import check_config, check_config_batch, check_config_files
@@ -137,6 +138,18 @@ RUN_SET_REPS.update({
     ("unprobed", pipeline, policy.replace(":", "_"), "none"): RUN_SETS[0].repetitions
     for pipeline, policy in unprobed_runs(config)
 })
+# (kind, limit, in the sandbox) -> what its runs record of their flags, which each
+# aggregate checks (engine.workflow.args.run_settings: a run redone by hand is refused)
+_SETTINGS = {(rs.kind, limit, rs.in_vm): run_settings(config, rs.kind, limit, rs.in_vm)
+             for rs in RUN_SETS for limit in rs.limits}
+_SET_SETTINGS = {(rs.kind, pipeline, pid, limit): _SETTINGS[rs.kind, limit, rs.in_vm]
+                 for rs in RUN_SETS for pipeline in rs.pipelines
+                 for pid in policy_ids(rs.policies) for limit in rs.limits}
+_SET_SETTINGS.update({
+    ("unprobed", pipeline, policy.replace(":", "_"), "none"):
+        run_settings(config, "unprobed", "none", False, probed=False)
+    for pipeline, policy in unprobed_runs(config)
+})
 # the tidy folders the aggregate reads, one per run set (a rep<N> folder per run)
 _HELD_OUT = set(HOLDOUT_PIPELINES) | set(HOLDOUT_VM_PIPELINES)
 TIDY_DIRS = [f"{RESULTS}/tidy/{kind}/{pipeline}/{policy}/{limit}"
@@ -148,10 +161,11 @@ HOLDOUT_TIDY_DIRS = [f"{RESULTS}/tidy/{kind}/{pipeline}/{policy}/{limit}"
 UNPROBED_TIDY_DIRS = [f"{RESULTS}/tidy/{kind}/{pipeline}/{policy}/{limit}"
                       for (kind, pipeline, policy, limit) in RUN_SET_REPS
                       if kind == "unprobed"]
-# tidy folder -> its runs' count and folder, which each aggregate checks it holds (these
-# runs, no more, no fewer)
+# tidy folder -> its runs' count, folder and settings, which each aggregate checks it
+# holds (these runs, no more, no fewer, made as the config says)
 _REPS = {f"{RESULTS}/tidy/{kind}/{pipeline}/{policy}/{limit}":
-         [reps, f"{RESULTS}/{kind}/{pipeline}/{policy}/{limit}"]
+         [reps, f"{RESULTS}/{kind}/{pipeline}/{policy}/{limit}",
+          _SET_SETTINGS[kind, pipeline, policy, limit]]
          for (kind, pipeline, policy, limit), reps in RUN_SET_REPS.items()}
 TIDY_REPS = {d: _REPS[d] for d in TIDY_DIRS + UNPROBED_TIDY_DIRS}
 HOLDOUT_TIDY_REPS = {d: _REPS[d] for d in HOLDOUT_TIDY_DIRS}
@@ -173,6 +187,10 @@ if BLOCK_SHAPES:
         BLOCK_RUNS[(_i, _pipe, _rep)] = (_runs, len(_BLOCKS) - _at)
 REC_ID = REC["policy"].replace(":", "_")
 REC_DIR = f"{RESULTS}/reconcile/{REC['pipeline']}/{REC_ID}/{REC['limit']}"
+# what the aggregate checks the reconciliation run was made with (as a run set's runs)
+REC_SETTINGS = {"pipeline": REC["pipeline"], "policy": parse_policy(REC["policy"]).name,
+                "limit": str(REC["limit"]),
+                **run_settings(config, "runs", str(REC["limit"]), reconcile_in_vm(config))}
 
 # What `rule all` (in the Snakefile) builds.
 FIGURES = [

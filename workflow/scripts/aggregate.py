@@ -5,26 +5,26 @@
 import sys
 from pathlib import Path
 
-from engine.analysis.tables import aggregate, check_settings, set_folders, write_tables
+from engine.analysis.tables import aggregate, set_folders, write_tables
 from engine.errors import EdgeprofError
 
 sys.stderr = open(snakemake.log[0], "w")  # pandas/pyarrow warnings go to the rule's log
+
+
 def runs_of(sets: list[str], probed: bool = True) -> list[Path]:
-    """The per-run tidy folders (rep<N>) of each run set's tidy folder, as planned."""
+    """The per-run tidy folders (rep<N>) of each run set's tidy folder, as planned and
+    made with the set's settings."""
     out = []
     for folder in sets:
-        reps, runs_dir = snakemake.params.reps[folder]
-        out += set_folders(folder, reps, probed, runs_dir)
+        reps, runs_dir, settings = snakemake.params.reps[folder]
+        out += set_folders(folder, reps, probed, runs_dir, settings)
     return out
 
 
-run = snakemake.config["run"]
 try:
     tables = aggregate(runs_of(snakemake.input.tidy), snakemake.input.reconcile,
-                       runs_of(snakemake.input.unprobed, probed=False))
-    check_settings(tables["runs"], {"batch": run.get("batch"),
-                                    "blas_threads": run["blas_threads"],
-                                    "sample_hz": run["sample_hz"]}, snakemake.config["seed"])
+                       runs_of(snakemake.input.unprobed, probed=False),
+                       snakemake.params.reconcile)
 except EdgeprofError as exc:
     sys.exit(f"error: {exc}")
 write_tables(tables, Path(snakemake.output[0]).parent)

@@ -11,9 +11,11 @@ from engine.errors import EdgeprofError
 
 sys.stderr = open(snakemake.log[0], "w")  # pandas/pyarrow warnings go to the rule's log
 try:
+    # each set as planned, made with its settings (as the campaign's own runs)
     runs = [run for folder in snakemake.input.tidy
             for run in set_folders(folder, snakemake.params.reps[folder][0],
-                                   runs_dir=snakemake.params.reps[folder][1])]
+                                   runs_dir=snakemake.params.reps[folder][1],
+                                   settings=snakemake.params.reps[folder][2])]
     tables = read_tidy(runs)
 except EdgeprofError as exc:
     sys.exit(f"error: {exc}")

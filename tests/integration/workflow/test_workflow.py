@@ -268,6 +268,38 @@ def test_editing_shared_code_reruns_every_run(workflow):
     assert planned["split"] == planned["zoo_model"] == 2 and planned["pipelines"] == 1
 
 
+def test_a_run_redone_by_hand_is_refused_and_the_printed_fix_recovers(workflow):
+    """A run redone by hand with another runtime is refused by the aggregate, naming the
+    two folders to remove (the run and its tidy set); removing them and running again
+    measures it anew, as the config says."""
+    results = workflow.results
+    run = results / "runs" / "p000" / "bulk" / "none" / "rep1"
+    redo = subprocess.run(
+        [sys.executable, "-m", "engine", "run", "--pipeline", str(results / "pipelines" /
+                                                                  "p000.json"),
+         "--models", str(results / "split"), "--policy", "bulk", "--out", str(run), "--force",
+         "--backend", "none", "--batch", "1", "--seed", "1", "--sample-hz", "50",
+         "--pin-cpu", "--runtime", "caffe"],
+        cwd=workflow.root, env=dict(os.environ, PYTHONPATH=str(workflow.root)),
+        capture_output=True, text=True, timeout=300)
+    assert redo.returncode == 0, redo.stderr[-2000:]
+    r = workflow.snakemake()
+    assert r.returncode != 0
+    log = (results / "logs" / "aggregate.log").read_text()
+    said = re.search(r"run p000/bulk/none/caffe/rep1 was made with runtime 'caffe', not the "
+                     r"config's 'lean' \(redone by hand\?\); remove (\S+) and (\S+), and run "
+                     r"the workflow again", log)
+    assert said, log[-2000:]
+    assert [Path(said[1]), Path(said[2])] == [run, results / "tidy" / "runs" / "p000" /
+                                              "bulk" / "none"]
+    for folder in said.groups():
+        shutil.rmtree(folder)
+    r = workflow.snakemake()
+    assert r.returncode == 0, r.stderr[-3000:]
+    runs = pd.read_parquet(results / "tables" / "runs.parquet")
+    assert set(runs["runtime"]) == {"lean"} and len(runs) == 12
+
+
 def test_jobs_run_the_venvs_python_and_the_checkouts_engine_without_either_on_path(tmp_path):
     """`python -m engine` in a rule is the interpreter running Snakemake and the engine of
     the checkout the workflow runs from, with neither the venv on PATH nor any PYTHONPATH
