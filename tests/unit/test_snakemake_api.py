@@ -64,3 +64,39 @@ def test_outside_the_checked_versions_only_the_public_signature_is_set(monkeypat
                                            ("9.17.0.post1+g1", (9, 17))])
 def test_versions_are_read_as_major_minor(text, version):
     assert snakemake_api._version(text) == version
+
+
+SNAKEFILE = """
+from engine.workflow.snakemake_api import coalesce_reevaluations
+assert coalesce_reevaluations()
+rule all:
+    input: expand("out/{i}.txt", i=range(JOBS))
+rule one:
+    output: "out/{i}.txt"
+    shell: "sleep 0.5; echo {wildcards.i} > {output}"
+"""
+
+
+def test_snakemakes_scheduler_keeps_one_reevaluation_pending(tmp_path):
+    """A real Snakemake run of 15 half-second jobs on one core: its scheduling passes
+    (one "Ready jobs" line each) are at most one per event and one per second of waiting.
+    Snakemake's own reevaluation adds a never-ending chain of passes per finished job: 66
+    passes here against 23 with one timer pending (measured), about jobs^2 / 4."""
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    jobs = 15
+    (tmp_path / "Snakefile").write_text(SNAKEFILE.replace("JOBS", str(jobs)))
+    repo = Path(__file__).resolve().parents[2]
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "--verbose", "all"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, PYTHONPATH=str(repo)))
+    wall = time.monotonic() - t0
+    assert r.returncode == 0, r.stderr[-2000:]
+    passes = (r.stdout + r.stderr).count("Ready jobs")
+    # a pass per finished job, one per second of the rate limit's timer, and the first few
+    assert jobs <= passes <= jobs + wall + 5, (passes, wall)

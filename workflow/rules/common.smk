@@ -55,7 +55,12 @@ from engine.workflow.resources import (
     slurm_step_prefix,
     unconstrained_mem_mb,
 )
-from engine.workflow.snakemake_api import declare_signatures
+from engine.workflow.snakemake_api import coalesce_reevaluations, declare_signatures
+
+
+# Snakemake's scheduler otherwise adds a never-ending chain of passes per finished job
+# (engine.workflow.snakemake_api): its own CPU grew to most of a CPU in the default run
+coalesce_reevaluations()
 
 
 configfile: "config/config.yaml"
