@@ -785,9 +785,9 @@ def _reconcile(reconcile_dir: str | os.PathLike | None,
 
 
 # Runs that must compute the same bits: one pipeline and input seed (repetition) on one
-# kind of machine. Every policy and both runtimes give bit-identical outputs, natively and
-# in UML alike (the same CPU and BLAS kernels); the qemu guest's TCG CPU uses other
-# kernels, so its runs agree among themselves.
+# kind of machine. Every policy and both runtimes give bit-identical outputs within a
+# sandbox; across them not always (the qemu guest's TCG CPU uses other BLAS kernels, and
+# UML 7.2 computed other bits than the host for the default run's v000, docs/sandboxes.md).
 AGREE_KEY = ["pipeline", "rep", "sandbox"]
 
 
