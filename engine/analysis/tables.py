@@ -182,6 +182,13 @@ def _run_row(meta: RunMeta, folder: Path, tasks: pd.DataFrame, networks: pd.Data
         # the run's settings, which the workflow's aggregate checks against its config
         "seed": meta.seed, "blas_threads": meta.blas_threads,
         "sample_hz": float((meta.probes or {}).get("sample_hz") or 0),
+        **{probe: bool((meta.probes or {}).get(probe, False))
+           for probe in ("heap_profile", "cpu_profile", "sample_uss")},
+        "timeout_s": _known(meta.timeout_s), "stall_s": _known(meta.stall_s),
+        "budget_bytes": _known(meta.budget_bytes),
+        "estimates": None if meta.estimates is None else json.dumps(meta.estimates,
+                                                                    sort_keys=True),
+        "pipeline_sha256": meta.pipeline.sha256,
         # numpy's transparent-hugepage advice in the child (engine.runner.supervise)
         "numpy_hugepages": (meta.child or {}).get("numpy_hugepage_advice"),
         "gt_max_rss_bytes": _known(gnu.get("gt_max_rss_bytes")),
@@ -422,13 +429,15 @@ def tidy_run_table(tidy_dir: str | os.PathLike) -> pd.DataFrame:
 
 def set_folders(set_dir: str | os.PathLike, reps: int, probed: bool = True,
                 runs_dir: str | os.PathLike | None = None,
-                settings: Mapping[str, object] | None = None) -> list[Path]:
+                settings: Mapping[str, object] | None = None,
+                pipeline_file: str | os.PathLike | None = None) -> list[Path]:
     """The per-run tidy folders of one run set's tidy folder
     (``tidy/<kind>/<pipeline>/<policy id>/<limit>``, as the workflow lays it out): exactly
     ``rep0`` .. ``rep<reps - 1>``, each holding the run its path names (pipeline, policy,
     limit, repetition, and probed or not), made with the set's ``settings``
-    (``check_settings``) and, given the run set's folder ``runs_dir``, the very run
-    recorded there (its record's digest: not another campaign's run of the same name). A
+    (``check_settings``) from the campaign's ``pipeline_file`` (its SHA-256: not another
+    campaign's pipeline of that name) and, given the run set's folder ``runs_dir``, the
+    very run recorded there (its record's digest: not another campaign's run). A
     folder missing, one too many, a run tidied into another's place or redone by hand
     with other flags is refused, naming it and what to remove so that the workflow
     measures or tidies it anew: the aggregate would silently drop, add or misplace a run."""
@@ -447,28 +456,47 @@ def set_folders(set_dir: str | os.PathLike, reps: int, probed: bool = True,
                                                  f"{reps} runs"]))
         raise EdgeprofError(f"{folder}: {said}; {fix}")
     pipeline, policy_id, limit = folder.parts[-3:]
+    digest = None if pipeline_file is None else pipeline_digest(pipeline_file)
     for i, name in enumerate(expected):
         _check_tidy(folder / name, fix)
         runs = pd.read_parquet(folder / name / "runs.parquet")
         row = runs.iloc[0] if len(runs) == 1 else None
         if (row is None or row["pipeline"] != pipeline or row["limit"] != limit
-                or str(row["policy"]).replace(":", "_") != policy_id or row["rep"] != i
-                or bool(row.get("probed", True)) != probed):
-            held = "no single run" if row is None else (
-                f"{row['run_id']}{'' if row.get('probed', True) else ' (unprobed)'}")
+                or str(row["policy"]).replace(":", "_") != policy_id or row["rep"] != i):
+            held = "no single run" if row is None else row["run_id"]
             raise EdgeprofError(f"{folder / name} holds {held}, not "
-                                f"{pipeline}/{policy_id}/{limit}/rep{i}"
-                                f"{'' if probed else ' (unprobed)'}: another run's tables "
-                                f"copied into its place; {fix}")
+                                f"{pipeline}/{policy_id}/{limit}/rep{i}: another run's "
+                                f"tables copied into its place; {fix}")
         # the run itself is wrong: measure it anew, and tidy it anew (the tidy set is
         # one output: Snakemake redoes it only when it is gone)
-        run = Path(runs_dir or "<its run folder>") / name
-        redo = f"remove {run} and {folder}, and run the workflow again: it measures the run anew"
-        if runs_dir is not None:
+        run = None if runs_dir is None else Path(runs_dir) / name
+        redo = (f"remove {run if run else 'its run folder'} and {folder}, and run the "
+                f"workflow again: it measures the run anew")
+        if run is not None:
             _check_source(folder / name, run, row, fix, redo)
+        if bool(row.get("probed", True)) != probed:
+            raise EdgeprofError(f"run {row['run_id']} was made "
+                                f"{'without' if probed else 'with'} its probes, where the "
+                                f"config's {'has them' if probed else 'is the unprobed twin'} "
+                                f"(redone by hand?); {redo}")
+        if digest is not None and row.get("pipeline_sha256") != digest:
+            raise EdgeprofError(f"run {row['run_id']} ran another pipeline than "
+                                f"{pipeline_file} (another campaign's, or another pipeline "
+                                f"of that name); {redo}")
         if settings is not None:
             check_settings(runs, settings, redo)
     return [folder / name for name in expected]
+
+
+def pipeline_digest(path: str | os.PathLike) -> str:
+    """The SHA-256 of a pipeline file, as runs record it (``pipeline_sha256``)."""
+    from engine.files import sha256_file
+
+    try:
+        return sha256_file(path)
+    except OSError as exc:
+        raise EdgeprofError(f"cannot read the pipeline {path}: {exc.strerror}; run the "
+                            f"workflow again (it draws the pipelines anew)") from None
 
 
 def _check_source(tidied: Path, run: Path, row: pd.Series, fix: str, redo: str) -> None:
@@ -766,8 +794,8 @@ def probe_overhead_table(runs: pd.DataFrame, unprobed: pd.DataFrame) -> pd.DataF
 def _reconcile(reconcile_dir: str | os.PathLike | None,
                settings: Mapping[str, object] | None = None) -> pd.DataFrame:
     """The reconciliation table of the reconciliation run, checked (given ``settings``,
-    its pipeline, policy and limit among them) to be the run the workflow asks for, heap
-    profile included."""
+    its pipeline, policy and limit, heap profile and pipeline file's ``pipeline_sha256``
+    among them) to be the run the workflow asks for."""
     from engine.analysis.reconcile import reconcile_run
 
     if reconcile_dir is None:
@@ -776,18 +804,14 @@ def _reconcile(reconcile_dir: str | os.PathLike | None,
     if not (Path(reconcile_dir) / "meta.json").is_file():
         raise EdgeprofError(f"the reconciliation run {reconcile_dir} holds no meta.json; {redo}")
     if settings is not None:
-        tables = tidy_run(reconcile_dir)
-        check_settings(tables["runs"].assign(rep=0), settings, redo)
-        if not RunMeta.read(reconcile_dir).probes.get("heap_profile"):
-            raise EdgeprofError(f"the reconciliation run {reconcile_dir} was made without "
-                                f"--heap-profile (redone by hand?); {redo}")
+        check_settings(tidy_run(reconcile_dir)["runs"].assign(rep=0), settings, redo)
     return reconcile_run(reconcile_dir)
 
 
 # Runs that must compute the same bits: one pipeline and input seed (repetition) on one
-# kind of machine. Every policy and both runtimes give bit-identical outputs within a
-# sandbox; across them not always (the qemu guest's TCG CPU uses other BLAS kernels, and
-# UML 7.2 computed other bits than the host for the default run's v000, docs/sandboxes.md).
+# kind of machine. Every policy and both runtimes give bit-identical outputs, natively and
+# in UML alike (the same CPU; the uml backend sets the host's BLAS kernels); the qemu
+# guest's TCG CPU uses other kernels, so its runs agree among themselves.
 AGREE_KEY = ["pipeline", "rep", "sandbox"]
 
 
@@ -831,7 +855,8 @@ def check_settings(runs: pd.DataFrame, expected: Mapping[str, object], fix: str)
         for col, want in checks.items():
             value = getattr(row, col, None)
             if not same(value, want):
-                said, wanted = ("unset" if missing(v) else repr(v) for v in (value, want))
+                said, wanted = ("unset" if missing(v) else repr(v.item() if isinstance(
+                    v, np.generic) else v) for v in (value, want))
                 raise EdgeprofError(f"run {row.run_id} was made with {col} {said}, not the "
                                     f"config's {wanted} (redone by hand?); {fix}")
 

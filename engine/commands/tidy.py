@@ -41,6 +41,18 @@ def main(args: argparse.Namespace) -> None:
                 raise EdgeprofError(f"--out {out}: {out / name / table}, where a table of "
                                     f"this run goes, is {file_kind(out / name / table)}; "
                                     f"move it away or choose another --out")
+    # a set is whole: what another tidy left in --out would read as one of this set's runs
+    try:
+        others = sorted(e.name for e in out.iterdir()
+                        if not e.name.startswith(".") and e.name not in names)
+    except FileNotFoundError:
+        others = []
+    if others:
+        raise EdgeprofError(f"--out {out} holds {others[0]!r}"
+                            f"{f' and {len(others) - 1} more' if len(others) > 1 else ''}, "
+                            f"which this tidy does not write (a set tidied there before, "
+                            f"which would mix with this one); remove it or choose another "
+                            f"--out")
     twice = sorted({name for name in names if names.count(name) > 1})
     if twice:
         raise EdgeprofError(f"runs named {', '.join(twice)} more than once: each is written "

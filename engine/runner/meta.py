@@ -23,8 +23,8 @@ from engine.errors import EdgeprofError
 from engine.files import atomic_path, parse_json, read_regular
 from engine.units import PAGE_SIZE
 
-SCHEMA_VERSION = 5  # 2: started_at, host_load, cpu_affinity; 3: runtime; 4: table_digests;
-# 5: record_digest
+SCHEMA_VERSION = 6  # 2: started_at, host_load, cpu_affinity; 3: runtime; 4: table_digests;
+# 5: record_digest; 6: pipeline.sha256, timeout_s, stall_s, estimates
 FILE = "meta.json"
 MAX_RECORD_BYTES = 16 * 2**20  # a record is a few kB; a vm run's console tail included
 
@@ -43,6 +43,8 @@ class PipelineInfo:
     size_bin: str | None = _f("the pipeline-size bin of its total weights")
     param_bytes: int | None = _f("total weight bytes of its networks")
     networks: list[str] = _f("network of each instance, in instance order", [])
+    sha256: str | None = _f("SHA-256 of the pipeline file (the workflow's aggregate "
+                            "matches it to its own pipeline of that name)")
 
 
 @dataclass
@@ -60,6 +62,10 @@ class RunMeta:
     runtime: str = _f("what each stage allocates and frees: lean (the engine's own) or "
                       "caffe (as Caffe 1.0 under EdgeCaffe); records before it: lean", "lean")
     budget_bytes: int | None = _f("masa's admission budget")
+    timeout_s: float | None = _f("--timeout: the run's time limit (None: none)")
+    stall_s: float | None = _f("--stall-timeout: how long a run may not move (None: no "
+                               "stall watch)")
+    estimates: dict | None = _f("masa's --estimates: network -> peak bytes (None: none)")
     limit_bytes: int | None = _f("the requested RAM limit (None: unconstrained)")
     swap_bytes: int | None = _f("swap allowed on top of the limit (None: unlimited)")
     backend: str | None = _f("the limit backend that ran it (auto resolved)")

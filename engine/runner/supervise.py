@@ -21,6 +21,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from engine.caffe.splitter import Description, check_batch_fits, description_index
+from engine.files import sha256_file
 from engine.limits import LimitRequest, Session, open_session
 from engine.probes import hostload
 from engine.probes.vmstat import in_guest
@@ -82,10 +83,12 @@ def request_meta(request: RunRequest, pipeline: Pipeline, policy: Policy) -> Run
     return RunMeta(
         pipeline=PipelineInfo(path=str(request.pipeline), name=pipeline.name,
                               arrival_mode=pipeline.arrival_mode, size_bin=pipeline.size_bin,
-                              param_bytes=pipeline.param_bytes, networks=pipeline.networks()),
+                              param_bytes=pipeline.param_bytes, networks=pipeline.networks(),
+                              sha256=sha256_file(request.pipeline)),
         policy=policy.name, policy_family=policy.family, workers=policy.workers,
         blas_threads=options.blas_threads, seed=options.seed, batch=options.batch,
-        runtime=options.runtime, budget_bytes=options.budget, limit_bytes=limits.ram_bytes,
+        runtime=options.runtime, budget_bytes=options.budget, timeout_s=options.timeout_s,
+        stall_s=options.stall_s, estimates=options.estimates, limit_bytes=limits.ram_bytes,
         swap_bytes=limits.swap_bytes, backend=limits.backend, probes=asdict(request.probes),
         host=host_facts(), versions=versions())
 

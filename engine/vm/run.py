@@ -11,6 +11,7 @@ into place. A guest that fails to come up still yields a run folder: termination
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shlex
@@ -150,6 +151,19 @@ def plan(cfg: VmConfig, limit: int | None, swap: int | None, guest: Guest | uml.
     return Plan(ram, device, accel, why, cfg.sd_card and device > 0)
 
 
+@functools.cache
+def host_blas_core() -> str | None:
+    """The kernels (core type) numpy's OpenBLAS chose in this process, None if it is not
+    OpenBLAS or does not say."""
+    import numpy  # noqa: F401  (loads numpy's BLAS, which threadpoolctl then reads)
+    from threadpoolctl import threadpool_info
+
+    for info in threadpool_info():
+        if info.get("internal_api") == "openblas" and info.get("architecture"):
+            return str(info["architecture"])
+    return None
+
+
 def job_script(py_args: list[str], accel: str, cwd: Path) -> str:
     """The job for /run/vmout/job.sh: the guest's environment is empty (env -i)."""
     # EDGEPROF_CGROUP_ROOT comes from init.sh, which creates that cgroup
@@ -158,6 +172,11 @@ def job_script(py_args: list[str], accel: str, cwd: Path) -> str:
     if accel == "tcg":
         # OpenBLAS picks "Katmai" under -cpu max, and its AVX2/FMA kernels crawl under TCG
         env["OPENBLAS_CORETYPE"] = "Nehalem"
+    elif accel == "uml" and host_blas_core():
+        # UML runs its processes on the host CPU, but OpenBLAS may pick other kernels in
+        # it (SkylakeX in UML 7.2 where the AMD EPYC host picks Haswell): other rounding,
+        # other bits than the native runs the sandbox's are compared with
+        env["OPENBLAS_CORETYPE"] = host_blas_core()
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
     # job output goes to a file: the emulated serial console is slow
     return (f"{exports}cd {shlex.quote(str(cwd))} || exit 97\n"

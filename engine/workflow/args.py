@@ -87,7 +87,12 @@ def run_settings(config: Config, kind: str, limit: str, in_vm: bool,
         "batch": run["batch"], "blas_threads": run["blas_threads"],
         "sample_hz": run["sample_hz"] if probed else 0, "seed": config["seed"],
         "runtime": kind_runtime(config, kind), "cpu_pin_asked": bool(run.get("pin_cpu")),
-        "swap_bytes": None if limit == UNLIMITED else swap(swap_arg(config, limit))}
+        "swap_bytes": None if limit == UNLIMITED else swap(swap_arg(config, limit)),
+        "timeout_s": run["timeout_s"], "stall_s": run.get("stall_s") or None,
+        # masa's admission budget: the limit, as no rule gives --budget
+        "budget_bytes": None if limit == UNLIMITED else parse_size(limit),
+        # what no run rule asks for (the reconciliation run's rule adds its heap profile)
+        "heap_profile": False, "cpu_profile": False, "sample_uss": False, "estimates": None}
     if backend != "auto":
         settings |= {"backend": backend,
                      "sandbox": backend if backend in SANDBOXES else "none"}

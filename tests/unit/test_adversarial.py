@@ -1369,18 +1369,15 @@ def test_the_aggregate_reads_exactly_the_planned_runs_each_in_its_place(two_runs
     is refused, naming it, where the aggregate silently dropped, added or misplaced it."""
     from engine.analysis.tables import set_folders
 
-    def tidy(run: Path, kind: str) -> Path:
-        name = run.name
-        pipe, policy = run.parts[-4], run.parts[-3]
-        out = tmp_path / "tidy" / kind / pipe / policy / "none"
-        rc, err = _cli(capsys, "tidy", "--out", str(out), str(run))
-        assert rc == 0, err
-        return out / name
-
     for src in two_runs:  # runs/<pipeline>/linear/none/rep<i>, as the workflow lays out
         for rep in (0, 1):
             shutil.copytree(src, tmp_path / "runs" / src.name / "linear" / "none" / f"rep{rep}")
-            tidy(tmp_path / "runs" / src.name / "linear" / "none" / f"rep{rep}", "runs")
+        # a set is tidied whole (a tidy into a used --out is refused)
+        rc, err = _cli(capsys, "tidy", "--out", str(tmp_path / "tidy" / "runs" / src.name /
+                                                   "linear" / "none"),
+                       *[str(tmp_path / "runs" / src.name / "linear" / "none" / f"rep{rep}")
+                         for rep in (0, 1)])
+        assert rc == 0, err
     gg = tmp_path / "tidy" / "runs" / "gg" / "linear" / "none"
     runs_gg = tmp_path / "runs" / "gg" / "linear" / "none"
     assert [p.name for p in set_folders(gg, 2, runs_dir=runs_gg)] == ["rep0", "rep1"]
@@ -1390,8 +1387,11 @@ def test_the_aggregate_reads_exactly_the_planned_runs_each_in_its_place(two_runs
         set_folders(gg, 2, runs_dir=runs_gg)
     with pytest.raises(EdgeprofError, match=r"no rep2; remove .*gg/linear/none and run"):
         set_folders(gg, 3)
-    with pytest.raises(EdgeprofError, match=r"\(unprobed\)"):
-        set_folders(gg, 2, probed=False)  # a probed run in an unprobed twin's place
+    # a probed run in an unprobed twin's place: a redo with other flags (thirteenth M1)
+    with pytest.raises(EdgeprofError, match=r"made with its probes, where the config's is "
+                                            r"the unprobed twin \(redone by hand\?\); "
+                                            r"remove its run folder and .*gg/linear/none,"):
+        set_folders(gg, 2, probed=False)
     shutil.copytree(gg / "rep0", gg / "rep0.old")
     with pytest.raises(EdgeprofError, match=r"rep0.old is not one of its 2 runs"):
         set_folders(gg, 2)
@@ -1755,21 +1755,20 @@ def test_an_unset_batch_is_the_configs_unset_batch_and_a_network_name_is_never_m
 # --- the twelfth held-out pass, continued (H1, H2, M2) -----------------------------------
 
 
-def _workflow_run(config: dict, models: Path, out: Path, limit: str, policy: str = "linear",
+def _workflow_run(config: dict, models: Path, pipe: Path, out: Path, limit: str,
                   drop: tuple[str, ...] = (), extra: tuple[str, ...] = ()) -> Path:
-    """A run of one GenderNet with the flags the workflow's rules give it (engine.workflow.args)
-    under ``config``; ``drop``: flags left out, ``extra``: flags added (a redo by hand)."""
+    """A linear run of ``pipe`` with the flags the workflow's rules give it
+    (engine.workflow.args) under ``config``; ``drop``: flags left out, ``extra``: flags
+    added (a redo by hand)."""
     import shlex
 
     from engine.workflow.args import batch_args, limit_args, run_options
     from engine.workflow.plan import kind_runtime
 
-    pipe = out.parent / "p000.json"
-    save_pipeline(Pipeline("p000", [Arrival(0.0, ["GenderNet"])]), pipe)
     flags = shlex.split(" ".join([limit_args(config, limit, False), run_options(config["run"]),
                                   batch_args(config["run"]),
                                   f"--runtime {kind_runtime(config, 'runs')}"]))
-    argv = ["run", "--pipeline", str(pipe), "--models", str(models), "--policy", policy,
+    argv = ["run", "--pipeline", str(pipe), "--models", str(models), "--policy", "linear",
             "--out", str(out), "--seed", str(config["seed"]),
             *[f for f in flags if f not in drop], *extra]
     assert main(argv) == 0
@@ -1778,10 +1777,12 @@ def _workflow_run(config: dict, models: Path, out: Path, limit: str, policy: str
 
 def test_a_run_redone_by_hand_with_other_flags_than_the_workflows_is_refused(
         zoo_split, tmp_path, capsys):
-    """H1: the run's runtime, sandbox and backend, CPU pinning asked and swap are checked
-    against what the workflow's flags make a run record (not only batch, BLAS threads,
-    sampling rate and seed); the message names the run and what to remove (M2: the run
-    and its tidy set, since Snakemake redoes a set only when it is gone)."""
+    """H1: the run's runtime, sandbox and backend, CPU pinning asked, swap, time limits,
+    extra probes and its pipeline file are checked against what the workflow's flags and
+    pipelines make a run record (not only batch, BLAS threads, sampling rate and seed);
+    the message names the run and what to remove (M2: the run and its tidy set, since
+    Snakemake redoes a set only when it is gone). Thirteenth pass: H1 (heap profile, USS,
+    timeout), H2 (another pipeline of the same name), M1 (probes off: a redo, not a copy)."""
     from engine.analysis.tables import set_folders
     from engine.workflow.args import run_settings
     from tests.unit.test_workflow_args import load_config, with_
@@ -1789,26 +1790,41 @@ def test_a_run_redone_by_hand_with_other_flags_than_the_workflows_is_refused(
     models = Path(zoo_split["GenderNet"].path).parent
     config = with_(load_config(), run__backend="none", run__swap="0", run__sample_hz=0)
     assert config["run"]["pin_cpu"] is True and config["run"]["runtime"] == "lean"
+    pipe = tmp_path / "pipelines" / "p000.json"
+    pipe.parent.mkdir()
+    save_pipeline(Pipeline("p000", [Arrival(0.0, ["GenderNet"])]), pipe)
+    other = tmp_path / "elsewhere" / "p000.json"  # another campaign's p000
+    other.parent.mkdir()
+    save_pipeline(Pipeline("p000", [Arrival(0.0, ["GenderNet", "GenderNet"])]), other)
 
-    def check(limit: str, **redo) -> None:
+    def check(limit: str, run_pipe: Path = pipe, **redo) -> None:
         runs = tmp_path / f"runs{len(list(tmp_path.iterdir()))}" / "p000" / "linear" / limit
-        _workflow_run(config, models, runs / "rep0", limit, **redo)
+        _workflow_run(config, models, run_pipe, runs / "rep0", limit, **redo)
         tidy = runs.parents[3] / "tidy" / "runs" / "p000" / "linear" / limit
         rc, err = _cli(capsys, "tidy", "--out", str(tidy), str(runs / "rep0"))
         assert rc == 0, err
-        set_folders(tidy, 1, runs_dir=runs, settings=run_settings(config, "runs", limit, False))
+        set_folders(tidy, 1, runs_dir=runs, settings=run_settings(config, "runs", limit, False),
+                    pipeline_file=pipe)
 
     check("none")
     check("1G")  # a limit with swap 0 (unenforced here: backend none)
-    redos = [("none", {"extra": ("--runtime", "caffe")}, "runtime 'caffe'"),
-             ("none", {"drop": ("--pin-cpu",)}, "cpu_pin_asked False"),
-             ("none", {"extra": ("--backend", "inherit")}, "backend 'inherit'"),
-             ("1G", {"extra": ("--swap", "max")}, "swap_bytes unset")]
+    made = "was made with {} , not the config's"
+    redos = [("none", {"extra": ("--runtime", "caffe")}, made.format("runtime 'caffe'")),
+             ("none", {"drop": ("--pin-cpu",)}, made.format("cpu_pin_asked False")),
+             ("none", {"extra": ("--backend", "inherit")}, made.format("backend 'inherit'")),
+             ("1G", {"extra": ("--swap", "max")}, made.format("swap_bytes unset")),
+             ("none", {"extra": ("--heap-profile",)}, made.format("heap_profile True")),
+             ("none", {"extra": ("--sample-uss", "--sample-hz", "100")},
+              made.format("sample_hz 100.0")),
+             ("none", {"extra": ("--timeout", "5")}, made.format("timeout_s 5.0")),
+             ("none", {"extra": ("--no-probes",)}, "was made without its probes, where the "
+                                                   "config's has them"),
+             ("none", {"run_pipe": other}, f"ran another pipeline than {pipe}")]
     for limit, redo, said in redos:
-        with pytest.raises(EdgeprofError, match=rf"run p000/linear/{limit}(/caffe)?/rep0 was "
-                                                rf"made with {re.escape(said)}, not the "
-                                                rf"config's .*; remove .*/rep0 and "
-                                                rf".*tidy/runs/p000/linear/{limit}, and run"):
+        with pytest.raises(EdgeprofError, match=rf"run p000/linear/{limit}(/caffe)?/rep0 "
+                                                rf"{re.escape(said).replace(' ,', '.*,')}.*; "
+                                                rf"remove .*/rep0 and .*tidy/runs/p000/linear/"
+                                                rf"{limit}, and run"):
             check(limit, **redo)
 
 
@@ -1820,8 +1836,9 @@ def test_the_reconciliation_run_is_checked_as_the_workflow_asks_for_it(two_runs,
     settings = {"pipeline": "gg", "policy": "linear", "limit": "none", **{
         col: tidy_run(run)["runs"][col].iloc[0]
         for col in ("batch", "blas_threads", "sample_hz", "seed", "runtime", "sandbox")}}
-    with pytest.raises(EdgeprofError, match=r"was made without --heap-profile .*; remove "):
-        aggregate([], run, reconcile_settings=settings)
+    with pytest.raises(EdgeprofError, match=r"was made with heap_profile False, not the "
+                                            r"config's True .*; remove "):
+        aggregate([], run, reconcile_settings={**settings, "heap_profile": True})
     with pytest.raises(EdgeprofError, match=r"made with policy 'linear', not the config's "
                                             r"'bulk'.*; remove .*gg and run the workflow"):
         aggregate([], run, reconcile_settings={**settings, "policy": "bulk"})
@@ -1856,3 +1873,18 @@ def test_a_signal_during_a_re_splits_commit_says_the_set_was_written_whole(
     rc, err = _run_agenet(capsys, out, tmp_path / "r", "--policy", "linear",
                           "--backend", "none")
     assert rc == 0, err
+
+
+def test_a_tidy_into_a_used_out_never_mixes_two_sets(two_runs, tmp_path, capsys):
+    """M3 (thirteenth pass): a run another tidy left in --out would read as one of the new
+    set's; refused up front, naming it, and nothing written. The same set again is fine."""
+    gg, ga = two_runs
+    out = tmp_path / "t"
+    rc, err = _cli(capsys, "tidy", "--out", str(out), str(gg), str(ga))
+    assert rc == 0, err
+    rc, err = _cli(capsys, "tidy", "--out", str(out), str(gg), str(ga))
+    assert rc == 0, err
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
+    rc, err = _cli(capsys, "tidy", "--out", str(out), str(gg))
+    assert rc == 2 and f"--out {out} holds 'ga', which this tidy does not write" in err, err
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before

@@ -35,6 +35,7 @@ rule aggregate:
         code=CODE_ANALYSIS,
         reps=TIDY_REPS,
         reconcile=REC_SETTINGS,
+        pipelines=PIPELINES_DIR,
     log:
         f"{RESULTS}/logs/aggregate.log",
     conda:

@@ -195,7 +195,8 @@ REC_DIR = f"{RESULTS}/reconcile/{REC['pipeline']}/{REC_ID}/{REC['limit']}"
 # what the aggregate checks the reconciliation run was made with (as a run set's runs)
 REC_SETTINGS = {"pipeline": REC["pipeline"], "policy": parse_policy(REC["policy"]).name,
                 "limit": str(REC["limit"]),
-                **run_settings(config, "runs", str(REC["limit"]), reconcile_in_vm(config))}
+                **run_settings(config, "runs", str(REC["limit"]), reconcile_in_vm(config)),
+                "heap_profile": True}
 
 # What `rule all` (in the Snakefile) builds.
 FIGURES = [

@@ -78,6 +78,7 @@ rule aggregate_holdout:
     params:
         code=CODE_ANALYSIS,
         reps=HOLDOUT_TIDY_REPS,
+        pipelines=PIPELINES_DIR,
     log:
         f"{RESULTS}/logs/holdout/aggregate.log",
     conda:

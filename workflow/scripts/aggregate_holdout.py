@@ -15,7 +15,9 @@ try:
     runs = [run for folder in snakemake.input.tidy
             for run in set_folders(folder, snakemake.params.reps[folder][0],
                                    runs_dir=snakemake.params.reps[folder][1],
-                                   settings=snakemake.params.reps[folder][2])]
+                                   settings=snakemake.params.reps[folder][2],
+                                   pipeline_file=Path(snakemake.params.pipelines,
+                                                      f"{Path(folder).parts[-3]}.json"))]
     tables = read_tidy(runs)
 except EdgeprofError as exc:
     sys.exit(f"error: {exc}")

@@ -102,7 +102,8 @@ def test_no_swap_run_is_oom_killed_and_recorded_as_memory(uml_kernel, tiny, tmp_
 
 
 def test_a_limited_run_and_its_baseline_give_the_host_outputs(uml_kernel, tiny, tmp_path):
-    """UML runs its processes on the host CPU: same BLAS kernels, same bits."""
+    """UML runs its processes on the host CPU, told to use the host's BLAS kernels
+    (OpenBLAS may pick others in it): same bits."""
     host = tmp_path / "host"
     r = subprocess.run([sys.executable, "-m", "engine", "run", "--pipeline",
                         str(tiny["pipeline"]), "--models", str(tiny["models"]), "--policy",
@@ -119,6 +120,8 @@ def test_a_limited_run_and_its_baseline_give_the_host_outputs(uml_kernel, tiny, 
         if limit:
             assert meta["limits"]["memory_max"] == 64 * MiB
             assert meta["vm"]["vmstat_delta"]["pswpout"] > 0  # 91 MB of weights in 64M
+        host_blas = json.loads((host / "meta.json").read_text())["child"]["blas"]
+        assert meta["child"]["blas"] == host_blas
         a, b = np.load(host / "outputs.npz"), np.load(out / "outputs.npz")
         assert sorted(a) == sorted(b)
         for key in a:
