@@ -201,12 +201,40 @@ def read_blob(f, blob: BlobRecord, path: str) -> np.ndarray:
     return arr.reshape(blob.shape)
 
 
+# User-mode Linux 7.2 loses what its kernel writes into an anonymous page that was swapped
+# out and in before: reclaim drops the page as clean and the stale swap copy comes back
+# (docs/sandboxes.md: a read() into swapped heap buffers, a third of them wrong afterwards,
+# none with the same bytes stored from user space). Where the uml backend sets this, a
+# blob is read through a small locked buffer and copied in from user space.
+UML_READS_ENV = "EDGEPROF_UML_COPY_READS"
+SCRATCH_BYTES = 1 << 20
+_scratch: list[memoryview] = []
+
+
+def _locked_scratch() -> memoryview:
+    """SCRATCH_BYTES of anonymous memory, locked (never reclaimed) where mlock allows."""
+    if not _scratch:
+        import ctypes
+
+        buf = mmap.mmap(-1, SCRATCH_BYTES)
+        address = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+        ctypes.CDLL(None, use_errno=True).mlock(ctypes.c_void_p(address),
+                                                ctypes.c_size_t(SCRATCH_BYTES))
+        _scratch.append(memoryview(buf))
+    return _scratch[0]
+
+
 def readinto_at(f, view: memoryview, offset: int, path: str) -> None:
     """Fill ``view`` from the file ``f`` at ``offset`` (readinto may return short counts)."""
     f.seek(offset)
+    scratch = _locked_scratch() if os.environ.get(UML_READS_ENV) else None
     got = 0
     while got < len(view):
-        n = f.readinto(view[got:])
+        if scratch is None:
+            n = f.readinto(view[got:])
+        else:
+            n = f.readinto(scratch[:len(view) - got])
+            view[got:got + n] = scratch[:n]  # stored from user space: the kernel tracks it
         if not n:
             raise CorruptModelError(path, offset + got, "file ended inside a blob")
         got += n

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from engine.caffe.wire import UML_READS_ENV
 from engine.errors import EdgeprofError
 from engine.probes import hostload
 from engine.probes.vmstat import GUEST_ENV
@@ -172,11 +173,15 @@ def job_script(py_args: list[str], accel: str, cwd: Path) -> str:
     if accel == "tcg":
         # OpenBLAS picks "Katmai" under -cpu max, and its AVX2/FMA kernels crawl under TCG
         env["OPENBLAS_CORETYPE"] = "Nehalem"
-    elif accel == "uml" and host_blas_core():
-        # UML runs its processes on the host CPU, but OpenBLAS may pick other kernels in
-        # it (SkylakeX in UML 7.2 where the AMD EPYC host picks Haswell): other rounding,
-        # other bits than the native runs the sandbox's are compared with
-        env["OPENBLAS_CORETYPE"] = host_blas_core()
+    elif accel == "uml":
+        # UML 7.2 loses what its kernel writes into swapped-in anonymous pages: weights go
+        # through a locked buffer (engine.caffe.wire)
+        env[UML_READS_ENV] = "1"
+        if host_blas_core():
+            # UML runs its processes on the host CPU, but OpenBLAS may pick other kernels
+            # in it (SkylakeX in UML 7.2 where the AMD EPYC host picks Haswell): other
+            # rounding, other bits than the native runs the sandbox's are compared with
+            env["OPENBLAS_CORETYPE"] = host_blas_core()
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
     # job output goes to a file: the emulated serial console is slow
     return (f"{exports}cd {shlex.quote(str(cwd))} || exit 97\n"
