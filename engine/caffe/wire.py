@@ -10,6 +10,7 @@ against its enclosing message, so a truncated or corrupt file fails with the byt
 
 from __future__ import annotations
 
+import functools
 import math
 import mmap
 import os
@@ -208,20 +209,18 @@ def read_blob(f, blob: BlobRecord, path: str) -> np.ndarray:
 # blob is read through a small locked buffer and copied in from user space.
 UML_READS_ENV = "EDGEPROF_UML_COPY_READS"
 SCRATCH_BYTES = 1 << 20
-_scratch: list[memoryview] = []
 
 
+@functools.cache
 def _locked_scratch() -> memoryview:
     """SCRATCH_BYTES of anonymous memory, locked (never reclaimed) where mlock allows."""
-    if not _scratch:
-        import ctypes
+    import ctypes
 
-        buf = mmap.mmap(-1, SCRATCH_BYTES)
-        address = ctypes.addressof(ctypes.c_char.from_buffer(buf))
-        ctypes.CDLL(None, use_errno=True).mlock(ctypes.c_void_p(address),
-                                                ctypes.c_size_t(SCRATCH_BYTES))
-        _scratch.append(memoryview(buf))
-    return _scratch[0]
+    buf = mmap.mmap(-1, SCRATCH_BYTES)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    ctypes.CDLL(None, use_errno=True).mlock(ctypes.c_void_p(address),
+                                            ctypes.c_size_t(SCRATCH_BYTES))
+    return memoryview(buf)
 
 
 def readinto_at(f, view: memoryview, offset: int, path: str) -> None:

@@ -172,3 +172,21 @@ def test_atomic_path_leaves_nothing_on_failure(tmp_path):
             tmp.write_bytes(b"half")
             raise RuntimeError("interrupted")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("copy", ["", "1"])
+def test_a_payload_is_read_whole_directly_or_through_the_locked_buffer(tmp_path, monkeypatch,
+                                                                        copy):
+    """Under the uml backend (EDGEPROF_UML_COPY_READS) a payload goes through a 1 MiB
+    buffer, copied in from user space (UML 7.2 loses kernel writes into swapped-in pages):
+    the same bytes as the file, across the buffer's boundaries, at an odd offset."""
+    data = np.random.default_rng(0).integers(0, 256, 3 * wire.SCRATCH_BYTES + 5, np.uint8)
+    path = tmp_path / "payload"
+    path.write_bytes(data.tobytes())
+    monkeypatch.setenv(wire.UML_READS_ENV, copy)
+    out = np.empty(len(data) - 7, np.uint8)
+    with open(path, "rb", buffering=0) as f:
+        wire.readinto_at(f, memoryview(out), 7, str(path))
+    assert np.array_equal(out, data[7:])
+    with open(path, "rb", buffering=0) as f, pytest.raises(CorruptModelError, match="ended inside"):
+        wire.readinto_at(f, memoryview(np.empty(len(data), np.uint8)), 7, str(path))
