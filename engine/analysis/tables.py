@@ -21,7 +21,7 @@ import pandas as pd
 
 from engine.errors import EdgeprofError
 from engine.files import atomic_path
-from engine.runner.meta import RunMeta
+from engine.runner.meta import RunMeta, mmap_threshold
 from engine.units import format_size
 
 TIDY_TABLES = ("runs", "tasks", "networks", "samples")
@@ -189,8 +189,15 @@ def _run_row(meta: RunMeta, folder: Path, tasks: pd.DataFrame, networks: pd.Data
         "estimates": None if meta.estimates is None else json.dumps(meta.estimates,
                                                                     sort_keys=True),
         "pipeline_sha256": meta.pipeline.sha256,
-        # numpy's transparent-hugepage advice in the child (engine.runner.supervise)
+        # description file name -> its SHA-256 (it pins the weights): the split it read
+        "descriptions": json.dumps({Path(path).name: meta.description_sha256.get(net)
+                                    for net, path in sorted(meta.description_files.items())},
+                                   sort_keys=True),
+        # numpy's transparent-hugepage advice in the child and the malloc settings it ran
+        # with (engine.runner.supervise), which the workflow's aggregate checks
         "numpy_hugepages": (meta.child or {}).get("numpy_hugepage_advice"),
+        "glibc_tunables": (meta.child or {}).get("glibc_tunables"),
+        "mmap_threshold": _known(mmap_threshold((meta.child or {}).get("glibc_tunables"))),
         "gt_max_rss_bytes": _known(gnu.get("gt_max_rss_bytes")),
         "hwm_rss_bytes": _known(meta.hwm_rss_bytes),
         "gt_user_s": gnu.get("gt_user_s", np.nan), "gt_sys_s": gnu.get("gt_sys_s", np.nan),
@@ -430,13 +437,15 @@ def tidy_run_table(tidy_dir: str | os.PathLike) -> pd.DataFrame:
 def set_folders(set_dir: str | os.PathLike, reps: int, probed: bool = True,
                 runs_dir: str | os.PathLike | None = None,
                 settings: Mapping[str, object] | None = None,
-                pipeline_file: str | os.PathLike | None = None) -> list[Path]:
+                pipeline_file: str | os.PathLike | None = None,
+                split_dir: str | os.PathLike | None = None) -> list[Path]:
     """The per-run tidy folders of one run set's tidy folder
     (``tidy/<kind>/<pipeline>/<policy id>/<limit>``, as the workflow lays it out): exactly
     ``rep0`` .. ``rep<reps - 1>``, each holding the run its path names (pipeline, policy,
     limit, repetition, and probed or not), made with the set's ``settings``
-    (``check_settings``) from the campaign's ``pipeline_file`` (its SHA-256: not another
-    campaign's pipeline of that name) and, given the run set's folder ``runs_dir``, the
+    (``check_settings``) from the campaign's ``pipeline_file`` and the descriptions in its
+    ``split_dir`` (``check_inputs``: not another campaign's pipeline of that name, nor
+    another split's weights) and, given the run set's folder ``runs_dir``, the
     very run recorded there (its record's digest: not another campaign's run). A
     folder missing, one too many, a run tidied into another's place or redone by hand
     with other flags is refused, naming it and what to remove so that the workflow
@@ -456,22 +465,26 @@ def set_folders(set_dir: str | os.PathLike, reps: int, probed: bool = True,
                                                  f"{reps} runs"]))
         raise EdgeprofError(f"{folder}: {said}; {fix}")
     pipeline, policy_id, limit = folder.parts[-3:]
-    digest = None if pipeline_file is None else pipeline_digest(pipeline_file)
     for i, name in enumerate(expected):
         _check_tidy(folder / name, fix)
         runs = pd.read_parquet(folder / name / "runs.parquet")
         row = runs.iloc[0] if len(runs) == 1 else None
-        if (row is None or row["pipeline"] != pipeline or row["limit"] != limit
-                or str(row["policy"]).replace(":", "_") != policy_id or row["rep"] != i):
-            held = "no single run" if row is None else row["run_id"]
-            raise EdgeprofError(f"{folder / name} holds {held}, not "
-                                f"{pipeline}/{policy_id}/{limit}/rep{i}: another run's "
-                                f"tables copied into its place; {fix}")
         # the run itself is wrong: measure it anew, and tidy it anew (the tidy set is
         # one output: Snakemake redoes it only when it is gone)
         run = None if runs_dir is None else Path(runs_dir) / name
         redo = (f"remove {run if run else 'its run folder'} and {folder}, and run the "
                 f"workflow again: it measures the run anew")
+        if (row is None or row["pipeline"] != pipeline or row["limit"] != limit
+                or str(row["policy"]).replace(":", "_") != policy_id or row["rep"] != i):
+            held = "no single run" if row is None else row["run_id"]
+            # tidied from the run folder of its place: the run there is another (a redo)
+            redone = (row is not None and run is not None
+                      and row.get("record_digest") == _record_digest(run))
+            raise EdgeprofError(f"{folder / name} holds {held}, not "
+                                f"{pipeline}/{policy_id}/{limit}/rep{i}: "
+                                + (f"the run in {run} is another run (redone by hand?); "
+                                   f"{redo}" if redone else
+                                   f"another run's tables copied into its place; {fix}"))
         if run is not None:
             _check_source(folder / name, run, row, fix, redo)
         if bool(row.get("probed", True)) != probed:
@@ -479,10 +492,7 @@ def set_folders(set_dir: str | os.PathLike, reps: int, probed: bool = True,
                                 f"{'without' if probed else 'with'} its probes, where the "
                                 f"config's {'has them' if probed else 'is the unprobed twin'} "
                                 f"(redone by hand?); {redo}")
-        if digest is not None and row.get("pipeline_sha256") != digest:
-            raise EdgeprofError(f"run {row['run_id']} ran another pipeline than "
-                                f"{pipeline_file} (another campaign's, or another pipeline "
-                                f"of that name); {redo}")
+        check_inputs(row, pipeline_file, split_dir, redo)
         if settings is not None:
             check_settings(runs, settings, redo)
     return [folder / name for name in expected]
@@ -497,6 +507,30 @@ def pipeline_digest(path: str | os.PathLike) -> str:
     except OSError as exc:
         raise EdgeprofError(f"cannot read the pipeline {path}: {exc.strerror}; run the "
                             f"workflow again (it draws the pipelines anew)") from None
+
+
+def check_inputs(row: Mapping, pipeline_file: str | os.PathLike | None,
+                 split_dir: str | os.PathLike | None, fix: str) -> None:
+    """The run of the runs-table ``row`` read the campaign's own pipeline file and network
+    descriptions (their SHA-256s; a description holds its weights' digests): not another
+    campaign's pipeline of the same name, nor another split's weights."""
+    if pipeline_file is not None and row.get("pipeline_sha256") != pipeline_digest(
+            pipeline_file):
+        raise EdgeprofError(f"run {row['run_id']} ran another pipeline than {pipeline_file} "
+                            f"(another campaign's, or another pipeline of that name); {fix}")
+    if split_dir is None:
+        return
+    from engine.files import sha256_file
+
+    for name, digest in json.loads(row.get("descriptions") or "{}").items():
+        try:
+            ours = sha256_file(Path(split_dir) / name)
+        except OSError:
+            ours = None
+        if digest != ours:
+            raise EdgeprofError(f"run {row['run_id']} read another {name} than {split_dir}'s "
+                                f"(other weights: another seed's split, or split again "
+                                f"since); {fix}")
 
 
 def _check_source(tidied: Path, run: Path, row: pd.Series, fix: str, redo: str) -> None:
@@ -792,10 +826,12 @@ def probe_overhead_table(runs: pd.DataFrame, unprobed: pd.DataFrame) -> pd.DataF
 
 
 def _reconcile(reconcile_dir: str | os.PathLike | None,
-               settings: Mapping[str, object] | None = None) -> pd.DataFrame:
+               settings: Mapping[str, object] | None = None,
+               inputs: tuple[str | os.PathLike, str | os.PathLike] | None = None
+               ) -> pd.DataFrame:
     """The reconciliation table of the reconciliation run, checked (given ``settings``,
-    its pipeline, policy and limit, heap profile and pipeline file's ``pipeline_sha256``
-    among them) to be the run the workflow asks for."""
+    its pipeline, policy, limit and heap profile among them, and ``inputs``: the pipeline
+    file and split folder, as ``check_inputs``) to be the run the workflow asks for."""
     from engine.analysis.reconcile import reconcile_run
 
     if reconcile_dir is None:
@@ -803,8 +839,12 @@ def _reconcile(reconcile_dir: str | os.PathLike | None,
     redo = f"remove {reconcile_dir} and run the workflow again (it redoes the reconciliation run)"
     if not (Path(reconcile_dir) / "meta.json").is_file():
         raise EdgeprofError(f"the reconciliation run {reconcile_dir} holds no meta.json; {redo}")
-    if settings is not None:
-        check_settings(tidy_run(reconcile_dir)["runs"].assign(rep=0), settings, redo)
+    if settings is not None or inputs is not None:
+        runs = tidy_run(reconcile_dir)["runs"].assign(rep=0)
+        if inputs is not None:
+            check_inputs(runs.iloc[0], *inputs, redo)
+        if settings is not None:
+            check_settings(runs, settings, redo)
     return reconcile_run(reconcile_dir)
 
 
@@ -828,6 +868,11 @@ def outputs_agree(runs: pd.DataFrame) -> pd.Series:
         lambda d: d.mode().iloc[0] if d.notna().sum() >= 2 else pd.NA)
     agree = (digests == common).astype("boolean")
     return agree.where(digests.notna() & common.notna(), pd.NA)
+
+
+# settings a run takes from its environment, not its flags: redoing it in the same
+# environment gives the same run
+ENV_SETTINGS = {"numpy_hugepages": "NUMPY_MADVISE_HUGEPAGE", "mmap_threshold": "GLIBC_TUNABLES"}
 
 
 def check_settings(runs: pd.DataFrame, expected: Mapping[str, object], fix: str) -> None:
@@ -857,8 +902,11 @@ def check_settings(runs: pd.DataFrame, expected: Mapping[str, object], fix: str)
             if not same(value, want):
                 said, wanted = ("unset" if missing(v) else repr(v.item() if isinstance(
                     v, np.generic) else v) for v in (value, want))
+                env = ENV_SETTINGS.get(col)
+                why = (f"{env} in the workflow's environment?); unset it, then " if env
+                       else "redone by hand?); ")
                 raise EdgeprofError(f"run {row.run_id} was made with {col} {said}, not the "
-                                    f"config's {wanted} (redone by hand?); {fix}")
+                                    f"config's {wanted} ({why}{fix}")
 
 
 def _refuse_copies(runs: pd.DataFrame) -> None:
@@ -878,16 +926,18 @@ def _refuse_copies(runs: pd.DataFrame) -> None:
 def aggregate(tidy_dirs: Iterable[str | os.PathLike],
               reconcile_dir: str | os.PathLike | None,
               unprobed_dirs: Iterable[str | os.PathLike] = (),
-              reconcile_settings: Mapping[str, object] | None = None
+              reconcile_settings: Mapping[str, object] | None = None,
+              reconcile_inputs: tuple[str | os.PathLike, str | os.PathLike] | None = None
               ) -> dict[str, pd.DataFrame]:
     """The campaign's tables: runs, tasks, networks, samples (at most
     MAX_SAMPLES_PER_RUN per run), reconcile (its run checked against
-    ``reconcile_settings``, as ``check_settings``), speedup (per pair), and the statistics
+    ``reconcile_settings`` and ``reconcile_inputs``, as ``_reconcile``), speedup (per
+    pair), and the statistics
     over repetitions: summary, speedup_summary, noise_floor, probe_overhead (the probed
     runs against the unprobed twins in ``unprobed_dirs``)."""
     tables = read_tidy(tidy_dirs)
     tables["samples"] = downsample(tables["samples"])
-    tables["reconcile"] = _reconcile(reconcile_dir, reconcile_settings)
+    tables["reconcile"] = _reconcile(reconcile_dir, reconcile_settings, reconcile_inputs)
     runs = tables["runs"]
     _refuse_copies(runs)
     if not runs.empty:  # the order the runs really started in (runs.started_at)

@@ -24,7 +24,8 @@ from engine.files import atomic_path, parse_json, read_regular
 from engine.units import PAGE_SIZE
 
 SCHEMA_VERSION = 6  # 2: started_at, host_load, cpu_affinity; 3: runtime; 4: table_digests;
-# 5: record_digest; 6: pipeline.sha256, timeout_s, stall_s, estimates
+# 5: record_digest; 6: pipeline.sha256, timeout_s, stall_s, estimates,
+# description_sha256
 FILE = "meta.json"
 MAX_RECORD_BYTES = 16 * 2**20  # a record is a few kB; a vm run's console tail included
 
@@ -94,6 +95,9 @@ class RunMeta:
                     {})
     versions: dict = _f("edgeprof, numpy and protobuf versions", {})
     description_files: dict = _f("network -> the description file used", {})
+    description_sha256: dict = _f("network -> SHA-256 of that description file (it holds the "
+                                  "weights' digests): the workflow's aggregate matches it to "
+                                  "its own split", {})
     running_at_end: list[str] = _f("tasks still running when it ended (an OOM's victim)",
                                    [])
     tasks_finished: int | None = _f("tasks that finished (the rows of tasks.csv)")
@@ -215,6 +219,33 @@ def transparent_hugepage(path: str = THP_ENABLED) -> str | None:
         return None
     found = re.search(r"\[(\w+)\]", text)
     return found.group(1) if found else None
+
+
+# numpy advises transparent hugepages for its large arrays; Caffe's allocations (plain
+# malloc) do not. On VMs whose host backs guest memory lazily, first touches of huge
+# pages then cost up to 10x, intermittently, once a process holds a few hundred MiB
+# (benchmarks/bench_first_touch.py): a LOAD's time would depend on the host's state.
+# The measured child gets 4 KiB pages unless the variable is set explicitly.
+HUGEPAGE_ENV = "NUMPY_MADVISE_HUGEPAGE"
+# glibc raises its mmap threshold (up to 32 MiB) each time it frees a large mapped block,
+# so whether a later buffer is mapped (and given back when freed) or carved from the heap
+# (and kept resident when freed) depends on every earlier free: a few KiB decide whether
+# 40-64 MiB of freed heap stays resident (seen with real Caffe loading FaceNet, and in the
+# engine alike). Fixed at its default 128 KiB, every buffer of 128 KiB or more is mapped
+# and given back at once, in both runtimes and in the real-Caffe reference
+# (engine/realcaffe), so their resident sets compare stage by stage.
+MALLOC_ENV = "GLIBC_TUNABLES"
+MALLOC_TUNABLES = "glibc.malloc.mmap_threshold=131072"
+MMAP_THRESHOLD = int(MALLOC_TUNABLES.split("=")[1])
+
+
+def mmap_threshold(tunables: str | None) -> int | None:
+    """glibc's mmap threshold in a ``GLIBC_TUNABLES`` value (None: not set there)."""
+    for item in (tunables or "").split(":"):
+        name, _, value = item.partition("=")
+        if name == "glibc.malloc.mmap_threshold" and value.isdigit():
+            return int(value)
+    return None
 
 
 def numpy_hugepage_advice() -> bool | None:

@@ -28,7 +28,16 @@ from engine.probes.vmstat import in_guest
 from engine.procs import SUPERVISOR_ENV, preexec
 from engine.runner.folder import assemble, read_child
 from engine.runner.interrupt import Interrupted, Signalled, ignore_signals, signals_unwind
-from engine.runner.meta import PipelineInfo, RunMeta, host_facts, versions
+from engine.runner.meta import (
+    HUGEPAGE_ENV,
+    MALLOC_ENV,
+    MALLOC_TUNABLES,
+    PipelineInfo,
+    RunMeta,
+    host_facts,
+    mmap_threshold,
+    versions,
+)
 from engine.runner.outdir import OutClaim
 from engine.runner.request import RunRequest
 from engine.runner.stall import StallWatch, wait_child
@@ -39,30 +48,19 @@ from engine.schedule.policies import Policy, parse_policy
 # Backends under which a limit that cannot be enforced is recorded, never an error.
 RECORDS_UNENFORCED = ("none", "auto", "inherit")
 
-# numpy advises transparent hugepages for its large arrays; Caffe's allocations (plain
-# malloc) do not. On VMs whose host backs guest memory lazily, first touches of huge
-# pages then cost up to 10x, intermittently, once a process holds a few hundred MiB
-# (benchmarks/bench_first_touch.py): a LOAD's time would depend on the host's state.
-# The measured child gets 4 KiB pages unless the variable is set explicitly.
-HUGEPAGE_ENV = "NUMPY_MADVISE_HUGEPAGE"
-# glibc raises its mmap threshold (up to 32 MiB) each time it frees a large mapped block,
-# so whether a later buffer is mapped (and given back when freed) or carved from the heap
-# (and kept resident when freed) depends on every earlier free: a few KiB decide whether
-# 40-64 MiB of freed heap stays resident (seen with real Caffe loading FaceNet, and in the
-# engine alike). Fixed at its default 128 KiB, every buffer of 128 KiB or more is mapped
-# and given back at once, in both runtimes and in the real-Caffe reference
-# (engine/realcaffe), so their resident sets compare stage by stage.
-MALLOC_ENV = "GLIBC_TUNABLES"
-MALLOC_TUNABLES = "glibc.malloc.mmap_threshold=131072"
 
 
 def child_env() -> dict[str, str]:
     """The measured child's environment: ours, its supervisor named, numpy's hugepage
     advice off and glibc's mmap threshold fixed, unless the caller set
-    ``NUMPY_MADVISE_HUGEPAGE`` or ``GLIBC_TUNABLES``."""
+    ``NUMPY_MADVISE_HUGEPAGE`` or the threshold in ``GLIBC_TUNABLES`` (other tunables there
+    are kept beside ours)."""
     env = dict(os.environ, **{SUPERVISOR_ENV: str(os.getpid())})
     env.setdefault(HUGEPAGE_ENV, "0")
-    env.setdefault(MALLOC_ENV, MALLOC_TUNABLES)
+    # the caller's other tunables kept, the mmap threshold ours unless the caller set one
+    tunables = env.get(MALLOC_ENV, "")
+    if mmap_threshold(tunables) is None:
+        env[MALLOC_ENV] = ":".join(filter(None, [tunables, MALLOC_TUNABLES]))
     return env
 
 
@@ -209,6 +207,8 @@ def run_supervised(request: RunRequest, session: Session | None = None) -> RunMe
             meta.started_at, meta.host_load, meta.cpu_affinity = started_at, load, affinity
             meta.sampler = sampler_stats
             meta.description_files = spec["models"]
+            meta.description_sha256 = {net: sha256_file(path)
+                                       for net, path in spec["models"].items()}
             assemble(tmp, meta)
             if meta.termination == "ok" and meta.tasks_finished != meta.child["tasks"]:
                 meta.termination = "error"

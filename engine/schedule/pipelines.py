@@ -183,10 +183,14 @@ def check_arrival(arrival: dict, longest: int) -> None:
     mode = arrival.get("mode", "batch")
     if mode not in ARRIVAL_MODES:
         raise PipelineError(f"arrival mode '{mode}' is not one of {', '.join(ARRIVAL_MODES)}")
-    if mode == "poisson" and not arrival.get("rate", 0) > 0:
-        raise PipelineError("poisson arrivals need a positive 'rate' (networks per second)")
-    if mode == "normal" and not (arrival.get("mean", -1) >= 0 and arrival.get("sd", -1) >= 0):
-        raise PipelineError("normal arrivals need 'mean' and 'sd' gaps in seconds, both >= 0")
+    # finite too: an infinite rate or gap writes Infinity, which no pipeline file may hold
+    if mode == "poisson" and not 0 < arrival.get("rate", 0) < math.inf:
+        raise PipelineError("poisson arrivals need a positive, finite 'rate' (networks per "
+                            "second)")
+    if mode == "normal" and not (0 <= arrival.get("mean", -1) < math.inf
+                                 and 0 <= arrival.get("sd", -1) < math.inf):
+        raise PipelineError("normal arrivals need finite 'mean' and 'sd' gaps in seconds, "
+                            "both >= 0")
     gap = {"poisson": lambda: 5 / arrival["rate"],
            "normal": lambda: 5 * (arrival["mean"] + arrival["sd"])}.get(mode, lambda: 0.0)()
     if not gap * max(longest - 1, 0) <= MAX_ARRIVAL_S:

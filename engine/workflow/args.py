@@ -80,6 +80,7 @@ def run_settings(config: Config, kind: str, limit: str, in_vm: bool,
     Under ``auto`` the backend is the host's choice, not compared; so is its sandbox under
     a limit (``auto`` never boots one without: engine.limits.select)."""
     from engine.commands.options import swap
+    from engine.runner.meta import MMAP_THRESHOLD
 
     run = config["run"]
     backend = run_backend(config, limit, in_vm)
@@ -92,7 +93,9 @@ def run_settings(config: Config, kind: str, limit: str, in_vm: bool,
         # masa's admission budget: the limit, as no rule gives --budget
         "budget_bytes": None if limit == UNLIMITED else parse_size(limit),
         # what no run rule asks for (the reconciliation run's rule adds its heap profile)
-        "heap_profile": False, "cpu_profile": False, "sample_uss": False, "estimates": None}
+        "heap_profile": False, "cpu_profile": False, "sample_uss": False, "estimates": None,
+        # what the engine sets for the measured child (engine.runner.supervise.child_env)
+        "numpy_hugepages": False, "mmap_threshold": MMAP_THRESHOLD}
     if backend != "auto":
         settings |= {"backend": backend,
                      "sandbox": backend if backend in SANDBOXES else "none"}

@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.analysis.tables import tidy_run
+from engine.caffe import generate, splitter, zoo
 from engine.caffe.splitter import Description
 from engine.cli import main
 from engine.errors import EdgeprofError, ModelError
@@ -1776,7 +1777,7 @@ def _workflow_run(config: dict, models: Path, pipe: Path, out: Path, limit: str,
 
 
 def test_a_run_redone_by_hand_with_other_flags_than_the_workflows_is_refused(
-        zoo_split, tmp_path, capsys):
+        zoo_split, tmp_path, capsys, monkeypatch):
     """H1: the run's runtime, sandbox and backend, CPU pinning asked, swap, time limits,
     extra probes and its pipeline file are checked against what the workflow's flags and
     pipelines make a run record (not only batch, BLAS threads, sampling rate and seed);
@@ -1797,14 +1798,24 @@ def test_a_run_redone_by_hand_with_other_flags_than_the_workflows_is_refused(
     other.parent.mkdir()
     save_pipeline(Pipeline("p000", [Arrival(0.0, ["GenderNet", "GenderNet"])]), other)
 
-    def check(limit: str, run_pipe: Path = pipe, **redo) -> None:
+    # another split of GenderNet (another seed's weights), as a hand redo might read
+    other_split = tmp_path / "other_split"
+    prototxt, caffemodel = generate.write_zoo_model("GenderNet", tmp_path / "other_models", 8)
+    splitter.split_model(caffemodel, prototxt, other_split, network="GenderNet",
+                         fc_start=zoo.ZOO["GenderNet"].fc_start)
+
+    def check(limit: str, run_pipe: Path = pipe, run_models: Path = models,
+              env: dict | None = None, **redo) -> None:
         runs = tmp_path / f"runs{len(list(tmp_path.iterdir()))}" / "p000" / "linear" / limit
-        _workflow_run(config, models, run_pipe, runs / "rep0", limit, **redo)
+        with monkeypatch.context() as m:
+            for name, value in (env or {}).items():
+                m.setenv(name, value)
+            _workflow_run(config, run_models, run_pipe, runs / "rep0", limit, **redo)
         tidy = runs.parents[3] / "tidy" / "runs" / "p000" / "linear" / limit
         rc, err = _cli(capsys, "tidy", "--out", str(tidy), str(runs / "rep0"))
         assert rc == 0, err
         set_folders(tidy, 1, runs_dir=runs, settings=run_settings(config, "runs", limit, False),
-                    pipeline_file=pipe)
+                    pipeline_file=pipe, split_dir=models)
 
     check("none")
     check("1G")  # a limit with swap 0 (unenforced here: backend none)
@@ -1819,13 +1830,26 @@ def test_a_run_redone_by_hand_with_other_flags_than_the_workflows_is_refused(
              ("none", {"extra": ("--timeout", "5")}, made.format("timeout_s 5.0")),
              ("none", {"extra": ("--no-probes",)}, "was made without its probes, where the "
                                                    "config's has them"),
-             ("none", {"run_pipe": other}, f"ran another pipeline than {pipe}")]
+             ("none", {"run_pipe": other}, f"ran another pipeline than {pipe}"),
+             # the fourteenth pass: another split's weights (H1), the environment (M2)
+             ("none", {"run_models": other_split},
+              f"read another gender_net.description.json than {models}'s"),
+             ("none", {"env": {"NUMPY_MADVISE_HUGEPAGE": "1"}},
+              r"was made with numpy_hugepages True, not the config's False "
+              r"\(NUMPY_MADVISE_HUGEPAGE in the workflow's environment\?\); unset it, then"),
+             ("none", {"env": {"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=4096"}},
+              made.format("mmap_threshold 4096"))]
     for limit, redo, said in redos:
+        said = said if "\\(" in said else re.escape(said).replace(" ,", ".*,")
         with pytest.raises(EdgeprofError, match=rf"run p000/linear/{limit}(/caffe)?/rep0 "
-                                                rf"{re.escape(said).replace(' ,', '.*,')}.*; "
-                                                rf"remove .*/rep0 and .*tidy/runs/p000/linear/"
-                                                rf"{limit}, and run"):
+                                                rf"{said}.*remove .*/rep0 and "
+                                                rf".*tidy/runs/p000/linear/{limit}, and run"):
             check(limit, **redo)
+    # another policy's run in this slot (M1): the run folder holds it, a redo, not a copy
+    with pytest.raises(EdgeprofError, match=r"holds p000/bulk/none/rep0, not "
+                                            r"p000/linear/none/rep0: the run in .*rep0 is "
+                                            r"another run \(redone by hand\?\); remove "):
+        check("none", extra=("--policy", "bulk"))
 
 
 def test_the_reconciliation_run_is_checked_as_the_workflow_asks_for_it(two_runs, tmp_path):
@@ -1888,3 +1912,29 @@ def test_a_tidy_into_a_used_out_never_mixes_two_sets(two_runs, tmp_path, capsys)
     rc, err = _cli(capsys, "tidy", "--out", str(out), str(gg))
     assert rc == 2 and f"--out {out} holds 'ga', which this tidy does not write" in err, err
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before
+
+
+def test_an_infinite_rate_and_other_tunables_of_the_callers(split_copy, tmp_path, capsys,
+                                                            monkeypatch):
+    """Fourteenth pass M3: `pipelines --rate inf` wrote Infinity, which `run` refuses (and
+    `rate: .inf` in a config passed the dry run); M2: a caller's own GLIBC_TUNABLES kept
+    its other tunables but lost the engine's mmap threshold."""
+    from engine.runner.meta import MMAP_THRESHOLD, mmap_threshold
+    from engine.runner.supervise import child_env
+    from engine.workflow.checks import check_config
+    from tests.unit.test_workflow_args import load_config, with_
+
+    for rate in ("inf", "nan"):
+        rc, err = _cli(capsys, "pipelines", "--models", str(split_copy), "--out",
+                       str(tmp_path / "p"), "--arrival", "poisson", "--rate", rate)
+        assert rc == 2 and "positive, finite 'rate'" in err, err
+        assert not (tmp_path / "p").exists() or not any((tmp_path / "p").iterdir())
+    with pytest.raises(ValueError, match="positive, finite 'rate'"):
+        check_config(with_(load_config(), pipelines__arrival={"mode": "poisson",
+                                                              "rate": float("inf")}))
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2")
+    tunables = child_env()["GLIBC_TUNABLES"]
+    assert tunables.startswith("glibc.malloc.arena_max=2:")
+    assert mmap_threshold(tunables) == MMAP_THRESHOLD == 131072
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.mmap_threshold=4096")
+    assert mmap_threshold(child_env()["GLIBC_TUNABLES"]) == 4096  # the caller's, recorded

@@ -36,6 +36,7 @@ rule aggregate:
         reps=TIDY_REPS,
         reconcile=REC_SETTINGS,
         pipelines=PIPELINES_DIR,
+        split=SPLIT_DIR,
     log:
         f"{RESULTS}/logs/aggregate.log",
     conda:

@@ -79,6 +79,7 @@ rule aggregate_holdout:
         code=CODE_ANALYSIS,
         reps=HOLDOUT_TIDY_REPS,
         pipelines=PIPELINES_DIR,
+        split=SPLIT_DIR,
     log:
         f"{RESULTS}/logs/holdout/aggregate.log",
     conda:

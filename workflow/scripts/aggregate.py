@@ -5,7 +5,7 @@
 import sys
 from pathlib import Path
 
-from engine.analysis.tables import aggregate, pipeline_digest, set_folders, write_tables
+from engine.analysis.tables import aggregate, set_folders, write_tables
 from engine.errors import EdgeprofError
 
 sys.stderr = open(snakemake.log[0], "w")  # pandas/pyarrow warnings go to the rule's log
@@ -18,16 +18,17 @@ def runs_of(sets: list[str], probed: bool = True) -> list[Path]:
     for folder in sets:
         reps, runs_dir, settings = snakemake.params.reps[folder]
         pipeline = Path(snakemake.params.pipelines, f"{Path(folder).parts[-3]}.json")
-        out += set_folders(folder, reps, probed, runs_dir, settings, pipeline)
+        out += set_folders(folder, reps, probed, runs_dir, settings, pipeline,
+                           snakemake.params.split)
     return out
 
 
 try:
     reconcile = snakemake.params.reconcile
-    reconcile = {**reconcile, "pipeline_sha256": pipeline_digest(
-        Path(snakemake.params.pipelines, f"{reconcile['pipeline']}.json"))}
     tables = aggregate(runs_of(snakemake.input.tidy), snakemake.input.reconcile,
-                       runs_of(snakemake.input.unprobed, probed=False), reconcile)
+                       runs_of(snakemake.input.unprobed, probed=False), reconcile,
+                       (Path(snakemake.params.pipelines, f"{reconcile['pipeline']}.json"),
+                        snakemake.params.split))
 except EdgeprofError as exc:
     sys.exit(f"error: {exc}")
 write_tables(tables, Path(snakemake.output[0]).parent)

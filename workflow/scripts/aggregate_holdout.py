@@ -17,7 +17,8 @@ try:
                                    runs_dir=snakemake.params.reps[folder][1],
                                    settings=snakemake.params.reps[folder][2],
                                    pipeline_file=Path(snakemake.params.pipelines,
-                                                      f"{Path(folder).parts[-3]}.json"))]
+                                                      f"{Path(folder).parts[-3]}.json"),
+                                   split_dir=snakemake.params.split)]
     tables = read_tidy(runs)
 except EdgeprofError as exc:
     sys.exit(f"error: {exc}")
