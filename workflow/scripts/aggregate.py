@@ -30,6 +30,7 @@ try:
                        (Path(snakemake.params.pipelines, f"{reconcile['pipeline']}.json"),
                         snakemake.params.split))
 except EdgeprofError as exc:
+    print(f"error: {exc}", file=sys.__stderr__)  # the console's, not only the log's
     sys.exit(f"error: {exc}")
 write_tables(tables, Path(snakemake.output[0]).parent)
 for name, df in tables.items():

@@ -21,6 +21,7 @@ try:
                                    split_dir=snakemake.params.split)]
     tables = read_tidy(runs)
 except EdgeprofError as exc:
+    print(f"error: {exc}", file=sys.__stderr__)  # the console's, not only the log's
     sys.exit(f"error: {exc}")
 write_tables({name: tables[name] for name in ("runs", "tasks", "networks")},
              Path(snakemake.output[0]).parent)

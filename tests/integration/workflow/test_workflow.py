@@ -285,6 +285,7 @@ def test_a_run_redone_by_hand_is_refused_and_the_printed_fix_recovers(workflow):
     assert redo.returncode == 0, redo.stderr[-2000:]
     r = workflow.snakemake()
     assert r.returncode != 0
+    assert "was made with runtime 'caffe'" in r.stdout + r.stderr  # said on the console too
     log = (results / "logs" / "aggregate.log").read_text()
     said = re.search(r"run p000/bulk/none/caffe/rep1 was made with runtime 'caffe', not the "
                      r"config's 'lean' \(redone by hand\?\); remove (\S+) and (\S+), and run "
