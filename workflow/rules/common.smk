@@ -244,7 +244,9 @@ TARGETS = (
     expand(f"{RESULTS}/plots/{{fig}}.{{ext}}", fig=FIGURES, ext=["png", "pdf"])
     + expand(f"{RESULTS}/tables/{{table}}.{{ext}}", table=TABLES, ext=["csv", "parquet"])
     + [MODEL_FILE] + MODEL_OUTPUTS + RECONSTRUCTION_OUTPUTS
-    + (HOLDOUT_OUTPUTS if HOLDOUT_PIPELINES or HOLDOUT_VM_PIPELINES else [])
+    # the held-out tables too: a failed aggregate_holdout deletes them, and only a missing
+    # target (not a missing input of scores still on disk) makes Snakemake redo them
+    + (HOLDOUT_TABLES + HOLDOUT_OUTPUTS if HOLDOUT_PIPELINES or HOLDOUT_VM_PIPELINES else [])
     + expand(f"{RESULTS}/model/{{fig}}.{{ext}}", fig=MODEL_FIGURES, ext=["png", "pdf"])
 )
 

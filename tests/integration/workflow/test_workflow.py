@@ -301,6 +301,26 @@ def test_a_run_redone_by_hand_is_refused_and_the_printed_fix_recovers(workflow):
     assert set(runs["runtime"]) == {"lean"} and len(runs) == 12
 
 
+def test_a_held_out_run_removed_as_the_aggregate_says_is_measured_anew(tmp_path):
+    """A failed aggregate_holdout deletes the held-out tables; with them among the targets,
+    removing a held-out run and its tidy set (as the refusal says) redoes them, where only
+    the scores were targets and Snakemake found nothing to do (fifteenth pass, M1)."""
+    wf = Workflow(tmp_path)
+    cfg = tiny_config(wf.results)
+    cfg["run"].update(policies=["linear"], limits=["none"], repetitions=1,
+                      probe_overhead_policy=None)
+    cfg["model"]["holdout"]["pipelines"] = 1
+    wf.write_config(cfg)
+    r = wf.snakemake()
+    assert r.returncode == 0, r.stderr[-3000:]
+    shutil.rmtree(wf.results / "runs" / "hp000" / "linear" / "none" / "rep0")
+    shutil.rmtree(wf.results / "tidy" / "runs" / "hp000" / "linear" / "none")
+    shutil.rmtree(wf.results / "holdout" / "tables")  # as the failed aggregate left it
+    planned = wf.planned_jobs()
+    assert {"run", "tidy_run", "aggregate_holdout", "score_holdout"} <= set(planned), planned
+    assert planned["run"] == 1
+
+
 def test_jobs_run_the_venvs_python_and_the_checkouts_engine_without_either_on_path(tmp_path):
     """`python -m engine` in a rule is the interpreter running Snakemake and the engine of
     the checkout the workflow runs from, with neither the venv on PATH nor any PYTHONPATH
