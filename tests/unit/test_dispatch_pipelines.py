@@ -174,7 +174,9 @@ def test_pipeline_files_round_trip_and_bad_input(tmp_path):
     with pytest.raises(pipelines.PipelineError, match="cannot read pipeline"):
         pipelines.load_pipeline(tmp_path / "missing.json")
     for arrival, words in [({"mode": "uniform"}, "not one of"),
-                           ({"mode": "poisson"}, "positive 'rate'"),
+                           ({"mode": "poisson"}, "positive, finite 'rate'"),
+                           ({"mode": "poisson", "rate": float("inf")}, "finite 'rate'"),
+                           ({"mode": "normal", "mean": float("inf"), "sd": 0}, "finite"),
                            ({"mode": "normal", "mean": 1}, "'mean' and 'sd'")]:
         with pytest.raises(pipelines.PipelineError, match=words):
             pipelines.generate_pipelines(0, 1, SIZES, (1, 2), arrival)
