@@ -10,6 +10,7 @@ error) keeps its rows; only the quantities it could not produce are NaN.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -509,6 +510,18 @@ def pipeline_digest(path: str | os.PathLike) -> str:
                             f"workflow again (it draws the pipelines anew)") from None
 
 
+@functools.lru_cache(maxsize=4096)
+def _description_digest(path: str) -> str | None:
+    """A description file's SHA-256 (None: unreadable), once per aggregate: every run of
+    a campaign reads the same few."""
+    from engine.files import sha256_file
+
+    try:
+        return sha256_file(path)
+    except OSError:
+        return None
+
+
 def check_inputs(row: Mapping, pipeline_file: str | os.PathLike | None,
                  split_dir: str | os.PathLike | None, fix: str) -> None:
     """The run of the runs-table ``row`` read the campaign's own pipeline file and network
@@ -520,14 +533,8 @@ def check_inputs(row: Mapping, pipeline_file: str | os.PathLike | None,
                             f"(another campaign's, or another pipeline of that name); {fix}")
     if split_dir is None:
         return
-    from engine.files import sha256_file
-
     for name, digest in json.loads(row.get("descriptions") or "{}").items():
-        try:
-            ours = sha256_file(Path(split_dir) / name)
-        except OSError:
-            ours = None
-        if digest != ours:
+        if digest != _description_digest(str(Path(split_dir) / name)):
             raise EdgeprofError(f"run {row['run_id']} read another {name} than {split_dir}'s "
                                 f"(other weights: another seed's split, or split again "
                                 f"since); {fix}")
