@@ -100,3 +100,38 @@ def test_snakemakes_scheduler_keeps_one_reevaluation_pending(tmp_path):
     passes = (r.stdout + r.stderr).count("Ready jobs")
     # a pass per finished job, one per second of the rate limit's timer, and the first few
     assert jobs <= passes <= jobs + wall + 5, (passes, wall)
+
+
+def test_snakemakes_sigterm_handler_never_waits_on_the_lock_its_thread_holds():
+    """Snakemake's own handler takes the scheduler's lock, which the main thread (where
+    the handler runs) may hold while it selects jobs: it waits on itself. Checked with
+    Snakemake's method first, then with the repair: the flag set, a pass released."""
+    import threading
+    from types import SimpleNamespace
+
+    from snakemake.scheduling.job_scheduler import JobScheduler
+
+    original = JobScheduler.exit_gracefully
+
+    def handled(method) -> SimpleNamespace:
+        sched = SimpleNamespace(_lock=threading.Lock(), _open_jobs=threading.Semaphore(0),
+                                _user_kill=None)
+
+        def in_the_main_thread() -> None:  # it holds the lock, and the signal lands
+            with sched._lock:
+                method(sched)
+
+        t = threading.Thread(target=in_the_main_thread, daemon=True)
+        t.start()
+        t.join(1.0)
+        sched.finished = not t.is_alive()
+        return sched
+
+    assert not handled(original).finished  # Snakemake's own: stuck for good
+    try:
+        assert snakemake_api.exit_without_lock()
+        sched = handled(JobScheduler.exit_gracefully)
+        assert sched.finished and sched._user_kill == "graceful"
+        assert sched._open_jobs.acquire(blocking=False)
+    finally:
+        JobScheduler.exit_gracefully = original

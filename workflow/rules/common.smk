@@ -55,12 +55,18 @@ from engine.workflow.resources import (
     slurm_step_prefix,
     unconstrained_mem_mb,
 )
-from engine.workflow.snakemake_api import coalesce_reevaluations, declare_signatures
+from engine.workflow.snakemake_api import (
+    coalesce_reevaluations,
+    declare_signatures,
+    exit_without_lock,
+)
 
 
 # Snakemake's scheduler otherwise adds a never-ending chain of passes per finished job
-# (engine.workflow.snakemake_api): its own CPU grew to most of a CPU in the default run
+# (its own CPU grew to most of a CPU in the default run), and its SIGTERM handler can
+# wait on a lock the interrupted main thread holds (engine.workflow.snakemake_api)
 coalesce_reevaluations()
+exit_without_lock()
 
 
 configfile: "config/config.yaml"
