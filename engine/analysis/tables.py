@@ -499,21 +499,11 @@ def set_folders(set_dir: str | os.PathLike, reps: int, probed: bool = True,
     return [folder / name for name in expected]
 
 
-def pipeline_digest(path: str | os.PathLike) -> str:
-    """The SHA-256 of a pipeline file, as runs record it (``pipeline_sha256``)."""
-    from engine.files import sha256_file
-
-    try:
-        return sha256_file(path)
-    except OSError as exc:
-        raise EdgeprofError(f"cannot read the pipeline {path}: {exc.strerror}; run the "
-                            f"workflow again (it draws the pipelines anew)") from None
-
-
 @functools.lru_cache(maxsize=4096)
-def _description_digest(path: str) -> str | None:
-    """A description file's SHA-256 (None: unreadable), once per aggregate: every run of
-    a campaign reads the same few."""
+def _file_digest(path: str) -> str | None:
+    """A pipeline or description file's SHA-256 (None: unreadable), once per aggregate:
+    every run of a set reads the same pipeline, every run of a campaign the same few
+    descriptions."""
     from engine.files import sha256_file
 
     try:
@@ -527,14 +517,19 @@ def check_inputs(row: Mapping, pipeline_file: str | os.PathLike | None,
     """The run of the runs-table ``row`` read the campaign's own pipeline file and network
     descriptions (their SHA-256s; a description holds its weights' digests): not another
     campaign's pipeline of the same name, nor another split's weights."""
-    if pipeline_file is not None and row.get("pipeline_sha256") != pipeline_digest(
-            pipeline_file):
-        raise EdgeprofError(f"run {row['run_id']} ran another pipeline than {pipeline_file} "
-                            f"(another campaign's, or another pipeline of that name); {fix}")
+    if pipeline_file is not None:
+        ours = _file_digest(str(pipeline_file))
+        if ours is None:
+            raise EdgeprofError(f"cannot read the pipeline {pipeline_file}; run the workflow "
+                                f"again (it draws the pipelines anew)")
+        if row.get("pipeline_sha256") != ours:
+            raise EdgeprofError(f"run {row['run_id']} ran another pipeline than "
+                                f"{pipeline_file} (another campaign's, or another pipeline "
+                                f"of that name); {fix}")
     if split_dir is None:
         return
     for name, digest in json.loads(row.get("descriptions") or "{}").items():
-        if digest != _description_digest(str(Path(split_dir) / name)):
+        if digest != _file_digest(str(Path(split_dir) / name)):
             raise EdgeprofError(f"run {row['run_id']} read another {name} than {split_dir}'s "
                                 f"(other weights: another seed's split, or split again "
                                 f"since); {fix}")
