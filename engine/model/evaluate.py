@@ -26,7 +26,9 @@ and per fold the same errors (``cv_folds``):
   log-normal factor of the spread the training runs showed, ``duration_sigma``) and the
   measured peak is scored against their 5-95 % range, and against that range widened by
   the baseline's 5-95 % spread over the training cells (``baseline_spread_bytes``: what
-  the allocator keeps varies too), the peak's prediction interval;
+  the allocator keeps varies too), the peak's prediction interval; and the memory model
+  alone, on each run's own measured schedule (``memory.schedule_peak``): what of the
+  peak's error is the simulated schedule's and what the memory bookkeeping's;
 - ranking: Kendall's tau between predicted and measured makespans of the policies, per
   (pipeline, limit), its median; how often the predicted best policy is the measured
   best, and how often its measured median lies within the measured best's CI;
@@ -55,9 +57,11 @@ from engine.analysis.stats import (
 from engine.caffe.splitter import Description
 from engine.files import sha256_file
 from engine.model.fit import mode_keys
+from engine.model.memory import schedule_peak
 from engine.model.params import Model
 from engine.model.predict import Networks, predict, predict_against_unconstrained
 from engine.model.train import Paths, measured_cells, pipelines_from_networks, train
+from engine.schedule.plan import plan
 from engine.schedule.policies import parse_policy
 
 LPO, LNO, HELD_OUT_SEED = "leave-pipeline-out", "leave-network-out", "held-out seed"
@@ -72,7 +76,8 @@ PREDICTION_COLUMNS = [
     "slowdown_error_pct", "measured_hwm_rss_bytes", "measured_cg_peak_bytes",
     "predicted_peak_ram_bytes", "predicted_peak_p05_bytes", "predicted_peak_p95_bytes",
     "peak_in_range", "predicted_peak_pi_low_bytes", "predicted_peak_pi_high_bytes",
-    "peak_in_pi", "peak_error_pct", "peak_cg_error_pct", "predicted_peak_swap_bytes",
+    "peak_in_pi", "peak_error_pct", "peak_cg_error_pct", "schedule_peak_error_pct",
+    "predicted_peak_swap_bytes",
     "predicted_swap_out_bytes", "measured_swap_out_bytes", "measured_oom", "predicted_oom",
 ]
 SCORE_COLUMNS = ["mode", "scheme", "metric", "scope", "value", "ci_low", "ci_high", "n",
@@ -128,14 +133,65 @@ def ordering_peaks(mode, pipeline, networks: Networks, policy: str, orderings: i
     return np.asarray(peaks)
 
 
+Schedule = tuple[np.ndarray, np.ndarray, float]  # a run's task starts, ends (s), VmHWM
+
+
+def measured_schedules(runs: pd.DataFrame, tasks: pd.DataFrame
+                       ) -> dict[tuple[str, str, str], list[Schedule]]:
+    """Per (pipeline, policy, limit): each finished unconstrained run's own schedule
+    (every task's start and the end of its work, by task id; a run without
+    ``work_end_ns``, its end) and its resident high-water mark."""
+    ok = runs[(runs["termination"] == "ok") & (runs["limit"] == "none")
+              & runs["hwm_rss_bytes"].notna()]
+    t = tasks[tasks["run_id"].isin(ok["run_id"])]
+    out: dict[tuple[str, str, str], list[Schedule]] = {}
+    by_run = dict(tuple(t.groupby("run_id")))
+    for r in ok.itertuples():
+        rows = by_run.get(r.run_id)
+        if rows is None:
+            continue
+        ids = rows["task_id"].astype(int).to_numpy()
+        start = np.full(ids.max() + 1, np.nan)
+        end = start.copy()
+        # the task's memory effects are over when its work is: runs that record it
+        done = (rows["work_end_ns"].fillna(rows["end_ns"]) if "work_end_ns" in rows
+                else rows["end_ns"])
+        start[ids], end[ids] = rows["start_ns"] / 1e9, done / 1e9
+        out.setdefault((str(r.pipeline), str(r.policy), str(r.limit)), []).append(
+            (start, end, float(r.hwm_rss_bytes)))
+    return out
+
+
+def schedule_peak_error(mode, pipeline, networks: Networks, policy: str,
+                        schedules: list[Schedule]) -> float:
+    """The median over the runs of the % error of the peak the memory model gives each
+    run's own measured schedule (``memory.schedule_peak``) against its VmHWM; NaN
+    without runs whose every task was timed."""
+    planned = plan(pipeline, parse_policy(policy), networks.descriptions)
+    tasks = planned.graph.tasks
+    profiles = {i.id: networks.memory(i.network) for i in planned.instances}
+    errors = []
+    for start, end, hwm in schedules:
+        if len(start) != len(tasks) or not (np.isfinite(start).all() and np.isfinite(end).all()):
+            continue
+        peak = mode.baseline_bytes + schedule_peak(profiles, tasks, start, end)
+        errors.append(_pct(peak, hwm))
+    return float(np.median(errors)) if errors else np.nan
+
+
 def predict_cells(model: Model, key: str, cells: pd.DataFrame, pipelines: dict,
-                  networks: Networks, orderings: int = ORDERINGS) -> pd.DataFrame:
+                  networks: Networks, orderings: int = ORDERINGS,
+                  schedules: dict[tuple[str, str, str], list[Schedule]] | None = None
+                  ) -> pd.DataFrame:
     """The model's predictions for each measured cell (adds the predicted_* columns):
     under the cell's limit and swap allowance, and unconstrained for its slowdown; for a
-    multi-worker policy the 5-95 % range of its orderings' peaks."""
+    multi-worker policy the 5-95 % range of its orderings' peaks; with ``schedules``
+    (``measured_schedules``) the memory model's peak error on each cell's measured
+    schedules."""
     m = model.modes[key]
     out = []
     for c in cells.itertuples():
+        runs_of = (schedules or {}).get((str(c.pipeline), str(c.policy), str(c.limit)), [])
         limit = None if c.limit == "none" else int(c.limit_bytes)
         swap = None if pd.isna(c.swap_bytes) else int(c.swap_bytes)
         pred, free = predict_against_unconstrained(m, pipelines[c.pipeline], networks,
@@ -159,6 +215,8 @@ def predict_cells(model: Model, key: str, cells: pd.DataFrame, pipelines: dict,
                     "predicted_peak_pi_high_bytes": pi_high,
                     "peak_in_pi": (bool(pi_low <= measured <= pi_high)
                                    if np.isfinite(measured) else None),
+                    "schedule_peak_error_pct": schedule_peak_error(
+                        m, pipelines[c.pipeline], networks, c.policy, runs_of),
                     "predicted_peak_swap_bytes": pred.peak_swap_bytes,
                     "predicted_swap_out_bytes": pred.swap_out_bytes,
                     "predicted_oom": pred.oom})
@@ -224,10 +282,14 @@ def cross_validate(runs: pd.DataFrame, tasks: pd.DataFrame, networks: pd.DataFra
                 if key not in model.modes:
                     notes.append((key, scheme, f"fold {fold}: {model.unfitted.get(key)}"))
                     continue
-                cells = measured_cells(part[part["pipeline"].isin(test)])
+                test_runs = part[part["pipeline"].isin(test)]
+                cells = measured_cells(test_runs)
                 m = model.modes[key]
                 nets = Networks(descriptions, m.batch, m.runtime)
-                preds.append(predict_cells(model, key, cells, pipelines, nets, orderings)
+                schedules = measured_schedules(
+                    test_runs, tasks[tasks["run_id"].isin(test_runs["run_id"])])
+                preds.append(predict_cells(model, key, cells, pipelines, nets, orderings,
+                                           schedules)
                              .assign(mode=key, scheme=scheme, fold=fold))
     return _with_errors(preds), notes
 
@@ -321,6 +383,13 @@ def scores(pred: pd.DataFrame, notes: list[tuple[str, str, str]] = ()) -> pd.Dat
         if worst is not None:
             rows.append({**worst, "scope": "unconstrained, worst policy",
                          "note": f"{worst['scope'].split(', ')[1]}; {note}"})
+        # the memory model on each run's own schedule: what of the peak error is the
+        # schedule's (which tasks overlapped) and what the memory bookkeeping's
+        rows += [row("peak RSS median abs error %, on the measured schedule",
+                     f"unconstrained, {policy}", g, "schedule_peak_error_pct", "median_abs")
+                 for policy, g in free.groupby("policy")]
+        rows.append(row("peak RSS median abs error %, on the measured schedule",
+                        "unconstrained", free, "schedule_peak_error_pct", "median_abs"))
         rows.append(row("peak RSS median abs error %", "limited", lim, "peak_error_pct",
                         "median_abs", "RSS counts file pages the cgroup may not: compare "
                                       "the cgroup peak"))
@@ -534,9 +603,10 @@ def score_holdout_files(tables_dir: Paths, models_dir: Paths,
             continue
         m = model.modes[key]
         nets = Networks(descriptions, m.batch, m.runtime)
+        schedules = measured_schedules(part, tasks[tasks["run_id"].isin(part["run_id"])])
         preds.append(predict_cells(model, key, measured_cells(part), pipelines, nets,
-                                   orderings).assign(mode=key, scheme=HELD_OUT_SEED,
-                                                     fold=HELD_OUT_SEED))
+                                   orderings, schedules)
+                     .assign(mode=key, scheme=HELD_OUT_SEED, fold=HELD_OUT_SEED))
     pred = _with_errors(preds)
     table = scores(pred, notes)
     write_tables(dict(zip(HOLDOUT_TABLES, (pred, table, target_table(table)), strict=True)),

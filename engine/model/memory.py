@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -405,3 +405,26 @@ def demand_peak(effects: dict[int, TaskMemory], start_s: list[float],
         slope += dslope
         peak = max(peak, level)
     return peak
+
+
+def schedule_peak(profiles: dict[int, NetworkMemory], tasks: Sequence[Task],
+                  start_s: Sequence[float], end_s: Sequence[float]) -> float:
+    """The highest demand of an unconstrained run whose tasks (``tasks[i].id == i``)
+    started and ended at the given times: a measured run's own schedule replayed with
+    the bookkeeping the simulator uses, so that its peak against the run's VmHWM is the
+    memory model's error alone, without the schedule's. At one instant a task ends
+    before another starts (the worker that frees is the one that takes next), as
+    ``demand_peak`` orders them."""
+    memory = RunMemory(profiles, None)
+    events = []
+    for task in tasks:
+        s, t = start_s[task.id], end_s[task.id]
+        events.append((s, 1, task.id))
+        events.append((t, 0 if t > s else 2, task.id))
+    for _, kind, tid in sorted(events):
+        if kind == 1:
+            memory.start(tasks[tid])
+        else:
+            memory.finish(tasks[tid])
+            memory.end(tasks[tid])
+    return demand_peak(memory.effects, list(start_s), list(end_s))

@@ -84,6 +84,9 @@ class PipelineRun:
         self._heap_dump(task, "start")
         tokens = [probe.open() for probe in self.probes.windows]
         extra = self._work(task)
+        # the work is done here; the probes' close, after it, can wait for the GIL
+        # under concurrent workers, and the task's end_ns includes that wait
+        extra["work_end_ns"] = time.perf_counter_ns() - self.t0_ns
         for probe, token in zip(self.probes.windows, tokens):
             extra.update(probe.close(token))
         self._heap_dump(task, "end")

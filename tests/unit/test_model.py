@@ -214,6 +214,60 @@ def test_the_peak_sweep_finds_peaks_just_before_an_event_and_matches_brute_force
             _brute_peak(effects, list(start), list(end)), abs=1e-6)
 
 
+# Two Tiny instances (A: tasks 0-8, B: 9-17; layers data, ip1, relu1, ip2) timed by
+# hand. SEQUENTIAL: A, then B: the linear count above, 8 + 640. OVERLAPPED: B loads ip1
+# over [2, 4] while A runs ip1 over [2, 3]: just before 3 A holds 64 + 544 + 32 = 640 and
+# B its input 64 and half of ip1's 544 (a LOAD's weights arrive over its run): 976.
+# The data layer's LOAD and EXEC take no time (a task ends after its own start).
+_A = [(0, 1), (1, 1), (1, 1), (1, 2), (2, 3), (3, 3.1), (3.1, 3.2), (3.2, 3.3), (3.3, 3.4)]
+SEQUENTIAL = _A + [(s + 10, e + 10) for s, e in _A]
+OVERLAPPED = _A + [(0, 1), (1, 1), (1, 1), (2, 4), (4, 5), (5, 5.1), (5.1, 5.2), (5.2, 5.3),
+                   (5.3, 5.4)]
+
+
+@pytest.mark.parametrize("times, peak", [(SEQUENTIAL, 8 + 640), (OVERLAPPED, 976)])
+def test_a_measured_schedule_peaks_where_counted_by_hand(tiny, times, peak):
+    from engine.model.memory import schedule_peak
+    from engine.schedule.plan import plan
+
+    planned = plan(Pipeline("two", [Arrival(0.0, ["Tiny", "Tiny"])]), parse_policy("partial:2"),
+                   {"Tiny": tiny})
+    profiles = {i.id: network_memory(tiny, None) for i in planned.instances}
+    start, end = zip(*times)
+    assert schedule_peak(profiles, planned.graph.tasks, start, end) == pytest.approx(peak)
+
+
+def test_each_runs_measured_schedule_is_scored_against_its_own_peak(tiny):
+    """Two runs of one cell, each with its own schedule and VmHWM (the model's baseline
+    plus its hand count): both errors are 0 only if each run is replayed on its own
+    tasks' times and scored against its own peak."""
+    from engine.model.evaluate import measured_schedules, schedule_peak_error
+
+    runs = pd.DataFrame({"run_id": ["seq", "over"], "pipeline": "two", "policy": "partial:2",
+                         "limit": "none", "termination": "ok",
+                         "hwm_rss_bytes": [1000.0 + 8 + 640, 1000.0 + 976]})
+    tasks = pd.DataFrame([{"run_id": run, "task_id": i, "start_ns": int(s * 1e9),
+                           "end_ns": int(e * 1e9)}
+                          for run, times in (("over", OVERLAPPED), ("seq", SEQUENTIAL))
+                          for i, (s, e) in enumerate(times)]).sample(frac=1, random_state=3)
+    schedules = measured_schedules(runs, tasks)[("two", "partial:2", "none")]
+    pipe = Pipeline("two", [Arrival(0.0, ["Tiny", "Tiny"])])
+    nets = Networks({"Tiny": tiny}, None)
+    assert schedule_peak_error(_mode(), pipe, nets, "partial:2", schedules) == pytest.approx(0)
+    # the one run alone, scored against the other's peak, is off
+    swapped = [(s, e, h) for (s, e, _), (_, _, h) in zip(schedules, schedules[::-1])]
+    assert abs(schedule_peak_error(_mode(), pipe, nets, "partial:2", swapped[:1])) > 10
+    # A's ip1 recorded as ending at 4.5, its work (and its frees) done at 3: the work's
+    # end counts; without it, A's ip1 weights would meet B's whole ip1 (above 976)
+    over = tasks[tasks["run_id"] == "over"].assign(work_end_ns=lambda t: t["end_ns"])
+    over.loc[over["task_id"] == 4, "end_ns"] = int(4.5e9)
+    late = measured_schedules(runs, over)[("two", "partial:2", "none")]
+    assert schedule_peak_error(_mode(), pipe, nets, "partial:2", late) == pytest.approx(0)
+    late = measured_schedules(runs, over.drop(columns="work_end_ns"))[("two", "partial:2",
+                                                                        "none")]
+    assert schedule_peak_error(_mode(), pipe, nets, "partial:2", late) > 5
+
+
 @pytest.mark.parametrize("page", [4096, 16384, 65536])
 def test_under_a_limit_swap_costs_its_pages_and_too_little_swap_is_an_oom(tiny, page):
     """1 us per byte whatever the page the cost was counted in: a page of ``page`` bytes
@@ -381,10 +435,15 @@ def test_scores_of_known_predictions():
                      "slowdown_error_pct": np.nan, "peak_error_pct": {"a": 1, "b": -3,
                                                                       "c": 5}[p],
                      "peak_cg_error_pct": np.nan, "predicted_oom": False,
+                     "schedule_peak_error_pct": {"a": 0.5, "b": -1, "c": 2}[p],
                      "measured_oom": False})
     table = scores(pd.DataFrame(rows)).set_index(["metric", "scope"])["value"]
     assert table[("makespan MAPE %", "unconstrained")] == pytest.approx(20.0)
     assert table[("peak RSS median abs error %", "unconstrained")] == 3.0
+    assert table[("peak RSS median abs error %, on the measured schedule",
+                  "unconstrained")] == 1.0
+    assert table[("peak RSS median abs error %, on the measured schedule",
+                  "unconstrained, b")] == 1.0
     # predicted order b < a < c against measured a < b < c: one pair of three swapped
     scope = "unconstrained, per pipeline and limit"
     assert table[("Kendall tau (median)", scope)] == pytest.approx(1 / 3)
@@ -819,6 +878,27 @@ def test_the_targets_say_met_or_missed_and_the_report_quotes_them():
         "no cells"
     text = targets_table(targets.reset_index())
     assert "20.0 [15.0, 25.0] **missed** (n = 9)" in text and "0.70 [0.50, 0.90] met" in text
+
+
+def test_the_report_sets_each_policys_predicted_peak_error_beside_its_measured_schedules():
+    from engine.model.report import peak_table
+
+    def row(metric, scope, value):
+        return {"mode": "native/lean", "scheme": "leave-pipeline-out", "metric": metric,
+                "scope": scope, "value": value, "ci_low": np.nan, "ci_high": np.nan, "n": 3,
+                "pipelines": 3, "note": ""}
+
+    on = "peak RSS median abs error %, on the measured schedule"
+    text = peak_table(pd.DataFrame([
+        row("peak RSS median abs error %", "unconstrained, partial:3", 11.9),
+        row(on, "unconstrained, partial:3", 3.7),
+        row("peak RSS median abs error %", "unconstrained, linear", 0.5),
+        row("peak RSS median abs error %", "unconstrained, worst policy", 11.9),
+        row("peak RSS median abs error %", "unconstrained", 0.5)]))
+    lines = text.splitlines()
+    assert "| native/lean | leave-pipeline-out | partial:3 | 11.9 | 3.7 |" in lines
+    assert "| native/lean | leave-pipeline-out | linear | 0.5 | n/a |" in lines
+    assert len(lines) == 4  # header, rule, two policies: not the worst nor the overall
 
 
 def test_a_whole_network_fit_without_a_slope_of_its_own_borrows_the_layers():
