@@ -4,9 +4,18 @@ import signal
 import sys
 
 try:
-    from engine.cli import main
+    from engine.cli import main, reader_gone
 
-    code = main()
+    try:
+        code = main()
+    except SystemExit as exc:  # argparse's --help and usage errors
+        code = exc.code
+    except BrokenPipeError:
+        code = reader_gone()
+    try:
+        sys.stdout.flush()  # here, not at exit: a reader gone is then an answer, not noise
+    except BrokenPipeError:
+        code = reader_gone()
 except KeyboardInterrupt:  # Ctrl-C while Python was still importing, before any handler
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # first: a second one must not kill us
     print("error: interrupted", file=sys.stderr)

@@ -7,6 +7,7 @@ else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from typing import NoReturn
@@ -75,6 +76,13 @@ def _hold_signals() -> None:
         signal.signal(sig, signal.SIG_IGN)
 
 
+def reader_gone() -> int:
+    """Standard output's reader went away (``advise | head``): end quietly, as a shell
+    tool killed by SIGPIPE does, with nothing more sent to the closed pipe at exit."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 128 + signal.SIGPIPE
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -99,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: interrupted by {exc.name}; {said}", file=sys.stderr)
         return 130
     except OSError as exc:  # a path the command cannot read or write
+        if isinstance(exc, BrokenPipeError) and exc.filename is None:
+            return reader_gone()
         where = f" {exc.filename}" if exc.filename else ""
         print(f"error: cannot use{where}: {exc.strerror or exc}", file=sys.stderr)
         return 2

@@ -218,3 +218,20 @@ def test_two_descriptions_of_one_network_are_refused(capsys, work):
     (work / "s" / "copy.description.json").write_text(desc.read_text())
     err = _run(capsys, work)
     assert "both describe AgeNet" in err
+
+
+def test_output_into_a_pipe_whose_reader_left_ends_quietly():
+    """``python -m engine ... | head``: once the reader is gone the command ends as a
+    shell tool killed by SIGPIPE does (141), with no traceback and no error line."""
+    import subprocess
+    import sys
+
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before anything is written
+    try:
+        done = subprocess.run([sys.executable, "-m", "engine", "doctor"], stdout=write,
+                              stderr=subprocess.PIPE, text=True,
+                              cwd=Path(__file__).resolve().parents[2], timeout=60)
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (141, "")
