@@ -57,15 +57,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# the options and arguments that name a file or folder, where '.' is the way to say "here"
+PATH_OPTIONS = {"description", "dir", "estimates", "model", "models", "out", "pipeline",
+                "prototxt", "request", "runs", "spec", "tables", "work"}
+
+
 def _empty_value(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str | None:
-    """The first option or argument given as an empty string (a path such as --models ''
-    would name the current folder): no verb takes one."""
+    """What to say of the first option or argument given as an empty string (a path such
+    as --models '' would name the current folder): no verb takes one."""
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     for action in sub.choices[args.command]._actions:
         value = getattr(args, action.dest, None)
         values = value if isinstance(value, list) else [value]
         if any(isinstance(v, str) and not v.strip() for v in values):
-            return action.option_strings[0] if action.option_strings else action.dest
+            name = action.option_strings[0] if action.option_strings else action.dest
+            hint = " (for a folder, '.' names this one)" if action.dest in PATH_OPTIONS else ""
+            return f"{name} is empty; give a value{hint}"
     return None
 
 
@@ -88,8 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     empty = _empty_value(parser, args)
     if empty is not None:
-        print(f"error: {empty} is empty; give a value (for a folder, '.' names this one)",
-              file=sys.stderr)
+        print(f"error: {empty}", file=sys.stderr)
         return 2
     try:
         return args.func(args) or 0

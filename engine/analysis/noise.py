@@ -90,8 +90,9 @@ def _read(path: str) -> str | None:
         return None
 
 
-def host_checks() -> list[tuple[str, bool, str]]:
-    """(what, fine, what it means) for this host, now: ``doctor``'s lines."""
+def host_checks() -> list[tuple[str, bool | None, str]]:
+    """(what, fine, what it means) for this host, now: ``doctor``'s lines; ``fine`` None
+    is a note on what this host cannot do, not on how quiet it is."""
     cpus = os.cpu_count() or 1
     checks = []
     load1, load5, _ = os.getloadavg()
@@ -131,9 +132,9 @@ def host_checks() -> list[tuple[str, bool, str]]:
 
     maps = max_map_count()
     note = map_count_note(maps)
-    # a limit on what the uml sandbox can run, not on how quiet the host is: said, not warned
+    # a limit on what the uml sandbox can run, not on how quiet the host is: a note
     checks.append((f"vm.max_map_count: {maps if maps is not None else 'unreadable'}"
-                   + (f" ({note})" if note else ""), True, ""))
+                   + (f" ({note})" if note else ""), True if note is None else None, ""))
     swap = next((int(line.split()[1]) for line in (_read("/proc/meminfo") or "").splitlines()
                  if line.startswith("SwapTotal:")), 0)
     checks.append((f"host swap: {swap // 1024} MiB", True,

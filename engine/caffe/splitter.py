@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import stat
 from collections.abc import Iterable
@@ -277,6 +278,8 @@ class Description:
                                  f"{self.network} was split (truncated or replaced); {fix}")
 
 
+_HIDDEN_PARTIALS = re.compile(r"(\..+_partials\.)\d+\.[^./]+")  # stamped_tempdir's
+
 def check_batch_fits(descs: Iterable[Description], batch: int | None) -> None:
     """Refuse a batch whose largest network's weights and outputs alone exceed this
     machine's RAM (a typo such as --batch 10000 would otherwise swap the host for minutes
@@ -389,8 +392,11 @@ def split_model(caffemodel: str | os.PathLike, prototxt: str | os.PathLike,
     created = not out_dir.exists()
     out_dir.mkdir(parents=True, exist_ok=True)
     final = out_dir / f"{stem}_partials"
-    # a split killed before it could clean up (SIGKILL) left its folder: gone now
-    sweep(out_dir, f".{stem}_partials.")
+    # a split killed before it could clean up (SIGKILL) left its folder, of this network
+    # or another split into the same --out: gone now (their owners gone)
+    for prefix in sorted({m.group(1) for m in map(_HIDDEN_PARTIALS.fullmatch,
+                                                   os.listdir(out_dir)) if m}):
+        sweep(out_dir, prefix)
     tmp = stamped_tempdir(f".{stem}_partials.", out_dir)
     normal_mode(tmp, directory=True)
     try:

@@ -19,8 +19,9 @@ def main(args: argparse.Namespace) -> int:
     tables = table_warnings(args.tables, required=True) if args.tables else []
     worst = 0
     for what, fine, meaning in host_checks():
-        print(f"{'ok  ' if fine else 'WARN'} {what}" + ("" if fine else f": {meaning}"))
-        worst = worst or (0 if fine else 1)
+        label = {True: "ok  ", False: "WARN", None: "note"}[fine]
+        print(f"{label} {what}" + (f": {meaning}" if fine is False else ""))
+        worst = worst or (1 if fine is False else 0)
     for warning in tables:
         print(f"WARN {warning}")
         worst = 1

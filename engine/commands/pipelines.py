@@ -32,9 +32,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--length", type=int, nargs=2, default=[2, 5], metavar=("MIN", "MAX"),
                    help="networks per pipeline (default 2 5)")
     p.add_argument("--arrival", choices=["batch", "poisson", "normal"], default="batch")
-    p.add_argument("--rate", type=float, default=1.0, help="poisson: networks per second")
-    p.add_argument("--mean", type=float, default=1.0, help="normal: mean gap in seconds")
-    p.add_argument("--sd", type=float, default=0.5, help="normal: gap sd in seconds")
+    p.add_argument("--rate", type=float, help="poisson: networks per second (default 1)")
+    p.add_argument("--mean", type=float, help="normal: mean gap in seconds (default 1)")
+    p.add_argument("--sd", type=float, help="normal: gap sd in seconds (default 0.5)")
     bins = p.add_mutually_exclusive_group()
     bins.add_argument("--bins", type=float, nargs="*", default=[100, 300],
                       help="upper edges (MiB) of the pipeline-size bins (default 100 300)")
@@ -50,19 +50,27 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def main(args: argparse.Namespace) -> None:
     from engine.caffe.splitter import Description, description_index
     from engine.schedule import pipelines
+    from engine.schedule.pipelines import ARRIVAL_DEFAULTS, ARRIVAL_PARAMS
 
     models = description_index(args.models)
+    if not models:
+        raise EdgeprofError(f"--models {args.models} holds no network descriptions; split "
+                            f"the models first (python -m engine split) or point --models "
+                            f"at the folder split wrote")
     names = args.networks or sorted(models)
     unknown = sorted(set(names) - set(models))
     if unknown:
         raise EdgeprofError(f"no split model for {', '.join(unknown)} in {args.models} "
                             f"(available: {', '.join(sorted(models)) or 'none'})")
     sizes = {n: Description.load_checked(models[n], files=False).param_bytes for n in names}
-    arrival = {"mode": args.arrival}
-    if args.arrival == "poisson":
-        arrival["rate"] = args.rate
-    elif args.arrival == "normal":
-        arrival.update(mean=args.mean, sd=args.sd)
+    given = {k: getattr(args, k) for k in ARRIVAL_DEFAULTS if getattr(args, k) is not None}
+    wrong = sorted(set(given) - set(ARRIVAL_PARAMS[args.arrival]))
+    if wrong:
+        mode = next(m for m, params in ARRIVAL_PARAMS.items() if wrong[0] in params)
+        raise EdgeprofError(f"--{wrong[0]} is for {mode} arrivals, not {args.arrival}; drop "
+                            f"it or give --arrival {mode}")
+    arrival = {"mode": args.arrival, **{k: given.get(k, ARRIVAL_DEFAULTS[k])
+                                        for k in ARRIVAL_PARAMS[args.arrival]}}
     positive(args.count, "--count", most=MAX_PIPELINES)
     positive(args.seed, "--seed", allow_zero=True, most=MAX_SEED)
     made = pipelines.generate_pipelines(args.seed, args.count, sizes, tuple(args.length),

@@ -26,6 +26,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def main(args: argparse.Namespace) -> None:
     from engine.analysis.tables import TIDY_DIGESTS, TIDY_TABLES, tidy_run, write_tidy
 
+    for run in args.runs:  # the inputs first: a FIFO or a file is not a run folder
+        if file_kind(run) != "a folder":
+            raise EdgeprofError(f"{run} is {file_kind(run)}, not a run folder; give the "
+                                f"folders python -m engine run wrote")
     out = output_dir(args.out, "--out")
     # the name a run folder has ("runs/x/.." is "runs"): its tables go to --out/<name>
     names = [Path(os.path.abspath(run)).name for run in args.runs]

@@ -22,6 +22,9 @@ from engine.errors import EdgeprofError
 from engine.files import parse_json, read_regular, write_text_atomic
 
 ARRIVAL_MODES = ("batch", "poisson", "normal")
+# each mode's parameters, and their defaults where a command line leaves them out
+ARRIVAL_PARAMS = {"batch": (), "poisson": ("rate",), "normal": ("mean", "sd")}
+ARRIVAL_DEFAULTS = {"rate": 1.0, "mean": 1.0, "sd": 0.5}
 MAX_ARRIVAL_S = 1e6  # eleven days: far beyond any run, and still exact in nanoseconds
 MAX_FILE_BYTES = 16 * 2**20  # a pipeline of 100,000 networks is about 2 MB
 MAX_LENGTH = 10_000  # networks per generated pipeline (the paper's have up to 16)
@@ -103,9 +106,6 @@ def load_pipeline(path: str | os.PathLike) -> Pipeline:
     if not pipeline.networks():
         raise PipelineError(f"pipeline {path} has no networks")
     return pipeline
-
-
-ARRIVAL_MODES = ("batch", "poisson", "normal")
 
 
 def _check_fields(data: dict, arrivals: list[Arrival]) -> None:

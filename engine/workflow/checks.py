@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from engine.errors import EdgeprofError
+from engine.files import file_kind
 from engine.schedule.policies import parse_policy
 from engine.units import format_size, parse_size
 from engine.workflow.plan import (
@@ -84,18 +85,34 @@ def check_config(config: Config) -> None:
         raise ValueError("config: results is empty; name the folder for all outputs")
     _check_results_folder(str(config["results"]))
     _check_campaign_names(config)
+    from engine.schedule.pipelines import ARRIVAL_PARAMS, PipelineError, check_arrival
+
     arrival = config["pipelines"]["arrival"]
-    needs = {"poisson": ("rate",), "normal": ("mean", "sd")}.get(arrival["mode"], ())
+    needs = ARRIVAL_PARAMS.get(arrival["mode"], ())
     missing = [k for k in needs if k not in arrival]
     if missing:
         raise ValueError(f"config: pipelines.arrival mode {arrival['mode']} needs "
                          f"{' and '.join(missing)}; add {', '.join(f'{k}: ...' for k in missing)}")
-    from engine.schedule.pipelines import PipelineError, check_arrival
+    extra = sorted(set(arrival) - {"mode", *needs})
+    if extra:
+        raise ValueError(f"config: pipelines.arrival {extra[0]} is not a parameter of "
+                         f"{arrival['mode']} arrivals; drop it")
 
+    longest = config["pipelines"]["length"][1]
     try:
-        check_arrival(arrival, config["pipelines"]["length"][1])
+        check_arrival(arrival, longest)
     except PipelineError as exc:
         raise ValueError(f"config: pipelines.arrival: {exc}") from None
+    # the last network's mean arrival time: a run still waiting for it at run.timeout_s
+    # ends as a timeout, so every run of such pipelines would
+    gap = {"poisson": lambda: 1 / arrival["rate"],
+           "normal": lambda: arrival["mean"]}.get(arrival["mode"], lambda: 0.0)()
+    timeout = config["run"].get("timeout_s")
+    if timeout is not None and gap * (longest - 1) > timeout:
+        raise ValueError(f"config: pipelines.arrival: the last of up to {longest} networks "
+                         f"arrives after about {gap * (longest - 1):g} s, past "
+                         f"run.timeout_s {timeout:g}; raise run.timeout_s or shorten the "
+                         f"gaps")
     palette = config.get("plots", {}).get("palette")
     if palette is not None:
         from matplotlib import colormaps
@@ -133,6 +150,16 @@ def check_config(config: Config) -> None:
     if not models["zoo"] and not models["user"]:
         raise ValueError("config: models.zoo and models.user are both empty; name at least "
                          "one network for the pipelines to draw from")
+    for stem in models["user"]:
+        # a missing user model must stop the workflow: with a campaign on disk Snakemake
+        # would otherwise keep its pipelines and answer "nothing to be done"
+        for ext in ("caffemodel", "prototxt"):
+            path = Path(models["user_dir"]) / f"{stem}.{ext}"
+            kind = file_kind(path)
+            if kind != "a regular file":
+                raise ValueError(f"config: models.user {stem}: {path} is {kind}; put the "
+                                 f"model's {stem}.caffemodel and {stem}.prototxt in "
+                                 f"models.user_dir or drop the stem")
     blocks = [("pipelines", config["pipelines"])]
     if vm_enabled(config) and not vm_runs_main(config):
         blocks.append(("vm.pipelines", config["vm"]["pipelines"]))

@@ -1938,3 +1938,106 @@ def test_an_infinite_rate_and_other_tunables_of_the_callers(split_copy, tmp_path
     assert mmap_threshold(tunables) == MMAP_THRESHOLD == 131072
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.mmap_threshold=4096")
     assert mmap_threshold(child_env()["GLIBC_TUNABLES"]) == 4096  # the caller's, recorded
+
+
+# --- the seventeenth held-out pass (/work/notes/adversarial-25q.md) ----------------------
+
+
+def test_a_run_whose_child_was_killed_passes_the_settings_it_could_not_report(
+        split_copy, tmp_path, capsys):
+    """M1: a timed-out (or OOM-killed) run is a result: its child wrote no summary, so
+    the hugepage advice and malloc settings it would have reported are unknown, and the
+    aggregate must not refuse it for them; a finished run that reports other ones still
+    is refused."""
+    from engine.analysis.tables import check_settings, tidy_run
+    from engine.runner.meta import MMAP_THRESHOLD
+
+    pipe = tmp_path / "p.json"
+    save_pipeline(Pipeline("p", [Arrival(0.0, ["AgeNet"]), Arrival(30.0, ["GenderNet"])],
+                           arrival_mode="given"), pipe)
+    rc, err = _cli(capsys, "run", "--pipeline", str(pipe), "--models", str(split_copy),
+                   "--out", str(tmp_path / "run"), "--policy", "linear", "--backend", "none",
+                   "--timeout", "3", "--sample-hz", "0")
+    assert rc == 0, err  # a timeout is a result
+    meta = json.loads((tmp_path / "run" / "meta.json").read_text())
+    assert (meta["termination"], meta["child"]) == ("timeout", None), err
+    runs = tidy_run(tmp_path / "run")["runs"].assign(rep=0)
+    wanted = {"numpy_hugepages": False, "mmap_threshold": MMAP_THRESHOLD}  # run_settings'
+    check_settings(runs, wanted, "fix")
+    with pytest.raises(EdgeprofError, match="was made with numpy_hugepages True"):
+        check_settings(runs.assign(numpy_hugepages=True), wanted, "fix")
+
+
+@pytest.mark.parametrize("table, edit", [
+    ("tasks", lambda df: df.iloc[: len(df) // 2]),  # cut short
+    ("runs", lambda df: df.assign(makespan_s=df["makespan_s"] * 2)),
+    ("tasks", lambda df: df.assign(start_ns=df["start_ns"] * 2)),
+])
+def test_a_tidy_table_rewritten_with_its_digest_is_refused(two_runs, tmp_path, capsys,
+                                                            table, edit):
+    """M4: a tidy table edited or cut short with digests.json rewritten to match: the
+    aggregate tidies the run folder again and compares."""
+    from engine.analysis.tables import TIDY_DIGESTS, set_folders
+    from engine.files import sha256_file
+
+    run = tmp_path / "runs" / "gg" / "linear" / "none" / "rep0"
+    shutil.copytree(two_runs[0], run)
+    out = tmp_path / "tidy" / "runs" / "gg" / "linear" / "none"
+    assert _cli(capsys, "tidy", "--out", str(out), str(run))[0] == 0
+    set_folders(out, 1, runs_dir=run.parent)  # as tidy wrote it
+    path = out / "rep0" / f"{table}.parquet"
+    edit(pd.read_parquet(path)).to_parquet(path)
+    digests = json.loads((out / "rep0" / TIDY_DIGESTS).read_text())
+    (out / "rep0" / TIDY_DIGESTS).write_text(json.dumps({**digests,
+                                                         path.name: sha256_file(path)}))
+    with pytest.raises(EdgeprofError, match=f"rep0/{table}.parquet is not what tidying "
+                                            f".* gives \\(edited or cut short since\\)"):
+        set_folders(out, 1, runs_dir=run.parent)
+
+
+def test_a_split_sweeps_what_a_killed_split_of_another_network_left(split_copy, tmp_path,
+                                                                     capsys):
+    """L1: the hidden folder of a SIGKILLed split (its owner gone) goes with the next split
+    into that --out, whichever network it splits; a live owner's stays."""
+    import subprocess
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a PID whose process is gone
+    out = tmp_path / "s"
+    dead = out / f".face_full_conv_partials.{gone.pid}.x1y2"
+    live = out / ".face_full_conv_partials.1.x3y4"  # PID 1 is alive
+    for folder in (dead, live):
+        (folder / "x").mkdir(parents=True)
+    model = split_copy.parent / "models" / "age_net.caffemodel"
+    rc, err = _cli(capsys, "split", str(model), "--out", str(out))
+    assert rc == 0, err
+    assert not dead.exists() and live.exists()
+
+
+def test_tidy_and_pipelines_name_what_their_input_is_and_the_fix(tmp_path, capsys):
+    """L5: a FIFO given to tidy is a FIFO (not "does not exist"); an empty --models folder
+    says to split first."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    rc, err = _cli(capsys, "tidy", "--out", str(tmp_path / "t"), str(fifo))
+    assert (rc, err.strip()) == (2, f"error: {fifo} is a FIFO, not a run folder; give the "
+                                    f"folders python -m engine run wrote")
+    (tmp_path / "empty").mkdir()
+    rc, err = _cli(capsys, "pipelines", "--models", str(tmp_path / "empty"), "--out",
+                   str(tmp_path / "p"))
+    assert rc == 2 and "holds no network descriptions; split the models first" in err, err
+    assert not (tmp_path / "t").exists() and not (tmp_path / "p").exists()
+
+
+def test_pipelines_refuses_an_arrival_parameter_of_another_mode(zoo_split, tmp_path, capsys):
+    """L4: --rate with batch arrivals was silently ignored."""
+    models = str(Path(zoo_split["AgeNet"].path).parent)
+    rc, err = _cli(capsys, "pipelines", "--models", models, "--out", str(tmp_path / "p"),
+                   "--arrival", "batch", "--rate", "5")
+    assert (rc, err.strip()) == (2, "error: --rate is for poisson arrivals, not batch; drop "
+                                    "it or give --arrival poisson")
+    rc, err = _cli(capsys, "pipelines", "--models", models, "--out", str(tmp_path / "p"),
+                   "--arrival", "normal", "--mean", "2")
+    assert rc == 0, err
+    drawn = json.loads((tmp_path / "p" / "p000.json").read_text())["generator"]["arrival"]
+    assert drawn == {"mode": "normal", "mean": 2.0, "sd": 0.5}  # the --help default

@@ -56,7 +56,8 @@ def _run(capsys, work: Path, *extra: str, pipeline: str = "p.json",
     (["--sample-hz", "1e9"], "--sample-hz 1000000000.0: must be at most 10,000"),
     (["--blas-threads", "100000"], "--blas-threads 100000: must be at most 1,024"),
     (["--swap", "1G"], "--swap is the swap allowed on top of --limit; give a --limit too"),
-    (["--limit", ""], "--limit is empty"),
+    (["--limit", ""], "--limit is empty; give a value\n"),  # L3: no folder hint for a size
+    (["--out", ""], "--out is empty; give a value (for a folder, '.' names this one)"),
     (["--limit", "0"], "must be at least one byte"),
 ])
 def test_bad_run_options(capsys, work, flags, message):

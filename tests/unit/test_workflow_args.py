@@ -528,7 +528,8 @@ def test_every_rule_uses_one_of_the_envs():
 
 
 def test_the_shipped_configs_pass_the_checks_the_schema_cannot_make():
-    for name in ("config.yaml", "paper.yaml", "emulated.yaml"):
+    for name in ("config.yaml", "paper.yaml", "emulated.yaml", "model-dev.yaml",
+                 "breadth.yaml"):
         check_config(load_config(name))
 
 
@@ -549,10 +550,33 @@ def test_the_shipped_configs_pass_the_checks_the_schema_cannot_make():
       "run__reconcile__pipeline": "p000"}, "run.swap_total 512M is below the limit(s) 1G"),
     ({"run__probe_overhead_policy": "masa:3"}, "run.probe_overhead_policy 'masa:3' is not"),
     ({"vm__pipelines__networks": ["SoS-AlexNet"]}, "vm.pipelines.networks SoS-AlexNet not in"),
+    # seventeenth pass L4: a parameter of another arrival mode
+    ({"pipelines__arrival": {"mode": "batch", "rate": 5}},
+     "pipelines.arrival rate is not a parameter of batch arrivals"),
+    # seventeenth pass M3: every run would end waiting for its last network
+    ({"pipelines__arrival": {"mode": "normal", "mean": 100, "sd": 0}, "run__timeout_s": 5,
+      "pipelines__length": [2, 3]},
+     "the last of up to 3 networks arrives after about 200 s, past run.timeout_s 5"),
+    ({"pipelines__arrival": {"mode": "poisson", "rate": 0.01}, "run__timeout_s": 600,
+      "pipelines__length": [2, 8]}, "arrives after about 700 s, past run.timeout_s 600"),
 ])
 def test_a_merged_config_the_schema_passes_can_still_be_refused(cfg, changes, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         check_config(with_(cfg, **changes))
+
+
+def test_a_user_model_whose_files_are_missing_is_refused(cfg, tmp_path):
+    """Seventeenth pass H1: with a campaign on disk, a user model that is not there made
+    Snakemake keep the old pipelines and say 'nothing to be done'."""
+    (tmp_path / "mine.caffemodel").write_bytes(b"x")
+    (tmp_path / "mine.prototxt").mkdir()
+    for stem, message in (("nosuch", "nosuch.caffemodel is missing"),
+                          ("mine", "mine.prototxt is a folder")):
+        with pytest.raises(ValueError, match=f"models.user {stem}: .*{re.escape(message)}"):
+            check_config(with_(cfg, models__user=[stem], models__user_dir=str(tmp_path)))
+    (tmp_path / "mine.prototxt").rmdir()
+    (tmp_path / "mine.prototxt").write_text("name: 'mine'")
+    check_config(with_(cfg, models__user=["mine"], models__user_dir=str(tmp_path)))
 
 
 # --- code fingerprints -------------------------------------------------------------------------
