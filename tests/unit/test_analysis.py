@@ -181,9 +181,12 @@ def test_the_tidy_verb_writes_one_folder_per_run_or_nothing(campaign, tmp_path, 
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(damaged / "tasks.csv") in err
     assert not out.exists()
-    assert main(["tidy", "--out", str(out), str(base / "rep0"), str(damaged.parent.parent / "x"
-                                                                     / "rep0")]) == 2
+    twin = shutil.copytree(base / "rep0", tmp_path / "x" / "rep0")
+    assert main(["tidy", "--out", str(out), str(base / "rep0"), str(twin)]) == 2
     assert "rep0 more than once" in capsys.readouterr().err and not out.exists()
+    # not a run folder at all: said before anything else
+    assert main(["tidy", "--out", str(out), str(base / "rep0"), str(tmp_path / "none")]) == 2
+    assert "none is missing, not a run folder" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("damage", ["emptied", "rows cut", "cut mid-row"])
