@@ -22,6 +22,7 @@ import pandas as pd
 
 from engine.errors import EdgeprofError
 from engine.files import atomic_path
+from engine.runner.folder import NETWORK_COLUMNS
 from engine.runner.meta import RunMeta, mmap_threshold
 from engine.units import format_size
 
@@ -112,6 +113,11 @@ def _networks(folder: Path, meta: RunMeta) -> pd.DataFrame:
     else:
         missing = all_instances[~all_instances["instance"].isin(df["instance"])]
         df = pd.concat([df, missing.assign(complete=False)], ignore_index=True)
+    # a run ended before any network did (killed or timed out at its start) wrote the
+    # header alone: its times are unknown, not absent columns
+    for col in NETWORK_COLUMNS:
+        if col not in df:
+            df[col] = np.nan
     df["complete"] = df["complete"].astype(bool)
     return df.sort_values("instance", ignore_index=True)
 

@@ -36,11 +36,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mean", type=float, help="normal: mean gap in seconds (default 1)")
     p.add_argument("--sd", type=float, help="normal: gap sd in seconds (default 0.5)")
     bins = p.add_mutually_exclusive_group()
-    bins.add_argument("--bins", type=float, nargs="*", default=[100, 300],
+    bins.add_argument("--bins", type=float, nargs="+", default=[100, 300],
                       help="upper edges (MiB) of the pipeline-size bins (default 100 300)")
     bins.add_argument("--bins-mb", type=float, nargs="+",
                       help="the same in decimal MB (10**6 bytes), e.g. 400 800 1200")
-    p.add_argument("--networks", nargs="*", help="draw from these (default: all split models)")
+    p.add_argument("--networks", nargs="+", help="draw from these (default: all split models)")
     p.add_argument("--prefix", default="p", help="pipeline names: <prefix>NNN (default p)")
     p.add_argument("--force", action="store_true",
                    help="replace pipeline files in --out that differ from the ones written")

@@ -5,6 +5,7 @@ samples as Parquet) of run folders, one folder per run under DIR named as the ru
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -64,10 +65,17 @@ def main(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     # every run read and checked before anything is written: a damaged run leaves no output
     tables = [(run, name, tidy_run(run)) for run, name in zip(args.runs, names)]
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
-    with staged(out, ".tidy.") as tmp:  # an interrupted tidy leaves none of its runs
-        for _, name, tidy in tables:
-            write_tidy(tidy, tmp / name)
+    try:
+        with staged(out, ".tidy.") as tmp:  # an interrupted tidy leaves none of its runs
+            for _, name, tidy in tables:
+                write_tidy(tidy, tmp / name)
+    except BaseException:
+        if created:  # nor the folder it made for them ("nothing written")
+            with contextlib.suppress(OSError):
+                out.rmdir()
+        raise
     for run, name, tidy in tables:
         print(f"{run}: {len(tidy['tasks'])} tasks, {len(tidy['samples'])} samples -> "
               f"{out / name}", file=sys.stderr)

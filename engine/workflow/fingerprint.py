@@ -5,7 +5,9 @@ code change reruns exactly the jobs that run that code."""
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -123,3 +125,23 @@ def code_fingerprint(job: str, root: Path) -> str:
             source = _without_functions(source, policy_builders)
         h.update(f"{name}\n{source}\n".encode())
     return h.hexdigest()[:16]
+
+
+@functools.cache
+def _content_digest(path: str, stamp: tuple[int, int, int]) -> str:
+    from engine.files import sha256_file
+
+    return sha256_file(path)
+
+
+def content_digest(paths: Iterable[str]) -> str:
+    """One SHA-256 over the contents of ``paths``: the params of a job whose inputs the
+    workflow does not make (the user's models), so that a file replaced by another
+    rerun it whatever its time (Snakemake compares times: a file copied in with its older
+    one kept, ``cp -p`` or ``rsync -a``, would keep the old split). Each file is hashed
+    once per process and state (size, time, inode)."""
+    digest = hashlib.sha256()
+    for path in paths:
+        st = os.stat(path)
+        digest.update(_content_digest(path, (st.st_size, st.st_mtime_ns, st.st_ino)).encode())
+    return digest.hexdigest()

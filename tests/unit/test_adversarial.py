@@ -1197,6 +1197,9 @@ def test_an_interrupted_pipelines_or_tidy_leaves_none_of_its_set(split_copy, two
         proc.send_signal(getattr(signal, sig))  # at once: 40 runs tidy in under a second
         err = proc.communicate(timeout=120)[1]
         assert proc.returncode == 130, (verb, proc.returncode, err[-500:])
+        if verb == "tidy":  # eighteenth pass L2: nor the --out it made ("nothing written")
+            assert not out.exists(), list(out.iterdir())[:5]
+            continue
         left = [p.name for p in out.iterdir() if not p.name.endswith(".lock")]
         assert left == [], (verb, left[:5])
 
@@ -2041,3 +2044,21 @@ def test_pipelines_refuses_an_arrival_parameter_of_another_mode(zoo_split, tmp_p
     assert rc == 0, err
     drawn = json.loads((tmp_path / "p" / "p000.json").read_text())["generator"]["arrival"]
     assert drawn == {"mode": "normal", "mean": 2.0, "sd": 0.5}  # the --help default
+
+
+def test_a_run_ended_before_any_network_did_is_tidied_and_aggregated(split_copy, tmp_path,
+                                                                     capsys):
+    """Eighteenth pass M1: a run timed out (or killed) before its first network finished
+    wrote networks.csv's header alone; tidy ended in a KeyError traceback, so nothing of
+    the campaign could be aggregated. It is a result: its makespan is unknown."""
+    from engine.analysis.tables import aggregate
+
+    rc, err = _run_agenet(capsys, split_copy, tmp_path, "--policy", "linear", "--backend",
+                          "none", "--timeout", "0.001", "--sample-hz", "0")
+    assert rc == 0, err
+    assert (tmp_path / "run" / "networks.csv").read_text().count("\n") == 1  # header only
+    rc, err = _cli(capsys, "tidy", "--out", str(tmp_path / "t"), str(tmp_path / "run"))
+    assert rc == 0, err
+    runs = aggregate([tmp_path / "t" / "run"], None)["runs"]
+    assert runs["termination"].tolist() == ["timeout"]
+    assert runs["makespan_s"].isna().all() and runs["tasks_finished"].tolist() == [0]

@@ -28,7 +28,7 @@ from engine.workflow.args import (
 )
 from engine.workflow.checks import check_config, check_config_batch, check_config_files
 from engine.workflow.environ import job_environ
-from engine.workflow.fingerprint import code_fingerprint
+from engine.workflow.fingerprint import code_fingerprint, content_digest
 from engine.workflow.plan import (
     UNLIMITED,
     block_shapes,
@@ -371,6 +371,13 @@ def model_files(wildcards):
         "caffemodel": f"{folder}/{wildcards.stem}.caffemodel",
         "prototxt": f"{folder}/{wildcards.stem}.prototxt",
     }
+
+
+def user_model_digest(wildcards):
+    """A user model's content (the zoo's are made here, their times are the workflow's)."""
+    if wildcards.stem in ZOO_STEMS:
+        return ""
+    return content_digest(model_files(wildcards).values())
 
 
 def _limit_key(wildcards):

@@ -11,6 +11,7 @@ rule split:
         network=lambda wc: NETWORKS[wc.stem],
         out=output_dir,
         code=CODE_SPLIT,
+        model=user_model_digest,
     log:
         f"{RESULTS}/logs/split/{{stem}}.log",
     benchmark:

@@ -174,3 +174,34 @@ def test_building_the_dag_probes_nothing_on_the_host(tmp_path):
                 if line.startswith("import time:")}
     assert "engine.workflow" in imported
     assert not {"engine.vm.run", "engine.vm.boot", "engine.limits.select"} & imported
+
+
+def test_a_user_model_replaced_by_an_older_file_is_split_again(tmp_path):
+    """Eighteenth pass H1: Snakemake compares times, and a user model copied in with its
+    older time kept (cp -p, rsync -a) kept the old split: runs measured the old weights."""
+    import shutil
+
+    from engine.caffe import generate
+
+    models = tmp_path / "user"
+    for seed, folder in ((1, tmp_path / "a"), (0, tmp_path / "b")):
+        generate.write_zoo_model("AgeNet", folder, seed)
+    models.mkdir()
+    for ext in ("caffemodel", "prototxt"):
+        shutil.copy2(tmp_path / "a" / f"age_net.{ext}", models / f"mynet.{ext}")
+    cfg = tmp_path / "user.yaml"
+    cfg.write_text(yaml.safe_dump({"results": str(tmp_path / "r"),
+                                   "vm": {"enabled": False}, "run": {"reconcile": {
+                                       "pipeline": "p000", "policy": "linear", "limit": "none",
+                                       "vm": False}},
+                                   "models": {"zoo": ["GenderNet"], "user": ["mynet"],
+                                              "user_dir": str(models)}}))
+    target = str(tmp_path / "r" / "split" / "mynet.description.json")
+    r = _snakemake(target, "--configfile", str(cfg))  # --configfile takes several
+    assert r.returncode == 0, r.stderr[-2000:]
+    old = (models / "mynet.caffemodel").stat().st_mtime_ns
+    shutil.copy2(tmp_path / "b" / "age_net.caffemodel", models / "mynet.caffemodel")
+    os.utime(models / "mynet.caffemodel", ns=(old - 10**12, old - 10**12))  # an older time
+    r = _snakemake(target, "--dry-run", "--quiet", "rules", "--configfile", str(cfg))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert job_counts(r.stdout + r.stderr).get("split") == 1, r.stdout + r.stderr
