@@ -10,10 +10,10 @@ against its enclosing message, so a truncated or corrupt file fails with the byt
 
 from __future__ import annotations
 
-import functools
 import math
 import mmap
 import os
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -211,16 +211,23 @@ UML_READS_ENV = "EDGEPROF_UML_COPY_READS"
 SCRATCH_BYTES = 1 << 20
 
 
-@functools.cache
-def _locked_scratch() -> memoryview:
-    """SCRATCH_BYTES of anonymous memory, locked (never reclaimed) where mlock allows."""
-    import ctypes
+_scratch = threading.local()
 
-    buf = mmap.mmap(-1, SCRATCH_BYTES)
-    address = ctypes.addressof(ctypes.c_char.from_buffer(buf))
-    ctypes.CDLL(None, use_errno=True).mlock(ctypes.c_void_p(address),
-                                            ctypes.c_size_t(SCRATCH_BYTES))
-    return memoryview(buf)
+
+def _locked_scratch() -> memoryview:
+    """SCRATCH_BYTES of anonymous memory, locked (never reclaimed) where mlock allows; one
+    per thread: the workers of a multi-worker policy load at once, and a buffer they shared
+    would hand one LOAD another's bytes."""
+    view = getattr(_scratch, "view", None)
+    if view is None:
+        import ctypes
+
+        buf = mmap.mmap(-1, SCRATCH_BYTES)
+        address = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+        ctypes.CDLL(None, use_errno=True).mlock(ctypes.c_void_p(address),
+                                                ctypes.c_size_t(SCRATCH_BYTES))
+        view = _scratch.view = memoryview(buf)
+    return view
 
 
 def readinto_at(f, view: memoryview, offset: int, path: str) -> None:

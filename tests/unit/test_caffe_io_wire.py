@@ -190,3 +190,34 @@ def test_a_payload_is_read_whole_directly_or_through_the_locked_buffer(tmp_path,
     assert np.array_equal(out, data[7:])
     with open(path, "rb", buffering=0) as f, pytest.raises(CorruptModelError, match="ended inside"):
         wire.readinto_at(f, memoryview(np.empty(len(data), np.uint8)), 7, str(path))
+
+
+def test_concurrent_loads_each_read_through_their_own_locked_buffer(tmp_path, monkeypatch):
+    """The workers of a multi-worker policy load at once: under the uml backend each
+    thread copies through a buffer of its own (a shared one handed a LOAD another's bytes:
+    every multi-worker UML run of the default run computed other outputs)."""
+    import threading
+
+    monkeypatch.setenv(wire.UML_READS_ENV, "1")
+    files = []
+    for i in range(2):
+        data = np.random.default_rng(i).integers(0, 256, 4 * wire.SCRATCH_BYTES, np.uint8)
+        (tmp_path / f"p{i}").write_bytes(data.tobytes())
+        files.append((tmp_path / f"p{i}", data))
+    buffers, wrong = {}, []
+
+    def load(path, data):
+        buffers[threading.get_ident()] = wire._locked_scratch()
+        for _ in range(20):
+            out = np.empty(len(data), np.uint8)
+            with open(path, "rb", buffering=0) as f:
+                wire.readinto_at(f, memoryview(out), 0, str(path))
+            wrong.append(not np.array_equal(out, data))
+
+    threads = [threading.Thread(target=load, args=f) for f in files]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    a, b = buffers.values()
+    assert a.obj is not b.obj and not any(wrong)

@@ -114,9 +114,11 @@ def test_a_limited_run_and_its_baseline_give_the_host_outputs(uml_kernel, tiny, 
                         "linear", "--out", str(host), "--batch", "1", "--backend", "none"],
                        cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+    # partial:2: two workers load at once, each through a buffer of its own (one shared
+    # buffer gave every multi-worker UML run other outputs)
     for policy, limit in (("linear", ()), ("linear", ("--limit", "64M")),
-                          ("bulk", ("--limit", "48M"))):
-        out = tmp_path / f"uml-{policy}{''.join(limit)}"
+                          ("bulk", ("--limit", "48M")), ("partial:2", ())):
+        out = tmp_path / f"uml-{policy.replace(':', '_')}{''.join(limit)}"
         meta = run_in_vm(_request(tiny, policy, out, *limit, backend="uml"),
                          sandbox="uml").to_dict()
         assert meta["termination"] == "ok", meta["termination_detail"]
