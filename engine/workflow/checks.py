@@ -120,6 +120,11 @@ def check_config(config: Config) -> None:
         if palette not in colormaps:
             raise ValueError(f"config: plots.palette {palette!r} is not a matplotlib colormap "
                              f"(e.g. tab10, viridis)")
+        policies = {*config["run"]["policies"], *config.get("vm", {}).get("policies", [])}
+        if colormaps[palette].N < len(policies):  # two policies would share a colour
+            raise ValueError(f"config: plots.palette {palette} has {colormaps[palette].N} "
+                             f"colours for {len(policies)} policies; choose one with more "
+                             f"(tab10, tab20, viridis)")
     run = config["run"]
     for key in ("timeout_s", "sample_hz", "stall_s"):
         if run.get(key) is not None and not math.isfinite(run[key]):

@@ -347,6 +347,23 @@ def test_empty_tables_give_a_no_data_figure(name, tmp_path):
 
 
 @pytest.mark.parametrize("name", list(plots.FIGURES))
+def test_every_figure_is_drawn_when_every_run_timed_out(agg, name, tmp_path):
+    """Nineteenth pass M1: a campaign whose runs all ended 'timeout' (run.timeout_s too
+    short) has no median anywhere; the speed-up figure ended in a TypeError."""
+    runs = agg["runs"].assign(termination="timeout", makespan_s=np.nan)
+    speedup = tables.speedup_table(runs)
+    timed_out = {**agg, "runs": runs, "summary": tables.summary_table(runs),
+                 "speedup": speedup, "speedup_summary": tables.speedup_summary(speedup)}
+    for key in ("runs", "summary", "speedup", "speedup_summary"):  # as the plot job reads
+        tables.write_tables({key: timed_out[key]}, tmp_path / "t")  # them: all-null columns
+        timed_out[key] = pd.read_parquet(tmp_path / "t" / f"{key}.parquet")  # read as None
+    fig = plots.make_figure(name, timed_out, STYLE, CONTEXT)
+    _assert_saved(fig, tmp_path / name, min_bytes=1000)
+    if name == "speedup":
+        assert "timeout" in _texts(fig)
+
+
+@pytest.mark.parametrize("name", list(plots.FIGURES))
 def test_every_figure_is_drawn_without_bulk_runs(agg, name, tmp_path):
     runs = agg["runs"][agg["runs"]["policy"] != "bulk"]
     no_bulk = {**{k: v[v["policy"] != "bulk"] if "policy" in v else v

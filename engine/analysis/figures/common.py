@@ -238,6 +238,10 @@ def summary_cells(df: pd.DataFrame, metric: str, scale: float = 1.0,
     significance column if given."""
     rows = {(r["size_bin"], r["policy"]): r for r in df.to_dict("records")}
 
+    def num(r: dict, col: str) -> float:  # a cell without finished runs holds None or NaN
+        v = r.get(col)
+        return np.nan if v is None else float(v)
+
     def value(group: str, policy: str) -> Cell | None:
         r = rows.get((group, policy))
         if r is None:
@@ -247,12 +251,12 @@ def summary_cells(df: pd.DataFrame, metric: str, scale: float = 1.0,
             prefix = "" if metric == "speedup" else "slowdown_"
             n_failed = int(r.get(f"{prefix}pairs_missing") or 0)
             why = why_short(r.get(f"{prefix}missing_why"))
-            if why == "no bulk" and np.isnan(r[f"{metric}_median"]):
+            if why == "no bulk" and np.isnan(num(r, f"{metric}_median")):
                 return None  # a run set without Bulk (vm.policies): nothing to compare
         else:
             n_failed, why = int(r.get("runs_not_ok") or 0), short_end(r.get("ended") or "")
-        return Cell(r[f"{metric}_median"] / scale, r[f"{metric}_ci_low"] / scale,
-                    r[f"{metric}_ci_high"] / scale, n_failed, why,
+        return Cell(num(r, f"{metric}_median") / scale, num(r, f"{metric}_ci_low") / scale,
+                    num(r, f"{metric}_ci_high") / scale, n_failed, why,
                     {"higher": True, "lower": True, "no difference": False}.get(sig),
                     sig == "too few runs")
 
