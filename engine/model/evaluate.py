@@ -58,9 +58,10 @@ from engine.caffe.splitter import Description
 from engine.files import sha256_file
 from engine.model.fit import mode_keys
 from engine.model.memory import schedule_peak
-from engine.model.params import Model
+from engine.model.params import Model, ModeModel
 from engine.model.predict import Networks, predict, predict_against_unconstrained
 from engine.model.train import Paths, measured_cells, pipelines_from_networks, train
+from engine.schedule.pipelines import Pipeline
 from engine.schedule.plan import plan
 from engine.schedule.policies import parse_policy
 
@@ -162,11 +163,13 @@ def measured_schedules(runs: pd.DataFrame, tasks: pd.DataFrame
     return out
 
 
-def schedule_peak_error(mode, pipeline, networks: Networks, policy: str,
-                        schedules: list[Schedule]) -> float:
+def schedule_peak_error(mode: ModeModel, pipeline: Pipeline, networks: Networks,
+                        policy: str, schedules: list[Schedule]) -> float:
     """The median over the runs of the % error of the peak the memory model gives each
     run's own measured schedule (``memory.schedule_peak``) against its VmHWM; NaN
     without runs whose every task was timed."""
+    if not schedules:  # a limited cell, or one no run of which finished
+        return np.nan
     planned = plan(pipeline, parse_policy(policy), networks.descriptions)
     tasks = planned.graph.tasks
     profiles = {i.id: networks.memory(i.network) for i in planned.instances}
