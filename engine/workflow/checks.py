@@ -155,6 +155,14 @@ def check_config(config: Config) -> None:
     if not models["zoo"] and not models["user"]:
         raise ValueError("config: models.zoo and models.user are both empty; name at least "
                          "one network for the pipelines to draw from")
+    from engine.caffe.zoo import ZOO
+
+    zoo_stems = {ZOO[name].stem: name for name in models["zoo"]}
+    clash = [stem for stem in models["user"] if stem in zoo_stems]
+    if clash:  # the rules would split the zoo's files under that stem, never the user's
+        raise ValueError(f"config: models.user {clash[0]} is the file stem of the zoo's "
+                         f"{zoo_stems[clash[0]]} (in models.zoo); rename your model's "
+                         f"files and stem, or drop {zoo_stems[clash[0]]} from models.zoo")
     for stem in models["user"]:
         # a missing user model must stop the workflow: with a campaign on disk Snakemake
         # would otherwise keep its pipelines and answer "nothing to be done"

@@ -550,6 +550,9 @@ def test_the_shipped_configs_pass_the_checks_the_schema_cannot_make():
       "run__reconcile__pipeline": "p000"}, "run.swap_total 512M is below the limit(s) 1G"),
     ({"run__probe_overhead_policy": "masa:3"}, "run.probe_overhead_policy 'masa:3' is not"),
     ({"vm__pipelines__networks": ["SoS-AlexNet"]}, "vm.pipelines.networks SoS-AlexNet not in"),
+    # twentieth pass H1: the zoo's AgeNet files would be split under the user's stem
+    ({"models__user": ["age_net"]}, "models.user age_net is the file stem of the zoo's "
+                                    "AgeNet (in models.zoo)"),
     # nineteenth pass L3: ten policies, eight colours
     ({"plots__palette": "Pastel2"}, "plots.palette Pastel2 has 8 colours for 10 policies"),
     # seventeenth pass L4: a parameter of another arrival mode
