@@ -130,6 +130,10 @@ class Description:
         their number, order, names, types, output shapes and parameter counts and bytes
         (one line naming the first difference and the fix)."""
         fix = "re-run the split stage"
+        if self.path and Path(self.path).name != f"{self.stem}.description.json":
+            raise ModelError(f"{self.path}: describes stem {self.stem!r}, not its own file's; "
+                             f"{fix}")
+        zoo_name_of_other_files(self.network, self.stem, str(self.path))
         prototxt = self.resolve(self.prototxt)
         if not prototxt.is_file():
             raise ModelError(f"{prototxt}, the deploy prototxt of {self.network}, is missing; "
@@ -227,6 +231,10 @@ class Description:
         the fix): each partial's size, the whole caffemodel's size (Bulk reads it) and the
         prototxt's hash. Contents are checked when the layers are read."""
         fix = "re-run the split stage"
+        if self.path and Path(self.path).name != f"{self.stem}.description.json":
+            raise ModelError(f"{self.path}: describes stem {self.stem!r}, not its own file's; "
+                             f"{fix}")
+        zoo_name_of_other_files(self.network, self.stem, str(self.path))
         prototxt = self.resolve(self.prototxt)
         if not prototxt.is_file():
             raise ModelError(f"{prototxt}, the deploy prototxt of {self.network}, is missing; "
@@ -373,6 +381,18 @@ def _shapes_match(stored: tuple[int, ...], expected: tuple[int, ...]) -> bool:
     return False
 
 
+def zoo_name_of_other_files(network: str, stem: str, where: str) -> None:
+    """A network named as a zoo network must be that network's files (its stem): one
+    labelled GenderNet that is AgeNet's files would be measured as GenderNet."""
+    from engine.caffe.zoo import ZOO
+
+    zoo = ZOO.get(network)
+    if zoo is not None and zoo.stem != stem:
+        raise ModelError(f"{where}: the network is named {network}, the zoo's network of "
+                         f"{zoo.stem} files, but these are {stem}'s; give it a name of its "
+                         f"own (split --network) or split {zoo.stem}'s files")
+
+
 def split_model(caffemodel: str | os.PathLike, prototxt: str | os.PathLike,
                 out_dir: str | os.PathLike, network: str | None = None,
                 fc_start: str | None = None) -> Path:
@@ -382,6 +402,7 @@ def split_model(caffemodel: str | os.PathLike, prototxt: str | os.PathLike,
     description is written last, so an interrupted split leaves no usable half result."""
     caffemodel, prototxt, out_dir = Path(caffemodel), Path(prototxt), Path(out_dir)
     stem = caffemodel.name.removesuffix(".caffemodel")
+    zoo_name_of_other_files(network or "", stem, str(caffemodel))
     g = graph.build_graph(io.read_prototxt(prototxt), source=str(prototxt))
     records = wire.scan(caffemodel)
     if not records:

@@ -2062,3 +2062,25 @@ def test_a_run_ended_before_any_network_did_is_tidied_and_aggregated(split_copy,
     runs = aggregate([tmp_path / "t" / "run"], None)["runs"]
     assert runs["termination"].tolist() == ["timeout"]
     assert runs["makespan_s"].isna().all() and runs["tasks_finished"].tolist() == [0]
+
+
+def test_a_description_named_as_another_zoo_network_is_refused(split_copy, tmp_path, capsys):
+    """Twentieth pass M1: AgeNet's description relabelled GenderNet was measured and
+    tabled as GenderNet; its stem changed too, it no longer names its own file. split
+    refuses the same label up front."""
+    desc = split_copy / "age_net.description.json"
+    _edit(desc, lambda d: d.update(network="GenderNet"))
+    for argv in (["graph", "--policy", "linear", "--description", str(desc), "--out",
+                  str(tmp_path / "g.dot")],
+                 ["forward", str(desc), "--out", str(tmp_path / "o.npz")]):
+        rc, err = _cli(capsys, *argv)
+        assert rc == 2 and "named GenderNet, the zoo's network of gender_net files, but " \
+                           "these are age_net's" in err, err
+    _edit(desc, lambda d: d.update(stem="gender_net"))
+    rc, err = _cli(capsys, "graph", "--policy", "linear", "--description", str(desc), "--out",
+                   str(tmp_path / "g.dot"))
+    assert rc == 2 and "describes stem 'gender_net', not its own file's" in err, err
+    model = split_copy.parent / "models" / "age_net.caffemodel"
+    rc, err = _cli(capsys, "split", str(model), "--network", "GenderNet", "--out",
+                   str(tmp_path / "s"))
+    assert rc == 2 and "named GenderNet" in err and not (tmp_path / "s").exists(), err
