@@ -505,6 +505,9 @@ def _write_partials(caffemodel: Path, records: list[wire.LayerRecord], stem: str
     return sizes, digests
 
 
+OWN_PROTOTXT = "give --prototxt the deploy prototxt this caffemodel was trained with"
+
+
 def _check_params(layer: graph.Layer, rec: wire.LayerRecord | None, model: Path) -> None:
     if rec is None:
         if layer.param_shapes:
@@ -516,11 +519,11 @@ def _check_params(layer: graph.Layer, rec: wire.LayerRecord | None, model: Path)
     if len(rec.blobs) != len(layer.param_shapes):
         raise ModelError(
             f"{model}: layer '{layer.name}' has {len(rec.blobs)} blobs but the prototxt "
-            f"needs {len(layer.param_shapes)} (shapes {list(layer.param_shapes)})"
+            f"needs {len(layer.param_shapes)} (shapes {list(layer.param_shapes)}); {OWN_PROTOTXT}"
         )
     for i, (blob, expected) in enumerate(zip(rec.blobs, layer.param_shapes)):
         if not _shapes_match(blob.shape, expected):
             raise ModelError(
                 f"{model}: layer '{layer.name}' blob {i} has shape {blob.shape} but the "
-                f"prototxt needs {expected} ({math.prod(expected)} values)"
+                f"prototxt needs {expected} ({math.prod(expected)} values); {OWN_PROTOTXT}"
             )

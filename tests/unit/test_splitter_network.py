@@ -201,7 +201,8 @@ def test_user_v1_model_with_training_layers_goes_through_the_same_path(tmp_path)
 def test_split_refuses_a_model_that_does_not_fit_its_prototxt(tmp_path):
     model, deploy = _user_model(tmp_path, fc_in=50)
     with pytest.raises(ModelError, match=r"layer 'fc' blob 0 has shape \(1, 1, 4, 50\) but the "
-                                         r"prototxt needs \(4, 96\)"):
+                                         r"prototxt needs \(4, 96\) \(384 values\); give "
+                                         r"--prototxt the deploy prototxt"):
         splitter.split_model(model, deploy, tmp_path / "split")
     # nothing half-written: no partials folder, no description, no temp folders
     assert not (tmp_path / "split").exists() or list((tmp_path / "split").iterdir()) == []
