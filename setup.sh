@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything edgeprof needs on a Debian/Ubuntu machine into ./.venv:
-# Debian packages (GNU time, tcmalloc/gperftools, qemu + busybox for the vm backend,
+# Debian packages (GNU time, tcmalloc/gperftools, qemu + busybox for the vm backend, gcc for
+# the uml guest's preload (engine/vm/ascend.c),
 # mmdebstrap for the real-Caffe reference), the
 # Python package with its deps and the workflow, test and slurm extras (Snakemake, pytest,
 # the SLURM executor plugin), the vm backend's guest (kernel + initramfs, cached) and the
@@ -12,7 +13,7 @@ cd "$(dirname "$0")"
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-APT_PACKAGES="time libgoogle-perftools4 qemu-system-x86 busybox-static mmdebstrap patchelf"
+APT_PACKAGES="time libgoogle-perftools4 qemu-system-x86 busybox-static mmdebstrap patchelf gcc libc6-dev"
 PY="${PYTHON:-python3}"
 
 if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from engine import ops
-from engine.caffe import graph, io
+from engine.caffe import graph, io, wire
 from engine.caffe.splitter import Description
 from engine.errors import ModelError
 from engine.runtime import DEFAULT_RUNTIME, runtime
@@ -99,7 +99,8 @@ class Network:
         for layer in self.graph.layers:
             if layer.type == "Input":
                 for top, shape in zip(layer.tops, layer.top_shapes):
-                    self.blobs[top] = input_blob(shape, seed, self.runtime.touches_memory)
+                    self.blobs[top] = input_blob(shape, seed, self.runtime.touches_memory
+                                                 or wire.uml_ascending())
 
     def load_layer(self, index: int) -> int:
         """LOAD: read layer ``index``'s partial file; returns the bytes of weights read."""

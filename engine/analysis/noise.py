@@ -23,6 +23,7 @@ CV_LIMIT = 0.10  # median makespan CV of identical native runs; ~3.5 % on a quie
 # native runs: warned when at least this much, with less than one CPU left idle
 OTHER_CPUS_LIMIT = 0.5
 BUSY_WINDOW_S = 1.0  # how long doctor watches the CPUs
+NEAR_MAP_CAP = 0.8  # a uml run's peak host mappings past this share of the cap is warned
 
 
 def run_warnings(runs: pd.DataFrame, noise_floor: pd.DataFrame) -> list[str]:
@@ -41,6 +42,15 @@ def run_warnings(runs: pd.DataFrame, noise_floor: pd.DataFrame) -> list[str]:
         out.append(f"{len(crashed)} run(s) crashed ({', '.join(crashed[:3])}"
                    f"{', ...' if len(crashed) > 3 else ''}): recorded as ended 'error', "
                    f"left out of the times and counted in the summaries' runs_not_ok")
+    if {"host_maps_peak", "host_max_map_count"} <= set(runs):
+        near = runs[runs["host_maps_peak"] > NEAR_MAP_CAP * runs["host_max_map_count"]]
+        if len(near):
+            worst = near.loc[near["host_maps_peak"].idxmax()]
+            out.append(f"{len(near)} user-mode Linux run(s) held over "
+                       f"{100 * NEAR_MAP_CAP:.0f} % of the host's mapping cap "
+                       f"(vm.max_map_count) in a guest process ({worst['run_id']}: "
+                       f"{int(worst['host_maps_peak'])} of {int(worst['host_max_map_count'])}): "
+                       f"at the cap a guest process stalls (docs/sandboxes.md)")
     if not noise_floor.empty:
         native = noise_floor[(noise_floor["mode"] == "native")
                              & (noise_floor["metric"] == "makespan")]
@@ -128,10 +138,10 @@ def host_checks() -> list[tuple[str, bool | None, str]]:
                    "'always' gives numpy and Caffe huge pages whose first touch can stall "
                    "on a VM (benchmarks/bench_first_touch.py); runs ask for 4 KiB pages, "
                    "but 'always' overrides that"))
-    from engine.vm.uml import map_count_note, max_map_count
+    from engine.vm.uml import load_uml, map_count_note, max_map_count
 
-    maps = max_map_count()
-    note = map_count_note(maps)
+    maps, built = max_map_count(), load_uml()
+    note = map_count_note(maps, built.probe_maps if built else None)
     # a limit on what the uml sandbox can run, not on how quiet the host is: a note
     checks.append((f"vm.max_map_count: {maps if maps is not None else 'unreadable'}"
                    + (f" ({note})" if note else ""), True if note is None else None, ""))

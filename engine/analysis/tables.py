@@ -217,6 +217,10 @@ def _run_row(meta: RunMeta, folder: Path, tasks: pd.DataFrame, networks: pd.Data
         "cg_window_swap_peak_bytes": _col_max(tasks, "cg_swap_peak_bytes"),
         "proc_hwm_bytes": _col_max(tasks, "proc_hwm_bytes"),
         "guest_pswpout": _known(((meta.vm or {}).get("vmstat_delta") or {}).get("pswpout")),
+        # uml: the most host mappings a guest process held, against the host's cap
+        # (docs/sandboxes.md); NaN for other runs and records from before it was counted
+        "host_maps_peak": _known((meta.vm or {}).get("host_maps_peak")),
+        "host_max_map_count": _known((meta.vm or {}).get("host_max_map_count")),
         "page_bytes": page_bytes(meta),
     }
 

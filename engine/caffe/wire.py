@@ -10,6 +10,7 @@ against its enclosing message, so a truncated or corrupt file fails with the byt
 
 from __future__ import annotations
 
+import functools
 import math
 import mmap
 import os
@@ -208,7 +209,13 @@ def read_blob(f, blob: BlobRecord, path: str) -> np.ndarray:
 # none with the same bytes stored from user space). Where the uml backend sets this, a
 # blob is read through a small locked buffer and copied in from user space.
 UML_READS_ENV = "EDGEPROF_UML_COPY_READS"
+# ... and its destination is faulted in ascending page order first: glibc copies backward
+# when the two buffers alias modulo 4 KiB, and pages faulted top-down each take a host
+# mapping of their own under UML, up to the host's vm.max_map_count (docs/sandboxes.md).
+# "unordered" leaves the copy's own fault order: only to reproduce that stall.
+UNORDERED = "unordered"
 SCRATCH_BYTES = 1 << 20
+PAGE = 4096
 
 
 _scratch = threading.local()
@@ -230,10 +237,45 @@ def _locked_scratch() -> memoryview:
     return view
 
 
+MADV_POPULATE_WRITE = 23  # Linux >= 5.14: fault a range in for writing, lowest page first
+
+
+@functools.cache
+def _madvise():
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    return libc.madvise
+
+
+def fault_ascending(view: memoryview) -> None:
+    """Fault the pages of ``view`` in ascending order: one madvise (one trap into the UML
+    kernel for the whole range), else a zero written into each page, lowest first (the
+    bytes are about to be overwritten whole)."""
+    if not len(view):
+        return
+    touched = np.frombuffer(view, np.uint8)
+    start = touched.ctypes.data & ~(PAGE - 1)
+    end = touched.ctypes.data + len(view)
+    if _madvise()(start, end - start, MADV_POPULATE_WRITE) != 0:
+        touched[::PAGE] = 0
+        touched[-1] = 0
+
+
+def uml_ascending() -> bool:
+    """Whether this process runs in a UML guest that keeps its faults ascending: it also
+    writes memory before it reads it (a read of a never-written page maps the zero page,
+    one host mapping per page under UML)."""
+    return os.environ.get(UML_READS_ENV, UNORDERED) != UNORDERED
+
+
 def readinto_at(f, view: memoryview, offset: int, path: str) -> None:
     """Fill ``view`` from the file ``f`` at ``offset`` (readinto may return short counts)."""
     f.seek(offset)
     scratch = _locked_scratch() if os.environ.get(UML_READS_ENV) else None
+    if uml_ascending():
+        fault_ascending(view)
     got = 0
     while got < len(view):
         if scratch is None:

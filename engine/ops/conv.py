@@ -80,8 +80,14 @@ def convolution(
                     out=out[i, g * og : (g + 1) * og],
                 )
     else:
-        # Zero border written once; only the interior is refreshed per batch item.
-        padded = np.zeros((c, h + 2 * ph, w + 2 * pw), dtype=np.float32) if ph or pw else None
+        # Zero border written once (written, not calloc'd: a read of a never-written page
+        # maps the zero page, a host mapping per page under user-mode Linux); only the
+        # interior is refreshed per batch item.
+        padded = None
+        if ph or pw:
+            padded = np.empty((c, h + 2 * ph, w + 2 * pw), dtype=np.float32)
+            padded[:, :ph] = padded[:, h + ph :] = 0.0
+            padded[:, :, :pw] = padded[:, :, w + pw :] = 0.0
         cols = np.empty((c * kh * kw, oh * ow), dtype=np.float32)
         cols5 = cols.reshape(c, kh, kw, oh, ow)
         for i in range(n):

@@ -26,7 +26,11 @@ def lrn(
         raise ValueError(f"{op}: local_size must be a positive odd number, got {local_size}")
     n, c, h, w = x.shape
     pre = (local_size - 1) // 2
-    sq = np.zeros((n, c + local_size - 1, h, w), dtype=np.float32)
+    # every element written before it is read: a read of a never-written page maps the
+    # zero page, one host mapping per page in a user-mode Linux guest (docs/sandboxes.md)
+    sq = np.empty((n, c + local_size - 1, h, w), dtype=np.float32)
+    sq[:, :pre] = 0.0
+    sq[:, pre + c :] = 0.0
     np.square(x, out=sq[:, pre : pre + c])
     # Window sum as local_size shifted adds: for Caffe-sized windows this is several times
     # faster than cumsum along axis 1 and has no cumsum cancellation error.

@@ -27,7 +27,7 @@ from engine.limits.vm import QEMU
 from engine.procs import preexec, stamped_tempdir
 from engine.runner.interrupt import signals_deferred
 from engine.runner.outdir import SWAP_PREFIX
-from engine.vm import uml
+from engine.vm import hostmaps, uml
 from engine.vm.guest import INSTALL_HINT, Guest
 
 START_MARK = "VM_CMD_START"
@@ -43,11 +43,12 @@ class BootResult:
     accel: str
     boot_s: float | None  # host wall time from qemu start to the job's first instruction
     total_s: float
-    timed_out: str | None  # "boot" | "job" | None
+    timed_out: str | None  # "boot" | "job" | "maps" (UML at the host's mapping cap) | None
     qemu_exit: int | None
     console: str  # the whole serial console, each line host-timestamped
     error: str | None = None
     guest_marks: dict[str, float] = field(default_factory=dict)
+    host_maps_peak: int | None = None  # UML: the most host mappings a guest process held
 
 
 def qemu_binary() -> str:
@@ -108,18 +109,21 @@ def qemu_argv(guest: Guest, share: Path, accel: str, ram_mb: int, smp: int,
 def boot(guest: Guest | uml.Uml, share: Path, *, accel: str = "tcg", ram_mb: int = 1024,
          smp: int | None = None, swap_bytes: int = 0, sd_card: bool = False,
          boot_timeout_s: float = 120, timeout_s: float | None = None,
-         on_line: Callable[[str], None] | None = None) -> BootResult:
+         on_line: Callable[[str], None] | None = None,
+         stall_s: float | None = None) -> BootResult:
     """Boot once, run ``share``/job.sh, power off: a qemu ``Guest``, or a user-mode Linux
     kernel (``uml.Uml``; ``accel`` "uml"). The machine's process group (qemu, or UML and
     the host processes it runs its guest's processes in) is killed on a timeout or any
-    exception (KeyboardInterrupt included); the swap image is always removed."""
+    exception (KeyboardInterrupt included); the swap image is always removed. Under UML
+    the host counts the guest processes' mappings (``hostmaps``) and ends a boot whose
+    process sits at the host's cap for ``stall_s`` (default: hostmaps.DEFAULT_WINDOW_S)."""
     share = Path(share)
     (share / "rc").unlink(missing_ok=True)
     smp = smp or min(2, os.cpu_count() or 1)
     lines: list[str] = []
     marks: dict[str, float] = {}
     started = threading.Event()
-    swap_dir = proc = reader = None
+    swap_dir = proc = reader = maps = None
     timed_out = error = None
     t0 = time.monotonic()
     try:
@@ -157,21 +161,30 @@ def boot(guest: Guest | uml.Uml, share: Path, *, accel: str = "tcg", ram_mb: int
 
         reader = threading.Thread(target=read, daemon=True)
         reader.start()
+        if isinstance(guest, uml.Uml):
+            maps = hostmaps.MapWatch(proc.pid, uml.max_map_count(), stall_s).start()
         # poll so a qemu that dies early is noticed at once, not after the boot timeout
         while not started.wait(0.2) and proc.poll() is None:
             if time.monotonic() - t0 > boot_timeout_s:
                 timed_out = "boot"
                 error = f"the guest did not start the job within {boot_timeout_s:.0f} s"
                 break
-        if timed_out is None:
-            left = None if timeout_s is None else max(0.0, timeout_s - (time.monotonic() - t0))
-            try:
-                proc.wait(timeout=left)
-            except subprocess.TimeoutExpired:
+        deadline = None if timeout_s is None else t0 + timeout_s
+        while timed_out is None and proc.poll() is None:
+            left = None if deadline is None else deadline - time.monotonic()
+            if maps is not None and maps.hit.is_set():
+                timed_out, error = "maps", maps.detail()
+            elif left is not None and left <= 0:
                 timed_out = "job"
-                error = f"the guest job exceeded the {timeout_s:.0f} s timeout"
+                error = f"the guest job exceeded the {timeout_s:g} s timeout"
+            else:
+                try:
+                    proc.wait(timeout=0.5 if left is None else min(0.5, left))
+                except subprocess.TimeoutExpired:
+                    pass
     finally:
         with signals_deferred():  # a second Ctrl-C must not leave the swap image behind
+            maps_peak = maps.stop().peak if maps is not None else None  # a last look
             if proc is not None:
                 _kill(proc)
             if reader is not None:
@@ -192,7 +205,8 @@ def boot(guest: Guest | uml.Uml, share: Path, *, accel: str = "tcg", ram_mb: int
                  f"{proc.returncode}){': ' + fatal[0] if fatal else ''}")
     return BootResult(rc=rc, accel=accel, boot_s=marks.get("start"), total_s=total,
                       timed_out=timed_out, qemu_exit=proc.returncode,
-                      console="\n".join(lines) + "\n", error=error, guest_marks=marks)
+                      console="\n".join(lines) + "\n", error=error, guest_marks=marks,
+                      host_maps_peak=maps_peak)
 
 
 def _kill(proc: subprocess.Popen) -> None:

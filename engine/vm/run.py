@@ -12,6 +12,7 @@ into place. A guest that fails to come up still yields a run folder: termination
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import shlex
@@ -24,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from engine.caffe.wire import UML_READS_ENV
+from engine.caffe.wire import UML_READS_ENV, UNORDERED
 from engine.errors import EdgeprofError
 from engine.probes import hostload
 from engine.probes.vmstat import GUEST_ENV
@@ -66,6 +67,9 @@ class VmConfig:
     accel: str = "auto"  # auto | kvm | tcg
     boot_timeout_s: float = 180.0
     timeout_s: float = 3600.0  # host wall clock for a job without its own --timeout
+    # uml: faults kept ascending (the preload and the engine's reads); off only to
+    # reproduce the stall at the host's mapping cap (docs/sandboxes.md)
+    ascend: bool = True
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> VmConfig:
@@ -97,6 +101,7 @@ class VmConfig:
             or cfg.accel
         cfg.boot_timeout_s = get("BOOT_TIMEOUT", float, ">0") or cfg.boot_timeout_s
         cfg.timeout_s = get("TIMEOUT", float, ">0") or cfg.timeout_s
+        cfg.ascend = env.get("EDGEPROF_VM_ASCEND") not in ("0", "false", "no")
         return cfg
 
 
@@ -107,6 +112,7 @@ class Plan:
     accel: str
     accel_reason: str
     sd_card: bool = False
+    preload: Path | None = None  # uml: LD_PRELOADed in the guest (engine/vm/ascend.c)
 
 
 def _host_ram() -> int:
@@ -142,7 +148,8 @@ def plan(cfg: VmConfig, limit: int | None, swap: int | None, guest: Guest | uml.
             raise EdgeprofError("EDGEPROF_VM_SD_CARD: the uml backend cannot throttle its "
                                 "swap device; use --backend vm or unset it")
         return Plan(ram, device, "uml", f"user-mode Linux {guest.kernel_version} "
-                                        f"({guest.suite}'s {guest.package})")
+                                        f"({guest.suite}'s {guest.package})",
+                    preload=guest.preload if cfg.ascend else None)
     if cfg.accel in ("kvm", "tcg"):
         accel, why = cfg.accel, "set by EDGEPROF_VM_ACCEL"
     elif cfg.accel == "auto":
@@ -165,8 +172,10 @@ def host_blas_core() -> str | None:
     return None
 
 
-def job_script(py_args: list[str], accel: str, cwd: Path) -> str:
-    """The job for /run/vmout/job.sh: the guest's environment is empty (env -i)."""
+def job_script(py_args: list[str], accel: str, cwd: Path, preload: Path | None = None
+               ) -> str:
+    """The job for /run/vmout/job.sh: the guest's environment is empty (env -i).
+    ``preload``: UML's ascend.so, for every process of the job (None: faults unordered)."""
     # EDGEPROF_CGROUP_ROOT comes from init.sh, which creates that cgroup
     env = {"PYTHONDONTWRITEBYTECODE": "1", GUEST_ENV: "1", "HOME": "/root",
            "TMPDIR": "/run/scratch"}
@@ -175,8 +184,11 @@ def job_script(py_args: list[str], accel: str, cwd: Path) -> str:
         env["OPENBLAS_CORETYPE"] = "Nehalem"
     elif accel == "uml":
         # UML 7.2 loses what its kernel writes into swapped-in anonymous pages: weights go
-        # through a locked buffer (engine.caffe.wire)
-        env[UML_READS_ENV] = "1"
+        # through a locked buffer (engine.caffe.wire), into pages faulted in ascending
+        # order, as the preload faults every copy's destination (engine/vm/ascend.c)
+        env[UML_READS_ENV] = "1" if preload else UNORDERED
+        if preload:
+            env["LD_PRELOAD"] = str(preload)
         if host_blas_core():
             # UML runs its processes on the host CPU, but OpenBLAS may pick other kernels
             # in it (SkylakeX in UML 7.2 where the AMD EPYC host picks Haswell): other
@@ -192,17 +204,20 @@ def job_script(py_args: list[str], accel: str, cwd: Path) -> str:
 
 def boot_job(py_args: list[str], share: Path, limit: int | None, swap: int | None,
              cfg: VmConfig | None = None, timeout_s: float | None = None,
-             sandbox: str = "vm") -> tuple[vmboot.BootResult, Plan, Guest | uml.Uml, dict | None]:
+             sandbox: str = "vm", stall_s: float | None = None
+             ) -> tuple[vmboot.BootResult, Plan, Guest | uml.Uml, dict | None]:
     """Boot once running ``python -m engine.vm.job PY_ARGS`` with ``share`` as /run/vmout,
-    in ``sandbox`` ("vm": qemu, "uml": user-mode Linux). Returns the boot result, the
-    plan, the guest and the guest's guest.json (or None)."""
+    in ``sandbox`` ("vm": qemu, "uml": user-mode Linux; ``stall_s``: how long a guest
+    process may sit at the host's mapping cap). Returns the boot result, the plan, the
+    guest and the guest's guest.json (or None)."""
     cfg = cfg or VmConfig.from_env()
     guest = built_sandbox(sandbox)
     p = plan(cfg, limit, swap, guest)
-    (share / "job.sh").write_text(job_script(py_args, p.accel, Path.cwd()))
+    (share / "job.sh").write_text(job_script(py_args, p.accel, Path.cwd(), p.preload))
     res = vmboot.boot(guest, share, accel=p.accel, ram_mb=p.ram_bytes // MIB, smp=cfg.smp,
                       swap_bytes=p.swap_device_bytes, sd_card=p.sd_card,
-                      boot_timeout_s=cfg.boot_timeout_s, timeout_s=timeout_s or cfg.timeout_s)
+                      boot_timeout_s=cfg.boot_timeout_s, timeout_s=timeout_s or cfg.timeout_s,
+                      stall_s=stall_s)
     facts_file = share / "guest.json"
     facts = json.loads(facts_file.read_text()) if facts_file.is_file() else None
     return res, p, guest, facts
@@ -228,17 +243,19 @@ def built_sandbox(sandbox: str) -> Guest | uml.Uml:
 
 def run_command_in_vm(argv: list[str], limit: int | None, swap: int | None,
                       cfg: VmConfig | None = None, timeout_s: float | None = None,
-                      workdir: Path | None = None, sandbox: str = "vm") -> dict:
+                      workdir: Path | None = None, sandbox: str = "vm",
+                      stall_s: float | None = None) -> dict:
     """ARGV in the guest under a cgroup2 session with memory.max=limit and memory.swap.max=
     swap (None: no limit). Returns {"guest": guest.json, "boot": boot facts, "vm": the
-    meta.json "vm" facts, "job_log", "console"}. Nothing is left behind."""
+    meta.json "vm" facts, "job_log", "console"}. Nothing is left behind. ``stall_s``: how
+    long a UML guest process may sit at the host's mapping cap."""
     share = Path(tempfile.mkdtemp(prefix=".edgeprof-vm.", dir=workdir))
     try:
         with signals_unwind():
             res, p, guest, facts = boot_job(
                 ["command", "max" if limit is None else str(limit),
                  "max" if swap is None else str(swap), *argv],
-                share, limit, swap, cfg, timeout_s, sandbox=sandbox)
+                share, limit, swap, cfg, timeout_s, sandbox=sandbox, stall_s=stall_s)
         log = share / "job.log"
         boot_facts = asdict(res)
         boot_facts.pop("console")
@@ -262,6 +279,8 @@ def vm_facts(res: vmboot.BootResult, p: Plan, guest: Guest | uml.Uml,
     return {"sandbox": "uml" if in_uml else "vm",
             "uml_userspace": uml.userspace_mode(res.console) if in_uml else None,
             "host_max_map_count": uml.max_map_count() if in_uml else None,
+            "host_maps_peak": res.host_maps_peak,
+            "uml_preload": _preload_facts(p.preload) if in_uml else None,
             "accelerator": p.accel, "accelerator_reason": p.accel_reason,
             # UML runs on the host CPU but its page faults and system calls go through
             # its kernel: its times are not native either (docs/sandboxes.md)
@@ -302,8 +321,9 @@ def run_in_vm(request: RunRequest, cfg: VmConfig | None = None,
             host_timeout = None if timeout is None else timeout * 1.5 + 300
             load_start, started_at = hostload.snapshot(), time.time()
             job = ["engine", f"/run/vmout/{GUEST_REQUEST}"]
+            stall = request.options.stall_s
             res, p, guest, facts = boot_job(job, share, limit, swap, cfg, host_timeout,
-                                            sandbox=sandbox)
+                                            sandbox=sandbox, stall_s=stall)
             retried = None
             why = _emulation_fault(share, res)
             if why:
@@ -316,7 +336,7 @@ def run_in_vm(request: RunRequest, cfg: VmConfig | None = None,
                            "console_tail": res.console.splitlines()[-40:]}
                 _clear_share(share)
                 res, p, guest, facts = boot_job(job, share, limit, swap, cfg, host_timeout,
-                                            sandbox=sandbox)
+                                                sandbox=sandbox, stall_s=stall)
             load = hostload.host_load(load_start, hostload.snapshot())
             run = share / "run"
             if (run / "meta.json").is_file():
@@ -342,6 +362,14 @@ def run_in_vm(request: RunRequest, cfg: VmConfig | None = None,
         finally:
             if share is not None:
                 shutil.rmtree(share, ignore_errors=True)
+
+
+def _preload_facts(preload: Path | None) -> dict | None:
+    """The preload a UML guest's processes ran with, and its digest (None: without)."""
+    if preload is None:
+        return None
+    digest = hashlib.sha256(preload.read_bytes()).hexdigest() if preload.is_file() else None
+    return {"path": str(preload), "sha256": digest, "source": uml.PRELOAD_SOURCE.name}
 
 
 def _add_vm_facts(meta: RunMeta, vm: dict, host_load: dict, started_at: float) -> None:
@@ -414,7 +442,7 @@ def _error_meta(request: RunRequest, pipeline: Pipeline, policy: Policy,
     from engine.runner.supervise import request_meta
 
     meta = request_meta(request, pipeline, policy)
-    meta.termination = "timeout" if res.timed_out == "job" else "error"
+    meta.termination = "timeout" if res.timed_out in ("job", "maps") else "error"
     detail = res.error or f"the guest job ended with code {res.rc} and wrote no run folder"
     meta.termination_detail = f"{detail}; see console.log"
     meta.exit_code = res.rc

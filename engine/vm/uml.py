@@ -25,13 +25,17 @@ import fcntl
 import hashlib
 import json
 import os
+import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.caffe.wire import UML_READS_ENV
 from engine.errors import EdgeprofError
 from engine.files import atomic_path
 from engine.vm.guest import Log, _run, apt_state, download_deb
@@ -62,6 +66,8 @@ class Uml:
     kernel_version: str  # uname -r in the guest
     package: str  # the .deb it came from
     suite: str
+    preload: Path | None = None  # ascend.so, LD_PRELOADed in the guest (PRELOAD_SOURCE)
+    probe_maps: dict | None = None  # the build probe's peak host mappings per pattern
 
 
 def default_cache() -> Path:
@@ -75,13 +81,20 @@ def default_cache() -> Path:
 # What the built kernel depends on (its candidates, and how each is fetched and patched);
 # bump it when that changes. Not this file's source: every checkout of the project shares
 # the cache, and an edit elsewhere in it must not make the others' build stale.
-RECIPE = ("2: user-mode-linux + that suite's libc6, patchelf'd; probe: cgroup v2 memory.max, "
-          "a fragmented 2 GiB touch")
+RECIPE = ("3: user-mode-linux + that suite's libc6, patchelf'd; ascend.c built with the host's "
+          "cc; probe: cgroup v2 memory.max, a fragmented 2 GiB touch, a 1 GiB copy-read, a "
+          "1 GiB swap-heavy touch at 256M, each under the host's mapping cap")
+# The preload every guest process runs with: copies fault their destination in ascending
+# page order (its source says why). Part of the recipe: an edit rebuilds it.
+PRELOAD_SOURCE = Path(__file__).with_name("ascend.c")
+PRELOAD = "ascend.so"
+CC_HINT = "sudo apt-get install -y gcc libc6-dev"
 
 
 def recipe_hash() -> str:
     h = hashlib.sha256(RECIPE.encode())
     h.update(" ".join(CANDIDATES).encode())
+    h.update(PRELOAD_SOURCE.read_bytes())
     return h.hexdigest()[:16]
 
 
@@ -103,9 +116,10 @@ def load_uml(cache: Path | None = None) -> Uml | None:
     info = _info(cache)
     if not info or not info.get("suite"):
         return None
-    uml = Uml(build_dir(cache) / info["suite"] / "linux", info["kernel_version"],
-              info["package"], info["suite"])
-    return uml if uml.binary.is_file() else None
+    home = build_dir(cache) / info["suite"]
+    uml = Uml(home / "linux", info["kernel_version"], info["package"], info["suite"],
+              home / PRELOAD, info.get("probe_maps"))
+    return uml if uml.binary.is_file() and uml.preload.is_file() else None
 
 
 def why_none(cache: Path | None = None) -> str | None:
@@ -153,20 +167,28 @@ def build(cache: Path, log: Log = print) -> Uml | None:
     that works."""
     if shutil.which("patchelf") is None:
         raise EdgeprofError(f"patchelf is not installed; {INSTALL_HINT}")
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        raise EdgeprofError(f"no C compiler for the guest's preload ({PRELOAD_SOURCE.name}); "
+                            f"{CC_HINT}")
     failures = []
     for suite in CANDIDATES:
         try:
             uml = _prepare(cache, suite, log)
-            version = probe(uml.binary, log)
+            preload = uml.binary.with_name(PRELOAD)
+            _run([cc, "-O2", "-shared", "-fPIC", "-o", str(preload), str(PRELOAD_SOURCE),
+                  "-ldl"], f"build the guest's preload ({CC_HINT} if it fails)")
+            version, maps = probe(uml.binary, preload, log)
         except EdgeprofError as exc:
             failures.append(f"{suite}: {exc}")
             log(f"uml: {suite}'s {PACKAGE} does not work here: {exc}")
             shutil.rmtree(build_dir(cache) / suite, ignore_errors=True)
             continue
-        uml = Uml(uml.binary, version, uml.package, suite)
+        uml = Uml(uml.binary, version, uml.package, suite, preload, maps)
         _write_info(cache, {"suite": suite, "kernel_version": version,
-                            "package": uml.package, "tried": failures})
-        log(f"uml: Linux {version} from {suite} ({uml.package}) -> {uml.binary}")
+                            "package": uml.package, "tried": failures, "probe_maps": maps})
+        log(f"uml: Linux {version} from {suite} ({uml.package}) -> {uml.binary}; the probe's "
+            f"peak host mappings: {maps}")
         return uml
     _write_info(cache, {"suite": None, "why": "; ".join(failures)})
     return None
@@ -234,12 +256,12 @@ def userspace_mode(console: str) -> str:
 
 
 MAP_COUNT_FILE = "/proc/sys/vm/max_map_count"
-# A guest process's memory is mapped into its host process page by page once the guest's
-# physical memory is fragmented, and the host caps a process at vm.max_map_count mappings:
-# past it UML 6.12 dies of SIGSEGV ("UML ran out of memory on the host side") and 7.2
-# spins for good (seen on an AMD EPYC host at the default 65530: a guest process stuck at
-# 65532 mappings, 580 MiB, docs/sandboxes.md). 1,048,576 mappings cover 4 GiB.
-MAP_COUNT_ENOUGH = 1 << 20
+# A guest process's memory is mapped into its host process one host mapping per run of
+# pages in ascending physmem order, and the host caps a process at vm.max_map_count
+# mappings (65530 on Debian): a process at the cap spins for good (UML 7.2) or dies of
+# SIGSEGV (6.12). Faults in ascending order (the preload, engine.caffe.wire) keep a guest
+# process's count far below it (docs/sandboxes.md); the host watches it (engine.vm.hostmaps).
+MAP_COUNT_ENOUGH = 1 << 20  # 1,048,576 mappings cover 4 GiB page by page
 
 
 def max_map_count(path: str = MAP_COUNT_FILE) -> int | None:
@@ -250,13 +272,18 @@ def max_map_count(path: str = MAP_COUNT_FILE) -> int | None:
         return None
 
 
-def map_count_note(count: int | None) -> str | None:
-    """Why a guest process may not get past about count x 4 KiB here; None if it can."""
+def map_count_note(count: int | None, probe_maps: dict | None = None) -> str | None:
+    """The headroom the build probe measured under the host's cap; None where the cap
+    cannot bind (unreadable or at least MAP_COUNT_ENOUGH)."""
     if count is None or count >= MAP_COUNT_ENOUGH:
         return None
-    return (f"the host's vm.max_map_count is {count}: a guest process whose memory is "
-            f"fragmented stops at about {count * 4 // 1024} MiB (UML 7.2 stalls, 6.12 dies); "
-            f"on a machine you own, sysctl -w vm.max_map_count={MAP_COUNT_ENOUGH}")
+    if probe_maps:
+        worst = max(probe_maps, key=probe_maps.get)
+        return (f"the build probe's guest processes peaked at {probe_maps[worst]} host "
+                f"mappings ({worst}), {100 * probe_maps[worst] / count:.0f} % of the cap; "
+                f"each UML run records its own peak (vm.host_maps_peak)")
+    return ("no build probe measured the uml sandbox's mappings here (python -m engine.vm "
+            "build); a guest process past the cap stalls")
 
 
 def environ() -> dict[str, str]:
@@ -264,7 +291,7 @@ def environ() -> dict[str, str]:
     return {**os.environ, "TMPDIR": RAM_DIR}
 
 
-PROBE_JOB = """\
+PROBE_CGROUP_JOB = """\
 cd /sys/fs/cgroup/edgeprof || exit 3
 echo +memory > cgroup.subtree_control && mkdir probe && echo 16M > probe/memory.max || exit 4
 {python} -c '{touch}' || exit 5
@@ -279,30 +306,108 @@ exit 0
 # (700 MiB passed); about a minute of the build.
 PROBE_TOUCH = ("a = [b\"x\" * (4 << 20) for _ in range(400)]; del a[::2]; "
                "b = [b\"y\" * (4 << 20) for _ in range(300)]")
+# The engine's copy-read (engine.caffe.wire.readinto_at, as a UML run reads weights) into
+# 1 GiB of fresh blobs whose page offset is the scratch buffer's: glibc's vector copy goes
+# backward then (forced here with its tunable, as on hosts whose memmove does not use
+# rep movsb), so only the ascending faults keep the mappings down.
+PROBE_COPY_READ = """\
+export {reads}=1 GLIBC_TUNABLES=glibc.cpu.x86_rep_movsb_threshold=2147483647
+{python} -c '
+import numpy as np
+from engine.caffe.wire import readinto_at
+blobs = []
+with open("/dev/zero", "rb", buffering=0) as f:
+    for _ in range(16):
+        raw = np.empty((64 << 20) + 4096, np.uint8)
+        at = -raw.ctypes.data % 4096
+        readinto_at(f, memoryview(raw[at:at + (64 << 20)]), 0, "/dev/zero")
+        blobs.append(raw)
+' || exit 6
+exit 0
+"""
+# 1 GiB through a 256M cgroup with swap: written, then read and written again in a
+# shuffled order of its 16 MiB pieces, twice (pages swapped out and in, in no order)
+PROBE_SWAP = """\
+cd /sys/fs/cgroup/edgeprof || exit 3
+echo +memory > cgroup.subtree_control && mkdir probe && echo 256M > probe/memory.max || exit 4
+echo $$ > probe/cgroup.procs || exit 4
+{python} -c '
+import numpy as np
+rng = np.random.default_rng(0)
+pieces = [np.ones(4 << 20, np.float32) for _ in range(64)]
+for _ in range(2):
+    for i in rng.permutation(64):
+        pieces[i] += 1.0
+assert all(float(p[0]) == 3.0 for p in pieces)
+' || exit 7
+exit 0
+"""
 PROBE_RAM_MB = 3072
+PROBE_SWAP_BYTES = 2 << 30
+PROBE_WINDOW_S = 30.0  # a pattern at the mapping cap this long has failed the probe
 
 
-def probe(binary: Path, log: Log = print) -> str:
-    """Boot ``binary`` once with a job that creates a cgroup with memory.max and touches
-    fragmented memory (PROBE_TOUCH); returns the guest's kernel release, or raises with
-    the console's last lines."""
-    with tempfile.TemporaryDirectory(prefix="edgeprof-umlprobe.") as tmp:
-        share = Path(tmp)
-        (share / "job.sh").write_text(PROBE_JOB.format(python=sys.executable,
-                                                      touch=PROBE_TOUCH))
-        argv = boot_argv(binary, share, PROBE_RAM_MB, None)
-        try:
-            proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
-                                  timeout=PROBE_TIMEOUT_S, env=environ())
-        except subprocess.TimeoutExpired:
-            raise EdgeprofError(f"the probe boot did not finish in {PROBE_TIMEOUT_S} s") \
-                from None
-        rc = (share / "rc").read_text().strip() if (share / "rc").is_file() else None
-        if rc != "0" or not (share / "kernel").is_file():
-            lines = proc.stdout.decode(errors="replace").strip().splitlines()
-            why = [ln.strip() for ln in lines if "panic" in ln.lower() or "failed" in ln
-                   or "host side" in ln
-                   or "FATAL" in ln] or lines[-3:]
-            raise EdgeprofError(f"probe boot failed (job rc {rc}, exit {proc.returncode}): "
-                                + " | ".join(why[:3]))
-        return (share / "kernel").read_text().strip()
+def probe(binary: Path, preload: Path, log: Log = print) -> tuple[str, dict[str, int]]:
+    """Boot ``binary`` once per pattern, every guest process with ``preload``: a cgroup
+    with memory.max and fragmented memory (PROBE_TOUCH), the engine's copy-read
+    (PROBE_COPY_READ) and a swap-heavy touch (PROBE_SWAP). Returns the guest's kernel
+    release and each pattern's peak host mappings; raises with the console's last lines
+    when a pattern fails or sits at the host's mapping cap."""
+    jobs = {"fragmented": (PROBE_CGROUP_JOB, 0), "copy_read": (PROBE_COPY_READ, 0),
+            "swap_heavy": (PROBE_SWAP, PROBE_SWAP_BYTES)}
+    version, maps = "", {}
+    for name, (job, swap) in jobs.items():
+        with tempfile.TemporaryDirectory(prefix="edgeprof-umlprobe.") as tmp:
+            share = Path(tmp) / "share"
+            share.mkdir()
+            (share / "job.sh").write_text(
+                f"export LD_PRELOAD={shlex.quote(str(preload))}\n"
+                f"cd {shlex.quote(str(Path(__file__).parents[2]))} || exit 2\n"
+                + job.format(python=sys.executable, touch=PROBE_TOUCH, reads=UML_READS_ENV))
+            image = None
+            if swap:
+                image = Path(tmp) / "swap.img"
+                with open(image, "wb") as f:
+                    f.truncate(swap)
+            peak, console = _probe_boot(boot_argv(binary, share, PROBE_RAM_MB, image), share)
+            maps[name] = peak
+            if name == "fragmented" and (share / "kernel").is_file():
+                version = (share / "kernel").read_text().strip()
+        log(f"uml probe: {name}: peak {peak} host mappings")
+    return version, maps
+
+
+def _probe_boot(argv: list[str], share: Path) -> tuple[int, str]:
+    """One probe boot: its guest processes' peak host mappings and its console; raises
+    when the job fails, times out or sits at the mapping cap."""
+    from engine.vm.hostmaps import MapWatch
+
+    log_path = share.parent / "console.log"  # a file: a pipe left unread could fill
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, env=environ(),
+                                start_new_session=True)
+    watch = MapWatch(proc.pid, max_map_count(), PROBE_WINDOW_S).start()
+    why = None
+    try:
+        deadline = time.monotonic() + PROBE_TIMEOUT_S
+        while proc.poll() is None and why is None:
+            if watch.hit.wait(0.5):
+                why = watch.detail()
+            elif time.monotonic() > deadline:
+                why = f"the probe boot did not finish in {PROBE_TIMEOUT_S} s"
+    finally:
+        peak = watch.stop().peak or 0
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    console = log_path.read_text(errors="replace")
+    rc = (share / "rc").read_text().strip() if (share / "rc").is_file() else None
+    if why is None and rc != "0":
+        lines = console.strip().splitlines()
+        found = [ln.strip() for ln in lines if "panic" in ln.lower() or "failed" in ln
+                 or "host side" in ln or "FATAL" in ln or "Error" in ln] or lines[-3:]
+        why = f"job rc {rc}, exit {proc.returncode}: " + " | ".join(found[:3])
+    if why is not None:
+        raise EdgeprofError(f"probe boot failed ({why})")
+    return peak, console

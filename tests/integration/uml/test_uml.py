@@ -239,3 +239,82 @@ def test_calibrate_measures_the_sandboxes_per_page_costs(uml_kernel, tiny, tmp_p
     device = json.loads(out.read_text())
     assert device["per_page_in_s"] > 0 and device["per_page_out_s"] >= 0
     assert "uml backend" in device["source"] and "guest_pswpin_delta" in device["source"]
+
+
+# The engine's copy-read (engine.caffe.wire.readinto_at, as a UML run reads its weights)
+# into 1 GiB of fresh blobs at the scratch buffer's page offset, with glibc's vector copy
+# forced (as on hosts whose memmove does not use rep movsb): it copies backward there, and
+# without the ascending faults each page becomes a host mapping of its own.
+COPY_READ_1GIB = """
+import numpy as np
+from engine.caffe.wire import readinto_at
+blobs = []
+with open("/dev/zero", "rb", buffering=0) as f:
+    for _ in range(16):
+        raw = np.empty((64 << 20) + 4096, np.uint8)
+        at = -raw.ctypes.data % 4096
+        readinto_at(f, memoryview(raw[at:at + (64 << 20)]), 0, "/dev/zero")
+        blobs.append(raw)
+rss = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmRSS"))
+print("resident MiB", rss // 1024)
+"""
+BACKWARD_COPIES = "GLIBC_TUNABLES=glibc.cpu.x86_rep_movsb_threshold=2147483647"
+
+
+def test_the_engines_copy_read_reaches_1_gib_under_the_hosts_mapping_cap(uml_kernel,
+                                                                        tmp_path):
+    res = run_command_in_vm(["env", BACKWARD_COPIES, sys.executable, "-c", COPY_READ_1GIB],
+                            None, None, timeout_s=300, workdir=tmp_path, sandbox="uml",
+                            stall_s=20)
+    assert res["boot"]["timed_out"] is None, res["boot"]["error"]
+    assert res["guest"]["exit_code"] == 0, res["job_log"][-2000:]
+    resident = int(res["job_log"].split("resident MiB")[1].split()[0])
+    assert resident >= 1024
+    vm = res["vm"]
+    # 1 GiB page by page would be 262,144 mappings; ascending faults merge them
+    assert vm["host_max_map_count"] and vm["host_maps_peak"] < 0.25 * vm["host_max_map_count"]
+    assert vm["uml_preload"]["sha256"]
+
+
+# A guest process whose fresh pages fault top-down, one by one, as a backward copy's do
+DESCENDING_TOUCH = """
+import numpy as np
+a = np.empty(1 << 30, np.uint8)
+for page in range((1 << 30) // 4096 - 1, -1, -1):
+    a[page * 4096] = 1
+print("never here")
+"""
+
+
+def test_a_guest_process_at_the_mapping_cap_is_ended_naming_the_cap(uml_kernel, tmp_path):
+    cap = uml.max_map_count()
+    if cap is None or cap > 200_000:
+        pytest.skip(f"the host's vm.max_map_count ({cap}) is above what 1 GiB can reach")
+    t0 = time.monotonic()
+    res = run_command_in_vm([sys.executable, "-c", DESCENDING_TOUCH], None, None,
+                            cfg=VmConfig(ascend=False), timeout_s=600, workdir=tmp_path,
+                            sandbox="uml", stall_s=10)
+    assert res["boot"]["timed_out"] == "maps", res["boot"]["error"]
+    assert "vm.max_map_count" in res["boot"]["error"] and str(cap) in res["boot"]["error"]
+    assert res["vm"]["host_maps_peak"] >= cap - 64
+    assert "never here" not in res["job_log"]
+    assert time.monotonic() - t0 < 300  # the window, not the 600 s timeout, ended it
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_swap_heavy_run_at_512m_completes_and_records_its_peak_mappings(uml_kernel, tiny,
+                                                                          tmp_path):
+    """DeepEye over eight AgeNet/GenderNet pairs holds their 730 MB of weights at once
+    (736 MiB peak natively): under 512M the rest swaps out and back in for the EXECs."""
+    from engine.schedule.pipelines import Arrival, Pipeline, save_pipeline
+
+    big = tmp_path / "big.json"
+    save_pipeline(Pipeline("big", [Arrival(0.0, ["AgeNet", "GenderNet"] * 8)]), big)
+    out = tmp_path / "run"
+    meta = run_in_vm(_request({**tiny, "pipeline": big}, "deepeye", out, "--limit", "512M",
+                              backend="uml"), sandbox="uml").to_dict()
+    assert meta["termination"] == "ok", meta["termination_detail"]
+    assert meta["vm"]["vmstat_delta"]["pswpout"] > 64 * MiB // 4096
+    peak, cap = meta["vm"]["host_maps_peak"], meta["vm"]["host_max_map_count"]
+    assert peak is not None and 0 < peak < cap, (peak, cap)
+    assert json.loads((out / "meta.json").read_text())["vm"]["host_maps_peak"] == peak

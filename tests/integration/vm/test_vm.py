@@ -319,7 +319,8 @@ def _fake_boot(calls: list, *, start_a_task: bool, segfault: bool = False):
     from engine.runner.meta import RunMeta
     from engine.vm.run import GUEST_OUT
 
-    def boot(py_args, share, limit, swap, cfg=None, timeout_s=None, sandbox="vm"):
+    def boot(py_args, share, limit, swap, cfg=None, timeout_s=None, sandbox="vm",
+             stall_s=None):
         calls.append(sorted(p.name for p in share.iterdir()))
         if segfault and len(calls) == 1:
             (share / "run").mkdir()

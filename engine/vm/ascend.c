@@ -1,0 +1,91 @@
+/* LD_PRELOAD for user-mode Linux guests: the destination of every memcpy and memmove is
+ * faulted in ascending page order before the copy.
+ *
+ * glibc copies a large buffer backward when the destination aliases the source modulo
+ * 4 KiB, so fresh destination pages fault top-down. The UML guest hands out physical pages
+ * in ascending order, so each such page lands one page lower in UML's physmem file than
+ * the page above it, and the host can merge no two of them into one mapping: past the
+ * host's vm.max_map_count (65530 on Debian) the guest process stalls (docs/sandboxes.md).
+ * Touching each destination page with a write of nothing (an atomic OR of 0: safe for an
+ * overlapping memmove and for other threads) faults it in ascending order; a page already
+ * present costs one locked instruction, a fresh one the fault the copy would take anyway.
+ *
+ * Built by python -m engine.vm build into the UML recipe's folder (engine/vm/uml.py).
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/mman.h>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux >= 5.14 */
+#endif
+#define PAGE 4096UL
+/* below this a madvise (a system call: slow under UML) costs more than the touches */
+#define POPULATE_BYTES (1UL << 20)
+
+typedef void *(*copy_fn)(void *, const void *, size_t);
+typedef void *(*checked_fn)(void *, const void *, size_t, size_t);
+static copy_fn real_memcpy, real_memmove;
+static checked_fn real_memcpy_chk, real_memmove_chk;
+
+static void ascend(void *dst, size_t n) {
+    uintptr_t end = (uintptr_t)dst + n;
+    uintptr_t p = (uintptr_t)dst;
+    if (n <= PAGE && (p & ~(PAGE - 1)) == ((end - 1) & ~(PAGE - 1)))
+        return;  /* one page: no order to keep */
+    /* a large copy: one madvise faults the whole range in (one trap into the UML kernel,
+     * not one per page); it leaves the bytes as they are */
+    if (n >= POPULATE_BYTES) {
+        int saved = errno;  /* a copy never changes errno */
+        int failed = madvise((void *)(p & ~(PAGE - 1)), end - (p & ~(PAGE - 1)),
+                             MADV_POPULATE_WRITE);
+        errno = saved;
+        if (!failed)
+            return;
+    }
+    for (; p < end; p = (p & ~(PAGE - 1)) + PAGE)
+        __atomic_fetch_or((volatile unsigned char *)p, 0, __ATOMIC_RELAXED);
+}
+
+/* dlsym may itself copy: until the real functions are known, copy byte by byte */
+static void *bytes_forward(void *dst, const void *src, size_t n) {
+    volatile unsigned char *d = dst;
+    const unsigned char *s = src;
+    if (d < s) {
+        for (size_t i = 0; i < n; i++) d[i] = s[i];
+    } else {
+        for (size_t i = n; i > 0; i--) d[i - 1] = s[i - 1];
+    }
+    return dst;
+}
+
+__attribute__((constructor)) static void resolve(void) {
+    real_memcpy = (copy_fn)dlsym(RTLD_NEXT, "memcpy");
+    real_memmove = (copy_fn)dlsym(RTLD_NEXT, "memmove");
+    real_memcpy_chk = (checked_fn)dlsym(RTLD_NEXT, "__memcpy_chk");
+    real_memmove_chk = (checked_fn)dlsym(RTLD_NEXT, "__memmove_chk");
+}
+
+void *memcpy(void *dst, const void *src, size_t n) {
+    if (n) ascend(dst, n);
+    return (real_memcpy ? real_memcpy : bytes_forward)(dst, src, n);
+}
+
+void *memmove(void *dst, const void *src, size_t n) {
+    if (n) ascend(dst, n);
+    return (real_memmove ? real_memmove : bytes_forward)(dst, src, n);
+}
+
+/* _FORTIFY_SOURCE's checked copies (the check stays glibc's: it runs before any byte) */
+void *__memcpy_chk(void *dst, const void *src, size_t n, size_t room) {
+    if (n && n <= room) ascend(dst, n);
+    return real_memcpy_chk(dst, src, n, room);
+}
+
+void *__memmove_chk(void *dst, const void *src, size_t n, size_t room) {
+    if (n && n <= room) ascend(dst, n);
+    return real_memmove_chk(dst, src, n, room);
+}

@@ -1,0 +1,101 @@
+"""How many host mappings a user-mode Linux guest's processes hold, watched from the host.
+
+UML maps each guest process's memory into a host process, one host mapping per run of
+guest pages that lie in ascending order in its physmem file; the host caps a process at
+``vm.max_map_count`` mappings (65530 on Debian). A guest process at the cap does not die:
+UML spins, printing nothing, and nothing inside the guest sees it (its memory, swap and
+tasks stand still, or creep). So the host counts, for every process of the UML session,
+the lines of its /proc/<pid>/maps: the peak goes into the run's record
+(``vm.host_maps_peak``), and a session whose largest process sits at the cap for a whole
+window is ended as a timeout that names the cap (docs/sandboxes.md).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+import psutil
+
+# A process within this many mappings of the cap is at it: UML's last few mmap calls fail
+# and it retries for good (seen stuck at cap + 2: the count includes [vdso] and friends)
+AT_CAP_SLACK = 64
+# Without a run's own stall window (--stall-timeout), a session at the cap this long ends
+DEFAULT_WINDOW_S = 60.0
+POLL_S = 0.25  # reading 65k lines of maps costs about 10 ms: 4 % of a CPU at the cap
+
+
+def maps_of(pid: int) -> int | None:
+    """The number of mappings of host process ``pid`` (None: gone or unreadable)."""
+    try:
+        with open(f"/proc/{pid}/maps", "rb") as f:
+            return f.read().count(b"\n")
+    except OSError:
+        return None
+
+
+def session_maps(leader: int) -> int:
+    """The most mappings any process of ``leader``'s tree holds now (0: none readable)."""
+    try:
+        root = psutil.Process(leader)
+        pids = [leader, *(p.pid for p in root.children(recursive=True))]
+    except psutil.Error:
+        return 0
+    return max((n for n in map(maps_of, pids) if n is not None), default=0)
+
+
+@dataclass
+class MapsResult:
+    peak: int | None  # the largest count seen; None: never sampled
+    at_cap_s: float | None  # how long the session sat at the cap before it was ended
+
+
+class MapWatch:
+    """Samples ``leader``'s tree every ``poll_s`` in a thread; ``hit`` is set once its
+    largest process has stayed within AT_CAP_SLACK of ``cap`` for ``window_s``."""
+
+    def __init__(self, leader: int, cap: int | None, window_s: float | None,
+                 poll_s: float = POLL_S) -> None:
+        self.leader, self.cap, self.poll_s = leader, cap, poll_s
+        self.window_s = window_s or DEFAULT_WINDOW_S
+        self.peak: int | None = None
+        self.hit = threading.Event()
+        self._stop = threading.Event()
+        self._since: float | None = None
+        self._thread = threading.Thread(target=self._loop, name="uml-maps", daemon=True)
+
+    def start(self) -> MapWatch:
+        self._thread.start()
+        return self
+
+    def stop(self) -> MapsResult:
+        self._stop.set()
+        self._thread.join()
+        at_cap = self.window_s if self.hit.is_set() else None
+        return MapsResult(self.peak, at_cap)
+
+    def sample(self, now: float) -> None:
+        """One look: the peak, and the time at the cap."""
+        count = session_maps(self.leader)
+        if count:
+            self.peak = max(self.peak or 0, count)
+        if self.cap and count >= self.cap - AT_CAP_SLACK:
+            self._since = now if self._since is None else self._since
+            if now - self._since >= self.window_s:
+                self.hit.set()
+        else:
+            self._since = None
+
+    def _loop(self) -> None:
+        while not self.hit.is_set():
+            self.sample(time.monotonic())
+            if self._stop.wait(self.poll_s):
+                self.sample(time.monotonic())  # the last look, at the end
+                return
+
+    def detail(self) -> str:
+        """What ended the session, for the run's termination detail."""
+        return (f"a guest process sat at the host's mapping cap (vm.max_map_count "
+                f"{self.cap}: {self.peak} mappings) for {self.window_s:g} s; user-mode "
+                f"Linux cannot map more of its memory (docs/sandboxes.md)")
