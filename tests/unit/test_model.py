@@ -857,6 +857,46 @@ def test_two_campaigns_are_read_together_with_their_pipelines_named_apart(tiny, 
     assert list(both[3]) == ["Tiny"]
 
 
+def test_score_holdout_refuses_the_models_own_runs_however_a_read_names_them(tiny, tmp_path,
+                                                                            capsys):
+    """Read together with the held-out tables, the training campaign's pipelines are
+    named ``results:p000``, the model's ``p000``: its runs (their record digests) are
+    refused all the same, and so is a new run of a training pipeline file; the held-out
+    seed's tables alone are scored."""
+    from engine.analysis.tables import write_tables
+    from tests.model_fixtures import campaign
+
+    split = str(Path(tiny.path).parent)
+
+    def tables(folder: str, pipelines: dict[str, list[str]], **change) -> str:
+        runs, tasks, networks = campaign({"Tiny": tiny}, pipelines)
+        write_tables({"runs": runs.assign(**change), "tasks": tasks, "networks": networks},
+                     tmp_path / folder / "tables")
+        return str(tmp_path / folder / "tables")
+
+    train = tables("results", {"p000": ["Tiny"], "p001": ["Tiny", "Tiny"]})
+    held = tables("holdout", {"hp000": ["Tiny", "Tiny", "Tiny"]})
+    rerun = tables("again", {"p000": ["Tiny"]}, record_digest="new run")
+    model = str(tmp_path / "model.json")
+    assert main(["fit-model", "--tables", train, "--models", split, "--out", model]) == 0
+    capsys.readouterr()
+
+    def score(*folders: str) -> tuple[int, str]:
+        code = main(["score-holdout", "--tables", *folders, "--models", split, "--model",
+                     model, "--out", str(tmp_path / "scored"), "--orderings", "1"])
+        return code, capsys.readouterr().err
+
+    for folders in ((train, held), (held, rerun)):
+        code, err = score(*folders)
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        assert "not held out" in err and ":p000" in err, err
+    assert not (tmp_path / "scored").exists()
+    code, err = score(held)
+    assert code == 0, err
+    scored = pd.read_parquet(tmp_path / "scored" / "holdout_predictions.parquet")
+    assert set(scored["pipeline"]) == {"hp000"}
+
+
 def test_the_targets_say_met_or_missed_and_the_report_quotes_them():
     """A makespan MAPE of 20 % misses the <= 10 % target; a Kendall tau of 0.7 meets the
     >= 0.6 one; a target without cells says so; model-report prints them."""
