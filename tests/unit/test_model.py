@@ -285,6 +285,26 @@ def test_under_a_limit_swap_costs_its_pages_and_too_little_swap_is_an_oom(tiny, 
     assert killed.oom and "swap" in killed.why
 
 
+@pytest.mark.parametrize("policy, held", [("linear", 648), ("bulk", 720)])
+def test_a_runtime_over_the_limit_swaps_its_excess_and_is_killed_only_without_room(
+        tiny, capsys, advice_files, policy, held):
+    """The runtime's own 1000 B under a 900 B limit: its 100 B over the limit go to swap
+    with every byte the run holds (the peaks counted by hand above: 8 + 640 for linear,
+    8 + 720 for bulk), so the run needs 100 + that of swap; killed only with less."""
+    pipe = Pipeline("two", [Arrival(0.0, ["Tiny", "Tiny"])])
+    nets = Networks({"Tiny": tiny}, None)
+    for swap, killed in ((None, False), (100 + held, False), (100 + held - 1, True)):
+        pred, _ = predict(_mode(), pipe, nets, policy, limit_bytes=900, swap_bytes=swap)
+        assert pred.oom == killed and pred.peak_swap_bytes == 100 + held, swap
+        assert pred.peak_ram_bytes == 900
+    # advise under a limit below the fitted runtime's baseline, with swap max: ranked
+    root, models = advice_files
+    code, out, err = _advise(capsys, "--pipeline", str(root / "p.json"), "--limit", "8M",
+                             "--model", str(root / "model.json"), "--models", str(models),
+                             "--policies", policy)
+    assert code == 0 and "OOM" not in out and "1  " + policy in out, out + err
+
+
 # ---- the fits on synthetic data ----
 
 def test_least_squares_recover_known_coefficients_and_drop_negative_ones():
