@@ -917,6 +917,23 @@ def test_score_holdout_refuses_the_models_own_runs_however_a_read_names_them(tin
     assert set(scored["pipeline"]) == {"hp000"}
 
 
+@pytest.mark.parametrize("column", ["makespan_s", "hwm_rss_bytes"])
+def test_fit_model_refuses_a_measured_column_with_no_values(tiny, tmp_path, capsys, column):
+    """Without makespans the parallel CPUs, without peaks the baseline would fall back
+    to their defaults and the model still say it fitted: refused, naming the column."""
+    from engine.analysis.tables import write_tables
+    from tests.model_fixtures import campaign
+
+    runs, tasks, networks = campaign({"Tiny": tiny}, {"p000": ["Tiny"], "p001": ["Tiny"] * 2})
+    write_tables({"runs": runs.assign(**{column: np.nan, "wall_s": np.nan}), "tasks": tasks,
+                  "networks": networks}, tmp_path / "tables")
+    code = main(["fit-model", "--tables", str(tmp_path / "tables"), "--models",
+                 str(Path(tiny.path).parent), "--out", str(tmp_path / "model.json")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and column in err, err
+    assert not (tmp_path / "model.json").exists()
+
+
 def test_the_targets_say_met_or_missed_and_the_report_quotes_them():
     """A makespan MAPE of 20 % misses the <= 10 % target; a Kendall tau of 0.7 meets the
     >= 0.6 one; a target without cells says so; model-report prints them."""
