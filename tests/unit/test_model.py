@@ -934,6 +934,17 @@ def test_fit_model_refuses_a_measured_column_with_no_values(tiny, tmp_path, caps
     assert not (tmp_path / "model.json").exists()
 
 
+def test_the_validations_other_pipelines_are_other_pipeline_files_not_other_names():
+    """Two campaigns' copies of one pipeline file, read together as a:p000 and b:p000,
+    are one pipeline: rebuilding a:p000, the per-page costs are never fitted on b:p000."""
+    from engine.model.reconstruct import other_pipelines
+
+    runs = pd.DataFrame({"pipeline": ["a:p000", "b:p000", "b:p001", "old"],
+                         "pipeline_sha256": ["x", "x", "y", None]})
+    assert list(other_pipelines(runs, "a:p000")["pipeline"]) == ["b:p001", "old"]
+    assert list(other_pipelines(runs, "old")["pipeline"]) == ["a:p000", "b:p000", "b:p001"]
+
+
 def test_the_targets_say_met_or_missed_and_the_report_quotes_them():
     """A makespan MAPE of 20 % misses the <= 10 % target; a Kendall tau of 0.7 meets the
     >= 0.6 one; a target without cells says so; model-report prints them."""
