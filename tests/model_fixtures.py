@@ -5,6 +5,7 @@ would)."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -103,7 +104,11 @@ def campaign(descriptions: dict[str, splitter.Description], pipelines: dict[str,
                     "batch": None, "makespan_s": sim.makespan_s, "hwm_rss_bytes": 5e7,
                     "networks": " ".join(networks), "n_networks": len(networks),
                     "size_bin": "small", "param_bytes": param_bytes,
-                    "policy_family": pol.family})
+                    "policy_family": pol.family,
+                    # what a run and its pipeline file are, as the aggregate records
+                    # them: the same run id and pipeline in two calls are the same run
+                    "record_digest": _sha(run_id),
+                    "pipeline_sha256": _sha(f"{name} {' '.join(networks)}")})
                 start = np.array(sim.start_s)
                 end = np.array(sim.end_s)
                 for t in planned.graph.tasks:
@@ -121,3 +126,7 @@ def campaign(descriptions: dict[str, splitter.Description], pipelines: dict[str,
                     nets.append({"run_id": run_id, "pipeline": name, "instance": i,
                                  "network": net, "arrival": 0, "arrival_ns": 0})
     return pd.DataFrame(runs), pd.DataFrame(tasks), pd.DataFrame(nets)
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()

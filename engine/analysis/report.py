@@ -19,6 +19,8 @@ from engine.units import MIB, parse_size
 # what the tables compare: a label -> the summary's metric
 METRICS = {"peak RAM": "peak_rss_bytes", "mean RAM": "mean_rss_bytes",
            "peak swap": "peak_swap_bytes"}
+LEFT_OUT = ("a policy with runs that did not finish (OOM-killed, timed out) is never the "
+            "least: it is named beside it as left out")
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:
@@ -53,7 +55,8 @@ def _modes(summary: pd.DataFrame) -> pd.Series:
 def _extremes(summary: pd.DataFrame, metric: str) -> dict[tuple, tuple[str, str, bool, int]]:
     """(mode, runtime, limit, size bin) -> (least, most, CIs apart, policies) of
     ``metric`` over the size bins' rows, in mode, runtime, limit and size order; a cell
-    where every policy has the same median says so (e.g. none swapped)."""
+    where every policy has the same median says so (e.g. none swapped). A policy with
+    runs that did not finish is never the least: named beside it as left out."""
     bins = summary[summary["level"] == "size_bin"].copy()
     bins["mode"] = _modes(bins)
     cols = [f"{metric}_median", f"{metric}_ci_low", f"{metric}_ci_high"]
@@ -66,12 +69,25 @@ def _extremes(summary: pd.DataFrame, metric: str) -> dict[tuple, tuple[str, str,
     for key, cell in groups:
         if len(cell) < 2:
             continue
-        least = cell.loc[cell[cols[0]].idxmin()]
+        # a run killed early stopped before its peak: its policy never wins the least,
+        # and is named beside it (it may still be the most: at least that much)
+        not_ok = (cell["runs_not_ok"].fillna(0) > 0 if "runs_not_ok" in cell
+                  else pd.Series(False, index=cell.index))
+        left_out = "; ".join(
+            f"{r['policy']}: {int(r['runs_not_ok'])} of {int(r['runs'])} runs ended "
+            f"{r.get('ended') or 'early'}" for _, r in cell[not_ok].iterrows())
         most = cell.loc[cell[cols[0]].idxmax()]
+        finished = cell[~not_ok]
+        if finished.empty:
+            out[key] = (f"n/a ({left_out})", _mib(most, metric), True, len(cell))
+            continue
+        least = finished.loc[finished[cols[0]].idxmin()]
+        said = f" (left out: {left_out})" if left_out else ""
         if least[cols[0]] == most[cols[0]]:
-            out[key] = ("every policy", f"{most[cols[0]] / MIB:.0f}", False, len(cell))
+            out[key] = (("every policy" if not left_out else "every finished policy")
+                        + said, f"{most[cols[0]] / MIB:.0f}", False, len(cell))
         else:
-            out[key] = (_mib(least, metric), _mib(most, metric),
+            out[key] = (_mib(least, metric) + said, _mib(most, metric),
                         bool(least[cols[2]] < most[cols[1]]), len(cell))
     return out
 
@@ -98,7 +114,7 @@ def peaks_table(summary: pd.DataFrame, mode: str | None = None) -> str:
     for key, (least, most, apart, _) in ram.items():
         s_least, s_most, s_apart, _ = swap.get(key, ("n/a", "n/a", True, 0))
         rows.append([*map(str, key), least, most + ("" if apart else " ≈"), s_least,
-                     s_most + ("" if s_apart or s_least == "every policy" else " ≈")])
+                     s_most + ("" if s_apart or s_least.startswith("every") else " ≈")])
     return markdown_table(["mode", "runtime", "limit", "size bin", "least peak RAM (MiB)",
                            "most peak RAM", "least peak swap (MiB)", "most peak swap"], rows)
 
@@ -128,11 +144,12 @@ def _report(tables_dir: str | Path, mode: str | None, peaks_only: bool) -> str:
         raise EdgeprofError(f"--mode {mode}: the tables hold runs of "
                             f"{', '.join(sorted(set(summary.pipe(_modes))))} only")
     parts = [f"**peak RAM and swap** per size bin and limit (median [95 % CI]; ≈: the "
-             f"least's and the most's CIs overlap)\n\n{peaks_table(summary, mode)}"]
+             f"least's and the most's CIs overlap; {LEFT_OUT})\n\n"
+             f"{peaks_table(summary, mode)}"]
     if peaks_only:
         return parts[0]
     for label, metric in METRICS.items():
         if f"{metric}_median" in summary:
-            parts.append(f"**{label}** per size bin and limit\n\n"
+            parts.append(f"**{label}** per size bin and limit ({LEFT_OUT})\n\n"
                          f"{extremes_table(summary, metric)}")
     return "\n\n".join(parts)

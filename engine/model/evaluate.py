@@ -575,6 +575,36 @@ def _no_nan(value: object) -> object:
     raise TypeError(f"not JSON: {value!r}")
 
 
+def check_held_out(model: Model, runs: pd.DataFrame, tables_dir: Paths,
+                   model_path: str | os.PathLike) -> None:
+    """EdgeprofError unless no run of ``runs`` is one the model was fitted on, nor runs a
+    pipeline file it was fitted on: compared by record digest and pipeline SHA-256
+    (``fit.run_identities``), never by name, since a read of several campaigns names
+    ``p000`` ``results:p000``."""
+    from engine.errors import EdgeprofError
+    from engine.files import flat_paths
+
+    where = ", ".join(map(str, flat_paths(tables_dir)))
+    if "record_digests" not in model.trained_on:
+        raise EdgeprofError(f"{model_path} does not record which runs it was fitted on "
+                            f"(fitted by an older edgeprof): refit it with fit-model")
+    if "record_digest" not in runs or runs["record_digest"].isna().any():
+        raise EdgeprofError(f"{where}: runs without a record_digest (tables of an older "
+                            f"edgeprof): rerun the tidy and aggregate stages")
+    checks = (("record_digest", "record_digests", "runs"),
+              ("pipeline_sha256", "pipeline_sha256s", "pipeline files"))
+    for column, key, what in checks:
+        if column not in runs:
+            continue
+        fitted = set(model.trained_on.get(key, ()))
+        hit = runs[runs[column].astype(str).isin(fitted)]
+        if len(hit):
+            names = sorted(hit["pipeline"].astype(str).unique())
+            raise EdgeprofError(f"{where} holds {what} the model was fitted on (pipelines "
+                                f"{', '.join(names)}): they are not held out; give only the "
+                                f"held-out seed's tables")
+
+
 def score_holdout_files(tables_dir: Paths, models_dir: Paths,
                         model_path: str | os.PathLike, out_dir: str | os.PathLike,
                         orderings: int = ORDERINGS) -> pd.DataFrame:
@@ -586,15 +616,7 @@ def score_holdout_files(tables_dir: Paths, models_dir: Paths,
 
     model = Model.read(model_path)
     runs, tasks, networks, descriptions = read_tables(tables_dir, models_dir)
-    fitted = {p for m in model.modes.values() for p in m.pipelines}
-    overlap = sorted(fitted & set(runs["pipeline"].astype(str)))
-    if overlap:
-        from engine.errors import EdgeprofError
-        from engine.files import flat_paths
-
-        raise EdgeprofError(f"{', '.join(flat_paths(tables_dir))} holds pipelines the model "
-                            f"was fitted on "
-                            f"({', '.join(overlap)}): they are not held out")
+    check_held_out(model, runs, tables_dir, model_path)
     runs = runs[runs["limit_enforced"].astype(bool) | (runs["limit"] == "none")]
     runs = runs.assign(pipeline=runs["pipeline"].astype(str))
     pipelines = pipelines_from_networks(networks)

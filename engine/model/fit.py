@@ -365,4 +365,17 @@ def fit(runs: pd.DataFrame, tasks: pd.DataFrame, descriptions: dict[str, Descrip
             unfitted[name] = str(exc)
     return Model(modes, policies or sorted(runs["policy"].unique()),
                  {"runs": int(len(runs)),
-                  "pipelines": sorted(runs["pipeline"].astype(str).unique())}, unfitted)
+                  "pipelines": sorted(runs["pipeline"].astype(str).unique()),
+                  **run_identities(runs)}, unfitted)
+
+
+def run_identities(runs: pd.DataFrame) -> dict[str, list[str]]:
+    """What the runs are, whatever a read named them (``read_tables`` prefixes several
+    campaigns' names): each run's record digest and each pipeline file's SHA-256, where
+    the tables carry them. A held-out check compares these, never names."""
+    out = {}
+    for column, key in (("record_digest", "record_digests"),
+                        ("pipeline_sha256", "pipeline_sha256s")):
+        if column in runs:
+            out[key] = sorted(runs[column].dropna().astype(str).unique())
+    return out

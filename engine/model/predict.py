@@ -124,20 +124,23 @@ def predict(mode: ModeModel, pipeline: Pipeline, networks: Networks, policy: Pol
                       on_start=on_start, on_finish=lambda task: memory.finish(task) * per_out,
                       on_end=memory.end)
     mem = memory.mem
+    # a runtime whose own anonymous memory is over the limit swaps that excess out as
+    # anything else beyond it: killed only if memory + swap cannot hold the run
+    over = 0 if capacity is None else max(-capacity, 0)
+    peak_swap = over + mem.peak_swapped
     why = ""
-    if capacity is not None and capacity <= 0:
-        why = (f"the runtime's own anonymous memory ({anon_baseline / MIB:.0f} MiB) is over "
-               f"the limit")
-    elif swap_bytes is not None and mem.peak_swapped > swap_bytes:
-        why = (f"needs {mem.peak_swapped / MIB:.0f} MiB of swap, "
-               f"{swap_bytes / MIB:.0f} MiB allowed")
+    if swap_bytes is not None and peak_swap > swap_bytes:
+        why = (f"needs {peak_swap / MIB:.0f} MiB of swap"
+               + (f" (the runtime's own anonymous {anon_baseline / MIB:.0f} MiB is over the "
+                  f"limit by {over / MIB:.0f} MiB)" if over else "")
+               + f", {swap_bytes / MIB:.0f} MiB allowed")
     # what is resident at the peak: the bytes held (LOADs growing over their run); under
     # a limit no more than it leaves (the rest is in swap)
     held = demand_peak(memory.effects, result.start_s, result.end_s)
     if capacity is not None:
         held = min(held, max(capacity, 0))
     prediction = Prediction(policy.name, limit_bytes, result.makespan_s,
-                            mode.baseline_bytes + held, float(mem.peak_swapped),
+                            mode.baseline_bytes - over + held, float(peak_swap),
                             float(mem.swap_in), float(mem.swap_out), bool(why), why)
     return prediction, result
 

@@ -354,6 +354,17 @@ VALIDATION_COLUMNS = [
     "note"]
 
 
+def other_pipelines(runs: pd.DataFrame, pipeline: str) -> pd.DataFrame:
+    """The runs of pipelines other than ``pipeline``, told apart by the pipeline file's
+    SHA-256 where the tables carry it (read together, two campaigns' copies of one
+    pipeline are ``a:p000`` and ``b:p000``), else by name."""
+    ident = runs["pipeline"].astype(str)
+    if "pipeline_sha256" in runs:
+        ident = runs["pipeline_sha256"].where(runs["pipeline_sha256"].notna(), ident)
+    own = set(ident[runs["pipeline"].astype(str) == pipeline])
+    return runs[~ident.isin(own)]
+
+
 def validate(campaign: Campaign, model: Model, resamples: int,
              progress: Callable[[str], None] = lambda s: None) -> pd.DataFrame:
     """The sandboxes' own limited makespans rebuilt from their unconstrained task times,
@@ -385,7 +396,7 @@ def validate(campaign: Campaign, model: Model, resamples: int,
         ckey = (row.mode, row.runtime, row.pipeline)
         if ckey not in costs:
             same = runs[(runs["mode"] == row.mode) & (runs["runtime"] == row.runtime)]
-            others = same[same["pipeline"] != row.pipeline]
+            others = other_pipelines(same, row.pipeline)
             cost = fit_swap_cost(others, tasks_s)
             where = f"{others['pipeline'].nunique()} other pipeline(s)"
             if cost is None:  # no other pipeline ran limited: in-sample, and said so

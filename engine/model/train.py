@@ -235,10 +235,30 @@ def _read_campaign(tables_dir: str | os.PathLike, models_dir: str | os.PathLike)
     return runs, tasks, networks, descriptions
 
 
+# what calibrate fits each mode's parallel CPUs and baseline on: without them it would
+# fall back to its defaults and still say it fitted
+MEASURED = {"makespan_s": "the makespan", "hwm_rss_bytes": "the peak RSS"}
+
+
+def check_measured(runs: pd.DataFrame, tables_dir: Paths) -> None:
+    """EdgeprofError naming the column when a mode's finished unconstrained runs have
+    no value at all in one of the ``MEASURED`` columns."""
+    from engine.files import flat_paths
+
+    free = runs[(runs["termination"] == "ok") & (runs["limit"] == "none")]
+    for key, part in free.groupby(mode_keys(free)):
+        for column, what in MEASURED.items():
+            if part[column].isna().all():
+                raise EdgeprofError(f"{', '.join(flat_paths(tables_dir))}: no {key} run that "
+                                    f"finished unconstrained has a {column} ({what}): the "
+                                    f"fit needs it; rerun the tidy and aggregate stages")
+
+
 def fit_model_files(tables_dir: Paths, models_dir: Paths, out: str | os.PathLike,
                     policies: list[str] | None = None) -> Model:
     """``fit-model``: train on the tables in ``tables_dir``, write the model file."""
     runs, tasks, networks, descriptions = read_tables(tables_dir, models_dir)
+    check_measured(runs, tables_dir)
     model = train(runs, tasks, networks, descriptions, policies)
     if not model.modes:  # nothing for advise to predict with: no file rather than an empty one
         folders = tables_dir if isinstance(tables_dir, list) else [tables_dir]

@@ -285,6 +285,26 @@ def test_under_a_limit_swap_costs_its_pages_and_too_little_swap_is_an_oom(tiny, 
     assert killed.oom and "swap" in killed.why
 
 
+@pytest.mark.parametrize("policy, held", [("linear", 648), ("bulk", 720)])
+def test_a_runtime_over_the_limit_swaps_its_excess_and_is_killed_only_without_room(
+        tiny, capsys, advice_files, policy, held):
+    """The runtime's own 1000 B under a 900 B limit: its 100 B over the limit go to swap
+    with every byte the run holds (the peaks counted by hand above: 8 + 640 for linear,
+    8 + 720 for bulk), so the run needs 100 + that of swap; killed only with less."""
+    pipe = Pipeline("two", [Arrival(0.0, ["Tiny", "Tiny"])])
+    nets = Networks({"Tiny": tiny}, None)
+    for swap, killed in ((None, False), (100 + held, False), (100 + held - 1, True)):
+        pred, _ = predict(_mode(), pipe, nets, policy, limit_bytes=900, swap_bytes=swap)
+        assert pred.oom == killed and pred.peak_swap_bytes == 100 + held, swap
+        assert pred.peak_ram_bytes == 900
+    # advise under a limit below the fitted runtime's baseline, with swap max: ranked
+    root, models = advice_files
+    code, out, err = _advise(capsys, "--pipeline", str(root / "p.json"), "--limit", "8M",
+                             "--model", str(root / "model.json"), "--models", str(models),
+                             "--policies", policy)
+    assert code == 0 and "OOM" not in out and "1  " + policy in out, out + err
+
+
 # ---- the fits on synthetic data ----
 
 def test_least_squares_recover_known_coefficients_and_drop_negative_ones():
@@ -855,6 +875,74 @@ def test_two_campaigns_are_read_together_with_their_pipelines_named_apart(tiny, 
     assert set(both[1]["run_id"].str.split(":").str[0]) == {"default", "fidelity"}
     assert set(both[2]["pipeline"]) == {"default:p000", "fidelity:p000"}
     assert list(both[3]) == ["Tiny"]
+
+
+def test_score_holdout_refuses_the_models_own_runs_however_a_read_names_them(tiny, tmp_path,
+                                                                            capsys):
+    """Read together with the held-out tables, the training campaign's pipelines are
+    named ``results:p000``, the model's ``p000``: its runs (their record digests) are
+    refused all the same, and so is a new run of a training pipeline file; the held-out
+    seed's tables alone are scored."""
+    from engine.analysis.tables import write_tables
+    from tests.model_fixtures import campaign
+
+    split = str(Path(tiny.path).parent)
+
+    def tables(folder: str, pipelines: dict[str, list[str]], **change) -> str:
+        runs, tasks, networks = campaign({"Tiny": tiny}, pipelines)
+        write_tables({"runs": runs.assign(**change), "tasks": tasks, "networks": networks},
+                     tmp_path / folder / "tables")
+        return str(tmp_path / folder / "tables")
+
+    train = tables("results", {"p000": ["Tiny"], "p001": ["Tiny", "Tiny"]})
+    held = tables("holdout", {"hp000": ["Tiny", "Tiny", "Tiny"]})
+    rerun = tables("again", {"p000": ["Tiny"]}, record_digest="new run")
+    model = str(tmp_path / "model.json")
+    assert main(["fit-model", "--tables", train, "--models", split, "--out", model]) == 0
+    capsys.readouterr()
+
+    def score(*folders: str) -> tuple[int, str]:
+        code = main(["score-holdout", "--tables", *folders, "--models", split, "--model",
+                     model, "--out", str(tmp_path / "scored"), "--orderings", "1"])
+        return code, capsys.readouterr().err
+
+    for folders in ((train, held), (held, rerun)):
+        code, err = score(*folders)
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        assert "not held out" in err and ":p000" in err, err
+    assert not (tmp_path / "scored").exists()
+    code, err = score(held)
+    assert code == 0, err
+    scored = pd.read_parquet(tmp_path / "scored" / "holdout_predictions.parquet")
+    assert set(scored["pipeline"]) == {"hp000"}
+
+
+@pytest.mark.parametrize("column", ["makespan_s", "hwm_rss_bytes"])
+def test_fit_model_refuses_a_measured_column_with_no_values(tiny, tmp_path, capsys, column):
+    """Without makespans the parallel CPUs, without peaks the baseline would fall back
+    to their defaults and the model still say it fitted: refused, naming the column."""
+    from engine.analysis.tables import write_tables
+    from tests.model_fixtures import campaign
+
+    runs, tasks, networks = campaign({"Tiny": tiny}, {"p000": ["Tiny"], "p001": ["Tiny"] * 2})
+    write_tables({"runs": runs.assign(**{column: np.nan, "wall_s": np.nan}), "tasks": tasks,
+                  "networks": networks}, tmp_path / "tables")
+    code = main(["fit-model", "--tables", str(tmp_path / "tables"), "--models",
+                 str(Path(tiny.path).parent), "--out", str(tmp_path / "model.json")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and column in err, err
+    assert not (tmp_path / "model.json").exists()
+
+
+def test_the_validations_other_pipelines_are_other_pipeline_files_not_other_names():
+    """Two campaigns' copies of one pipeline file, read together as a:p000 and b:p000,
+    are one pipeline: rebuilding a:p000, the per-page costs are never fitted on b:p000."""
+    from engine.model.reconstruct import other_pipelines
+
+    runs = pd.DataFrame({"pipeline": ["a:p000", "b:p000", "b:p001", "old"],
+                         "pipeline_sha256": ["x", "x", "y", None]})
+    assert list(other_pipelines(runs, "a:p000")["pipeline"]) == ["b:p001", "old"]
+    assert list(other_pipelines(runs, "old")["pipeline"]) == ["a:p000", "b:p000", "b:p001"]
 
 
 def test_the_targets_say_met_or_missed_and_the_report_quotes_them():

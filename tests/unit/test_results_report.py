@@ -53,3 +53,35 @@ def test_peaks_side_by_side_mark_overlapping_cis():
     line = peaks_table(pd.DataFrame(rows)).splitlines()[2]
     assert line == ("| uml | caffe | 512M | <400MB | linear 200 [195, 205] | "
                     "bulk 500 [490, 510] | linear 40 [30, 50] | bulk 90 [10, 120] ≈ |")
+
+
+def test_a_policy_whose_runs_were_killed_is_never_the_least_and_is_named():
+    """bulk's runs were OOM-killed before their peak (its median is the lowest): the
+    least is linear's, and bulk is named beside it; a cell every policy of which was
+    killed has no least."""
+    rows = [_row("bulk", "64M", "<400MB", 40, 35, 45), _row("linear", "64M", "<400MB",
+                                                             60, 55, 65),
+            _row("deepeye", "64M", "<400MB", 90, 85, 95)]
+    for r, not_ok in zip(rows, (3, 0, 0)):
+        r.update(runs=3, runs_not_ok=not_ok, ended="memory" if not_ok else "")
+    lines = extremes_table(pd.DataFrame(rows), "peak_rss_bytes").splitlines()
+    assert lines[2] == ("| uml | caffe | 64M | <400MB | linear 60 [55, 65] (left out: "
+                        "bulk: 3 of 3 runs ended memory) | deepeye 90 [85, 95] | yes | 3 |")
+    for r in rows:
+        r.update(runs_not_ok=1, ended="timeout")
+    line = extremes_table(pd.DataFrame(rows), "peak_rss_bytes").splitlines()[2]
+    assert line == ("| uml | caffe | 64M | <400MB | n/a (bulk: 1 of 3 runs ended timeout; "
+                    "linear: 1 of 3 runs ended timeout; deepeye: 1 of 3 runs ended timeout) | "
+                    "deepeye 90 [85, 95] | yes | 3 |")
+
+
+def test_the_report_says_killed_policies_are_left_out(tmp_path):
+    from engine.analysis.report import report
+
+    rows = [_row("bulk", "64M", "<400MB", 40, 35, 45), _row("linear", "64M", "<400MB",
+                                                             60, 55, 65)]
+    rows[0].update(runs=2, runs_not_ok=2, ended="memory", emulated=True)
+    rows[1].update(runs=2, runs_not_ok=0, ended="", emulated=True)
+    pd.DataFrame(rows).to_parquet(tmp_path / "summary.parquet")
+    text = report(tmp_path, peaks_only=True)
+    assert "OOM-killed" in text and "left out: bulk: 2 of 2 runs ended memory" in text
