@@ -110,13 +110,14 @@ def boot(guest: Guest | uml.Uml, share: Path, *, accel: str = "tcg", ram_mb: int
          smp: int | None = None, swap_bytes: int = 0, sd_card: bool = False,
          boot_timeout_s: float = 120, timeout_s: float | None = None,
          on_line: Callable[[str], None] | None = None,
-         stall_s: float | None = None) -> BootResult:
+         stall_s: float | None = None, cpus: set[int] | None = None) -> BootResult:
     """Boot once, run ``share``/job.sh, power off: a qemu ``Guest``, or a user-mode Linux
     kernel (``uml.Uml``; ``accel`` "uml"). The machine's process group (qemu, or UML and
     the host processes it runs its guest's processes in) is killed on a timeout or any
     exception (KeyboardInterrupt included); the swap image is always removed. Under UML
     the host counts the guest processes' mappings (``hostmaps``) and ends a boot whose
-    process sits at the host's cap for ``stall_s`` (default: hostmaps.DEFAULT_WINDOW_S)."""
+    process sits at the host's cap for ``stall_s`` (default: hostmaps.DEFAULT_WINDOW_S).
+    ``cpus``: the host CPUs the machine's processes may run on (its children inherit them)."""
     share = Path(share)
     (share / "rc").unlink(missing_ok=True)
     smp = smp or min(2, os.cpu_count() or 1)
@@ -143,7 +144,9 @@ def boot(guest: Guest | uml.Uml, share: Path, *, accel: str = "tcg", ram_mb: int
         lines.append(f"[{0:9.3f}] host: {shlex.join(argv)}")  # the post-mortem starts here
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, start_new_session=True, env=env,
-                                preexec_fn=preexec())  # it never outlives its supervisor
+                                # it never outlives its supervisor
+                                preexec_fn=preexec(cpus and (lambda: os.sched_setaffinity(
+                                    0, cpus))))
 
         def read() -> None:
             for raw in proc.stdout:

@@ -204,12 +204,13 @@ def job_script(py_args: list[str], accel: str, cwd: Path, preload: Path | None =
 
 def boot_job(py_args: list[str], share: Path, limit: int | None, swap: int | None,
              cfg: VmConfig | None = None, timeout_s: float | None = None,
-             sandbox: str = "vm", stall_s: float | None = None
+             sandbox: str = "vm", stall_s: float | None = None,
+             cpus: set[int] | None = None
              ) -> tuple[vmboot.BootResult, Plan, Guest | uml.Uml, dict | None]:
     """Boot once running ``python -m engine.vm.job PY_ARGS`` with ``share`` as /run/vmout,
     in ``sandbox`` ("vm": qemu, "uml": user-mode Linux; ``stall_s``: how long a guest
-    process may sit at the host's mapping cap). Returns the boot result, the plan, the
-    guest and the guest's guest.json (or None)."""
+    process may sit at the host's mapping cap; ``cpus``: the host CPUs it runs on).
+    Returns the boot result, the plan, the guest and the guest's guest.json (or None)."""
     cfg = cfg or VmConfig.from_env()
     guest = built_sandbox(sandbox)
     p = plan(cfg, limit, swap, guest)
@@ -217,7 +218,7 @@ def boot_job(py_args: list[str], share: Path, limit: int | None, swap: int | Non
     res = vmboot.boot(guest, share, accel=p.accel, ram_mb=p.ram_bytes // MIB, smp=cfg.smp,
                       swap_bytes=p.swap_device_bytes, sd_card=p.sd_card,
                       boot_timeout_s=cfg.boot_timeout_s, timeout_s=timeout_s or cfg.timeout_s,
-                      stall_s=stall_s)
+                      stall_s=stall_s, cpus=cpus)
     facts_file = share / "guest.json"
     facts = json.loads(facts_file.read_text()) if facts_file.is_file() else None
     return res, p, guest, facts
@@ -308,7 +309,7 @@ def run_in_vm(request: RunRequest, cfg: VmConfig | None = None,
     policy, pipeline, _, _ = check_inputs(request)  # in a second, not after a guest boot
     cfg = cfg or VmConfig.from_env()  # a bad setting fails before anything is written
     limit, swap = request.limits.ram_bytes, request.limits.swap_bytes
-    share = None
+    share = pin = None
     with OutClaim(request.out, request.force, request.inputs()) as claim, signals_unwind():
         try:
             share = claim.tempdir("vm.")
@@ -322,8 +323,9 @@ def run_in_vm(request: RunRequest, cfg: VmConfig | None = None,
             load_start, started_at = hostload.snapshot(), time.time()
             job = ["engine", f"/run/vmout/{GUEST_REQUEST}"]
             stall = request.options.stall_s
+            pin = _pin_uml(request.options.pin_cpu and sandbox == "uml")
             res, p, guest, facts = boot_job(job, share, limit, swap, cfg, host_timeout,
-                                            sandbox=sandbox, stall_s=stall)
+                                            sandbox=sandbox, stall_s=stall, cpus=pin.uml)
             retried = None
             why = _emulation_fault(share, res)
             if why:
@@ -336,7 +338,7 @@ def run_in_vm(request: RunRequest, cfg: VmConfig | None = None,
                            "console_tail": res.console.splitlines()[-40:]}
                 _clear_share(share)
                 res, p, guest, facts = boot_job(job, share, limit, swap, cfg, host_timeout,
-                                                sandbox=sandbox, stall_s=stall)
+                                                sandbox=sandbox, stall_s=stall, cpus=pin.uml)
             load = hostload.host_load(load_start, hostload.snapshot())
             run = share / "run"
             if (run / "meta.json").is_file():
@@ -344,7 +346,8 @@ def run_in_vm(request: RunRequest, cfg: VmConfig | None = None,
             else:  # the guest never finished: keep what it wrote, and the console
                 run = _salvage(share)
                 meta = _error_meta(request, pipeline, policy, res, run)
-            _add_vm_facts(meta, vm_facts(res, p, guest, facts) | {"retried_boot": retried},
+            _add_vm_facts(meta, vm_facts(res, p, guest, facts) | {"retried_boot": retried,
+                                                                  "host_affinity": pin.facts},
                           load, started_at)
             if auto is not None:
                 meta.limits["auto"] = auto | {"chosen": sandbox}
@@ -360,8 +363,45 @@ def run_in_vm(request: RunRequest, cfg: VmConfig | None = None,
                 raise Interrupted(f"run interrupted by {exc.name}; nothing written") from None
             raise
         finally:
+            if pin is not None:
+                pin.release()
             if share is not None:
                 shutil.rmtree(share, ignore_errors=True)
+
+
+@dataclass
+class UmlPin:
+    """Where a UML run's host processes run: the UML kernel and the host processes of
+    its guest's processes on one claimed CPU (``uml``; they wake each other at every
+    trap), this supervisor (and its mapping watch) on the others."""
+
+    uml: set[int] | None
+    facts: dict
+    claim: hostload.CpuClaim | None = None
+    own: set[int] | None = None  # this process's CPUs before, restored at release
+
+    def release(self) -> None:
+        if self.own is not None:
+            os.sched_setaffinity(0, self.own)
+        if self.claim is not None:
+            self.claim.close()
+
+
+def _pin_uml(asked: bool) -> UmlPin:
+    """Claim a CPU for a UML run (``asked``: --pin-cpu under --backend uml) as a native
+    run's child claims one (hostload.claim_cpus), and move this process off it."""
+    if not asked:
+        return UmlPin(None, {"asked": False, "pinned": False,
+                             "why_not": "not asked (--pin-cpu)"})
+    claim = hostload.claim_cpus()
+    if not claim.child:
+        claim.close()
+        return UmlPin(None, {"asked": True, "pinned": False, "why_not": claim.reason})
+    own = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, claim.probes)
+    return UmlPin(claim.child, {"asked": True, "pinned": True, "uml": sorted(claim.child),
+                                "supervisor": sorted(claim.probes), "why_not": ""},
+                  claim, own)
 
 
 def _preload_facts(preload: Path | None) -> dict | None:

@@ -184,3 +184,24 @@ def test_the_preload_keeps_copies_right_and_faults_their_destination(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                          text=True, check=True).stdout
     assert out.strip() == "True b'aabc' b'fghh'"
+
+
+def test_a_pinned_uml_run_claims_one_cpu_and_moves_its_supervisor_off_it():
+    own = os.sched_getaffinity(0)
+    if len(own) < 2:
+        import pytest
+
+        pytest.skip("one CPU allowed")
+    pin = vm_run._pin_uml(True)
+    try:
+        assert pin.facts["pinned"], pin.facts
+        assert len(pin.uml) == 1 and pin.uml.isdisjoint(os.sched_getaffinity(0))
+        assert os.sched_getaffinity(0) == own - pin.uml
+        # a second run meanwhile cannot take the same CPU
+        other = vm_run._pin_uml(True)
+        assert not other.uml or other.uml.isdisjoint(pin.uml)
+        other.release()
+    finally:
+        pin.release()
+    assert os.sched_getaffinity(0) == own
+    assert vm_run._pin_uml(False).uml is None

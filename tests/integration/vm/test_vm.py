@@ -320,7 +320,7 @@ def _fake_boot(calls: list, *, start_a_task: bool, segfault: bool = False):
     from engine.vm.run import GUEST_OUT
 
     def boot(py_args, share, limit, swap, cfg=None, timeout_s=None, sandbox="vm",
-             stall_s=None):
+             stall_s=None, cpus=None):
         calls.append(sorted(p.name for p in share.iterdir()))
         if segfault and len(calls) == 1:
             (share / "run").mkdir()
