@@ -88,6 +88,10 @@ def request_meta(request: RunRequest, pipeline: Pipeline, policy: Policy) -> Run
         runtime=options.runtime, budget_bytes=options.budget, timeout_s=options.timeout_s,
         stall_s=options.stall_s, estimates=options.estimates, limit_bytes=limits.ram_bytes,
         swap_bytes=limits.swap_bytes, backend=limits.backend, probes=asdict(request.probes),
+        # what was asked, for a run that never started (a sandbox that did not boot): the
+        # aggregate checks it against the config; the supervisor records what it got
+        cpu_affinity={"asked": bool(options.pin_cpu), "pinned": False,
+                      "why_not": "the run did not start"},
         host=host_facts(), versions=versions())
 
 

@@ -286,7 +286,7 @@ def run_in_vm(request: RunRequest, cfg: VmConfig | None = None,
     SIGINT/SIGTERM/SIGHUP, after killing the guest and removing every file the run made."""
     from engine.runner.supervise import check_inputs
 
-    policy, pipeline, _, _ = check_inputs(request)  # in a second, not after a guest boot
+    policy, pipeline, models, descs = check_inputs(request)  # in a second, not after a boot
     cfg = cfg or VmConfig.from_env()  # a bad setting fails before anything is written
     limit, swap = request.limits.ram_bytes, request.limits.swap_bytes
     share = None
@@ -323,7 +323,8 @@ def run_in_vm(request: RunRequest, cfg: VmConfig | None = None,
                 meta = RunMeta.read(run)
             else:  # the guest never finished: keep what it wrote, and the console
                 run = _salvage(share)
-                meta = _error_meta(request, pipeline, policy, res, run)
+                read = {net: models[net] for net in descs}
+                meta = _error_meta(request, pipeline, policy, res, run, read)
             _add_vm_facts(meta, vm_facts(res, p, guest, facts) | {"retried_boot": retried},
                           load, started_at)
             if auto is not None:
@@ -409,11 +410,19 @@ def _salvage(share: Path) -> Path:
 
 
 def _error_meta(request: RunRequest, pipeline: Pipeline, policy: Policy,
-                res: vmboot.BootResult, run: Path) -> RunMeta:
+                res: vmboot.BootResult, run: Path, descriptions: dict[str, Path]) -> RunMeta:
+    """The record of a run the guest never finished: what was asked (the aggregate checks
+    it against the config, engine.workflow.args.run_settings), and why it ended."""
+    from engine.files import sha256_file
     from engine.runner.folder import assemble
     from engine.runner.supervise import request_meta
 
     meta = request_meta(request, pipeline, policy)
+    # the descriptions it was to read, as the supervisor records them
+    meta.description_files = {net: str(Path(path).resolve())
+                              for net, path in sorted(descriptions.items())}
+    meta.description_sha256 = {net: sha256_file(path)
+                               for net, path in meta.description_files.items()}
     meta.termination = "timeout" if res.timed_out == "job" else "error"
     detail = res.error or f"the guest job ended with code {res.rc} and wrote no run folder"
     meta.termination_detail = f"{detail}; see console.log"
