@@ -32,7 +32,7 @@ from engine.commands import (
     supervise,
     tidy,
 )
-from engine.errors import EdgeprofError
+from engine.errors import EdgeprofError, RunFailed
 from engine.runner.interrupt import Signalled
 
 # Every verb, in the order --help lists them; each module adds its own parser
@@ -102,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     except EdgeprofError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except RunFailed as exc:  # not bad input: the run itself came to nothing
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:  # before a run's own handlers are installed, or outside one
         _hold_signals()
         print("error: interrupted", file=sys.stderr)

@@ -220,7 +220,8 @@ def run_supervised(request: RunRequest, session: Session | None = None) -> RunMe
                     f"progress.jsonl holds {meta.tasks_finished} finished tasks but the run "
                     f"had {meta.child['tasks']}: the record of the run was damaged")
                 meta.write(tmp)
-            claim.publish(tmp)
+            failed = meta.termination == "error"
+            claim.publish(tmp, (meta.termination_detail or "error") if failed else None)
             return meta
         except BaseException as exc:
             ignore_signals()  # the run is ending: a second signal must not cut the cleanup

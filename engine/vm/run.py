@@ -333,7 +333,8 @@ def run_in_vm(request: RunRequest, cfg: VmConfig | None = None,
             if (share / "job.log").is_file():
                 shutil.copyfile(share / "job.log", run / "guest_job.log")
             meta.write(run)
-            claim.publish(run)
+            failed = meta.termination == "error"
+            claim.publish(run, (meta.termination_detail or "error") if failed else None)
             return meta
         except BaseException as exc:
             ignore_signals()  # qemu is gone (boot's finally); the share goes now, uncut

@@ -6,9 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from engine.analysis.tables import check_inputs, check_settings, summary_table, tidy_run
 from engine.cli import build_parser
 from engine.commands.run import run_request
+from engine.errors import RunFailed
+from engine.runner.meta import RunMeta
 from engine.vm import VmConfig, guest, run_in_vm
 from engine.vm import boot as vmboot
 from engine.vm import run as vmrun
@@ -51,3 +55,31 @@ def test_a_guest_that_never_booted_is_counted_not_ok_and_passes_the_settings_che
     check_inputs(runs.iloc[0], tiny["pipeline"], tiny["models"], "fix")
     summary = summary_table(runs)
     assert summary["runs_not_ok"].max() == 1 and summary["ended"].iloc[0] == "error"
+
+
+def test_force_keeps_the_earlier_run_when_the_guest_never_boots(tiny, tmp_path, monkeypatch):
+    """H3 (new-user pass): under a sandbox, --force replaced a good run with a boot
+    timeout's error record (exit 1). The earlier run stays; the failed one lies beside."""
+    out = tmp_path / "run"
+
+    def request(*extra: str):
+        return run_request(build_parser().parse_args(
+            ["run", "--pipeline", str(tiny["pipeline"]), "--models", str(tiny["models"]),
+             "--policy", "linear", "--out", str(out), "--batch", "1", "--backend", "vm",
+             "--limit", "256M", *extra]))
+
+    def boot_ok(py_args, share, *args, **kw):  # a guest that wrote an ok run
+        (share / "run").mkdir()
+        RunMeta(policy="linear", termination="ok", exit_code=0).write(share / "run")
+        return boot_timeout(py_args, share, *args, **kw)  # its folder is what counts
+
+    monkeypatch.setattr(vmrun, "boot_job", boot_ok)
+    assert run_in_vm(request()).termination == "ok"
+    monkeypatch.setattr(vmrun, "boot_job", boot_timeout)
+    earlier = (out / "meta.json").read_bytes()
+    with pytest.raises(RunFailed, match="the earlier run in .* is kept") as raised:
+        run_in_vm(request("--force"))
+    assert (out / "meta.json").read_bytes() == earlier
+    kept = sorted(tmp_path.glob("run.failed.*"))
+    assert len(kept) == 1 and str(kept[0]) in str(raised.value)
+    assert (kept[0] / "console.log").read_text() == "[0.1] slow\n"
