@@ -38,6 +38,7 @@ from engine.units import MIB, parse_size
 from engine.vm import boot as vmboot
 from engine.vm import uml
 from engine.vm.guest import CACHE_ENV, Guest, default_cache, load_guest
+from engine.vm.paths import check_share
 
 GUEST_OVERHEAD = 768 * MIB  # kernel, tmpfs root overlay, the supervisor's own Python+numpy
 GUEST_RESERVE = 256 * MIB  # the least the guest needs beside the run's cgroup
@@ -288,6 +289,7 @@ def run_in_vm(request: RunRequest, cfg: VmConfig | None = None,
 
     policy, pipeline, models, descs = check_inputs(request)  # in a second, not after a boot
     cfg = cfg or VmConfig.from_env()  # a bad setting fails before anything is written
+    check_share(request.out, sandbox)  # auto's choice too: before any folder exists
     limit, swap = request.limits.ram_bytes, request.limits.swap_bytes
     share = None
     with OutClaim(request.out, request.force, request.inputs()) as claim, signals_unwind():
