@@ -21,11 +21,13 @@ from dataclasses import asdict
 from pathlib import Path
 
 from engine.caffe.splitter import Description, check_batch_fits, description_index
-from engine.files import sha256_file
+from engine.errors import RunFailed
+from engine.files import naming, sha256_file
 from engine.limits import LimitRequest, Session, open_session
 from engine.probes import hostload
 from engine.probes.vmstat import in_guest
 from engine.procs import SUPERVISOR_ENV, preexec
+from engine.runner.child import WRITE_FAILED
 from engine.runner.folder import assemble, read_child
 from engine.runner.interrupt import Interrupted, Signalled, ignore_signals, signals_unwind
 from engine.runner.meta import (
@@ -140,7 +142,8 @@ def run_supervised(request: RunRequest, session: Session | None = None) -> RunMe
                 "process_status": probes.heap_profile or limits.ram_bytes is not None,
                 "heap_profile": probes.heap_profile, "cpu_profile": probes.cpu_profile,
             }
-            (tmp / "spec.json").write_text(json.dumps(spec, indent=1))
+            with naming(tmp / "spec.json"):
+                (tmp / "spec.json").write_text(json.dumps(spec, indent=1))
             argv = [sys.executable, "-m", "engine", "child", str(tmp / "spec.json")]
             if probes.gnu_time:
                 from engine.probes.gnutime import gnu_time_argv
@@ -196,6 +199,10 @@ def run_supervised(request: RunRequest, session: Session | None = None) -> RunMe
             # after the sampler is reaped: its CPU time is the run's own, not other work's
             load = hostload.host_load(load_start, hostload.snapshot())
             oom_kills = session.oom_kills()
+            if code == WRITE_FAILED and not (timed_out or oom_kills):
+                # not a result: the record of the run is cut (the child said which file)
+                raise RunFailed(f"the run could not write its own files in {tmp} (the error "
+                                f"above); nothing was written to {request.out}")
             termination, reason = _termination(code, timed_out, oom_kills, session, tmp,
                                                options.stall_s)
             limit_meta = session.metadata()
