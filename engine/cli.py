@@ -1,6 +1,7 @@
 """Command line of the engine: one subcommand per workflow stage.
 
-Every subcommand reports bad input as one line naming the problem and exits 2; anything
+Every subcommand reports bad input as one line naming the problem and exits 2; a file it
+could not write (a full disk, a quota) or a run that came to nothing exits 1; anything
 else is a bug and keeps its traceback.
 """
 
@@ -32,7 +33,8 @@ from engine.commands import (
     supervise,
     tidy,
 )
-from engine.errors import EdgeprofError
+from engine.errors import EdgeprofError, RunFailed
+from engine.files import is_write_failure, write_failure
 from engine.runner.interrupt import Signalled
 
 # Every verb, in the order --help lists them; each module adds its own parser
@@ -102,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     except EdgeprofError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except RunFailed as exc:  # not bad input: the run itself came to nothing
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:  # before a run's own handlers are installed, or outside one
         _hold_signals()
         print("error: interrupted", file=sys.stderr)
@@ -115,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # a path the command cannot read or write
         if isinstance(exc, BrokenPipeError) and exc.filename is None:
             return reader_gone()
+        if is_write_failure(exc):  # a full disk, a quota: not bad input
+            print(f"error: {write_failure(exc)}", file=sys.stderr)
+            return 1
         where = f" {exc.filename}" if exc.filename else ""
         print(f"error: cannot use{where}: {exc.strerror or exc}", file=sys.stderr)
         return 2

@@ -16,3 +16,9 @@ class CorruptModelError(ModelError):
         super().__init__(f"{path}: corrupt or truncated caffemodel at byte {offset}: {what}")
         self.path = path
         self.offset = offset
+
+
+class RunFailed(Exception):
+    """A run that yields no result, through no fault of its input (a run folder that could
+    not be written, a failed run that ``--force`` would have put over an earlier result):
+    exit 1, never the bad-input exit 2."""

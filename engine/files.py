@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -27,6 +28,54 @@ def normal_mode(path: str | os.PathLike, directory: bool = False) -> None:
     os.chmod(path, (0o777 if directory else 0o666) & ~_UMASK)
 
 
+# a file that could not be written for want of room (a full disk, a quota, a file size
+# limit) or by the device: the machine's state, not bad input (exit 1, not 2)
+WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
+
+
+def is_write_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is a file that could not be written (``WRITE_ERRNOS``)."""
+    return isinstance(exc, OSError) and exc.errno in WRITE_ERRNOS
+
+
+def write_failure(exc: OSError) -> str:
+    """One line naming the file and the error number: "cannot write F: why (ENAME)"."""
+    where = f" {exc.filename}" if exc.filename else ""
+    name = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+    return f"cannot write{where}: {exc.strerror or exc} ({name})"
+
+
+@contextlib.contextmanager
+def naming(path: str | os.PathLike) -> Iterator[None]:
+    """An OSError raised in the block without a file name (a write to an open file: a
+    full disk, a quota) names ``path``."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None:
+            exc.filename = os.fspath(path)
+        raise
+
+
+@contextlib.contextmanager
+def made_folder(path: str | os.PathLike) -> Iterator[Path]:
+    """``path`` created (with its missing parents) for the block; if the block fails, the
+    folders it created are removed again where they are still empty: a failed writer
+    leaves no empty output folder behind."""
+    path = Path(path)
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        yield path
+    except BaseException:
+        for folder in missing:  # deepest first
+            try:
+                folder.rmdir()
+            except OSError:  # not empty (or gone): keep it and what lies above
+                break
+        raise
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """A temporary path beside ``path`` that replaces it only if the block succeeds."""
@@ -36,7 +85,8 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     os.close(fd)
     normal_mode(tmp)
     try:
-        yield Path(tmp)
+        with naming(path):
+            yield Path(tmp)
         try:
             os.replace(tmp, path)
         except OSError as exc:  # name the caller's path, not the hidden temporary file

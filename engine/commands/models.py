@@ -10,7 +10,7 @@ from pathlib import Path
 
 from engine.commands.options import MAX_SEED, output_dir, output_file, positive
 from engine.errors import EdgeprofError
-from engine.files import staged
+from engine.files import made_folder, staged
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -35,11 +35,10 @@ def main(args: argparse.Namespace) -> None:
     for name in names:  # every file checked before the first is written: no half a zoo
         for suffix in (".prototxt", ".caffemodel"):
             output_file(str(Path(args.out) / f"{zoo.ZOO[name].stem}{suffix}"), "--out")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     # written aside first: a file already in --out that differs (another seed, a model of
-    # the user's) is never replaced unasked, and an identical one is left as it is
-    with staged(out, ".models.") as tmp:
+    # the user's) is never replaced unasked, and an identical one is left as it is; a
+    # --out this made is gone again if that fails
+    with made_folder(args.out) as out, staged(out, ".models.") as tmp:
         made = []
         for name in names:
             t0 = time.perf_counter()

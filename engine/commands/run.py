@@ -123,6 +123,7 @@ def run_request(args: argparse.Namespace) -> RunRequest:
     """The RunRequest of ``run``'s arguments, checked (sizes, ranges, the policy)."""
     from engine.runner.request import LimitOptions, ProbeOptions, RunOptions, RunRequest
     from engine.schedule.policies import parse_policy
+    from engine.vm.paths import check_share
 
     policy = parse_policy(args.policy)  # fail fast, before any process starts
     limit = None if args.limit is None else limit_size(args.limit)
@@ -131,13 +132,7 @@ def run_request(args: argparse.Namespace) -> RunRequest:
                   args.sample_hz)
     if args.swap is not None and args.limit is None:
         raise EdgeprofError("--swap is the swap allowed on top of --limit; give a --limit too")
-    out = os.path.abspath(args.out)
-    # its share folder, beside --out and named after it, goes on the guest kernel's
-    # command line, links resolved
-    share = os.path.join(os.path.realpath(os.path.dirname(out)), os.path.basename(out))
-    if args.backend == "uml" and any(c.isspace() for c in share):
-        raise EdgeprofError(f"--out {args.out}: the uml sandbox cannot share a folder whose "
-                            f"path has a space ({share}); choose an --out without one")
+    check_share(args.out, args.backend)  # a sandbox named: its share, before anything runs
     if (args.budget or args.estimates) and not policy.admission:
         raise EdgeprofError(f"--budget and --estimates set masa's admission; {policy.name} "
                             f"admits every network: drop them or use masa")

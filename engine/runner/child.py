@@ -17,7 +17,14 @@ import numpy as np
 
 from engine.caffe.splitter import Description
 from engine.errors import EdgeprofError
-from engine.files import parse_json, read_regular, write_text_atomic
+from engine.files import (
+    is_write_failure,
+    naming,
+    parse_json,
+    read_regular,
+    write_failure,
+    write_text_atomic,
+)
 from engine.runner.execute import PipelineRun, ProbeSet
 from engine.runner.meta import numpy_hugepage_advice
 from engine.runner.request import RunOptions
@@ -82,7 +89,23 @@ def read_spec(spec_path: str) -> dict:
     return spec
 
 
+# the child's exit code when it could not write its own files (sysexits' EX_IOERR): the
+# supervisor then publishes nothing (a run without its record is no result)
+WRITE_FAILED = 74
+
+
 def child_main(spec_path: str) -> int:
+    """Run the spec's pipeline; exit 0 (ok, timeout), 1 (a task failed) or WRITE_FAILED."""
+    try:
+        return _child_main(spec_path)
+    except OSError as exc:
+        if not is_write_failure(exc):
+            raise
+        print(f"error: {write_failure(exc)}", file=sys.stderr)
+        return WRITE_FAILED
+
+
+def _child_main(spec_path: str) -> int:
     spec = read_spec(spec_path)
     out = Path(spec["out"])
     pipeline = load_pipeline(spec["pipeline"])
@@ -101,7 +124,9 @@ def child_main(spec_path: str) -> int:
         result = state.execute()
     if probes.heap is not None:
         probes.heap.stop()
-    with open(out / "outputs.npz", "wb") as f:
+    if is_write_failure(result.error):  # progress.jsonl: the record of the run is cut
+        raise result.error
+    with naming(out / "outputs.npz"), open(out / "outputs.npz", "wb") as f:
         np.savez(f, **state.outputs)
     failed = result.failed_task
     digest = hashlib.sha256()  # what was computed, independent of the archive's metadata

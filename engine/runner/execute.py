@@ -18,6 +18,7 @@ import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
 
 from engine.caffe.splitter import Description
+from engine.files import naming
 from engine.network import Network
 from engine.runner.request import RunOptions
 from engine.schedule.dispatch import Dispatcher, DispatchResult
@@ -52,6 +53,7 @@ class PipelineRun:
         self.outputs: dict[str, np.ndarray] = {}
         self.lock = threading.Lock()
         self._progress = open(progress, "a", buffering=1) if progress else None
+        self._progress_path = progress
         self.t0_ns = 0
         self.blas: list[dict] = []
 
@@ -75,7 +77,7 @@ class PipelineRun:
 
     def _emit(self, record: dict) -> None:
         if self._progress is not None:
-            with self.lock:
+            with self.lock, naming(self._progress_path):  # a full disk names the file
                 self._progress.write(json.dumps(record) + "\n")
 
     def run_task(self, task: Task) -> dict:
@@ -98,8 +100,10 @@ class PipelineRun:
         with self.lock:  # dump numbers must follow the order of the events
             number = self.probes.heap.dump((task.id, phase))
             if self._progress is not None:
-                self._progress.write(json.dumps({"event": "heap", "dump": number,
-                                                 "task_id": task.id, "phase": phase}) + "\n")
+                with naming(self._progress_path):
+                    self._progress.write(json.dumps({"event": "heap", "dump": number,
+                                                     "task_id": task.id,
+                                                     "phase": phase}) + "\n")
 
     def _work(self, task: Task) -> dict:
         inst = self.instances[task.instance]

@@ -14,7 +14,7 @@ from bisect import bisect_left, bisect_right
 from collections import Counter
 from pathlib import Path
 
-from engine.files import parse_json, sha256_file
+from engine.files import naming, parse_json, sha256_file
 from engine.probes.process import COLUMNS as PROC_COLUMNS
 from engine.probes.process import PACKED_KEY
 from engine.runner.meta import RunMeta
@@ -85,7 +85,7 @@ def write_tasks(folder: Path, ends: list[dict]) -> None:
     rows = sorted(ends, key=lambda r: (r["start_ns"], r["task_id"]))
     _overlaps(rows)
     extra = sorted({k for r in rows for k in r} - set(TASK_BASE))
-    with open(folder / "tasks.csv", "w", newline="") as f:
+    with naming(folder / "tasks.csv"), open(folder / "tasks.csv", "w", newline="") as f:
         w = csv.DictWriter(f, TASK_BASE + extra, restval="")
         w.writeheader()
         w.writerows(rows)
@@ -104,7 +104,8 @@ def write_networks(folder: Path, events: dict) -> None:
             if r.get("task_type") == "INIT" and "start_ns" in r:
                 row["init_start_ns"] = r["start_ns"]
         rows = [by_inst[k] for k in sorted(by_inst)]
-    with open(folder / "networks.csv", "w", newline="") as f:
+    path = folder / "networks.csv"
+    with naming(path), open(path, "w", newline="") as f:
         w = csv.DictWriter(f, NETWORK_COLUMNS, restval="")
         w.writeheader()
         w.writerows(rows)
@@ -141,7 +142,8 @@ def write_heap(folder: Path, events: dict, tasks: dict[int, dict]) -> list[dict]
                      "alloc_bytes": prof["alloc_bytes"], "alloc_objects": prof["alloc_objects"],
                      **stats.get(rec["dump"], {})})
     if rows:
-        with open(folder / "heap" / "heap.csv", "w", newline="") as f:
+        path = folder / "heap" / "heap.csv"
+        with naming(path), open(path, "w", newline="") as f:
             w = csv.DictWriter(f, list(rows[0]), restval="")
             w.writeheader()
             w.writerows(rows)

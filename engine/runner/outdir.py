@@ -6,7 +6,7 @@ another run holds it, when ``out`` is not a folder, or when it holds an earlier 
 ``force`` is not given. ``tempdir()`` gives the hidden, owner-stamped folder the run is
 assembled in (leftovers of owners that died are swept when a claim is taken);
 ``publish(folder)`` renames it into place. With ``force`` an earlier run folder is
-replaced only then, after success.
+replaced only then, and only by a run that is a result (not one that failed).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import re
 import shutil
 from pathlib import Path
 
-from engine.errors import EdgeprofError
+from engine.errors import EdgeprofError, RunFailed
 from engine.files import SNAKEMAKE_MARKER, normal_mode
 from engine.procs import stamped_tempdir, sweep
 
@@ -146,13 +146,20 @@ class OutClaim:
         normal_mode(folder, directory=True)
         return folder
 
-    def publish(self, folder: Path) -> None:
+    def publish(self, folder: Path, failed: str | None = None) -> None:
         """Rename the finished ``folder`` to ``out``; an earlier run there is replaced only
-        with ``force``, and removed only once the new one is in place."""
+        with ``force`` and by a result (a run that ended ok, memory or timeout; ``failed``:
+        why the run ended ``error``), and removed only once the new one is in place."""
         out = self.out
         if not (out.exists() or out.is_symlink()):
             os.replace(folder, out)
             return
+        if self.force and failed is not None:  # never the result it would replace
+            kept = self.parent / f"{out.name}.failed.{os.getpid()}"
+            os.replace(folder, kept)
+            raise RunFailed(f"the run failed ({failed}); --force replaces a run only with "
+                            f"one that ends ok, memory or timeout: the earlier run in {out} "
+                            f"is kept, this one's record is in {kept}")
         if not self.force:  # made by hand while the run went on: keep both
             kept = self.parent / f"{out.name}.{os.getpid()}"
             os.replace(folder, kept)

@@ -21,11 +21,13 @@ from dataclasses import asdict
 from pathlib import Path
 
 from engine.caffe.splitter import Description, check_batch_fits, description_index
-from engine.files import sha256_file
+from engine.errors import RunFailed
+from engine.files import naming, sha256_file
 from engine.limits import LimitRequest, Session, open_session
 from engine.probes import hostload
 from engine.probes.vmstat import in_guest
 from engine.procs import SUPERVISOR_ENV, preexec
+from engine.runner.child import WRITE_FAILED
 from engine.runner.folder import assemble, read_child
 from engine.runner.interrupt import Interrupted, Signalled, ignore_signals, signals_unwind
 from engine.runner.meta import (
@@ -88,6 +90,10 @@ def request_meta(request: RunRequest, pipeline: Pipeline, policy: Policy) -> Run
         runtime=options.runtime, budget_bytes=options.budget, timeout_s=options.timeout_s,
         stall_s=options.stall_s, estimates=options.estimates, limit_bytes=limits.ram_bytes,
         swap_bytes=limits.swap_bytes, backend=limits.backend, probes=asdict(request.probes),
+        # what was asked, for a run that never started (a sandbox that did not boot): the
+        # aggregate checks it against the config; the supervisor records what it got
+        cpu_affinity={"asked": bool(options.pin_cpu), "pinned": False,
+                      "why_not": "the run did not start"},
         host=host_facts(), versions=versions())
 
 
@@ -136,7 +142,8 @@ def run_supervised(request: RunRequest, session: Session | None = None) -> RunMe
                 "process_status": probes.heap_profile or limits.ram_bytes is not None,
                 "heap_profile": probes.heap_profile, "cpu_profile": probes.cpu_profile,
             }
-            (tmp / "spec.json").write_text(json.dumps(spec, indent=1))
+            with naming(tmp / "spec.json"):
+                (tmp / "spec.json").write_text(json.dumps(spec, indent=1))
             argv = [sys.executable, "-m", "engine", "child", str(tmp / "spec.json")]
             if probes.gnu_time:
                 from engine.probes.gnutime import gnu_time_argv
@@ -192,6 +199,10 @@ def run_supervised(request: RunRequest, session: Session | None = None) -> RunMe
             # after the sampler is reaped: its CPU time is the run's own, not other work's
             load = hostload.host_load(load_start, hostload.snapshot())
             oom_kills = session.oom_kills()
+            if code == WRITE_FAILED and not (timed_out or oom_kills):
+                # not a result: the record of the run is cut (the child said which file)
+                raise RunFailed(f"the run could not write its own files in {tmp} (the error "
+                                f"above); nothing was written to {request.out}")
             termination, reason = _termination(code, timed_out, oom_kills, session, tmp,
                                                options.stall_s)
             limit_meta = session.metadata()
@@ -216,7 +227,8 @@ def run_supervised(request: RunRequest, session: Session | None = None) -> RunMe
                     f"progress.jsonl holds {meta.tasks_finished} finished tasks but the run "
                     f"had {meta.child['tasks']}: the record of the run was damaged")
                 meta.write(tmp)
-            claim.publish(tmp)
+            failed = meta.termination == "error"
+            claim.publish(tmp, (meta.termination_detail or "error") if failed else None)
             return meta
         except BaseException as exc:
             ignore_signals()  # the run is ending: a second signal must not cut the cleanup

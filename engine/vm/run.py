@@ -39,6 +39,7 @@ from engine.units import MIB, parse_size
 from engine.vm import boot as vmboot
 from engine.vm import uml
 from engine.vm.guest import CACHE_ENV, Guest, default_cache, load_guest
+from engine.vm.paths import check_share
 
 GUEST_OVERHEAD = 768 * MIB  # kernel, tmpfs root overlay, the supervisor's own Python+numpy
 GUEST_RESERVE = 256 * MIB  # the least the guest needs beside the run's cgroup
@@ -306,8 +307,9 @@ def run_in_vm(request: RunRequest, cfg: VmConfig | None = None,
     SIGINT/SIGTERM/SIGHUP, after killing the guest and removing every file the run made."""
     from engine.runner.supervise import check_inputs
 
-    policy, pipeline, _, _ = check_inputs(request)  # in a second, not after a guest boot
+    policy, pipeline, models, descs = check_inputs(request)  # in a second, not after a boot
     cfg = cfg or VmConfig.from_env()  # a bad setting fails before anything is written
+    check_share(request.out, sandbox)  # auto's choice too: before any folder exists
     limit, swap = request.limits.ram_bytes, request.limits.swap_bytes
     share = pin = None
     with OutClaim(request.out, request.force, request.inputs()) as claim, signals_unwind():
@@ -345,7 +347,8 @@ def run_in_vm(request: RunRequest, cfg: VmConfig | None = None,
                 meta = RunMeta.read(run)
             else:  # the guest never finished: keep what it wrote, and the console
                 run = _salvage(share)
-                meta = _error_meta(request, pipeline, policy, res, run)
+                read = {net: models[net] for net in descs}
+                meta = _error_meta(request, pipeline, policy, res, run, read)
             _add_vm_facts(meta, vm_facts(res, p, guest, facts) | {"retried_boot": retried,
                                                                   "host_affinity": pin.facts},
                           load, started_at)
@@ -355,7 +358,8 @@ def run_in_vm(request: RunRequest, cfg: VmConfig | None = None,
             if (share / "job.log").is_file():
                 shutil.copyfile(share / "job.log", run / "guest_job.log")
             meta.write(run)
-            claim.publish(run)
+            failed = meta.termination == "error"
+            claim.publish(run, (meta.termination_detail or "error") if failed else None)
             return meta
         except BaseException as exc:
             ignore_signals()  # qemu is gone (boot's finally); the share goes now, uncut
@@ -477,11 +481,19 @@ def _salvage(share: Path) -> Path:
 
 
 def _error_meta(request: RunRequest, pipeline: Pipeline, policy: Policy,
-                res: vmboot.BootResult, run: Path) -> RunMeta:
+                res: vmboot.BootResult, run: Path, descriptions: dict[str, Path]) -> RunMeta:
+    """The record of a run the guest never finished: what was asked (the aggregate checks
+    it against the config, engine.workflow.args.run_settings), and why it ended."""
+    from engine.files import sha256_file
     from engine.runner.folder import assemble
     from engine.runner.supervise import request_meta
 
     meta = request_meta(request, pipeline, policy)
+    # the descriptions it was to read, as the supervisor records them
+    meta.description_files = {net: str(Path(path).resolve())
+                              for net, path in sorted(descriptions.items())}
+    meta.description_sha256 = {net: sha256_file(path)
+                               for net, path in meta.description_files.items()}
     meta.termination = "timeout" if res.timed_out in ("job", "maps") else "error"
     detail = res.error or f"the guest job ended with code {res.rc} and wrote no run folder"
     meta.termination_detail = f"{detail}; see console.log"

@@ -13,6 +13,7 @@ from engine.files import file_kind
 from engine.schedule.policies import parse_policy
 from engine.units import format_size, parse_size
 from engine.workflow.plan import (
+    SANDBOXES,
     UNLIMITED,
     Config,
     holdout_config,
@@ -23,6 +24,7 @@ from engine.workflow.plan import (
     vm_enabled,
     vm_pipeline_names,
     vm_runs_main,
+    vm_sandbox,
 )
 
 
@@ -84,6 +86,7 @@ def check_config(config: Config) -> None:
     if not str(config["results"]).strip():
         raise ValueError("config: results is empty; name the folder for all outputs")
     _check_results_folder(str(config["results"]))
+    _check_results_sandboxes(config)
     _check_campaign_names(config)
     from engine.schedule.pipelines import ARRIVAL_PARAMS, PipelineError, check_arrival
 
@@ -302,6 +305,34 @@ def _check_results_folder(results: str) -> None:
     if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
         raise ValueError(f"config: results {results}: {existing} is not writable; name a "
                          f"writable folder")
+
+
+# room for a run folder's path below results (kind/pipeline/policy/limit/repN) and its share
+RUN_FOLDER_ROOM = "/" + "x" * 120
+
+
+def _check_results_sandboxes(config: Config) -> None:
+    """A sandbox run's share lies beside its run folder, under ``results``, and its path
+    goes where the sandbox cannot carry every character (engine.vm.paths): said in the
+    dry run, not at the first sandbox job."""
+    from engine.vm.paths import UML_COMMAND_LINE, share_path, uml_command_line, unsafe_character
+
+    sandboxes = {config["run"]["backend"]} & set(SANDBOXES)
+    if vm_enabled(config):
+        sandboxes.add(vm_sandbox(config))
+    results = str(config["results"])
+    path = share_path(results)
+    for sandbox in sorted(sandboxes):
+        bad = unsafe_character(path, sandbox)
+        if bad is not None:
+            raise ValueError(f"config: results {results}: the {sandbox} sandbox cannot share "
+                             f"a run folder whose path has {bad[0]} ({path}: {bad[1]}); "
+                             f"name a results folder without it")
+        if sandbox == "uml" and uml_command_line(path + RUN_FOLDER_ROOM) > UML_COMMAND_LINE:
+            raise ValueError(f"config: results {results}: its path is too long for the uml "
+                             f"sandbox (a run's share and swap image go on the guest "
+                             f"kernel's command line, at most {UML_COMMAND_LINE} bytes); "
+                             f"name a shorter results folder")
 
 
 def _check_run_extras(config: Config) -> None:

@@ -236,3 +236,38 @@ def test_output_into_a_pipe_whose_reader_left_ends_quietly():
     finally:
         os.close(write)
     assert (done.returncode, done.stderr) == (141, "")
+
+
+def _deep(root: Path, length: int) -> Path:
+    """A folder under ``root`` whose path is about ``length`` characters (components of
+    200: a file name is at most 255)."""
+    path = root
+    while len(str(path)) < length - 200:
+        path = path / ("d" * 200)
+    return path / ("d" * max(1, length - len(str(path)) - 1))
+
+
+@pytest.mark.parametrize("backend, name, message", [
+    ("uml", "a,b", "has a ','"), ("uml", "a:b", "has a ':'"), ("uml", 'a"b', "has a '\"'"),
+    ("uml", "a b", "has a space"), ("vm", "a,b", "has a ','"),
+    ("uml", None, "too long for the uml sandbox"),
+    ("auto", "a b", "has a space"),  # auto choosing uml: refused as well
+])
+def test_a_path_the_sandbox_cannot_carry_is_refused_before_any_folder(
+        capsys, work, monkeypatch, backend, name, message):
+    """M2 (new-user pass): a sandbox run's share path goes on UML's kernel command line or
+    into qemu's options; one they cannot carry gave exit 1 and an error run folder."""
+    from engine.limits import LimitRequest
+    from engine.limits.vm import UmlSession
+    from engine.runner import supervise
+
+    if backend == "auto":  # as on a host without a usable cgroup, with UML built
+        monkeypatch.setattr(supervise, "open_run_session",
+                            lambda request: UmlSession(LimitRequest(48 * 2**20, None)))
+    parent = work / "out" / name if name else _deep(work / "out", 2850)
+    code = main(["run", "--pipeline", str(work / "p.json"), "--models", str(work / "s"),
+                 "--policy", "linear", "--out", str(parent / "run"), "--backend", backend,
+                 "--limit", "48M", "--batch", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and err.count("\n") == 1, err
+    assert not (work / "out").exists()

@@ -153,3 +153,45 @@ def test_an_out_that_cannot_be_a_run_folder_is_one_line_exit_2(split_dir, tmp_pa
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert r.stderr.startswith("error: ") and "--out" in r.stderr
     assert (tmp_path / "f").read_text() == "not a run"
+
+
+def _file_size_limit(limit: int):
+    """A preexec_fn: every file the process tree writes stops at ``limit`` bytes (as a full
+    disk or quota would stop it, ulimit -f; the writer gets EFBIG, SIGXFSZ being ignored
+    by Python)."""
+    import resource
+
+    def apply() -> None:
+        default_signals()
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+@pytest.mark.parametrize("extra", [(), ("--error-is-result",)])
+def test_a_run_that_cannot_write_its_files_is_no_result(split_dir, tmp_path, extra):
+    """M5 (new-user pass): a run whose own files could not be written was published as a
+    run folder, recorded as an 'error' (exit 0 under --error-is-result); the CLI said
+    exit 2 and 'cannot use: File too large'. It is no result: exit 1, naming the file and
+    the error, and no folder."""
+    pipe = tmp_path / "p.json"
+    save_pipeline(Pipeline("f", [Arrival(0.0, ["AgeNet"])]), pipe)
+    r = subprocess.run([sys.executable, "-m", "engine", "run", "--pipeline", str(pipe),
+                        "--models", str(split_dir), "--policy", "linear", "--out",
+                        str(tmp_path / "run"), "--batch", "1", "--backend", "none",
+                        "--sample-hz", "0", *extra], cwd=REPO, capture_output=True,
+                       text=True, timeout=300, preexec_fn=_file_size_limit(8192))
+    assert r.returncode == 1, r.stderr
+    assert "progress.jsonl: File too large (EFBIG)" in r.stderr, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json"]
+
+
+def test_models_that_cannot_be_written_leave_no_out_folder(tmp_path):
+    """M5 (new-user pass): models on a full disk exited 2 ('cannot use: File too large',
+    no file named) and left its empty --out."""
+    out = tmp_path / "new" / "models"
+    r = subprocess.run([sys.executable, "-m", "engine", "models", "--out", str(out),
+                        "AgeNet"], cwd=REPO, capture_output=True, text=True, timeout=300,
+                       preexec_fn=_file_size_limit(65536))
+    assert r.returncode == 1, r.stderr
+    assert "age_net.caffemodel: File too large (EFBIG)" in r.stderr, r.stderr
+    assert list(tmp_path.iterdir()) == []

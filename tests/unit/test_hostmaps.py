@@ -146,7 +146,7 @@ def test_a_run_ended_at_the_mapping_cap_is_a_timeout_that_names_the_cap(tiny, tm
     run = tmp_path / "run"
     run.mkdir()
     meta = vm_run._error_meta(request, load_pipeline(tiny["pipeline"]),
-                              parse_policy("linear"), res, run)
+                              parse_policy("linear"), res, run, {})
     assert meta.termination == "timeout"
     assert "vm.max_map_count 65530" in meta.termination_detail
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -209,6 +210,38 @@ def test_a_failing_task_is_recorded_as_error(tmp_path):
              "--error-is-result")
     assert r.returncode == 0 and "task 0:AgeNet LOAD_12 failed" in r.stderr
     assert json.loads((tmp_path / "run2" / "meta.json").read_text())["termination"] == "error"
+
+
+def test_force_keeps_the_earlier_run_when_the_new_one_fails(models, tmp_path):
+    """H3 (new-user pass): --force replaced a good run with one that failed (exit 1). A
+    failed run is no result: the earlier run stays, the failed one's record lies beside."""
+    prototxt, model = generate.write_zoo_model("AgeNet", tmp_path / "m", 1)
+    desc = splitter.Description.load(splitter.split_model(model, prototxt, tmp_path / "s",
+                                                          network="AgeNet"))
+    partial = desc.resolve(desc.layers[12].partial)
+    data = bytearray(partial.read_bytes())
+    data[4:40] = b"\xff" * 36  # as in test_a_failing_task_is_recorded_as_error
+    partial.write_bytes(bytes(data))
+    record = json.loads(Path(desc.path).read_text())
+    record["layers"][12]["partial_sha256"] = hashlib.sha256(bytes(data)).hexdigest()
+    Path(desc.path).write_text(json.dumps(record))
+    pipe = tmp_path / "p.json"
+    save_pipeline(_pipeline(["AgeNet"]), pipe)
+    out = tmp_path / "run"
+    args = ["run", "--pipeline", str(pipe), "--policy", "linear", "--out", str(out),
+            "--batch", "1", "--sample-hz", "0"]
+    r = _cli(*args, "--models", str(models["AgeNet"].parent))
+    assert r.returncode == 0, r.stderr
+    good = (out / "meta.json").read_bytes()
+    for extra in ([], ["--error-is-result"]):
+        r = _cli(*args, "--models", str(tmp_path / "s"), "--force", *extra)
+        assert r.returncode == 1 and "the earlier run in" in r.stderr, r.stderr
+        assert (out / "meta.json").read_bytes() == good
+        failed = [p for p in tmp_path.iterdir() if p.name.startswith("run.failed.")]
+        assert len(failed) == 1
+        assert json.loads((failed[0] / "meta.json").read_text())["termination"] == "error"
+        assert str(failed[0]) in r.stderr
+        shutil.rmtree(failed[0])
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 130),

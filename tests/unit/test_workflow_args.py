@@ -863,3 +863,24 @@ def test_the_model_stages_get_every_campaign_as_its_own_argument(tmp_path):
     models = words[words.index("--models") + 1:words.index("--out")]
     assert tables == [str(tmp_path / "r" / "tables"), str(other / "tables")]
     assert models == [str(tmp_path / "r" / "split"), str(other / "split")]
+
+
+@pytest.mark.parametrize("sandbox, backend, name, says", [
+    ("uml", "auto", "res ults", "has a space"), ("uml", "auto", "a:b", "has a ':'"),
+    ("vm", "auto", "a,b", "has a ','"), ("vm", "uml", "a b", "has a space"),
+    ("vm", "auto", "a b", None),  # qemu carries a space: fine
+    ("uml", "auto", None, "too long for the uml sandbox"),
+])
+def test_results_a_sandbox_cannot_carry_is_refused_in_the_config_check(
+        tmp_path, sandbox, backend, name, says):
+    """M2 (new-user pass): results with a space passed the dry run, then the first uml
+    job failed; the config check names the path and the character."""
+    results = tmp_path / name if name else tmp_path.joinpath(*["d" * 200] * 10)
+    config = with_(load_config(), results=str(results), vm__enabled=True,
+                   vm__sandbox=sandbox, run__backend=backend)
+    if says is None:
+        check_config(config)
+        return
+    with pytest.raises(ValueError, match=re.escape(says)) as raised:
+        check_config(config)
+    assert str(results) in str(raised.value)

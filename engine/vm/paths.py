@@ -1,0 +1,81 @@
+"""Which folders a sandbox can share with its guest.
+
+A sandbox run's share and swap image lie beside ``--out`` (engine.runner.outdir), and
+their host paths travel where not every character can: on user-mode Linux's kernel
+command line (split at whitespace, ``"`` taken as quoting, ``ubd0=`` split at ``,`` and
+``:``, the hostfs mount's options at ``,``; 4096 bytes in all, UML's
+COMMAND_LINE_SIZE) and in qemu's option syntax (``-virtfs path=...``, ``-drive
+file=...``: split at ``,``). Such a path is refused up front, naming the character.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from engine.errors import EdgeprofError
+
+# what each sandbox cannot carry in a shared path, and why
+UNSAFE = {
+    "uml": {",": "the hostfs mount and ubd0= split at it", ":": "ubd0= splits at it",
+            '"': "the kernel takes it as quoting"},
+    "vm": {",": "qemu's -virtfs and -drive options split at it"},
+}
+UML_COMMAND_LINE = 4096  # UML's COMMAND_LINE_SIZE, its terminating NUL included
+# what UML appends to the arguments it is given (" root=98:0 console=tty0" seen with 7.2)
+UML_APPENDS = 64
+# the longest name a run's share or swap image gets beside --out: a stamped_tempdir
+# (pid up to 7 digits, mkdtemp's 8 random characters), the swap image's file name
+_STAMP = ".9999999.xxxxxxxx"
+
+
+def share_path(out: str | os.PathLike) -> str:
+    """``--out`` as its sandbox share's name is made from it: its parent's links resolved
+    (UML's hostfs sees the host's real path)."""
+    out = os.path.abspath(out)
+    return os.path.join(os.path.realpath(os.path.dirname(out)), os.path.basename(out))
+
+
+def unsafe_character(path: str, sandbox: str) -> tuple[str, str] | None:
+    """The first character of ``path`` that ``sandbox`` cannot carry, and why; None if
+    there is none."""
+    for char in path:
+        if sandbox == "uml" and char.isspace():
+            return "a space", "the kernel splits its command line at whitespace"
+        if char in UNSAFE.get(sandbox, {}):
+            return f"a {char!r}", UNSAFE[sandbox][char]
+    return None
+
+
+def uml_command_line(out: str) -> int:
+    """The length in bytes of the UML command line of a run into ``out`` (a
+    ``share_path``: its share and swap image beside it, their longest names), with what
+    UML appends to it."""
+    from engine.vm import uml
+
+    folder, name = os.path.split(out)
+    share = Path(folder, f".{name}.vm{_STAMP}")
+    swap = Path(folder, f".edgeprof-swap{_STAMP}", "swap.img")
+    argv = uml.boot_argv(Path("linux"), share, 99999, swap)
+    return len(" ".join(argv[1:]).encode()) + UML_APPENDS
+
+
+def check_share(out: str | os.PathLike, sandbox: str, what: str = "--out") -> None:
+    """Refuse (EdgeprofError) an ``out`` whose sandbox share the ``sandbox`` ("uml",
+    "vm"; any other: nothing to check) cannot carry to its guest."""
+    if sandbox not in UNSAFE:
+        return
+    path = share_path(out)
+    bad = unsafe_character(path, sandbox)
+    if bad is not None:
+        said, why = bad
+        raise EdgeprofError(f"{what} {out}: the {sandbox} sandbox cannot share a folder "
+                            f"whose path has {said} ({path}: {why}); choose {what} without "
+                            f"it")
+    if sandbox == "uml":
+        length = uml_command_line(path)
+        if length > UML_COMMAND_LINE:
+            raise EdgeprofError(f"{what} {out}: its path is too long for the uml sandbox (its "
+                                f"share and swap image go on the guest kernel's command line,"
+                                f" {length} of at most {UML_COMMAND_LINE} bytes); choose a "
+                                f"shorter {what}")

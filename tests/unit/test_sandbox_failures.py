@@ -1,0 +1,86 @@
+"""A sandbox run whose guest never ran the run (a boot timeout on a loaded host): a
+result the campaign counts, never a stop. No guest is booted: ``boot_job`` is faked."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from engine.analysis.tables import check_inputs, check_settings, summary_table, tidy_run
+from engine.cli import build_parser
+from engine.commands.run import run_request
+from engine.errors import RunFailed
+from engine.runner.meta import RunMeta
+from engine.vm import VmConfig, guest, run_in_vm
+from engine.vm import boot as vmboot
+from engine.vm import run as vmrun
+from engine.workflow.args import batch_args, limit_args, run_options, run_settings
+from tests.unit.test_workflow_args import load_config, with_
+
+FAKE_GUEST = guest.Guest(kernel=Path("/nonexistent/vmlinuz"), initrd=Path("/nonexistent"),
+                         kernel_version="6.12", package="linux-image-fake")
+
+
+def boot_timeout(py_args, share, limit, swap, cfg=None, timeout_s=None, sandbox="vm",
+                 stall_s=None, cpus=None):
+    """A guest that never came up: qemu killed at the boot timeout, nothing in the share."""
+    res = vmboot.BootResult(rc=None, accel="tcg", boot_s=None, total_s=180.0,
+                            timed_out="boot", qemu_exit=-9, console="[0.1] slow\n",
+                            error="the guest did not start within 180 s")
+    return res, vmrun.plan(VmConfig(accel="tcg"), limit, swap, FAKE_GUEST), FAKE_GUEST, None
+
+
+def test_a_guest_that_never_booted_is_counted_not_ok_and_passes_the_settings_check(
+        tiny, tmp_path, monkeypatch):
+    """H2 (new-user pass): the record the host writes for a guest that never started must
+    carry every setting the workflow's aggregate checks (it lacked cpu_affinity, and the
+    campaign stopped with 'made with cpu_pin_asked unset ... (redone by hand?)')."""
+    config = with_(load_config(), run__backend="vm", vm__sandbox="vm")
+    assert config["run"]["pin_cpu"] is True  # the setting the record lacked
+    limit = "256M"
+    flags = " ".join([limit_args(config, limit, True), run_options(config["run"]),
+                      batch_args(config["run"])]).split()
+    monkeypatch.setattr(vmrun, "boot_job", boot_timeout)
+    out = tmp_path / "runs" / "rep0"
+    request = run_request(build_parser().parse_args(
+        ["run", "--pipeline", str(tiny["pipeline"]), "--models", str(tiny["models"]),
+         "--policy", "linear", "--out", str(out), "--seed", str(config["seed"]), *flags]))
+    meta = run_in_vm(request)
+    assert meta.termination == "error" and "did not start" in meta.termination_detail
+    runs = tidy_run(out)["runs"]
+    check_settings(runs, run_settings(config, "runs", limit, True), "fix")  # no raise
+    assert json.loads(runs["descriptions"].iloc[0]).keys() == {
+        "age_net.description.json", "gender_net.description.json"}
+    check_inputs(runs.iloc[0], tiny["pipeline"], tiny["models"], "fix")
+    summary = summary_table(runs)
+    assert summary["runs_not_ok"].max() == 1 and summary["ended"].iloc[0] == "error"
+
+
+def test_force_keeps_the_earlier_run_when_the_guest_never_boots(tiny, tmp_path, monkeypatch):
+    """H3 (new-user pass): under a sandbox, --force replaced a good run with a boot
+    timeout's error record (exit 1). The earlier run stays; the failed one lies beside."""
+    out = tmp_path / "run"
+
+    def request(*extra: str):
+        return run_request(build_parser().parse_args(
+            ["run", "--pipeline", str(tiny["pipeline"]), "--models", str(tiny["models"]),
+             "--policy", "linear", "--out", str(out), "--batch", "1", "--backend", "vm",
+             "--limit", "256M", *extra]))
+
+    def boot_ok(py_args, share, *args, **kw):  # a guest that wrote an ok run
+        (share / "run").mkdir()
+        RunMeta(policy="linear", termination="ok", exit_code=0).write(share / "run")
+        return boot_timeout(py_args, share, *args, **kw)  # its folder is what counts
+
+    monkeypatch.setattr(vmrun, "boot_job", boot_ok)
+    assert run_in_vm(request()).termination == "ok"
+    monkeypatch.setattr(vmrun, "boot_job", boot_timeout)
+    earlier = (out / "meta.json").read_bytes()
+    with pytest.raises(RunFailed, match="the earlier run in .* is kept") as raised:
+        run_in_vm(request("--force"))
+    assert (out / "meta.json").read_bytes() == earlier
+    kept = sorted(tmp_path.glob("run.failed.*"))
+    assert len(kept) == 1 and str(kept[0]) in str(raised.value)
+    assert (kept[0] / "console.log").read_text() == "[0.1] slow\n"
