@@ -119,7 +119,7 @@ def test_uml_mode_writes_memory_before_reading_it(monkeypatch):
     def resident(blob: np.ndarray) -> int:
         return _resident_pages(blob.ctypes.data, blob.nbytes)
 
-    shape = (4, 3, 227, 227)
+    shape = (64, 3, 227, 227)  # 40 MB: over glibc's largest mmap threshold, so fresh pages
     for env, written in ((None, False), (wire.UNORDERED, False), ("1", True)):
         if env is None:
             monkeypatch.delenv(wire.UML_READS_ENV, raising=False)
