@@ -55,7 +55,7 @@ def main(args: argparse.Namespace) -> None:
         not_over_inputs(args.out, "--out", [Path(desc.path).parent, desc.resolve(desc.prototxt),
                                             desc.resolve(desc.caffemodel)],
                         "the model files forward reads")
-    check_batch_fits([desc], args.batch)
+    check_batch_fits([[desc]], args.batch)
     desc.check_reads(bulk=args.bulk)
     t0 = time.perf_counter()
     with threadpool_limits(args.blas_threads, "blas"):  # as a run sets it

@@ -42,7 +42,7 @@ from engine.runner.outdir import OutClaim
 from engine.runner.request import RunRequest
 from engine.runner.stall import StallWatch, wait_child
 from engine.schedule.pipelines import Pipeline, load_pipeline
-from engine.schedule.plan import resolve_descriptions
+from engine.schedule.plan import one_after_another, plan, resolve_descriptions
 from engine.schedule.policies import Policy, parse_policy
 
 # Backends under which a limit that cannot be enforced is recorded, never an error.
@@ -99,7 +99,11 @@ def check_inputs(request: RunRequest) -> tuple[Policy, Pipeline, dict[str, Path]
     pipeline = load_pipeline(request.pipeline)
     models = description_index(request.models)
     descs = resolve_descriptions(pipeline, models)
-    check_batch_fits(descs.values(), request.options.batch)
+    # the networks that can be in memory at once, by the policy's task graph
+    chains = one_after_another(plan(pipeline, policy, descs).graph)
+    instances = pipeline.networks()
+    check_batch_fits([[descs[instances[i]] for i in chain] for chain in chains],
+                     request.options.batch)
     for _, desc in sorted(descs.items()):
         desc.check_reads(bulk=policy.family == "bulk")
     return policy, pipeline, models, descs
