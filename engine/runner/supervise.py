@@ -21,6 +21,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from engine.caffe.splitter import Description, check_batch_fits, description_index
+from engine.errors import EdgeprofError
 from engine.files import sha256_file
 from engine.limits import LimitRequest, Session, open_session
 from engine.probes import hostload
@@ -99,6 +100,13 @@ def check_inputs(request: RunRequest) -> tuple[Policy, Pipeline, dict[str, Path]
     pipeline = load_pipeline(request.pipeline)
     models = description_index(request.models)
     descs = resolve_descriptions(pipeline, models)
+    # an estimate of a network --models does not hold is a typo (masa would silently
+    # admit the real one on its default estimate)
+    unknown = sorted(set(request.options.estimates or {}) - set(models))
+    if unknown:
+        raise EdgeprofError(f"--estimates names {', '.join(map(repr, unknown))}, which "
+                            f"--models {request.models} does not hold (known: "
+                            f"{', '.join(sorted(models)) or 'none'}); fix the network names")
     # the networks that can be in memory at once, by the policy's task graph
     chains = one_after_another(plan(pipeline, policy, descs).graph)
     instances = pipeline.networks()

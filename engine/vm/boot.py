@@ -161,7 +161,7 @@ def boot(guest: Guest | uml.Uml, share: Path, *, accel: str = "tcg", ram_mb: int
         while not started.wait(0.2) and proc.poll() is None:
             if time.monotonic() - t0 > boot_timeout_s:
                 timed_out = "boot"
-                error = f"the guest did not start the job within {boot_timeout_s:.0f} s"
+                error = f"the guest did not start the job within {boot_timeout_s:g} s"
                 break
         if timed_out is None:
             left = None if timeout_s is None else max(0.0, timeout_s - (time.monotonic() - t0))
@@ -169,7 +169,7 @@ def boot(guest: Guest | uml.Uml, share: Path, *, accel: str = "tcg", ram_mb: int
                 proc.wait(timeout=left)
             except subprocess.TimeoutExpired:
                 timed_out = "job"
-                error = f"the guest job exceeded the {timeout_s:.0f} s timeout"
+                error = f"the guest job exceeded the {timeout_s:g} s timeout"
     finally:
         with signals_deferred():  # a second Ctrl-C must not leave the swap image behind
             if proc is not None:
