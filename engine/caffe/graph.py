@@ -103,8 +103,21 @@ def runtime_layers(net, source: str = "<net>") -> list:
         raise ModelError(f"{source}: net mixes V1 'layers' and V2 'layer' fields")
     layers = [upgrade_v1_layer(v1) for v1 in net.layers] if len(net.layers) else list(net.layer)
     layers = [layer for layer in layers if _in_test_phase(layer)]
+    _check_unique_names(layers, source)
     inputs = _legacy_input_layer(net, source)
     return ([inputs] if inputs is not None else []) + layers
+
+
+def _check_unique_names(layers: list, source: str) -> None:
+    """Weights go to layers by name (a caffemodel's, each partial's): two layers of one
+    name would share one layer's weights, or fail on a shape that is not theirs."""
+    first: dict[str, int] = {}
+    for index, layer in enumerate(layers):
+        if layer.name in first:
+            raise ModelError(f"{source}: the layer name '{layer.name}' is duplicated "
+                             f"(its layers {first[layer.name] + 1} and {index + 1}, counted "
+                             f"from 1); weights are matched to layers by name: rename one")
+        first[layer.name] = index
 
 
 def _in_test_phase(layer) -> bool:

@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import stat
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -288,20 +289,34 @@ class Description:
 
 _HIDDEN_PARTIALS = re.compile(r"(\..+_partials\.)\d+\.[^./]+")  # stamped_tempdir's
 
-def check_batch_fits(descs: Iterable[Description], batch: int | None) -> None:
-    """Refuse a batch whose largest network's weights and outputs alone exceed this
-    machine's RAM (a typo such as --batch 10000 would otherwise swap the host for minutes
-    before failing): one line naming the network, the bytes and the fix."""
+def check_batch_fits(chains: Iterable[Iterable[Description]], batch: int | None) -> None:
+    """Refuse a batch at which the networks that can be in memory at once need more than
+    the RAM available now (a typo such as --batch 10000 would otherwise swap the host for
+    minutes before failing): one line naming them, the bytes and the fix. ``chains``:
+    the networks of each chain run one after another (engine.schedule.plan's
+    one_after_another; a network alone is a chain), so its largest one counts."""
     import psutil
 
-    ram = psutil.virtual_memory().total
-    for desc in descs:
-        need = desc.param_bytes + desc.activation_bytes(batch)
-        if need > ram:
-            raise ModelError(f"--batch {batch}: {desc.network} alone needs about "
-                             f"{need / 2**30:.1f} GiB (weights and every layer's outputs), "
-                             f"more than this machine's {ram / 2**30:.1f} GiB of RAM; use a "
-                             f"smaller --batch")
+    def need(desc: Description) -> int:  # weights and every layer's outputs, all held
+        return desc.param_bytes + desc.activation_bytes(batch)
+
+    largest = [max(chain, key=need) for chain in map(list, chains) if chain]
+    total = sum(map(need, largest))
+    available = psutil.virtual_memory().available
+    if total <= available:
+        return
+    at = f"--batch {batch}" if batch is not None else "at the deploy batch"
+    if len(largest) == 1:
+        who, fix = f"{largest[0].network} alone needs", "a smaller --batch"
+    else:
+        counts = Counter(d.network for d in largest)
+        names = ", ".join(n if k == 1 else f"{n} x{k}" for n, k in sorted(counts.items()))
+        who = f"the {len(largest)} networks that can be in memory at once ({names}) need"
+        fix = ("a smaller --batch or a policy that runs networks one after another "
+               "(bulk, linear, execprio-inter)")
+    raise ModelError(f"{at}: {who} about {total / 2**30:.1f} GiB (weights and every "
+                     f"layer's outputs), more than the {available / 2**30:.1f} GiB of RAM "
+                     f"available now; use {fix}")
 
 
 _INT = int

@@ -17,6 +17,7 @@ from engine.runtime import DEFAULT_RUNTIME, RUNTIMES
 # bounds shared by the verbs and the config schema (workflow/schemas/config.schema.yaml)
 MAX_BATCH = 10_000
 MAX_LIMIT = 2**50  # 1 PiB: a memory limit past any machine's RAM is a typo
+MAX_BLAS_THREADS = 1024
 MAX_SEED = 2**32 - 1  # numpy's legacy seeding and the pipelines' seeds
 MIN_SAMPLE_HZ, MAX_SAMPLE_HZ = 0.01, 10_000
 MAX_ORDERINGS = 10_000  # orderings a multi-worker cell's peak range is replayed over

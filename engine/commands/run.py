@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from engine.commands.options import (
     MAX_BATCH,
+    MAX_BLAS_THREADS,
     MAX_SAMPLE_HZ,
     MAX_SEED,
     MIN_SAMPLE_HZ,
@@ -109,7 +110,7 @@ def check_numbers(batch: int | None, blas_threads: int, timeout_s: float | None,
     """A run's numbers within their bounds, named by their flags: for ``run``'s arguments
     and for a request read from a file (``supervise``)."""
     positive(batch, "--batch", most=MAX_BATCH)
-    positive(blas_threads, "--blas-threads", most=1024)
+    positive(blas_threads, "--blas-threads", most=MAX_BLAS_THREADS)
     positive(timeout_s, "--timeout")
     positive(stall_s, "--stall-timeout")
     positive(seed, "--seed", allow_zero=True, most=MAX_SEED)

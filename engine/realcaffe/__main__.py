@@ -4,18 +4,31 @@ Caffe 1.0's resident set stage by stage beside the engine's runtimes."""
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import tempfile
 from pathlib import Path
 
 from engine.caffe.splitter import Description
 from engine.errors import EdgeprofError
+from engine.procs import stamped_tempdir, sweep
 from engine.realcaffe import chroot, reference
+from engine.runner.interrupt import Signalled, signals_unwind
 from engine.runtime import RUNTIMES
+
+WORK_PREFIX = "edgeprof-realcaffe."  # + owner pid: the work folders, in the temp folder
 
 
 def _mib(x: float) -> str:
     return f"{x:.1f}"
+
+
+def _work_folder() -> Path:
+    """A fresh work folder in the temporary folder, named after this process: one that a
+    compare stopped by SIGKILL left is removed here, by the next compare."""
+    tmp = Path(tempfile.gettempdir())
+    sweep(tmp, WORK_PREFIX)
+    return stamped_tempdir(WORK_PREFIX, tmp)
 
 
 def _compare(descriptions: list[str], data: Path) -> None:
@@ -35,21 +48,19 @@ def _compare(descriptions: list[str], data: Path) -> None:
     for description in descriptions:
         desc = Description.load(description)
         name = desc.network
-        with tempfile.TemporaryDirectory() as tmp:
-            work = Path(tmp)
+        work = _work_folder()
+        try:
             real = {m: reference.measure_caffe(description, m, data, work) for m in
                     reference.MODES}
             ours = {(m, rt): reference.measure_engine(description, m, rt, work)
                     for m in reference.MODES for rt in RUNTIMES}
             py = reference.measure_pycaffe(description, data, work)
-            if desc.format == "V1":
-                twin = reference.v2_caffemodel(description, data / f".{desc.stem}.v2.caffemodel")
-                try:
-                    v2 = reference.measure_caffe(description, "bulk", data, work,
-                                                 caffemodel=twin)
-                    twins.append((desc, real["bulk"], v2, message_peak_bytes(twin)))
-                finally:
-                    twin.unlink()
+            if desc.format == "V1":  # the twin in the work folder (bound at /out)
+                twin = reference.v2_caffemodel(description, work / f"{desc.stem}.v2.caffemodel")
+                v2 = reference.measure_caffe(description, "bulk", data, work, caffemodel=twin)
+                twins.append((desc, real["bulk"], v2, message_peak_bytes(twin)))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
         fig = {m: reference.figures(real[m].stages, m) for m in reference.MODES}
         eng = {k: reference.figures(v.stages, k[0]) for k, v in ours.items()}
         pyf = reference.pycaffe_figures(py.stages)
@@ -107,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     cmp.add_argument("descriptions", nargs="+", help="<stem>.description.json files")
     cmp.add_argument("--data", required=True,
                      help="a folder holding the models and partials (bound read-only; "
-                          "V1 models' V2 twins are written there for a moment)")
+                          "nothing is written there)")
     args = parser.parse_args(argv)
     log = lambda m: print(m, file=sys.stderr)  # noqa: E731
     try:
@@ -120,10 +131,14 @@ def main(argv: list[str] | None = None) -> int:
             print(root)
         else:
             chroot.ensure_built(log=log)
-            _compare(args.descriptions, Path(args.data))
+            with signals_unwind():  # SIGTERM and SIGHUP remove the work folder too
+                _compare(args.descriptions, Path(args.data))
     except EdgeprofError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except Signalled as exc:  # the work folder is gone (its finally), the probe killed
+        print(f"error: interrupted by {exc.name}", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from engine.errors import EdgeprofError
 from engine.files import atomic_path
+from engine.procs import preexec
 
 CACHE_ENV = "EDGEPROF_CAFFE_CACHE"
 MIRROR_ENV = "EDGEPROF_CAFFE_MIRROR"
@@ -212,5 +213,7 @@ def run(argv: Sequence[str], data: Path, out: Path, env: dict[str, str] | None =
     steps += [f"mount -t proc proc {root}/proc",
               f"exec chroot {root} env -i PATH=/usr/bin:/bin "
               + " ".join(shlex.quote(a) for a in (*env_args, *argv))]
-    return _run(["unshare", "--mount", "--fork", "sh", "-c", " && ".join(steps)],
-                "real Caffe", timeout=timeout, input=stdin)
+    # unshare dies with this process, and its child (the probe, after the execs) with it
+    return _run(["unshare", "--mount", "--fork", "--kill-child", "sh", "-c",
+                 " && ".join(steps)], "real Caffe", timeout=timeout, input=stdin,
+                preexec_fn=preexec())

@@ -26,6 +26,7 @@ import numpy as np
 
 from engine.caffe.splitter import Description
 from engine.errors import EdgeprofError
+from engine.procs import preexec
 from engine.realcaffe import chroot
 from engine.units import MIB
 
@@ -91,10 +92,13 @@ def measure_caffe(description: str | Path, mode: str, data: Path, work: Path,
                   caffemodel: Path | None = None) -> Measured:
     """Real Caffe's stage records for ``description``'s network (``probe.cpp``); its
     model files must lie under ``data`` (bound read-only); ``work`` receives the input
-    and the outputs. ``caffemodel``: load this file instead of the description's (bulk)."""
+    and the outputs. ``caffemodel``: load this file instead of the description's (bulk),
+    one under ``data`` or in ``work``."""
     desc, prototxt, model = _staged(description, data, work, seed)
-    if caffemodel is not None:
-        model = _inside(caffemodel, data)
+    if caffemodel is not None:  # under --data, or in ``work`` (bound at /out)
+        inside_work = work.resolve() in caffemodel.resolve().parents
+        model = (f"{chroot.OUT}/{caffemodel.resolve().relative_to(work.resolve())}"
+                 if inside_work else _inside(caffemodel, data))
     argv = [chroot.PROBE, mode, chroot.WARMUP, prototxt]
     out_name = f"{chroot.OUT}/outputs.bin"
     if mode == "bulk":
@@ -138,7 +142,8 @@ def measure_engine(description: str | Path, mode: str, runtime: str, work: Path,
     proc = subprocess.run(
         [sys.executable, "-m", "engine.realcaffe.stages", mode, str(description),
          "--runtime", runtime, "--seed", str(seed), "--outputs", str(out)],
-        capture_output=True, text=True, env={**os.environ, **_measured_env()})
+        capture_output=True, text=True, env={**os.environ, **_measured_env()},
+        preexec_fn=preexec())  # never outlives a compare killed by SIGKILL
     seconds = time.perf_counter() - t0
     if proc.returncode != 0:
         raise EdgeprofError(f"engine stages of {description} failed: {proc.stderr.strip()}")

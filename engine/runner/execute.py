@@ -37,6 +37,11 @@ class ProbeSet:
     heap: object | None = None  # HeapDumper: dumps at each task's start and end
 
 
+def output_key(instance: int, network: str, blob: str) -> str:
+    """An output blob's key in a run's ``outputs.npz`` (and ``forward --out``'s)."""
+    return f"{instance}:{network}/{blob}"
+
+
 class PipelineRun:
     """The state of one run: network instances and the work each task does."""
 
@@ -139,7 +144,7 @@ class PipelineRun:
         with self.lock:
             net = self.nets.pop(instance)
         for blob, value in net.result().items():
-            self.outputs[f"{self.instance_key(instance)}/{blob}"] = value
+            self.outputs[output_key(instance, self.instances[instance].network, blob)] = value
 
     def execute(self) -> DispatchResult:
         dispatcher = Dispatcher(self.graph, self.policy, self.run_task, self.arrivals_ns,

@@ -21,7 +21,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from engine.caffe.splitter import Description, check_batch_fits, description_index
-from engine.errors import RunFailed
+from engine.errors import EdgeprofError, RunFailed
 from engine.files import naming, sha256_file
 from engine.limits import LimitRequest, Session, open_session
 from engine.probes import hostload
@@ -44,7 +44,7 @@ from engine.runner.outdir import OutClaim
 from engine.runner.request import RunRequest
 from engine.runner.stall import StallWatch, wait_child
 from engine.schedule.pipelines import Pipeline, load_pipeline
-from engine.schedule.plan import resolve_descriptions
+from engine.schedule.plan import one_after_another, plan, resolve_descriptions
 from engine.schedule.policies import Policy, parse_policy
 
 # Backends under which a limit that cannot be enforced is recorded, never an error.
@@ -105,7 +105,18 @@ def check_inputs(request: RunRequest) -> tuple[Policy, Pipeline, dict[str, Path]
     pipeline = load_pipeline(request.pipeline)
     models = description_index(request.models)
     descs = resolve_descriptions(pipeline, models)
-    check_batch_fits(descs.values(), request.options.batch)
+    # an estimate of a network --models does not hold is a typo (masa would silently
+    # admit the real one on its default estimate)
+    unknown = sorted(set(request.options.estimates or {}) - set(models))
+    if unknown:
+        raise EdgeprofError(f"--estimates names {', '.join(map(repr, unknown))}, which "
+                            f"--models {request.models} does not hold (known: "
+                            f"{', '.join(sorted(models)) or 'none'}); fix the network names")
+    # the networks that can be in memory at once, by the policy's task graph
+    chains = one_after_another(plan(pipeline, policy, descs).graph)
+    instances = pipeline.networks()
+    check_batch_fits([[descs[instances[i]] for i in chain] for chain in chains],
+                     request.options.batch)
     for _, desc in sorted(descs.items()):
         desc.check_reads(bulk=policy.family == "bulk")
     return policy, pipeline, models, descs

@@ -16,7 +16,7 @@ from engine.caffe.splitter import Description
 from engine.errors import EdgeprofError
 from engine.schedule.pipelines import Pipeline, bin_holds
 from engine.schedule.policies import Policy
-from engine.schedule.tasks import Instance, Kind, TaskGraph
+from engine.schedule.tasks import Instance, Kind, Task, TaskGraph
 
 
 def estimate_peak_bytes(desc: Description) -> int:
@@ -81,3 +81,38 @@ def plan(pipeline: Pipeline, policy: Policy, descriptions: dict[str, Description
     network_time = {i.id: float(sum(x.flops for x in descriptions[i.network].layers))
                     for i in instances}
     return Plan(instances, arrivals_ns, graph, network_time)
+
+
+def one_after_another(graph: TaskGraph) -> list[list[int]]:
+    """The graph's instances in chains (by id, each instance in one chain): an instance
+    joins the chain of the one before it when its INIT waits for every task of that one
+    (bulk, linear, execprio-inter), so at most one network of a chain is in memory at a
+    time. Any set of networks in memory at once holds at most one of each chain."""
+    by_instance: dict[int, list[Task]] = {}
+    for task in graph.tasks:
+        by_instance.setdefault(task.instance, []).append(task)
+    chains: list[list[int]] = []
+    for instance in sorted(by_instance):
+        before = instance - 1
+        if chains and before in by_instance and _waits_for_all(
+                graph, by_instance[instance], by_instance[before]):
+            chains[-1].append(instance)
+        else:
+            chains.append([instance])
+    return chains
+
+
+def _waits_for_all(graph: TaskGraph, tasks: list[Task], before: list[Task]) -> bool:
+    """``tasks``' INIT depends, directly or not, on every task of ``before`` (enough: on
+    each of its last ones, those no other task of ``before`` waits for)."""
+    init = next(t for t in tasks if t.kind == Kind.INIT)
+    ids = {t.id for t in before}
+    wanted = {t.id for t in before if not ids.intersection(t.dependants)}
+    seen, todo = set(), list(init.deps)
+    while todo and wanted:  # backwards from the INIT, until every last task is found
+        tid = todo.pop()
+        if tid not in seen:
+            seen.add(tid)
+            wanted.discard(tid)
+            todo.extend(graph.tasks[tid].deps)
+    return not wanted

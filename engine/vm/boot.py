@@ -170,7 +170,7 @@ def boot(guest: Guest | uml.Uml, share: Path, *, accel: str = "tcg", ram_mb: int
         while not started.wait(0.2) and proc.poll() is None:
             if time.monotonic() - t0 > boot_timeout_s:
                 timed_out = "boot"
-                error = f"the guest did not start the job within {boot_timeout_s:.0f} s"
+                error = f"the guest did not start the job within {boot_timeout_s:g} s"
                 break
         deadline = None if timeout_s is None else t0 + timeout_s
         while timed_out is None and proc.poll() is None:

@@ -143,7 +143,7 @@ def plan(cfg: VmConfig, limit: int | None, swap: int | None, guest: Guest | uml.
     if host and ram > host:
         raise EdgeprofError(f"vm: the guest would need {ram // MIB} MiB of RAM for this limit "
                             f"but the host has {host // MIB} MiB; lower --limit")
-    device = 0 if swap == 0 else cfg.swap_device if swap is None else swap + DEVICE_SLACK
+    device = swap_device_bytes(cfg, swap)
     if isinstance(guest, uml.Uml):
         if cfg.sd_card:
             raise EdgeprofError("EDGEPROF_VM_SD_CARD: the uml backend cannot throttle its "
@@ -158,6 +158,25 @@ def plan(cfg: VmConfig, limit: int | None, swap: int | None, guest: Guest | uml.
     else:
         raise EdgeprofError(f"EDGEPROF_VM_ACCEL={cfg.accel!r}: use auto, kvm or tcg")
     return Plan(ram, device, accel, why, cfg.sd_card and device > 0)
+
+
+def swap_device_bytes(cfg: VmConfig, swap: int | None) -> int:
+    """The guest's swap device for memory.swap.max ``swap`` (None: unlimited); 0: none."""
+    return 0 if swap == 0 else cfg.swap_device if swap is None else swap + DEVICE_SLACK
+
+
+def check_swap_room(cfg: VmConfig, swap: int, out: str) -> None:
+    """Refuse, before the boot, a --swap whose swap image (a sparse file beside ``out``,
+    filled as the guest swaps) is larger than the free space of its filesystem."""
+    device = swap_device_bytes(cfg, swap)
+    folder = Path(os.path.abspath(out)).parent
+    existing = next(p for p in (folder, *folder.parents) if p.is_dir())  # made by the run
+    free = shutil.disk_usage(existing).free
+    if device > free:
+        raise EdgeprofError(f"--swap of {swap / 2**30:.1f} GiB: the guest's swap image of "
+                            f"{device / 2**30:.1f} GiB (beside --out, in {folder}) is more "
+                            f"than the {free / 2**30:.1f} GiB free on its filesystem; ask "
+                            f"for less swap or put --out on a filesystem with room")
 
 
 @functools.cache
@@ -311,6 +330,8 @@ def run_in_vm(request: RunRequest, cfg: VmConfig | None = None,
     cfg = cfg or VmConfig.from_env()  # a bad setting fails before anything is written
     check_share(request.out, sandbox)  # auto's choice too: before any folder exists
     limit, swap = request.limits.ram_bytes, request.limits.swap_bytes
+    if swap is not None:  # a size asked for (max: EDGEPROF_VM_SWAP_DEVICE's device)
+        check_swap_room(cfg, swap, request.out)
     share = pin = None
     with OutClaim(request.out, request.force, request.inputs()) as claim, signals_unwind():
         try:

@@ -983,22 +983,50 @@ def test_models_never_replace_a_different_model_unasked(tmp_path, capsys):
 
 def test_a_batch_past_the_machines_memory_is_refused_up_front(split_copy, tmp_path, capsys,
                                                               monkeypatch):
-    """M6: on a machine of 1 GiB, AgeNet at batch 1,000 (about 6 MB of outputs per image)
+    """M6: on a machine of 1 GiB available, AgeNet at batch 1,000 (about 6 MB of outputs per image)
     is refused at once, by forward and by run, and batch 1 is not."""
     import psutil
 
     real = psutil.virtual_memory()
-    monkeypatch.setattr(psutil, "virtual_memory", lambda: real._replace(total=2**30))
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: real._replace(available=2**30))
     desc = split_copy / "age_net.description.json"
     t0 = time.monotonic()
     rc, err = _cli(capsys, "forward", str(desc), "--batch", "1000")
-    assert rc == 2 and "AgeNet alone needs about" in err and "1.0 GiB of RAM" in err, err
+    assert rc == 2 and "AgeNet alone needs about" in err, err
+    assert "the 1.0 GiB of RAM available now" in err, err
     rc, err = _run_agenet(capsys, split_copy, tmp_path, "--policy", "linear", "--backend",
                           "none", "--batch", "1000")
     assert rc == 2 and "AgeNet alone needs about" in err, err
     assert time.monotonic() - t0 < 30 and not (tmp_path / "run").exists()
     rc, err = _cli(capsys, "forward", str(desc), "--batch", "1")
     assert rc == 0, err
+
+
+def test_the_batch_check_counts_the_networks_in_memory_at_once_against_available_ram(
+        split_copy, tmp_path, capsys, monkeypatch):
+    """On a host of 1 TiB with 1 GiB available, AgeNet and GenderNet at batch 100 (each
+    11.4 M float weights, 43.5 MiB, and about 6 MiB of outputs per image: 0.63 GiB) are
+    refused under partial:2, where both can be in memory at once, naming both and what is
+    available; linear, which runs one after the other, passes the check."""
+    import psutil
+
+    from engine.runner.request import RunOptions, RunRequest
+    from engine.runner.supervise import check_inputs
+
+    real = psutil.virtual_memory()
+    monkeypatch.setattr(psutil, "virtual_memory",
+                        lambda: real._replace(total=2**40, available=2**30))
+    pipe = tmp_path / "p.json"
+    save_pipeline(Pipeline("p", [Arrival(0.0, ["AgeNet", "GenderNet"])]), pipe)
+    rc, err = _cli(capsys, "run", "--pipeline", str(pipe), "--models", str(split_copy),
+                   "--out", str(tmp_path / "run"), "--policy", "partial:2", "--backend",
+                   "none", "--batch", "100")
+    assert rc == 2 and not (tmp_path / "run").exists(), err
+    assert ("--batch 100: the 2 networks that can be in memory at once (AgeNet, GenderNet) "
+            "need about 1.3 GiB") in err, err
+    assert "the 1.0 GiB of RAM available now" in err, err
+    check_inputs(RunRequest(str(pipe), "linear", str(split_copy), str(tmp_path / "run"),
+                            RunOptions(batch=100)))
 
 
 def test_low_findings_of_the_fourth_pass(split_copy, tmp_path, capsys):

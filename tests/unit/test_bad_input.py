@@ -179,6 +179,27 @@ def test_bad_vm_settings_are_refused_before_a_boot(capsys, work, monkeypatch, na
     assert f"EDGEPROF_VM_{name}={value!r} is not valid" in err
 
 
+def test_estimates_of_an_unknown_network_are_refused(capsys, work):
+    """A misspelt network in --estimates (masa would admit AgeNet on its default
+    estimate) is refused, naming the networks --models holds."""
+    (work / "e.json").write_text(json.dumps({"AgeNet": 2**20, "agenet": 2**20}))
+    err = _run(capsys, work, "--estimates", str(work / "e.json"), policy="masa:2")
+    assert "--estimates names 'agenet'" in err and "(known: AgeNet)" in err, err
+
+
+def test_a_swap_past_the_free_disk_is_refused_before_a_boot(capsys, work, monkeypatch):
+    """The sandbox's swap image lies beside --out: a --swap larger than that filesystem's
+    free space (statvfs, by df's numbers) is refused naming both, before the guest is
+    even looked for (here: an empty guest cache)."""
+    monkeypatch.setenv("EDGEPROF_VM_CACHE", str(work / "no-guest"))
+    stat = os.statvfs(work)
+    free = stat.f_bavail * stat.f_frsize
+    asked = free + 2**30
+    err = _run(capsys, work, "--backend", "vm", "--limit", "256M", "--swap", str(asked))
+    assert f"--swap of {asked / 2**30:.1f} GiB: the guest's swap image of " in err, err
+    assert f"in {work / 'out'}) is more than the" in err and "GiB free on its filesystem" in err
+
+
 @pytest.mark.parametrize("args, message", [
     (["graph", "--policy", "linear", "--count", "0"], "--count 0: must be a number > 0"),
     (["graph", "--policy", "linear", "--count", "-3"], "--count -3: must be a number > 0"),

@@ -1014,3 +1014,19 @@ def test_every_cli_backend_name_opens(monkeypatch):
     assert not limits.open_session("none", LimitRequest(), "c4").runs_elsewhere
     with pytest.raises(EdgeprofError, match="unknown limit backend 'vmx'"):
         limits.open_session("vmx", LimitRequest(), "c2")
+
+
+def test_a_boot_timeout_under_a_second_is_said_as_given(tmp_path):
+    """A machine that never starts its job (a stand-in UML kernel that only sleeps) is
+    killed after a boot timeout of 0.25 s, and the error says 0.25 s, not 0 s."""
+    from engine.vm import boot, uml
+
+    kernel = tmp_path / "linux"
+    kernel.write_text("#!/bin/sh\nexec sleep 60\n")
+    kernel.chmod(0o755)
+    share = tmp_path / "share"
+    share.mkdir()
+    res = boot.boot(uml.Uml(kernel, "0", "none", "none"), share, accel="uml",
+                    boot_timeout_s=0.25, timeout_s=10)
+    assert res.timed_out == "boot" and res.rc is None
+    assert res.error == "the guest did not start the job within 0.25 s", res.error

@@ -115,3 +115,17 @@ def test_every_policy_graph_is_a_dag_with_all_tasks(policy):
     per_net = 3 if policy == "bulk" else 1 + 2 * L
     assert len(g.tasks) == 3 * per_net
     assert [t.id for t in g.tasks] == list(range(len(g.tasks)))
+
+
+@pytest.mark.parametrize("policy, chains", [
+    ("bulk", [[0, 1, 2]]), ("linear", [[0, 1, 2]]), ("execprio-inter:2", [[0, 1, 2]]),
+    ("partial:2", [[0], [1], [2]]), ("execprio:2", [[0], [1], [2]]),
+    ("masa:2", [[0], [1], [2]]), ("deepeye", [[0], [1], [2]]),
+    ("deepeye-frugal", [[0], [1], [2]])])
+def test_networks_run_one_after_another_only_where_the_policy_says_so(policy, chains):
+    """The module docstring's semantics: bulk, linear and -inter run networks one after
+    another; under the others (deepeye's next INIT waits only for the conv loads) any two
+    can be in memory at once."""
+    from engine.schedule.plan import one_after_another
+
+    assert one_after_another(parse_policy(policy).build(_instances(3, False))) == chains

@@ -181,6 +181,24 @@ def test_run_cli_refuses_to_overwrite_and_reports_bad_input(models, tmp_path):
     assert not (tmp_path / "o2").exists() and not (tmp_path / "o3").exists()
 
 
+def test_forward_and_run_give_the_same_arrays_under_the_same_keys(models, tmp_path):
+    """forward at its default BLAS threads equals a run of the network alone at run's
+    default, bit for bit, keyed alike (AlexNet: its large products are where a second
+    BLAS thread changes the rounding)."""
+    pipe = tmp_path / "p.json"
+    save_pipeline(_pipeline(["AlexNet"]), pipe)
+    r = _cli("run", "--pipeline", str(pipe), "--models", str(models["AlexNet"].parent),
+             "--policy", "linear", "--backend", "none", "--no-probes", "--seed", "3",
+             "--out", str(tmp_path / "run"))
+    assert r.returncode == 0, r.stderr
+    r = _cli("forward", str(models["AlexNet"]), "--seed", "3", "--out",
+             str(tmp_path / "f.npz"))
+    assert r.returncode == 0, r.stderr
+    with np.load(tmp_path / "run" / "outputs.npz") as a, np.load(tmp_path / "f.npz") as b:
+        assert a.files == b.files == ["0:AlexNet/prob"]
+        assert all(np.array_equal(a[k], b[k]) for k in a.files)
+
+
 def test_a_failing_task_is_recorded_as_error(tmp_path):
     prototxt, model = generate.write_zoo_model("AgeNet", tmp_path / "m", 1)
     desc = splitter.Description.load(splitter.split_model(model, prototxt, tmp_path / "s",

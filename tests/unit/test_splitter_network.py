@@ -208,6 +208,20 @@ def test_split_refuses_a_model_that_does_not_fit_its_prototxt(tmp_path):
     assert not (tmp_path / "split").exists() or list((tmp_path / "split").iterdir()) == []
 
 
+def test_split_names_a_duplicated_layer_name(tmp_path, capsys):
+    """A deploy prototxt whose fc layer is also named 'conv1' is refused as a duplicated
+    layer name, not as a caffemodel that does not fit it."""
+    from engine.cli import main
+
+    model, deploy = _user_model(tmp_path)
+    deploy.write_text(USER_DEPLOY.replace('name: "fc"', 'name: "conv1"'))
+    assert main(["split", str(model), "--out", str(tmp_path / "split")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the layer name 'conv1' is duplicated" in err, err
+    assert "layers 1 and 4" in err and "give --prototxt" not in err, err
+    assert not (tmp_path / "split").exists() or list((tmp_path / "split").iterdir()) == []
+
+
 def test_split_refuses_a_model_missing_parameter_layers(tmp_path):
     model, deploy = _user_model(tmp_path)
     deploy.write_text(USER_DEPLOY.replace('"fc"', '"fc_renamed"').replace(

@@ -8,11 +8,20 @@ pycaffe as a user would (``pycaffe_run.py``), which must agree with each other."
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from engine.realcaffe import chroot, reference
+from tests.signals import default_signals
+
+REPO = Path(__file__).resolve().parents[3]
 
 pytestmark = [pytest.mark.caffe]
 
@@ -170,3 +179,53 @@ def test_the_parse_peak_from_the_file_layout_is_real_caffes(measured, zoo_split,
     predicted = message_peak_bytes(desc.resolve(desc.caffemodel)) / 2**20
     real = figs["load_peak"] - figs["init"]
     assert abs(predicted - real) <= reference.tolerance(real)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_stopped_compare_leaves_nothing_and_says_so_in_one_line(real_caffe, zoo_split,
+                                                                  tmp_path, sig):
+    """``compare`` stopped while it measures a V1 model's V2 twin: one line, exit 130, its
+    work folder gone, --data as it was, no probe left running; the work folder a compare
+    killed by SIGKILL left (its owner dead) is removed by the next compare."""
+    desc = zoo_split["AgeNet"]
+    assert desc.format == "V1"  # so the compare writes a V2 twin
+    data = Path(desc.path).parent.parent
+    before = sorted(p.relative_to(data) for p in data.rglob("*"))
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    gone = subprocess.Popen([sys.executable, "-c", ""])
+    gone.wait()
+    stale = tmp / f"edgeprof-realcaffe.{gone.pid}.abc"
+    (stale / "sub").mkdir(parents=True)
+    proc = subprocess.Popen([sys.executable, "-m", "engine.realcaffe", "compare", desc.path,
+                             "--data", str(data)], cwd=REPO, env={**os.environ, "TMPDIR": str(tmp)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_signals)
+    try:
+        deadline = time.monotonic() + 300
+        children = []  # real Caffe loading the twin: the probe under unshare
+        while not (list(tmp.glob("edgeprof-realcaffe.*/age_net.v2.caffemodel"))
+                   and children):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            time.sleep(0.05)
+            children = psutil.Process(proc.pid).children(recursive=True)
+        assert not stale.exists()  # swept at the start
+        proc.send_signal(sig)
+        err = proc.communicate(timeout=60)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert err == f"error: interrupted by {sig.name}\n", err
+    assert list(tmp.iterdir()) == []
+    assert sorted(p.relative_to(data) for p in data.rglob("*")) == before
+    # none running (a zombie is dead: its reaper is whoever adopted it)
+    assert not [c for c in children if _running(c)], children
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
