@@ -25,6 +25,9 @@ from engine.workflow.plan import (
     vm_runs_main,
 )
 
+# the workflow's JSON schema (common.smk validates the config against it)
+SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+
 
 def check_config_files(paths: Iterable[str | os.PathLike]) -> None:
     """A key given twice in one mapping of a config file (YAML keeps the last, dropping
@@ -55,6 +58,48 @@ def check_config_files(paths: Iterable[str | os.PathLike]) -> None:
             continue  # Snakemake itself says what is wrong with a file it cannot read
 
 
+def check_config_integers(config: Config, schema: Config | None = None) -> None:
+    """A whole-number float (``2.0``) where the schema says integer: JSON Schema counts it
+    as one, but the jobs' arguments (``--count 2.0``), the plan's ranges and the runs'
+    seeds need an int. Every integer key of the schema, found by walking it."""
+    if schema is None:
+        import yaml
+
+        schema = yaml.safe_load(SCHEMA.read_text(encoding="utf-8"))
+    definitions = schema.get("definitions", {})
+
+    def resolve(node: Config) -> Config:
+        ref = node.get("$ref", "")
+        return definitions[ref.rsplit("/", 1)[1]] if ref.startswith("#/definitions/") else node
+
+    def types(node: Config) -> set[str]:
+        node = resolve(node)
+        kind = node.get("type", [])
+        own = {kind} if isinstance(kind, str) else set(kind)
+        return own.union(*(types(alt) for alt in node.get("anyOf", []) + node.get(
+            "oneOf", [])))
+
+    def walk(value: object, node: Config, key: str) -> None:
+        node = resolve(node)
+        if isinstance(value, float):
+            if "integer" in types(node) and "number" not in types(node):
+                whole = f" ({int(value)})" if value.is_integer() else ""
+                raise ValueError(f"config: {key} {value!r} must be an integer, written "
+                                 f"without a decimal point{whole}")
+            return
+        alternatives = [resolve(alt) for alt in node.get("anyOf", []) + node.get("oneOf", [])]
+        for sub in [node, *alternatives]:
+            if isinstance(value, dict):
+                for name, child in sub.get("properties", {}).items():
+                    if name in value:
+                        walk(value[name], child, f"{key}.{name}" if key else name)
+            elif isinstance(value, list) and isinstance(sub.get("items"), dict):
+                for i, item in enumerate(value):
+                    walk(item, sub["items"], f"{key}[{i}]")
+
+    walk(config, schema, "")
+
+
 def check_config_batch(config: Config) -> None:
     """``run.batch`` where its largest zoo network's weights and outputs alone exceed this
     machine's RAM (what every run job would refuse: engine.caffe.splitter's
@@ -81,6 +126,7 @@ def check_config_batch(config: Config) -> None:
 def check_config(config: Config) -> None:
     """Checks of the final, merged config that JSON schema cannot express; ValueError with
     one line naming the key and the fix."""
+    check_config_integers(config)  # first: the checks below compute with them
     if not str(config["results"]).strip():
         raise ValueError("config: results is empty; name the folder for all outputs")
     _check_results_folder(str(config["results"]))

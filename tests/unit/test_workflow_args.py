@@ -570,6 +570,47 @@ def test_a_merged_config_the_schema_passes_can_still_be_refused(cfg, changes, me
         check_config(with_(cfg, **changes))
 
 
+# every integer of the schema (the length definition serves two keys), with the key the
+# refusal names; the schema's count of "integer" says when one is added
+INTEGER_KEYS = [
+    ({"seed": 0.0}, "seed 0.0"),
+    ({"pipelines__count": 2.0}, "pipelines.count 2.0"),
+    ({"pipelines__length": [1.0, 2]}, "pipelines.length[0] 1.0"),
+    ({"run__repetitions": 2.0}, "run.repetitions 2.0"),
+    ({"run__batch": 1.0}, "run.batch 1.0"),
+    ({"run__blas_threads": 1.0}, "run.blas_threads 1.0"),
+    ({"vm__pipelines__count": 2.0}, "vm.pipelines.count 2.0"),
+    ({"vm__pipelines__length": [1, 3.0]}, "vm.pipelines.length[1] 3.0"),
+    ({"vm__also": [{"policies": ["linear"], "limits": ["48M"], "pipelines": 1.0}]},
+     "vm.also[0].pipelines 1.0"),
+    ({"vm__repetitions": 6.0}, "vm.repetitions 6.0"),
+    ({"model__resamples": 200.0}, "model.resamples 200.0"),
+    ({"model__holdout__seed": 1000.0}, "model.holdout.seed 1000.0"),
+    ({"model__holdout__pipelines": 2.0}, "model.holdout.pipelines 2.0"),
+    ({"model__holdout__vm_pipelines": 1.0}, "model.holdout.vm_pipelines 1.0"),
+    ({"plots__dpi": 120.0}, "plots.dpi 120.0"),
+]
+
+
+def test_every_integer_of_the_schema_is_listed_here():
+    text = (REPO / "workflow" / "schemas" / "config.schema.yaml").read_text()
+    assert text.count("integer") == len(INTEGER_KEYS) - 1
+
+
+@pytest.mark.parametrize("changes, key", INTEGER_KEYS, ids=[k for _, k in INTEGER_KEYS])
+def test_a_whole_number_float_is_refused_where_the_schema_says_integer(cfg, changes, key):
+    """Twenty-second pass M1: JSON Schema counts 2.0 as an integer, so the schema passes
+    it; the jobs then got ``--count 2.0`` (argparse's usage text inside Snakemake), the plan
+    a float range (a traceback), or every run job failed after a dry run passed."""
+    from snakemake.utils import validate
+
+    config = with_(cfg, **changes)
+    validate(config, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
+    with pytest.raises(ValueError, match=re.escape(
+            f"config: {key} must be an integer, written without a decimal point")):
+        check_config(config)
+
+
 def test_a_user_model_whose_files_are_missing_is_refused(cfg, tmp_path):
     """Seventeenth pass H1: with a campaign on disk, a user model that is not there made
     Snakemake keep the old pipelines and say 'nothing to be done'."""
