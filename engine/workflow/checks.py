@@ -31,8 +31,8 @@ SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.
 
 def check_config_files(paths: Iterable[str | os.PathLike]) -> None:
     """A key given twice in one mapping of a config file (YAML keeps the last, dropping
-    the first block unseen): ValueError with one line naming the file, the key and its
-    line."""
+    the first block unseen), or a file that is not UTF-8: ValueError with one line naming
+    the file, the key and its line."""
     import yaml
 
     class Unique(yaml.SafeLoader):
@@ -52,9 +52,19 @@ def check_config_files(paths: Iterable[str | os.PathLike]) -> None:
     Unique.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
     for path in paths:
         try:
-            with open(path, encoding="utf-8") as f:
-                yaml.load(f, Loader=Unique)  # noqa: S506 (a SafeLoader)
-        except (OSError, yaml.YAMLError):
+            data = Path(path).read_bytes()
+        except OSError:
+            continue  # Snakemake itself says what is wrong with a file it cannot read
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:  # Snakemake's own reading says it in a traceback
+            line = data.count(b"\n", 0, exc.start) + 1
+            raise ValueError(f"config: {os.fspath(path)} is not UTF-8 text (byte "
+                             f"{data[exc.start]:#04x} on line {line}); save it as UTF-8"
+                             ) from None
+        try:
+            yaml.load(text, Loader=Unique)  # noqa: S506 (a SafeLoader)
+        except yaml.YAMLError:
             continue  # Snakemake itself says what is wrong with a file it cannot read
 
 

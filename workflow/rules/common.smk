@@ -69,6 +69,11 @@ coalesce_reevaluations()
 exit_without_lock()
 
 
+# before Snakemake reads it: it says a file that is not UTF-8 only in a traceback (a
+# --configfile it reads before this workflow's code runs, so that one stays its own)
+check_config_files(["config/config.yaml"])
+
+
 configfile: "config/config.yaml"
 
 
