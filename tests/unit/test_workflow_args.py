@@ -18,6 +18,7 @@ from engine.workflow.args import (
     batch_args,
     bins_args,
     block_command,
+    canonical,
     limit_args,
     pipelines_args,
     reconcile_limit_args,
@@ -94,6 +95,22 @@ def test_arrival_args():
     assert arrival_args({"mode": "poisson", "rate": 2.5}) == "--arrival poisson --rate 2.5"
     assert (arrival_args({"mode": "normal", "mean": 1, "sd": 0.5})
             == "--arrival normal --mean 1 --sd 0.5")
+    # twenty-second pass L4: the order the config wrote them in changes no pipeline
+    assert (arrival_args({"sd": 0.5, "mean": 1, "mode": "normal"})
+            == "--arrival normal --mean 1 --sd 0.5")
+
+
+def test_canonical_params_do_not_depend_on_the_configs_key_order():
+    """Snakemake compares a param's repr for a rerun (twenty-second pass L4)."""
+    one = {"run": {"timeout_s": 600, "limits": ["none", "1G"]}, "dpi": 120}
+    other = {"dpi": 120, "run": {"limits": ["none", "1G"], "timeout_s": 600}}
+    assert repr(one) != repr(other)
+    for value in (one, other):
+        assert (repr(canonical(value))
+                == "{'dpi': 120, 'run': {'limits': ['none', '1G'], 'timeout_s': 600}}")
+    assert canonical({"b": [{"y": 1, "x": (2, {"q": 0, "p": 1})}], "a": None}) == {
+        "a": None, "b": [{"x": (2, {"p": 1, "q": 0}), "y": 1}]}
+    assert list(canonical({"b": 1, "a": 2})) == ["a", "b"]
 
 
 def test_batch_and_run_options(cfg):

@@ -18,6 +18,7 @@ from engine.schedule.policies import parse_policy, policy_fingerprint
 from engine.workflow.args import (
     batch_args,
     block_command,
+    canonical,
     limit_args,
     pipelines_args,
     reconcile_limit_args,
