@@ -30,6 +30,7 @@ from engine.workflow.args import (
 from engine.workflow.checks import check_config, check_config_batch, check_config_files
 from engine.workflow.environ import job_environ
 from engine.workflow.fingerprint import code_fingerprint, content_digest
+from engine.workflow.interrupt import forward_interrupts
 from engine.workflow.plan import (
     UNLIMITED,
     block_shapes,
@@ -68,6 +69,8 @@ from engine.workflow.snakemake_api import (
 # wait on a lock the interrupted main thread holds (engine.workflow.snakemake_api)
 coalesce_reevaluations()
 exit_without_lock()
+if workflow.is_main_process:  # a SIGINT or SIGTERM to Snakemake alone reaches its jobs too
+    forward_interrupts()
 
 
 # before Snakemake reads it: it says a file that is not UTF-8 only in a traceback (a
