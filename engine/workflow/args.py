@@ -27,6 +27,17 @@ def join_words(args: Iterable[object]) -> str:
     return shlex.join(str(a) for a in args)
 
 
+def canonical(value: object) -> object:
+    """``value`` with every mapping's keys sorted, at any depth: a rule's params mapping
+    whose text (Snakemake compares a param's ``repr`` to decide a rerun) does not depend on
+    the order the config file wrote its keys in."""
+    if isinstance(value, dict):
+        return {key: canonical(value[key]) for key in sorted(value, key=str)}
+    if type(value) in (list, tuple):  # their order is the config's meaning: kept
+        return type(value)(canonical(item) for item in value)
+    return value
+
+
 def reconcile_limit_args(config: Config) -> str:
     """The reconciliation run's limit flags: as any run's, or the guest's (``--backend vm``,
     with or without a limit: the guest's cgroup is measured either way)."""
@@ -105,10 +116,11 @@ def run_settings(config: Config, kind: str, limit: str, in_vm: bool,
 
 
 def arrival_args(arrival: Config) -> str:
-    """``{mode: poisson, rate: 2}`` -> ``--arrival poisson --rate 2``."""
-    args: list[object] = []
-    for key, value in arrival.items():
-        args += [f"--{'arrival' if key == 'mode' else key}", value]
+    """``{mode: poisson, rate: 2}`` -> ``--arrival poisson --rate 2``: the mode, then its
+    parameters in name order (whatever order the config wrote them in)."""
+    args: list[object] = ["--arrival", arrival["mode"]]
+    for key in sorted(set(arrival) - {"mode"}):
+        args += [f"--{key}", arrival[key]]
     return join_words(args)
 
 

@@ -27,11 +27,14 @@ from engine.workflow.plan import (
     vm_sandbox,
 )
 
+# the workflow's JSON schema (common.smk validates the config against it)
+SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+
 
 def check_config_files(paths: Iterable[str | os.PathLike]) -> None:
     """A key given twice in one mapping of a config file (YAML keeps the last, dropping
-    the first block unseen): ValueError with one line naming the file, the key and its
-    line."""
+    the first block unseen), or a file that is not UTF-8: ValueError with one line naming
+    the file, the key and its line."""
     import yaml
 
     class Unique(yaml.SafeLoader):
@@ -51,10 +54,62 @@ def check_config_files(paths: Iterable[str | os.PathLike]) -> None:
     Unique.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
     for path in paths:
         try:
-            with open(path, encoding="utf-8") as f:
-                yaml.load(f, Loader=Unique)  # noqa: S506 (a SafeLoader)
-        except (OSError, yaml.YAMLError):
+            data = Path(path).read_bytes()
+        except OSError:
             continue  # Snakemake itself says what is wrong with a file it cannot read
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:  # Snakemake's own reading says it in a traceback
+            line = data.count(b"\n", 0, exc.start) + 1
+            raise ValueError(f"config: {os.fspath(path)} is not UTF-8 text (byte "
+                             f"{data[exc.start]:#04x} on line {line}); save it as UTF-8"
+                             ) from None
+        try:
+            yaml.load(text, Loader=Unique)  # noqa: S506 (a SafeLoader)
+        except yaml.YAMLError:
+            continue  # Snakemake itself says what is wrong with a file it cannot read
+
+
+def check_config_integers(config: Config, schema: Config | None = None) -> None:
+    """A whole-number float (``2.0``) where the schema says integer: JSON Schema counts it
+    as one, but the jobs' arguments (``--count 2.0``), the plan's ranges and the runs'
+    seeds need an int. Every integer key of the schema, found by walking it."""
+    if schema is None:
+        import yaml
+
+        schema = yaml.safe_load(SCHEMA.read_text(encoding="utf-8"))
+    definitions = schema.get("definitions", {})
+
+    def resolve(node: Config) -> Config:
+        ref = node.get("$ref", "")
+        return definitions[ref.rsplit("/", 1)[1]] if ref.startswith("#/definitions/") else node
+
+    def types(node: Config) -> set[str]:
+        node = resolve(node)
+        kind = node.get("type", [])
+        own = {kind} if isinstance(kind, str) else set(kind)
+        return own.union(*(types(alt) for alt in node.get("anyOf", []) + node.get(
+            "oneOf", [])))
+
+    def walk(value: object, node: Config, key: str) -> None:
+        node = resolve(node)
+        if isinstance(value, float):
+            if "integer" in types(node) and "number" not in types(node):
+                whole = f" ({int(value)})" if value.is_integer() else ""
+                raise ValueError(f"config: {key} {value!r} must be an integer, written "
+                                 f"without a decimal point{whole}")
+            return
+        alternatives = [resolve(alt) for alt in node.get("anyOf", []) + node.get("oneOf", [])]
+        for sub in [node, *alternatives]:
+            if isinstance(value, dict):
+                for name, child in sub.get("properties", {}).items():
+                    if name in value:
+                        walk(value[name], child, f"{key}.{name}" if key else name)
+            elif isinstance(value, list) and isinstance(sub.get("items"), dict):
+                for i, item in enumerate(value):
+                    walk(item, sub["items"], f"{key}[{i}]")
+
+    walk(config, schema, "")
 
 
 def check_config_batch(config: Config) -> None:
@@ -83,6 +138,7 @@ def check_config_batch(config: Config) -> None:
 def check_config(config: Config) -> None:
     """Checks of the final, merged config that JSON schema cannot express; ValueError with
     one line naming the key and the fix."""
+    check_config_integers(config)  # first: the checks below compute with them
     if not str(config["results"]).strip():
         raise ValueError("config: results is empty; name the folder for all outputs")
     _check_results_folder(str(config["results"]))

@@ -30,8 +30,11 @@ most one waits for the rate limit.
 from __future__ import annotations
 
 import inspect
+import signal
 import threading
 from collections.abc import Callable, Iterable
+
+from engine.workflow.interrupt import pass_on
 
 # [first, last) Snakemake versions whose get_function_params returns what
 # overwrite_function_params set (read in snakemake/common/__init__.py of 9.17 and 9.27)
@@ -100,7 +103,8 @@ def exit_without_lock() -> bool:
     ``private_override`` allows private use; True if it did): the handler runs in the main
     thread, which may hold that lock while it selects jobs, and then waited on itself for
     good (a workflow hung 11 minutes after a SIGTERM, seen with gdb). A plain assignment
-    needs no lock."""
+    needs no lock. It also passes the SIGTERM on to the running jobs
+    (``engine.workflow.interrupt``): Snakemake's own let them run to their end."""
     if private_override() is None:
         return False
     from snakemake.scheduling.job_scheduler import JobScheduler
@@ -110,6 +114,7 @@ def exit_without_lock() -> bool:
 
     def exit_gracefully(self: JobScheduler, *args: object) -> None:
         self._user_kill = "graceful"
+        pass_on(signal.SIGTERM)
         self._open_jobs.release()
 
     JobScheduler.exit_gracefully = exit_gracefully

@@ -18,6 +18,7 @@ from engine.workflow.args import (
     batch_args,
     bins_args,
     block_command,
+    canonical,
     limit_args,
     pipelines_args,
     reconcile_limit_args,
@@ -94,6 +95,22 @@ def test_arrival_args():
     assert arrival_args({"mode": "poisson", "rate": 2.5}) == "--arrival poisson --rate 2.5"
     assert (arrival_args({"mode": "normal", "mean": 1, "sd": 0.5})
             == "--arrival normal --mean 1 --sd 0.5")
+    # twenty-second pass L4: the order the config wrote them in changes no pipeline
+    assert (arrival_args({"sd": 0.5, "mean": 1, "mode": "normal"})
+            == "--arrival normal --mean 1 --sd 0.5")
+
+
+def test_canonical_params_do_not_depend_on_the_configs_key_order():
+    """Snakemake compares a param's repr for a rerun (twenty-second pass L4)."""
+    one = {"run": {"timeout_s": 600, "limits": ["none", "1G"]}, "dpi": 120}
+    other = {"dpi": 120, "run": {"limits": ["none", "1G"], "timeout_s": 600}}
+    assert repr(one) != repr(other)
+    for value in (one, other):
+        assert (repr(canonical(value))
+                == "{'dpi': 120, 'run': {'limits': ['none', '1G'], 'timeout_s': 600}}")
+    assert canonical({"b": [{"y": 1, "x": (2, {"q": 0, "p": 1})}], "a": None}) == {
+        "a": None, "b": [{"x": (2, {"p": 1, "q": 0}), "y": 1}]}
+    assert list(canonical({"b": 1, "a": 2})) == ["a", "b"]
 
 
 def test_batch_and_run_options(cfg):
@@ -568,6 +585,47 @@ def test_the_shipped_configs_pass_the_checks_the_schema_cannot_make():
 def test_a_merged_config_the_schema_passes_can_still_be_refused(cfg, changes, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         check_config(with_(cfg, **changes))
+
+
+# every integer of the schema (the length definition serves two keys), with the key the
+# refusal names; the schema's count of "integer" says when one is added
+INTEGER_KEYS = [
+    ({"seed": 0.0}, "seed 0.0"),
+    ({"pipelines__count": 2.0}, "pipelines.count 2.0"),
+    ({"pipelines__length": [1.0, 2]}, "pipelines.length[0] 1.0"),
+    ({"run__repetitions": 2.0}, "run.repetitions 2.0"),
+    ({"run__batch": 1.0}, "run.batch 1.0"),
+    ({"run__blas_threads": 1.0}, "run.blas_threads 1.0"),
+    ({"vm__pipelines__count": 2.0}, "vm.pipelines.count 2.0"),
+    ({"vm__pipelines__length": [1, 3.0]}, "vm.pipelines.length[1] 3.0"),
+    ({"vm__also": [{"policies": ["linear"], "limits": ["48M"], "pipelines": 1.0}]},
+     "vm.also[0].pipelines 1.0"),
+    ({"vm__repetitions": 6.0}, "vm.repetitions 6.0"),
+    ({"model__resamples": 200.0}, "model.resamples 200.0"),
+    ({"model__holdout__seed": 1000.0}, "model.holdout.seed 1000.0"),
+    ({"model__holdout__pipelines": 2.0}, "model.holdout.pipelines 2.0"),
+    ({"model__holdout__vm_pipelines": 1.0}, "model.holdout.vm_pipelines 1.0"),
+    ({"plots__dpi": 120.0}, "plots.dpi 120.0"),
+]
+
+
+def test_every_integer_of_the_schema_is_listed_here():
+    text = (REPO / "workflow" / "schemas" / "config.schema.yaml").read_text()
+    assert text.count("integer") == len(INTEGER_KEYS) - 1
+
+
+@pytest.mark.parametrize("changes, key", INTEGER_KEYS, ids=[k for _, k in INTEGER_KEYS])
+def test_a_whole_number_float_is_refused_where_the_schema_says_integer(cfg, changes, key):
+    """Twenty-second pass M1: JSON Schema counts 2.0 as an integer, so the schema passes
+    it; the jobs then got ``--count 2.0`` (argparse's usage text inside Snakemake), the plan
+    a float range (a traceback), or every run job failed after a dry run passed."""
+    from snakemake.utils import validate
+
+    config = with_(cfg, **changes)
+    validate(config, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
+    with pytest.raises(ValueError, match=re.escape(
+            f"config: {key} must be an integer, written without a decimal point")):
+        check_config(config)
 
 
 def test_a_user_model_whose_files_are_missing_is_refused(cfg, tmp_path):

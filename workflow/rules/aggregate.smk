@@ -33,8 +33,8 @@ rule aggregate:
         expand(f"{RESULTS}/tables/{{table}}.{{ext}}", table=TABLES, ext=["csv", "parquet"]),
     params:
         code=CODE_ANALYSIS,
-        reps=TIDY_REPS,
-        reconcile=REC_SETTINGS,
+        reps=canonical(TIDY_REPS),
+        reconcile=canonical(REC_SETTINGS),
         pipelines=PIPELINES_DIR,
         split=SPLIT_DIR,
     log:

@@ -18,6 +18,7 @@ from engine.schedule.policies import parse_policy, policy_fingerprint
 from engine.workflow.args import (
     batch_args,
     block_command,
+    canonical,
     limit_args,
     pipelines_args,
     reconcile_limit_args,
@@ -29,6 +30,7 @@ from engine.workflow.args import (
 from engine.workflow.checks import check_config, check_config_batch, check_config_files
 from engine.workflow.environ import job_environ
 from engine.workflow.fingerprint import code_fingerprint, content_digest
+from engine.workflow.interrupt import forward_interrupts
 from engine.workflow.plan import (
     UNLIMITED,
     block_shapes,
@@ -67,6 +69,13 @@ from engine.workflow.snakemake_api import (
 # wait on a lock the interrupted main thread holds (engine.workflow.snakemake_api)
 coalesce_reevaluations()
 exit_without_lock()
+if workflow.is_main_process:  # a SIGINT or SIGTERM to Snakemake alone reaches its jobs too
+    forward_interrupts()
+
+
+# before Snakemake reads it: it says a file that is not UTF-8 only in a traceback (a
+# --configfile it reads before this workflow's code runs, so that one stays its own)
+check_config_files(["config/config.yaml"])
 
 
 configfile: "config/config.yaml"

@@ -77,7 +77,7 @@ rule aggregate_holdout:
         HOLDOUT_TABLES,
     params:
         code=CODE_ANALYSIS,
-        reps=HOLDOUT_TIDY_REPS,
+        reps=canonical(HOLDOUT_TIDY_REPS),
         pipelines=PIPELINES_DIR,
         split=SPLIT_DIR,
     log:
@@ -121,7 +121,7 @@ rule model_plot:
         ),
         pdf=f"{RESULTS}/model/{{model_fig}}.pdf",
     params:
-        style=config["plots"],
+        style=canonical(config["plots"]),
         code=CODE_MODEL_PLOTS,
         facts=model_caption_facts,
     log:

@@ -19,8 +19,8 @@ rule plot:
         ),
         pdf=f"{RESULTS}/plots/{{fig}}.pdf",
     params:
-        style=config["plots"],
-        run=RUN,
+        style=canonical(config["plots"]),
+        run=canonical(RUN),
         code=CODE_PLOTS,
         facts=caption_facts,
     log:

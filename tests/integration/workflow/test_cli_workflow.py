@@ -70,6 +70,40 @@ def test_workflow_rejects_a_bad_config_before_any_job(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
+def test_a_whole_number_float_stops_the_workflow_before_any_job(tmp_path):
+    """Twenty-second pass M1: the schema passes ``run.batch: 1.0``; the dry run passed
+    and every run job then failed on ``--batch 1.0``."""
+    cfg = tmp_path / "float.yaml"
+    cfg.write_text(f"results: {tmp_path / 'r'}\nrun: {{batch: 1.0}}\n")
+    r = _snakemake("--dry-run", "--configfile", str(cfg))
+    assert r.returncode != 0
+    assert ("config: run.batch 1.0 must be an integer, written without a decimal point (1)"
+            in r.stdout + r.stderr), r.stdout[-2000:]
+    assert "usage:" not in r.stdout + r.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_default_config_that_is_not_utf8_is_one_line_naming_it(tmp_path):
+    """Twenty-second pass L7: a config/config.yaml saved as Latin-1 stopped the workflow
+    with Snakemake's UnicodeDecodeError traceback, naming no file."""
+    import shutil
+
+    root = tmp_path / "repo"
+    for part in ("engine", "workflow", "config", "profiles"):
+        shutil.copytree(REPO / part, root / part, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "Snakefile", root / "Snakefile")
+    default = root / "config" / "config.yaml"
+    default.write_bytes(default.read_bytes() + "# température\n".encode("latin-1"))
+    lines = default.read_bytes().count(b"\n")
+    r = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "--dry-run"],
+                       cwd=root, capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, PYTHONPATH=str(root)))
+    assert r.returncode != 0
+    assert (f"config: config/config.yaml is not UTF-8 text (byte 0xe9 on line {lines}); "
+            f"save it as UTF-8") in r.stdout + r.stderr, r.stdout[-2000:]
+    assert "UnicodeDecodeError" not in r.stdout + r.stderr
+
+
 def test_workflow_is_lint_clean():
     r = subprocess.run([sys.executable, "-m", "snakemake", "--lint"], cwd=REPO,
                        capture_output=True, text=True, timeout=120)

@@ -1,0 +1,70 @@
+"""Snakemake's SIGINT passed on to the jobs it runs locally.
+
+Snakemake stops on a KeyboardInterrupt by waiting for its running jobs
+(``JobScheduler.schedule``: ``self._executor.cancel()``, a thread pool's shutdown), and
+only a Ctrl-C at a terminal reaches the jobs too (the whole foreground process group
+gets it). A SIGINT to Snakemake's PID alone (``kill -INT``, a supervisor) left each job
+running to its end, up to ``run.timeout_s``; a second SIGINT, while it waited, ended
+Snakemake with the jobs still running (and a chain of tracebacks: the interrupt raised
+again inside its cleanup). Here every SIGINT is passed on to the jobs, as a terminal
+would, and only the first interrupts Snakemake: the later ones are passed on and it
+keeps waiting for the jobs, which stop (the engine cleans up and exits 130). Its
+SIGTERM handler (``engine.workflow.snakemake_api.exit_without_lock``) passes a SIGTERM on
+the same way: Snakemake's own waits for the running jobs to finish.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from types import FrameType
+
+import psutil
+
+# set by forward_interrupts, in Snakemake's main process only
+_FORWARDING = threading.Event()
+
+
+def signal_jobs(sig: int) -> list[int]:
+    """Send ``sig`` to this process's descendants in its own process group (its jobs'
+    shells and what they run, as a terminal's Ctrl-C reaches them; not a process that
+    left the group, such as a sandbox kernel its run manages); their PIDs."""
+    group = os.getpgrp()
+    sent = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if os.getpgid(child.pid) == group:
+                os.kill(child.pid, sig)
+                sent.append(child.pid)
+        except (ProcessLookupError, psutil.Error):
+            continue  # it ended meanwhile
+    return sent
+
+
+def pass_on(sig: int) -> None:
+    """``signal_jobs(sig)`` in a Snakemake process where ``forward_interrupts`` was
+    installed (nowhere else: not in a job's own Snakemake, nor in a test's process)."""
+    if _FORWARDING.is_set():
+        signal_jobs(sig)
+
+
+def forward_interrupts() -> bool:
+    """Called in Snakemake's main process: from now on ``pass_on`` signals the jobs;
+    and, in the main thread where SIGINT has Python's default handler (not ignored, as
+    in a shell's background job), every SIGINT is passed on to the jobs, interrupting
+    Snakemake at the first only. True if that SIGINT handler was installed."""
+    _FORWARDING.set()
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        return False
+    interrupted = threading.Event()
+
+    def on_sigint(signum: int, frame: FrameType | None) -> None:
+        pass_on(signal.SIGINT)
+        if not interrupted.is_set():
+            interrupted.set()
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_sigint)
+    return True
