@@ -31,9 +31,9 @@ def test_cli_models_split_forward(tmp_path):
     out = tmp_path / "out.npz"
     r = _engine("forward", str(tmp_path / "s" / "gender_net.description.json"), "--out", str(out))
     assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith("prob (10, 2): top-5 of image 0")
+    assert r.stdout.startswith("0:GenderNet/prob (10, 2): top-5 of image 0")  # run's keys
     import numpy as np
-    assert np.load(out)["prob"].shape == (10, 2)
+    assert np.load(out)["0:GenderNet/prob"].shape == (10, 2)
 
 
 def test_cli_bad_input_is_one_clear_line(tmp_path):
