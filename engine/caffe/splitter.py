@@ -291,8 +291,9 @@ _HIDDEN_PARTIALS = re.compile(r"(\..+_partials\.)\d+\.[^./]+")  # stamped_tempdi
 
 def check_batch_fits(chains: Iterable[Iterable[Description]], batch: int | None) -> None:
     """Refuse a batch at which the networks that can be in memory at once need more than
-    the RAM available now (a typo such as --batch 10000 would otherwise swap the host for
-    minutes before failing): one line naming them, the bytes and the fix. ``chains``:
+    the RAM and swap available now (a typo such as --batch 10000 would otherwise swap the
+    host for minutes before failing; a sandbox's guest, sized to its limit, holds the rest
+    in its swap): one line naming them, the bytes and the fix. ``chains``:
     the networks of each chain run one after another (engine.schedule.plan's
     one_after_another; a network alone is a chain), so its largest one counts."""
     import psutil
@@ -302,7 +303,7 @@ def check_batch_fits(chains: Iterable[Iterable[Description]], batch: int | None)
 
     largest = [max(chain, key=need) for chain in map(list, chains) if chain]
     total = sum(map(need, largest))
-    available = psutil.virtual_memory().available
+    available = psutil.virtual_memory().available + psutil.swap_memory().free
     if total <= available:
         return
     at = f"--batch {batch}" if batch is not None else "at the deploy batch"
@@ -316,7 +317,7 @@ def check_batch_fits(chains: Iterable[Iterable[Description]], batch: int | None)
                "(bulk, linear, execprio-inter)")
     raise ModelError(f"{at}: {who} about {total / 2**30:.1f} GiB (weights and every "
                      f"layer's outputs), more than the {available / 2**30:.1f} GiB of RAM "
-                     f"available now; use {fix}")
+                     f"and swap available now; use {fix}")
 
 
 _INT = int
