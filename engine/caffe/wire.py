@@ -10,7 +10,6 @@ against its enclosing message, so a truncated or corrupt file fails with the byt
 
 from __future__ import annotations
 
-import functools
 import math
 import mmap
 import os
@@ -237,28 +236,14 @@ def _locked_scratch() -> memoryview:
     return view
 
 
-MADV_POPULATE_WRITE = 23  # Linux >= 5.14: fault a range in for writing, lowest page first
-
-
-@functools.cache
-def _madvise():
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    return libc.madvise
-
-
 def fault_ascending(view: memoryview) -> None:
-    """Fault the pages of ``view`` in ascending order: one madvise (one trap into the UML
-    kernel for the whole range), else a zero written into each page, lowest first (the
-    bytes are about to be overwritten whole)."""
-    if not len(view):
-        return
-    touched = np.frombuffer(view, np.uint8)
-    start = touched.ctypes.data & ~(PAGE - 1)
-    end = touched.ctypes.data + len(view)
-    if _madvise()(start, end - start, MADV_POPULATE_WRITE) != 0:
+    """Write a zero into each page of ``view``, lowest first: its fresh pages fault in
+    ascending order (the bytes are about to be overwritten whole). Plain faults, as the
+    copy's own: madvise(MADV_POPULATE_WRITE) faults faster under UML, but it takes each
+    page as accessed, and a copy larger than the run's limit was OOM-killed with swap to
+    spare (docs/sandboxes.md)."""
+    if len(view):
+        touched = np.frombuffer(view, np.uint8)
         touched[::PAGE] = 0
         touched[-1] = 0
 
@@ -274,14 +259,15 @@ def readinto_at(f, view: memoryview, offset: int, path: str) -> None:
     """Fill ``view`` from the file ``f`` at ``offset`` (readinto may return short counts)."""
     f.seek(offset)
     scratch = _locked_scratch() if os.environ.get(UML_READS_ENV) else None
-    if uml_ascending():
-        fault_ascending(view)
+    ascending = uml_ascending()
     got = 0
     while got < len(view):
         if scratch is None:
             n = f.readinto(view[got:])
         else:
             n = f.readinto(scratch[:len(view) - got])
+            if ascending:  # a piece at a time: the whole blob at once can outrun reclaim
+                fault_ascending(view[got:got + n])  # under a limit smaller than the blob
             view[got:got + n] = scratch[:n]  # stored from user space: the kernel tracks it
         if not n:
             raise CorruptModelError(path, offset + got, "file ended inside a blob")

@@ -14,17 +14,10 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
-#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <sys/mman.h>
 
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23 /* Linux >= 5.14 */
-#endif
 #define PAGE 4096UL
-/* below this a madvise (a system call: slow under UML) costs more than the touches */
-#define POPULATE_BYTES (1UL << 20)
 
 typedef void *(*copy_fn)(void *, const void *, size_t);
 typedef void *(*checked_fn)(void *, const void *, size_t, size_t);
@@ -36,16 +29,9 @@ static void ascend(void *dst, size_t n) {
     uintptr_t p = (uintptr_t)dst;
     if (n <= PAGE && (p & ~(PAGE - 1)) == ((end - 1) & ~(PAGE - 1)))
         return;  /* one page: no order to keep */
-    /* a large copy: one madvise faults the whole range in (one trap into the UML kernel,
-     * not one per page); it leaves the bytes as they are */
-    if (n >= POPULATE_BYTES) {
-        int saved = errno;  /* a copy never changes errno */
-        int failed = madvise((void *)(p & ~(PAGE - 1)), end - (p & ~(PAGE - 1)),
-                             MADV_POPULATE_WRITE);
-        errno = saved;
-        if (!failed)
-            return;
-    }
+    /* plain faults, as the copy's own: madvise(MADV_POPULATE_WRITE) is one trap for a
+     * whole range, but it marks every page accessed, and a copy larger than the run's
+     * memory limit was OOM-killed with swap to spare (docs/sandboxes.md) */
     for (; p < end; p = (p & ~(PAGE - 1)) + PAGE)
         __atomic_fetch_or((volatile unsigned char *)p, 0, __ATOMIC_RELAXED);
 }
