@@ -45,6 +45,20 @@ def session_maps(leader: int) -> int:
     return max((n for n in map(maps_of, pids) if n is not None), default=0)
 
 
+NEAR_CAP = 0.9  # a run that failed this close to the cap is said to have been there
+
+
+def cap_note(peak: int | None, cap: int | None) -> str | None:
+    """What to add to the record of a run that failed (stalled, crashed) while a guest
+    process was near the host's mapping cap: UML 7.2 stalls or dies of SIGSEGV there, and
+    nothing in the guest can tell (None: not near it, or unknown)."""
+    if peak is None or not cap or peak < NEAR_CAP * cap:
+        return None
+    return (f"a guest process held {peak} host mappings, {100 * peak / cap:.0f} % of the "
+            f"host's cap (vm.max_map_count {cap}): user-mode Linux stalls or crashes there "
+            f"(docs/sandboxes.md)")
+
+
 @dataclass
 class MapsResult:
     peak: int | None  # the largest count seen; None: never sampled

@@ -37,7 +37,7 @@ from engine.schedule.pipelines import Pipeline
 from engine.schedule.policies import Policy
 from engine.units import MIB, parse_size
 from engine.vm import boot as vmboot
-from engine.vm import uml
+from engine.vm import hostmaps, uml
 from engine.vm.guest import CACHE_ENV, Guest, default_cache, load_guest
 from engine.vm.paths import check_share
 
@@ -366,6 +366,9 @@ def run_in_vm(request: RunRequest, cfg: VmConfig | None = None,
             run = share / "run"
             if (run / "meta.json").is_file():
                 meta = RunMeta.read(run)
+                cap_note = hostmaps.cap_note(res.host_maps_peak, uml.max_map_count())
+                if meta.termination != "ok" and cap_note:  # the guest cannot see the cap
+                    meta.termination_detail = f"{meta.termination_detail}; {cap_note}"
             else:  # the guest never finished: keep what it wrote, and the console
                 run = _salvage(share)
                 read = {net: models[net] for net in descs}

@@ -205,3 +205,43 @@ def test_a_pinned_uml_run_claims_one_cpu_and_moves_its_supervisor_off_it():
         pin.release()
     assert os.sched_getaffinity(0) == own
     assert vm_run._pin_uml(False).uml is None
+
+
+def test_a_run_that_failed_near_the_cap_is_said_to_have_been_there(tiny, tmp_path,
+                                                                    monkeypatch):
+    """The guest's own stall watch ended the run (it cannot see the host's mappings), or
+    its child died of SIGSEGV at 96 % of the cap: the record says where it was; a run
+    that failed far from the cap, or finished, is left as it was."""
+    from engine.cli import build_parser
+    from engine.commands.run import run_request
+    from engine.runner.meta import RunMeta
+
+    def fake_boot(termination, peak):
+        def boot(py_args, share, limit, swap, cfg=None, timeout_s=None, sandbox="vm",
+                 stall_s=None, cpus=None):
+            (share / "run").mkdir()
+            RunMeta(policy="linear", termination=termination, exit_code=139,
+                    termination_detail="the run process ended with code 139").write(
+                        share / "run")
+            res = BootResult(rc=1, accel="uml", boot_s=1.0, total_s=9.0, timed_out=None,
+                             qemu_exit=0, console="", host_maps_peak=peak)
+            return res, vm_run.plan(vm_run.VmConfig(), None, None, _FAKE_UML), _FAKE_UML, None
+        return boot
+
+    monkeypatch.setattr(vm_run.uml, "max_map_count", lambda: 65530)
+    for termination, peak, noted in (("error", 62757, True), ("timeout", 65532, True),
+                                     ("error", 30000, False), ("ok", 65000, False)):
+        monkeypatch.setattr(vm_run, "boot_job", fake_boot(termination, peak))
+        out = tmp_path / f"{termination}-{peak}"
+        request = run_request(build_parser().parse_args(
+            ["run", "--pipeline", str(tiny["pipeline"]), "--models", str(tiny["models"]),
+             "--policy", "linear", "--out", str(out), "--backend", "uml",
+             "--error-is-result"]))
+        vm_run.run_in_vm(request, sandbox="uml")
+        detail = RunMeta.read(out).termination_detail or ""
+        assert ("vm.max_map_count 65530" in detail) == noted, (termination, peak, detail)
+        if noted:
+            assert f"{peak} host mappings" in detail
+
+
+_FAKE_UML = vm_run.uml.Uml(Path("/nonexistent/linux"), "7.2", "user-mode-linux_fake", "sid")
