@@ -9,6 +9,9 @@
  * Touching each destination page with a write of nothing (an atomic OR of 0: safe for an
  * overlapping memmove and for other threads) faults it in ascending order; a page already
  * present costs one locked instruction, a fresh one the fault the copy would take anyway.
+ * A piece at a time (PIECE), each touched and then copied: touching a whole copy larger
+ * than the run's memory limit first would swap its first pages out before the copy
+ * reaches them (a Caffe-faithful fc6 copy under 256M was OOM-killed that way).
  *
  * Built by python -m engine.vm build into the UML recipe's folder (engine/vm/uml.py).
  */
@@ -18,6 +21,7 @@
 #include <stdint.h>
 
 #define PAGE 4096UL
+#define PIECE (256UL * 1024)
 
 typedef void *(*copy_fn)(void *, const void *, size_t);
 typedef void *(*checked_fn)(void *, const void *, size_t, size_t);
@@ -29,9 +33,6 @@ static void ascend(void *dst, size_t n) {
     uintptr_t p = (uintptr_t)dst;
     if (n <= PAGE && (p & ~(PAGE - 1)) == ((end - 1) & ~(PAGE - 1)))
         return;  /* one page: no order to keep */
-    /* plain faults, as the copy's own: madvise(MADV_POPULATE_WRITE) is one trap for a
-     * whole range, but it marks every page accessed, and a copy larger than the run's
-     * memory limit was OOM-killed with swap to spare (docs/sandboxes.md) */
     for (; p < end; p = (p & ~(PAGE - 1)) + PAGE)
         __atomic_fetch_or((volatile unsigned char *)p, 0, __ATOMIC_RELAXED);
 }
@@ -55,23 +56,41 @@ __attribute__((constructor)) static void resolve(void) {
     real_memmove_chk = (checked_fn)dlsym(RTLD_NEXT, "__memmove_chk");
 }
 
+/* Touch and copy PIECE by PIECE, lowest first, where the buffers do not overlap (the
+ * result is the same bytes); an overlapping move is touched whole and left to glibc. */
+static void *copy_up(void *dst, const void *src, size_t n, copy_fn real) {
+    if (!real)
+        return bytes_forward(dst, src, n);
+    uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src;
+    if (n <= PIECE || (d < s + n && s < d + n)) {
+        if (n) ascend(dst, n);
+        return real(dst, src, n);
+    }
+    for (size_t off = 0; off < n; off += PIECE) {
+        size_t len = n - off < PIECE ? n - off : PIECE;
+        ascend((char *)dst + off, len);
+        real((char *)dst + off, (const char *)src + off, len);
+    }
+    return dst;
+}
+
 void *memcpy(void *dst, const void *src, size_t n) {
-    if (n) ascend(dst, n);
-    return (real_memcpy ? real_memcpy : bytes_forward)(dst, src, n);
+    return copy_up(dst, src, n, real_memcpy);
 }
 
 void *memmove(void *dst, const void *src, size_t n) {
-    if (n) ascend(dst, n);
-    return (real_memmove ? real_memmove : bytes_forward)(dst, src, n);
+    return copy_up(dst, src, n, real_memmove);
 }
 
-/* _FORTIFY_SOURCE's checked copies (the check stays glibc's: it runs before any byte) */
+/* _FORTIFY_SOURCE's checked copies: glibc's check first (it aborts on an overflow) */
 void *__memcpy_chk(void *dst, const void *src, size_t n, size_t room) {
-    if (n && n <= room) ascend(dst, n);
-    return real_memcpy_chk(dst, src, n, room);
+    if (n > room)
+        return real_memcpy_chk(dst, src, n, room);
+    return copy_up(dst, src, n, real_memcpy);
 }
 
 void *__memmove_chk(void *dst, const void *src, size_t n, size_t room) {
-    if (n && n <= room) ascend(dst, n);
-    return real_memmove_chk(dst, src, n, room);
+    if (n > room)
+        return real_memmove_chk(dst, src, n, room);
+    return copy_up(dst, src, n, real_memmove);
 }
