@@ -127,3 +127,28 @@ def test_a_held_out_twin_of_a_training_pipeline_is_left_out_and_named(tiny, tmp_
     assert sorted(scored["pipeline"]) == ["hp001", "hp001"]  # linear and partial:2
     notes = pd.read_parquet(tmp_path / "s" / "holdout_scores.parquet")["note"]
     assert notes.str.contains("hp000").any()
+
+
+@pytest.mark.parametrize("edit", ["empty trained_on", "no digest"])
+def test_a_model_file_edited_by_hand_is_refused(tiny, tmp_path, capsys, edit):
+    """F9: with trained_on's lists emptied by hand, score-holdout scored the training
+    runs themselves as held out (exit 0). The file is sealed: refused, naming the fix."""
+    split = str(Path(tiny.path).parent)
+    train = _tables(tmp_path / "train", [campaign({"Tiny": tiny},
+                                                  {"p000": ["Tiny"], "p001": ["Tiny"] * 2})])
+    model = tmp_path / "m.json"
+    assert main(["fit-model", "--tables", train, "--models", split, "--out", str(model)]) == 0
+    data = json.loads(model.read_text())
+    if edit == "no digest":
+        del data["model_digest"]
+    else:
+        data["trained_on"].update(record_digests=[], pipeline_sha256s=[],
+                                  pipeline_contents={})
+    model.write_text(json.dumps(data, indent=1))
+    capsys.readouterr()
+    code = main(["score-holdout", "--tables", train, "--models", split, "--model",
+                 str(model), "--out", str(tmp_path / "s"), "--orderings", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert str(model) in err and "refit it with fit-model" in err, err
+    assert not (tmp_path / "s").exists()
