@@ -37,6 +37,8 @@ def main(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     table = score_holdout_files(args.tables, args.models, args.model, args.out,
                                 args.orderings)
+    for row in table[table["metric"] == "cross-validation"].itertuples():
+        print(f"{row.mode}: {row.note}", file=sys.stderr)  # what was left out, and why
     for row in table.dropna(subset=["value"]).itertuples():
         if "," not in row.scope:
             print(f"{row.mode} {row.metric} ({row.scope}): {row.value:.3g}", file=sys.stderr)

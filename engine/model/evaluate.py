@@ -56,7 +56,7 @@ from engine.analysis.stats import (
 )
 from engine.caffe.splitter import Description
 from engine.files import sha256_file
-from engine.model.fit import mode_keys
+from engine.model.fit import mode_keys, pipeline_content
 from engine.model.memory import schedule_peak
 from engine.model.params import Model, ModeModel
 from engine.model.predict import Networks, predict, predict_against_unconstrained
@@ -236,9 +236,9 @@ def folds(runs: pd.DataFrame, scheme: str) -> tuple[list[tuple[str, list[str]]],
     nets = (runs[runs["pipeline"].astype(str).isin(names)]
             .drop_duplicates("pipeline").set_index("pipeline")["networks"].str.split())
     if scheme == LPO:
-        twins: dict[tuple[str, ...], list[str]] = {}
+        twins: dict[str, list[str]] = {}
         for p in names:
-            twins.setdefault(tuple(sorted(nets[p])), []).append(p)
+            twins.setdefault(pipeline_content(" ".join(nets[p])), []).append(p)
         return [("+".join(group), group) for group in twins.values()], []
     out, notes = [], []
     for net in sorted(set(nets.explode())):
@@ -585,7 +585,7 @@ def check_held_out(model: Model, runs: pd.DataFrame, tables_dir: Paths,
     from engine.files import flat_paths
 
     where = ", ".join(map(str, flat_paths(tables_dir)))
-    if "record_digests" not in model.trained_on:
+    if not {"record_digests", "pipeline_contents"} <= set(model.trained_on):
         raise EdgeprofError(f"{model_path} does not record which runs it was fitted on "
                             f"(fitted by an older edgeprof): refit it with fit-model")
     if "record_digest" not in runs or runs["record_digest"].isna().any():
@@ -605,6 +605,20 @@ def check_held_out(model: Model, runs: pd.DataFrame, tables_dir: Paths,
                                 f"held-out seed's tables")
 
 
+def held_out_twins(model: Model, runs: pd.DataFrame) -> dict[str, list[str]]:
+    """Per mode, the pipelines of ``runs`` whose content (``fit.pipeline_content``, what
+    the cross-validation calls twins) is one the model was fitted on in that mode: the
+    same networks under another name or file, no test of generalisation."""
+    fitted = model.trained_on.get("pipeline_contents", {})
+    out: dict[str, list[str]] = {}
+    for key, part in runs.groupby(mode_keys(runs)):
+        seen = set(fitted.get(str(key), ()))
+        twins = part[part["networks"].map(pipeline_content).isin(seen)]
+        if len(twins):
+            out[str(key)] = sorted(twins["pipeline"].astype(str).unique())
+    return out
+
+
 def score_holdout_files(tables_dir: Paths, models_dir: Paths,
                         model_path: str | os.PathLike, out_dir: str | os.PathLike,
                         orderings: int = ORDERINGS) -> pd.DataFrame:
@@ -622,9 +636,24 @@ def score_holdout_files(tables_dir: Paths, models_dir: Paths,
     pipelines = pipelines_from_networks(networks)
     keys = mode_keys(runs)
     preds, notes = [], []
+    twins = held_out_twins(model, runs)
     for key, part in runs.groupby(keys):
         if key not in model.modes:
             notes.append((key, HELD_OUT_SEED, f"the model has no {key} fit"))
+            continue
+        if key in twins:
+            notes.append((key, HELD_OUT_SEED, f"left out {', '.join(twins[key])}: twin(s) of a "
+                                              f"training pipeline (the same networks), not "
+                                              f"held out"))
+            part = part[~part["pipeline"].isin(twins[key])]
+        # a pipeline no run of which recorded its arrivals (every run failed before its
+        # guest started, or was killed before writing them) cannot be rebuilt
+        unknown = sorted(set(part["pipeline"]) - set(pipelines))
+        if unknown:
+            notes.append((key, HELD_OUT_SEED, f"left out {', '.join(unknown)}: no run of it "
+                                              f"recorded its arrivals (none started)"))
+            part = part[part["pipeline"].isin(pipelines)]
+        if part.empty:
             continue
         m = model.modes[key]
         nets = Networks(descriptions, m.batch, m.runtime)

@@ -369,13 +369,25 @@ def fit(runs: pd.DataFrame, tasks: pd.DataFrame, descriptions: dict[str, Descrip
                   **run_identities(runs)}, unfitted)
 
 
-def run_identities(runs: pd.DataFrame) -> dict[str, list[str]]:
+def pipeline_content(networks: str) -> str:
+    """What makes two pipelines one for the model: their networks in any order (the
+    runs' ``networks`` column). The cross-validation holds such twins out together and
+    the held-out seed leaves out a training pipeline's twin: a copy of a training
+    pipeline under another name or file is no test of generalisation."""
+    return " ".join(sorted(str(networks).split()))
+
+
+def run_identities(runs: pd.DataFrame) -> dict:
     """What the runs are, whatever a read named them (``read_tables`` prefixes several
     campaigns' names): each run's record digest and each pipeline file's SHA-256, where
-    the tables carry them. A held-out check compares these, never names."""
-    out = {}
+    the tables carry them, and per mode the content of each pipeline
+    (``pipeline_content``). A held-out check compares these, never names."""
+    out: dict = {}
     for column, key in (("record_digest", "record_digests"),
                         ("pipeline_sha256", "pipeline_sha256s")):
         if column in runs:
             out[key] = sorted(runs[column].dropna().astype(str).unique())
+    contents = runs["networks"].map(pipeline_content)
+    out["pipeline_contents"] = {str(key): sorted(part.unique())
+                                for key, part in contents.groupby(mode_keys(runs))}
     return out

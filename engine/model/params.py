@@ -4,6 +4,7 @@ well under a second). The fit that produces them is ``engine.model.fit``."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -19,6 +20,17 @@ from engine.model.memory import description_graph
 
 MODEL_VERSION = 2  # 2: keyed by execution mode and runtime; the domain; duration spread;
 # the swap cost's page size
+
+
+DIGEST = "model_digest"
+
+
+def model_digest(data: dict) -> str:
+    """SHA-256 of a model file's fields but ``model_digest``, as sorted compact JSON
+    (what a parse and a dump give back unchanged), as run records' ``record_digest``."""
+    body = {k: v for k, v in data.items() if k != DIGEST}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"))
+                          .encode()).hexdigest()
 
 
 class ModelFileError(EdgeprofError):
@@ -160,7 +172,9 @@ class Model:
         return self.modes[key]
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=1)
+        data = asdict(self)
+        data[DIGEST] = model_digest(data)  # sealed: trained_on edited by hand is refused
+        return json.dumps(data, indent=1)
 
     def write(self, path: str | os.PathLike) -> None:
         write_text_atomic(path, self.to_json() + "\n")
@@ -177,6 +191,14 @@ class Model:
             version = data.get("version") if isinstance(data, dict) else None
             raise ModelFileError(f"{path} is not a version {MODEL_VERSION} model file "
                                  f"(version {version!r}); refit it with this edgeprof")
+        # what it was fitted on decides what score-holdout may call held out: a file
+        # without its digest cannot be told from one edited by hand
+        if DIGEST not in data:
+            raise ModelFileError(f"{path} carries no {DIGEST} (fitted before model files "
+                                 f"carried one, or edited): refit it with fit-model")
+        if data[DIGEST] != model_digest(data):
+            raise ModelFileError(f"{path} was edited after fitting (its content no longer "
+                                 f"matches its {DIGEST}): refit it with fit-model")
         try:
             modes = {}
             for name, m in data["modes"].items():

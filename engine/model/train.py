@@ -40,10 +40,20 @@ from engine.schedule.policies import parse_policy
 GOLDEN = (math.sqrt(5) - 1) / 2
 
 
+def unknown_arrivals(networks: pd.DataFrame) -> set[str]:
+    """The runs whose networks rows lack an arrival: a run that failed before its guest
+    started (or was killed before it wrote them) says nothing of its pipeline's shape."""
+    lacking = networks["arrival"].isna() | networks["arrival_ns"].isna()
+    return set(networks.loc[lacking, "run_id"].astype(str))
+
+
 def pipelines_from_networks(networks: pd.DataFrame) -> dict[str, Pipeline]:
-    """Each pipeline as its runs saw it: instances in order, grouped by arrival."""
+    """Each pipeline as its runs saw it: instances in order, grouped by arrival, from its
+    first run whose arrivals are all known; a pipeline no such run has is left out (its
+    runs ran nothing to predict against)."""
     out = {}
-    for name, rows in networks.groupby("pipeline"):
+    known = networks[~networks["run_id"].astype(str).isin(unknown_arrivals(networks))]
+    for name, rows in known.groupby("pipeline"):
         first = rows[rows["run_id"] == rows["run_id"].iloc[0]].sort_values("instance")
         arrivals: dict[int, Arrival] = {}
         for r in first.itertuples():
@@ -123,7 +133,8 @@ def calibrate(mode: ModeModel, cells: pd.DataFrame, pipelines: dict[str, Pipelin
     mode.baseline_bytes = 0.0
     gaps = [r.measured_hwm_rss_bytes - predict(mode, pipelines[r.pipeline], networks,
                                                r.policy)[0].peak_ram_bytes
-            for r in free.itertuples() if np.isfinite(r.measured_hwm_rss_bytes)]
+            for r in free.itertuples()
+            if np.isfinite(r.measured_hwm_rss_bytes) and r.pipeline in pipelines]
     mode.baseline_bytes = max(float(np.median(gaps)), 0.0) if gaps else mode.start_rss_bytes
     if len(gaps) >= 2:
         lo, mid, hi = np.percentile(gaps, [5, 50, 95])

@@ -1,0 +1,154 @@
+"""The model half of the campaign against the held-out report's findings (report 36):
+a sandbox run that never started (F1), a held-out pipeline that is a training
+pipeline's twin (F3), a model file edited by hand (F9)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from engine.analysis.tables import tidy_run, write_tables
+from engine.caffe import splitter
+from engine.cli import build_parser, main
+from engine.commands.run import run_request
+from engine.model.params import Model
+from engine.schedule.pipelines import Arrival, Pipeline, save_pipeline
+from engine.vm import run as vmrun
+from engine.vm import run_in_vm
+from tests.model_fixtures import TINY, campaign, write_network
+from tests.unit.test_sandbox_failures import boot_timeout
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> splitter.Description:
+    return write_network(tmp_path_factory.mktemp("tiny"), TINY)
+
+
+def never_started(tiny: splitter.Description, root: Path, name: str) -> dict[str, pd.DataFrame]:
+    """The tidy tables of a uml run of pipeline ``name`` ([Tiny, Tiny]) whose guest
+    never came up (the boot faked as timed out, as test_sandbox_failures does)."""
+    save_pipeline(Pipeline(name, [Arrival(0.0, ["Tiny", "Tiny"])]), root / f"{name}.json")
+    request = run_request(build_parser().parse_args(
+        ["run", "--pipeline", str(root / f"{name}.json"), "--models",
+         str(Path(tiny.path).parent), "--policy", "linear", "--out", str(root / "failed"),
+         "--backend", "vm", "--limit", "256M", "--batch", "1"]))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(vmrun, "boot_job", boot_timeout)
+        assert run_in_vm(request).termination == "error"
+    return tidy_run(root / "failed")
+
+
+def _tables(folder: Path, parts: list[tuple[pd.DataFrame, ...]]) -> str:
+    runs, tasks, networks = (pd.concat(t, ignore_index=True) for t in zip(*parts))
+    write_tables({"runs": runs, "tasks": tasks, "networks": networks}, folder)
+    return str(folder)
+
+
+def test_a_run_that_never_started_never_stops_the_model(tiny, tmp_path, capsys):
+    """F1: its networks rows have no arrival; listed first, fit-model and score-holdout
+    rebuilt its pipeline from it (int(NaN): a traceback, exit 1). Skipped, the fit is the
+    one without it, held-out pipelines are scored as without it, and the summary still
+    counts it not ok."""
+    split = str(Path(tiny.path).parent)
+    failed = never_started(tiny, tmp_path, "p001")
+    nets = failed["networks"]
+    assert nets["arrival"].isna().all() and len(nets) == 2  # what the tester saw
+    train = campaign({"Tiny": tiny}, {"p000": ["Tiny"], "p001": ["Tiny", "Tiny"]})
+    held = campaign({"Tiny": tiny}, {"hp000": ["Tiny", "Tiny", "Tiny"]})
+    # in the synthetic tables' columns (they lack the tidy identity columns); no tasks
+    bad = (failed["runs"][train[0].columns], train[1].iloc[:0],
+           failed["networks"][train[2].columns])
+    clean = _tables(tmp_path / "clean", [train])
+    dirty = _tables(tmp_path / "dirty", [bad, train])  # the failed run comes first
+    # and a native held-out pipeline whose one run was killed before it wrote arrivals
+    native = bad[0].assign(pipeline="hp001", run_id="hp001/x", backend="none",
+                           emulated=False, limit="none", limit_bytes=float("nan"),
+                           termination="memory", networks="Tiny Tiny Tiny", record_digest="x")
+    native_nets = pd.concat([bad[2].iloc[:1]] * 3, ignore_index=True).assign(
+        pipeline="hp001", run_id="hp001/x", instance=[0, 1, 2])
+    held_dirty = _tables(tmp_path / "held", [
+        (bad[0].assign(pipeline="hp000"), bad[1], bad[2].assign(pipeline="hp000")),
+        (native, bad[1], native_nets), held])
+    kept = pd.read_parquet(Path(dirty) / "runs.parquet")
+    assert kept["termination"].tolist().count("error") == 1  # the tables still hold it
+
+    for tables, out in ((clean, "clean.json"), (dirty, "dirty.json")):
+        code = main(["fit-model", "--tables", tables, "--models", split, "--out",
+                     str(tmp_path / out)])
+        assert code == 0, capsys.readouterr().err
+    with_failed, without = (Model.read(tmp_path / f) for f in ("dirty.json", "clean.json"))
+    assert with_failed.modes == without.modes  # the native fit: none of the failed run
+
+    def score(tables: str, out: str) -> pd.DataFrame:
+        code = main(["score-holdout", "--tables", tables, "--models", split, "--model",
+                     str(tmp_path / "clean.json"), "--out", str(tmp_path / out),
+                     "--orderings", "1"])
+        err = capsys.readouterr().err
+        assert code == 0, err
+        return pd.read_parquet(tmp_path / out / "holdout_predictions.parquet"), err
+
+    (scored, err), (alone, _) = score(held_dirty, "s_dirty"), score(
+        _tables(tmp_path / "held_clean", [held]), "s_clean")
+    assert "left out hp001: no run of it recorded its arrivals" in err, err
+    assert set(scored["pipeline"]) == {"hp000"} and len(scored) == len(alone) == 2
+    pd.testing.assert_series_equal(scored["predicted_makespan_s"],
+                                   alone["predicted_makespan_s"])
+    code = main(["evaluate-model", "--tables", dirty, "--models", split, "--model",
+                 str(tmp_path / "dirty.json"), "--out", str(tmp_path / "cv"),
+                 "--orderings", "1"])
+    assert code == 0, capsys.readouterr().err
+    assert json.loads((tmp_path / "cv" / "cv.json").read_text())["native/lean"]
+
+
+def test_a_held_out_twin_of_a_training_pipeline_is_left_out_and_named(tiny, tmp_path,
+                                                                      capsys):
+    """F3: hp000 is [Tiny, Tiny] as the training p001 is, in another file (its SHA-256
+    and name differ): it was scored as held out. Left out and named; hp001 [Tiny x3],
+    which no training pipeline is, is scored."""
+    split = str(Path(tiny.path).parent)
+    train = _tables(tmp_path / "train", [campaign({"Tiny": tiny},
+                                                  {"p000": ["Tiny"], "p001": ["Tiny"] * 2})])
+    runs, tasks, networks = campaign({"Tiny": tiny}, {"hp000": ["Tiny"] * 2,
+                                                      "hp001": ["Tiny"] * 3})
+    held = _tables(tmp_path / "held", [(runs.assign(record_digest=runs["run_id"] + " held"),
+                                        tasks, networks)])
+    assert main(["fit-model", "--tables", train, "--models", split, "--out",
+                 str(tmp_path / "m.json")]) == 0
+    capsys.readouterr()
+    code = main(["score-holdout", "--tables", held, "--models", split, "--model",
+                 str(tmp_path / "m.json"), "--out", str(tmp_path / "s"), "--orderings", "1"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "left out hp000: twin(s) of a training pipeline" in err, err
+    scored = pd.read_parquet(tmp_path / "s" / "holdout_predictions.parquet")
+    assert sorted(scored["pipeline"]) == ["hp001", "hp001"]  # linear and partial:2
+    notes = pd.read_parquet(tmp_path / "s" / "holdout_scores.parquet")["note"]
+    assert notes.str.contains("hp000").any()
+
+
+@pytest.mark.parametrize("edit", ["empty trained_on", "no digest"])
+def test_a_model_file_edited_by_hand_is_refused(tiny, tmp_path, capsys, edit):
+    """F9: with trained_on's lists emptied by hand, score-holdout scored the training
+    runs themselves as held out (exit 0). The file is sealed: refused, naming the fix."""
+    split = str(Path(tiny.path).parent)
+    train = _tables(tmp_path / "train", [campaign({"Tiny": tiny},
+                                                  {"p000": ["Tiny"], "p001": ["Tiny"] * 2})])
+    model = tmp_path / "m.json"
+    assert main(["fit-model", "--tables", train, "--models", split, "--out", str(model)]) == 0
+    data = json.loads(model.read_text())
+    if edit == "no digest":
+        del data["model_digest"]
+    else:
+        data["trained_on"].update(record_digests=[], pipeline_sha256s=[],
+                                  pipeline_contents={})
+    model.write_text(json.dumps(data, indent=1))
+    capsys.readouterr()
+    code = main(["score-holdout", "--tables", train, "--models", split, "--model",
+                 str(model), "--out", str(tmp_path / "s"), "--orderings", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert str(model) in err and "refit it with fit-model" in err, err
+    assert not (tmp_path / "s").exists()
