@@ -31,8 +31,11 @@ def main(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     model = fit_model_files(args.tables, args.models, args.out, args.policies)
     for name, mode in model.modes.items():
+        swap = ("none (no limited runs)" if mode.swap is None
+                else f"unknown where no page moved ({mode.swap.unknown_why})"
+                if mode.swap.unknown_why
+                else "fitted")
         print(f"{name}: {mode.runs} runs of {len(mode.pipelines)} pipelines; baseline "
               f"{mode.baseline_bytes / 2**20:.1f} MiB, parallel CPUs {mode.parallel_cpus:.2f} "
-              f"of {mode.cpus:g}, swap cost "
-              f"{'fitted' if mode.swap else 'none (no limited runs)'}", file=sys.stderr)
+              f"of {mode.cpus:g}, swap cost {swap}", file=sys.stderr)
     print(f"-> {args.out} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)

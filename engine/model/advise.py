@@ -10,9 +10,11 @@ question against the model's domain (``engine.model.domain``: warned, or refused
 ``--strict``), and states the model's cross-validated errors from the ``cv.json`` beside
 the model file, so that a prediction never goes out without its expected error.
 ``--swap-cost`` prices the swap traffic with a device's per-page costs
-(``engine.model.devices``): the native model's times under a limit at native speed. A
-mode without a swap cost (no limited runs) and no ``--swap-cost`` says so, and its
-slowdowns count only what the schedule changes, not the swapping.
+(``engine.model.devices``): the native model's times under a limit at native speed.
+Without ``--swap-cost``, a policy predicted to swap under a mode whose per-page cost is
+unknown (no limited runs, or limited runs that moved no pages: ``run.swap: 0``) has an
+unknown slowdown: it is listed unranked after the ranked ones, never ranked as if
+swapping were free, the domain check names the unknown cost (``--strict`` refuses).
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ from engine.caffe.splitter import description_index
 from engine.errors import EdgeprofError
 from engine.files import parse_json, sha256_file
 from engine.model.devices import Device, parse_swap_cost
-from engine.model.domain import outside
-from engine.model.params import Model, ModeModel, describe_mode
+from engine.model.domain import outside, unpriced_swap
+from engine.model.params import Model, ModeModel
 from engine.model.predict import (
     Networks,
     Prediction,
@@ -48,14 +50,17 @@ REBUILT_FILE = "reconstruction.csv"  # beside it too: reconstruct_model's native
 class Advice:
     """One policy's predictions under the limit, and unconstrained."""
 
-    rank: int | None  # None: predicted to be killed
+    rank: int | None  # None: predicted to be killed, or its swapping has no price
     prediction: Prediction
     unconstrained: Prediction
     interval: tuple[float, float] | None = None  # 95 % prediction interval of the makespan
     rebuilt: dict | None = None  # this pipeline measured: its native-speed reconstruction
 
     @property
-    def slowdown(self) -> float:
+    def slowdown(self) -> float | None:
+        """None: unknown (the swap it predicts has no price)."""
+        if self.prediction.unpriced:
+            return None
         return self.prediction.makespan_s / self.unconstrained.makespan_s
 
 
@@ -117,8 +122,9 @@ def advise(mode: ModeModel, pipeline: Pipeline, networks: Networks, policies: li
            quantiles: list[float] | None = None) -> list[Advice]:
     """Every policy predicted under the limit (priced with ``device``'s per-page costs
     when given); ranked by predicted makespan, the ones predicted to be killed last and
-    unranked. ``quantiles`` of the held-out log errors give each makespan its
-    interval."""
+    unranked, and before them, unranked too, the ones whose swapping has no price
+    (their makespan leaves it out). ``quantiles`` of the held-out log errors give each
+    makespan its interval."""
     out = []
     cost = device.swap_cost() if device is not None else None
     for name in policies:
@@ -129,11 +135,14 @@ def advise(mode: ModeModel, pipeline: Pipeline, networks: Networks, policies: li
             interval = (pred.makespan_s / math.exp(quantiles[1]),
                         pred.makespan_s / math.exp(quantiles[0]))
         out.append(Advice(None, pred, free, interval))
-    alive = sorted((a for a in out if not a.prediction.oom),
-                   key=lambda a: a.prediction.makespan_s)
-    for i, a in enumerate(alive, 1):
+    def by_time(rows: list[Advice]) -> list[Advice]:
+        return sorted(rows, key=lambda a: a.prediction.makespan_s)
+
+    priced = by_time([a for a in out if not a.prediction.oom and not a.prediction.unpriced])
+    for i, a in enumerate(priced, 1):
         a.rank = i
-    return alive + [a for a in out if a.prediction.oom]
+    return (priced + by_time([a for a in out if not a.prediction.oom and a.prediction.unpriced])
+            + [a for a in out if a.prediction.oom])
 
 
 def find_limits(mode: ModeModel, pipeline: Pipeline, networks: Networks,
@@ -200,7 +209,8 @@ def format_advice(rows: list[Advice], pipeline: Pipeline, mode: ModeModel,
     limit = "unconstrained" if limit_bytes is None else f"limit {format_size(limit_bytes)}"
     swap = "unlimited swap" if swap_bytes is None else f"swap {format_size(swap_bytes)}"
     lines = [f"pipeline {pipeline.name}: {' '.join(pipeline.networks())}; {limit}, {swap}; "
-             f"{describe_mode(mode.mode)} model, {mode.runtime} runtime (batch "
+             # the sandbox by name, as the notes below and --mode name it
+             f"{mode.mode} model, {mode.runtime} runtime (batch "
              f"{mode.batch or 'deploy'}, fitted on {mode.runs} run(s) of "
              f"{len(mode.pipelines)} pipeline(s))"]
     if device is not None and limit_bytes is not None:
@@ -214,6 +224,11 @@ def format_advice(rows: list[Advice], pipeline: Pipeline, mode: ModeModel,
         if p.oom:
             lines.append(f"{'OOM':>4}  {p.policy:<18}predicted to be killed: {p.why}")
             continue
+        if p.unpriced:  # at least the time without the swapping: a bound, not a rank
+            lines.append(f"{'?':>4}  {p.policy:<18}{'>=' + f'{p.makespan_s:.3f}s':>10}"
+                         f"{'n/a':>18}{'unknown':>14}"
+                         f"{_mib(p.peak_ram_bytes):>11}{_mib(p.peak_swap_bytes):>11}")
+            continue
         pi = ("n/a" if a.interval is None
               else f"{a.interval[0]:.3f}-{a.interval[1]:.3f}s")
         lines.append(f"{a.rank:>4}  {p.policy:<18}{p.makespan_s:>9.3f}s{pi:>18}"
@@ -221,6 +236,11 @@ def format_advice(rows: list[Advice], pipeline: Pipeline, mode: ModeModel,
                      f"{_mib(p.peak_ram_bytes):>11}{_mib(p.peak_swap_bytes):>11}")
     lines.append(f"PI: the 95 % prediction interval, the prediction divided by the "
                  f"2.5-97.5 % range of predicted/measured on {interval_source}")
+    unpriced = [a.prediction for a in rows if a.prediction.unpriced and not a.prediction.oom]
+    if unpriced:
+        lines.append("?: not ranked: predicted to swap at an unknown cost per page (swap "
+                     "cost, below), so the slowdown is unknown and the makespan leaves the "
+                     "swapping out (price it with --swap-cost)")
     rebuilt = [a for a in rows if a.rebuilt]
     if rebuilt:
         sandbox = rebuilt[0].rebuilt["sandbox"]
@@ -242,10 +262,6 @@ def format_advice(rows: list[Advice], pipeline: Pipeline, mode: ModeModel,
         lines.append(f"note: RSS counts the runtime's file-backed pages "
                      f"({_mib(mode.baseline_file_bytes)}: libraries), which the limit "
                      f"reclaims and the process maps again: it can exceed the limit by them")
-    if limit_bytes is not None and mode.swap is None and device is None:
-        lines.append(f"note: the {mode.mode} model has no swap cost (no limited {mode.mode} "
-                     f"runs to fit it from): its slowdowns leave out the time swapping "
-                     f"costs; the swap it predicts is shown (price it with --swap-cost)")
     note = page_size_note(mode) if limit_bytes is not None else None
     if note:
         lines.append(note)
@@ -267,12 +283,18 @@ def page_size_note(mode: ModeModel, page_size: int = PAGE_SIZE) -> str | None:
 def format_limits(rows: list[tuple[str, int, float]], pipeline: Pipeline, mode: ModeModel,
                   cv: dict) -> str:
     lines = [f"pipeline {pipeline.name}: {' '.join(pipeline.networks())}; "
-             f"{describe_mode(mode.mode)} model, {mode.runtime} runtime: the smallest limit "
+             f"{mode.mode} model, {mode.runtime} runtime: the smallest limit "
              f"at which each policy is predicted not to swap",
              f"{'policy':<18}{'limit':>10}{'makespan':>11}"]
     lines += [f"{policy:<18}{mib:>7} MiB{makespan:>10.3f}s" for policy, mib, makespan in rows]
     lines.append(cv_sentence(cv, mode.key))
     return "\n".join(lines)
+
+
+def _refuse_outside(strict: bool, mode: ModeModel, problems: list[str]) -> None:
+    if strict and problems:
+        raise EdgeprofError(f"outside the {mode.key} model's domain: {'; '.join(problems)} "
+                            f"(drop --strict to be answered anyway)")
 
 
 def run_advise(pipeline_path: str, model_path: str, models_dir: str, limit_bytes: int | None,
@@ -293,11 +315,9 @@ def run_advise(pipeline_path: str, model_path: str, models_dir: str, limit_bytes
     networks = Networks(descriptions, mode.batch, mode.runtime)
     problems = outside(mode, pipeline, {n: set(networks.features(n).types)
                                         for n in descriptions}, names, limit_bytes)
-    if strict and problems:
-        raise EdgeprofError(f"outside the {mode.key} model's domain: {'; '.join(problems)} "
-                            f"(drop --strict to be answered anyway)")
     cv = read_cv(model_path)
     if find_limit:
+        _refuse_outside(strict, mode, problems)
         rows = find_limits(mode, pipeline, networks, names)
         if as_json:
             return json.dumps([{"policy": p, "limit_mib": m, "makespan_s": t}
@@ -306,6 +326,8 @@ def run_advise(pipeline_path: str, model_path: str, models_dir: str, limit_bytes
     quantiles, source = error_quantiles(cv, mode, limit_bytes is not None)
     advice = advise(mode, pipeline, networks, names, limit_bytes, swap_bytes, device,
                     quantiles)
+    problems += unpriced_swap([a.prediction for a in advice])
+    _refuse_outside(strict, mode, problems)
     if mode.mode == "native":
         rebuilt = read_rebuilt(model_path, pipeline.name, mode.runtime, limit_bytes, device)
         for a in advice:
@@ -314,7 +336,8 @@ def run_advise(pipeline_path: str, model_path: str, models_dir: str, limit_bytes
         return json.dumps({"pipeline": pipeline.name, "mode": mode.mode,
                            "runtime": mode.runtime, "limit_bytes": limit_bytes,
                            "swap_bytes": swap_bytes,
-                           "swap_cost_fitted": mode.swap is not None,
+                           "swap_cost_fitted": mode.swap is not None
+                           and not mode.swap.unknown_why,
                            "device": asdict(device) if device is not None else None,
                            "outside_domain": problems, "interval_from": source,
                            "policies": [{"rank": a.rank, "slowdown": a.slowdown,

@@ -55,6 +55,9 @@ def fit_device(folders: list[Path], name: str) -> Device:
         raise EdgeprofError("calibrate: the runs' windows measured no pages swapped in and "
                             "out (the guest's /proc/vmstat or the cgroup's memory.stat "
                             "pswpin/pswpout); use a backend or kernel that reports them")
+    if cost.per_page_in_s is None or cost.per_page_out_s is None:  # no pages moved so
+        raise EdgeprofError(f"calibrate: the cost per page is unknown ({cost.unknown_why}); "
+                            f"lower --limit, with swap allowed")
     if cost.per_page_in_s == 0 and cost.per_page_out_s == 0:
         raise EdgeprofError("calibrate: no task's time grew with its pages swapped (did the "
                             "limit make it swap?); lower --limit")

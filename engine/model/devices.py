@@ -67,6 +67,10 @@ def parse_swap_cost(text: str, model: Model | None = None) -> Device:
     if model is not None:
         for m in model.modes.values():
             if m.mode == text and m.mode != "native" and m.swap is not None:
+                if m.swap.per_page_in_s is None or m.swap.per_page_out_s is None:
+                    raise EdgeprofError(f"--swap-cost {text}: the {text} model's cost per "
+                                        f"page is unknown ({m.swap.unknown_why}); give a "
+                                        f"profile ({', '.join(PROFILES)}) or a time per page")
                 return Device(text, m.swap.per_page_in_s, m.swap.per_page_out_s,
                               f"measured in the {text} sandbox ({m.swap.n} task windows; "
                               f"its emulation's costs, not a device's)", m.swap.page_bytes)

@@ -6,12 +6,15 @@ the calibration, a part of the time model fitted with an intercept alone (it ans
 same seconds whatever the size: bulk's LOAD of a 262 MB and an 87 MB caffemodel alike;
 named when it predicts at least ``MATERIAL_S`` per task),
 a limit outside the limits whose runs fitted the swap costs. ``outside`` names each;
-advise prints them, and with ``--strict`` refuses.
+``unpriced_swap`` names a prediction that swaps where the cost per page is unknown (no
+page moved that way in the fitted runs); advise prints them, and with ``--strict``
+refuses.
 """
 
 from __future__ import annotations
 
 from engine.model.params import ModeModel
+from engine.model.predict import Prediction
 from engine.schedule.pipelines import Pipeline
 from engine.schedule.policies import parse_policy
 from engine.units import format_size, parse_size
@@ -83,3 +86,13 @@ def outside(mode: ModeModel, pipeline: Pipeline, layer_types: dict[str, set[str]
             out.append(f"limit {format_size(limit_bytes)}: outside the limits its swap costs "
                        f"were fitted under ({', '.join(d.limits)})")
     return out
+
+
+def unpriced_swap(predictions: list[Prediction]) -> list[str]:
+    """The line naming the predictions (not killed) that swap at an unknown cost per
+    page, if any: only a prediction that swaps needs that cost."""
+    rows = [p for p in predictions if p.unpriced and not p.oom]
+    if not rows:
+        return []
+    return [f"swap cost: {rows[0].unpriced}, and {', '.join(p.policy for p in rows)} would "
+            f"swap: the slowdown is unknown (give --swap-cost)"]

@@ -230,10 +230,17 @@ def fit_swap_cost(runs: pd.DataFrame, tasks: pd.DataFrame) -> SwapCost | None:
     if faults is not None:  # beyond the pages swapped in: file pages read again
         x["faults"] = (pairs[faults] - pairs[cols[0]]).clip(lower=0)
     line = fit_linear(x, excess, intercept=False)
-    return SwapCost(line.coef.get("in", 0.0), line.coef.get("out", 0.0),
-                    line.coef.get("faults", 0.0), len(pairs),
+    # a least-squares slope over a column of zeros is 0 by default, not a measurement:
+    # no page moved that way, so its cost is unknown (a run with swap 0 swaps nothing)
+    unmoved = [c for c in x.columns if not (x[c] > 0).any()]
+    names = {"in": "in", "out": "out", "faults": "major faults"}
+    why = (f"the {len(pairs)} limited task windows it was fitted on moved no page "
+           f"{' or '.join(names[c] for c in unmoved)} (runs without swap traffic, e.g. "
+           f"run.swap 0)" if unmoved else "")
+    return SwapCost(*(None if c in unmoved else line.coef.get(c, 0.0)
+                      for c in ("in", "out", "faults")), len(pairs),
                     "/".join([*cols, *([faults] if faults else [])]),
-                    _page_bytes(limited[limited["run_id"].isin(pairs["run_id"])]))
+                    _page_bytes(limited[limited["run_id"].isin(pairs["run_id"])]), why)
 
 
 def _page_bytes(runs: pd.DataFrame) -> int:

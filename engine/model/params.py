@@ -57,18 +57,35 @@ class SwapCost:
     """Seconds per page swapped in and out, from ``n`` task windows; and per major fault
     beyond the pages swapped in (file pages read again after the page cache let them go:
     fitted to keep them out of the swap costs, not predicted, since the replay has no page
-    cache). A page is ``page_bytes``: the page size of the kernel that counted them."""
+    cache). A page is ``page_bytes``: the page size of the kernel that counted them. A
+    cost is None (unknown, not 0) where those windows moved no such page: runs without
+    swap traffic (``run.swap: 0``) say nothing of what a page costs; ``unknown_why``
+    says so."""
 
-    per_page_in_s: float
-    per_page_out_s: float
-    per_major_fault_s: float
+    per_page_in_s: float | None
+    per_page_out_s: float | None
+    per_major_fault_s: float | None
     n: int
     source: str  # the counters it was fitted from
     page_bytes: int
+    unknown_why: str = ""
 
     def per_byte_s(self) -> tuple[float, float]:
-        """Seconds per byte swapped (in, out)."""
-        return self.per_page_in_s / self.page_bytes, self.per_page_out_s / self.page_bytes
+        """Seconds per byte swapped (in, out); an unknown cost counts 0 here, and
+        ``unknown`` says whether that matters."""
+        return ((self.per_page_in_s or 0.0) / self.page_bytes,
+                (self.per_page_out_s or 0.0) / self.page_bytes)
+
+    def unknown(self, pages_in: float, pages_out: float, refaults: float = 0.0) -> str:
+        """Why traffic of these pages cannot be priced ("" when it can): it moves pages
+        in a direction whose cost is unknown."""
+        moved = {"in": (pages_in, self.per_page_in_s), "out": (pages_out, self.per_page_out_s),
+                 "major faults": (refaults, self.per_major_fault_s)}
+        lacking = [k for k, (pages, cost) in moved.items() if pages > 0 and cost is None]
+        if not lacking:
+            return ""
+        return (f"the cost per page {' and '.join(lacking)} is unknown"
+                f"{': ' + self.unknown_why if self.unknown_why else ''}")
 
 
 @dataclass
@@ -131,11 +148,6 @@ def mode_key(mode: str, runtime: str) -> str:
     """How a model file names one execution mode's fit in one runtime: ``native/lean``,
     ``vm/caffe``, ..."""
     return f"{mode}/{runtime}"
-
-
-def describe_mode(mode: str) -> str:
-    """``native``, or ``emulated (vm)``: the sandbox that ran it is always named."""
-    return mode if mode == "native" else f"emulated ({mode})"
 
 
 @dataclass
@@ -255,7 +267,8 @@ class Model:
                     _number(c, f"{name}.{what}.coef.{feature}", 0)
             if m.swap is not None:
                 for field_name in ("per_page_in_s", "per_page_out_s", "per_major_fault_s"):
-                    _number(getattr(m.swap, field_name), f"{name}.swap.{field_name}", 0)
+                    if getattr(m.swap, field_name) is not None:  # None: unknown
+                        _number(getattr(m.swap, field_name), f"{name}.swap.{field_name}", 0)
                 size = m.swap.page_bytes
                 if isinstance(size, bool) or not isinstance(size, int) or size < 512 or (
                         size & (size - 1)):

@@ -40,6 +40,9 @@ class Prediction:
     swap_out_bytes: float
     oom: bool  # predicted to be killed: needs more swap than allowed
     why: str = ""
+    # why the swap it predicts has no price ("": priced, or no swap): the makespan then
+    # leaves the swapping out, a lower bound
+    unpriced: str = ""
 
 
 class Networks:
@@ -139,9 +142,15 @@ def predict(mode: ModeModel, pipeline: Pipeline, networks: Networks, policy: Pol
     held = demand_peak(memory.effects, result.start_s, result.end_s)
     if capacity is not None:
         held = min(held, max(capacity, 0))
+    unpriced = ""
+    if mem.swap_in or mem.swap_out:
+        unpriced = (swap.unknown(mem.swap_in / swap.page_bytes, mem.swap_out / swap.page_bytes)
+                    if swap is not None else f"the {mode.mode} model has no swap cost (no "
+                    f"finished limited {mode.mode} runs with swap counters to fit it from)")
     prediction = Prediction(policy.name, limit_bytes, result.makespan_s,
                             mode.baseline_bytes - over + held, float(peak_swap),
-                            float(mem.swap_in), float(mem.swap_out), bool(why), why)
+                            float(mem.swap_in), float(mem.swap_out), bool(why), why,
+                            unpriced)
     return prediction, result
 
 

@@ -137,7 +137,15 @@ class Replay:
 
 
 def _per_page(cost: SwapCost) -> np.ndarray:
-    return np.array([cost.per_page_in_s, cost.per_page_out_s, cost.per_major_fault_s])
+    # an unknown cost (None) is one no page was moved for; a cell that moves such pages
+    # is refused first (``unpriced``)
+    return np.array([c or 0.0 for c in (cost.per_page_in_s, cost.per_page_out_s,
+                                        cost.per_major_fault_s)])
+
+
+def unpriced(cell: Cell, cost: SwapCost) -> str:
+    """Why ``cell``'s traffic cannot be priced with ``cost`` ("" when it can)."""
+    return cost.unknown(*cell.pages.sum(axis=(0, 1)))
 
 
 def replay(pipeline: Pipeline, policy: str, descriptions: dict[str, Description],
@@ -404,9 +412,9 @@ def validate(campaign: Campaign, model: Model, resamples: int,
             costs[ckey] = (cost, where)
         cost, where = costs[ckey]
         cell = campaign.cell(row, row.mode, sandbox)
-        if cost is None or isinstance(cell, str):
+        if cost is None or isinstance(cell, str) or unpriced(cell, cost):
             rows.append({**base, "note": "no per-page cost could be fitted" if cost is None
-                         else cell})
+                         else cell if isinstance(cell, str) else unpriced(cell, cost)})
             continue
         try:
             t, lo, hi = estimate(cell, cost, resamples)

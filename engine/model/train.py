@@ -260,9 +260,14 @@ def check_measured(runs: pd.DataFrame, tables_dir: Paths) -> None:
     for key, part in free.groupby(mode_keys(free)):
         for column, what in MEASURED.items():
             if part[column].isna().all():
+                # --no-probes runs never measure it: rerunning the tidy stage cannot help
+                unprobed = "probed" in part and not part["probed"].astype(bool).any()
+                fix = ("they ran with --no-probes, which does not measure it: fit on runs "
+                       "made with the probes (without --no-probes)" if unprobed
+                       else "rerun the tidy and aggregate stages")
                 raise EdgeprofError(f"{', '.join(flat_paths(tables_dir))}: no {key} run that "
                                     f"finished unconstrained has a {column} ({what}): the "
-                                    f"fit needs it; rerun the tidy and aggregate stages")
+                                    f"fit needs it; {fix}")
 
 
 def fit_model_files(tables_dir: Paths, models_dir: Paths, out: str | os.PathLike,

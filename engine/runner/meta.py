@@ -73,7 +73,8 @@ class RunMeta:
     limit_enforced: bool = _f("whether the limit really bound the run", False)
     limits: dict = _f("the backend's own facts: cgroup, applied limits, why unenforced, "
                       "auto's choice", {})
-    emulated: bool = _f("run in an emulated (TCG) guest: its times are not native", False)
+    emulated: bool = _f("run in a sandbox (TCG guest, or UML: its faults and system calls go "
+                  "through the guest kernel): its times are not native", False)
     termination: str = _f("ok, memory (OOM-killed), timeout or error", "error")
     termination_detail: str = _f("why it ended so", "")
     exit_code: int | None = _f("the measured process's exit code")

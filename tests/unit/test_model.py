@@ -1005,3 +1005,99 @@ def test_a_whole_network_fit_without_a_slope_of_its_own_borrows_the_layers():
     assert line({"bytes": 87e6}) == pytest.approx(0.274)
     fitted = Linear(0.05, {"bytes": 1e-9}, 5)
     assert fitting.borrow_slope(fitted, rows, "bytes", 2e-9) is fitted
+
+
+# ---- a swap cost from runs that swapped nothing is unknown, not free ----
+
+def _unswapped_files(tiny, tmp_path) -> Path:
+    """The synthetic campaign with its limited runs made with swap 0: every window's
+    pswpin, pswpout and refaults 0, and (so) no task slower than unconstrained."""
+    runs, tasks = _synthetic_runs(tiny)
+    limited = tasks["limit"] != "none"
+    tasks.loc[limited, ["guest_pswpin_delta", "guest_pswpout_delta",
+                        "guest_pgmajfault_delta"]] = 0
+    free = tasks[~limited].set_index(["rep", "task_id"])["duration_ns"]
+    tasks.loc[limited, "duration_ns"] = free.loc[
+        list(zip(tasks.loc[limited, "rep"], tasks.loc[limited, "task_id"]))].to_numpy()
+    fitting.fit(runs, tasks, {"Tiny": tiny}).write(tmp_path / "model.json")
+    save_pipeline(Pipeline("two", [Arrival(0.0, ["Tiny", "Tiny"])]), tmp_path / "p.json")
+    return tmp_path
+
+
+def test_a_swap_cost_fitted_on_runs_that_moved_no_pages_is_unknown(tiny, tmp_path):
+    """3 limited runs x 9 task windows (INIT; LOAD and EXEC of input, ip1, relu1, ip2),
+    none moving a page: the
+    cost per page in, out and per fault is unknown (None, kept so in the file), not 0."""
+    root = _unswapped_files(tiny, tmp_path)
+    swap = Model.read(root / "model.json").mode(None).swap
+    assert (swap.per_page_in_s, swap.per_page_out_s, swap.per_major_fault_s) == (None,) * 3
+    assert swap.n == 27 and "moved no page in or out or major faults" in swap.unknown_why
+    assert swap.unknown(0, 0) == "" and "in is unknown" in swap.unknown(1, 0)
+
+
+def test_advise_never_ranks_swapping_at_an_unknown_cost_as_free(tiny, tmp_path, capsys):
+    """Under a limit 500 bytes above the fitted 40 MB runtime (the two Tiny networks
+    need 680: both policies swap), neither policy is ranked nor given a slowdown; the
+    domain check names the unknown cost, --strict refuses, and a device prices it."""
+    root = _unswapped_files(tiny, tmp_path)
+    models = str(Path(tiny.path).parent)
+    args = ["--pipeline", str(root / "p.json"), "--model", str(root / "model.json"),
+            "--models", models, "--limit", "40000500", "--policies", "linear", "bulk"]
+    code, out, err = _advise(capsys, *args)
+    assert code == 0, err
+    rows = [line.split() for line in out.splitlines() if line.split()[:1] in (["?"], ["1"])]
+    assert sorted(r[1] for r in rows) == ["bulk", "linear"] and {r[0] for r in rows} == {"?"}
+    assert all("unknown" in r for r in rows) and "1.00x" not in out
+    assert "outside the model's domain" in out and "swap cost: the cost per page" in out
+    data = json.loads(_advise(capsys, *args, "--json")[1])
+    assert [(p["rank"], p["slowdown"]) for p in data["policies"]] == [(None, None)] * 2
+    assert data["swap_cost_fitted"] is False
+    code, out, err = _advise(capsys, *args, "--strict")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "swap cost" in err and "unknown" in err
+    code, out, err = _advise(capsys, *args, "--swap-cost", "1ms")
+    assert code == 0 and "?" not in out.split("PI:")[0] and "   1  " in out, out + err
+    # unconstrained nothing swaps: ranked, and nothing named
+    code, out, _ = _advise(capsys, *args[:-5], "--policies", "linear", "bulk")
+    assert code == 0 and "   1  " in out and "swap cost" not in out
+
+
+def test_a_sandbox_whose_runs_moved_no_pages_gives_no_swap_cost(tiny, tmp_path):
+    from engine.errors import EdgeprofError
+    from engine.model.devices import parse_swap_cost
+
+    model = Model.read(_unswapped_files(tiny, tmp_path) / "model.json")
+    model.modes["native/lean"].mode = "uml"
+    with pytest.raises(EdgeprofError, match="uml model's cost per page is unknown"):
+        parse_swap_cost("uml", model)
+
+
+def test_advise_names_a_sandboxs_fit_by_the_sandbox(advice_files, capsys):
+    """UML runs record emulated: true, but advise names the fit by its sandbox, as its
+    notes and --mode do: "uml model", never "emulated (uml)"."""
+    root, models = advice_files
+    data = json.loads((root / "model.json").read_text())
+    mode = data["modes"].pop("native/lean")
+    data["modes"]["uml/lean"] = {**mode, "mode": "uml"}
+    (root / "model.json").write_text(json.dumps(data))
+    for extra in (["--limit", "512M"], ["--find-limit"]):
+        code, out, err = _advise(capsys, "--pipeline", str(root / "p.json"), "--model",
+                                 str(root / "model.json"), "--models", str(models),
+                                 "--mode", "uml", *extra)
+        assert code == 0, err
+        assert "; uml model, lean runtime" in out.splitlines()[0] and "emulated" not in out
+
+
+def test_fit_model_on_runs_without_probes_says_to_run_with_them(tiny, tmp_path, capsys):
+    """--no-probes runs record no peak RSS: rerunning the tidy stage cannot make one."""
+    from engine.analysis.tables import write_tables
+    from tests.model_fixtures import campaign
+
+    runs, tasks, networks = campaign({"Tiny": tiny}, {"p000": ["Tiny"], "p001": ["Tiny"] * 2})
+    write_tables({"runs": runs.assign(hwm_rss_bytes=np.nan, probed=False), "tasks": tasks,
+                  "networks": networks}, tmp_path / "tables")
+    code = main(["fit-model", "--tables", str(tmp_path / "tables"), "--models",
+                 str(Path(tiny.path).parent), "--out", str(tmp_path / "model.json")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "--no-probes" in err and "with the probes" in err and "rerun the tidy" not in err
