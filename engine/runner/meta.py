@@ -114,9 +114,15 @@ class RunMeta:
                                    "and every window's VmHWM")
     table_digests: dict = _f("SHA-256 of each table the run wrote (tasks.csv, networks.csv, "
                              "samples.csv): the tables refuse one that differs", {})
-    vm: dict | None = _f("vm backend only: accelerator, guest kernel and RAM, swap device, "
-                         "boot time, guest-wide vmstat deltas, a boot retried after an "
-                         "emulation fault (retried_boot: why, the first console's tail)")
+    vm: dict | None = _f("the sandbox backends only (vm, uml): accelerator, guest kernel and "
+                         "RAM, swap device, boot time, guest-wide vmstat deltas, a boot "
+                         "retried after an emulation fault (retried_boot: why, the first "
+                         "console's tail); under uml also how its processes were trapped "
+                         "(`uml_userspace`), the most host mappings a guest process held and "
+                         "the host's cap (`host_maps_peak`, `host_max_map_count`), the "
+                         "preload its processes ran with (`uml_preload`: path, SHA-256, "
+                         "source) and where its host processes ran (`host_affinity`: asked, "
+                         "pinned, the UML CPU, the supervisor's, why not) (docs/sandboxes.md)")
 
     record_digest: str | None = _f("SHA-256 of this record without this field, as canonical "
                                    "JSON: a record edited by hand is refused")
