@@ -172,11 +172,29 @@ def test_a_description_without_layers_is_refused(capsys, work):
 
 @pytest.mark.parametrize("name, value", [("SMP", "abc"), ("BOOT_TIMEOUT", "soon"),
                                          ("TIMEOUT", "-3"), ("RAM", "lots"),
-                                         ("ACCEL", "warp")])
+                                         ("ACCEL", "warp"),
+                                         # F6 (report 36): these once meant "on"
+                                         ("ASCEND", "off"), ("ASCEND", "False"),
+                                         ("ASCEND", "2"), ("SD_CARD", "on")])
 def test_bad_vm_settings_are_refused_before_a_boot(capsys, work, monkeypatch, name, value):
     monkeypatch.setenv(f"EDGEPROF_VM_{name}", value)
     err = _run(capsys, work, "--backend", "vm", "--limit", "256M")
     assert f"EDGEPROF_VM_{name}={value!r} is not valid" in err
+
+
+def test_the_vm_switches_take_0_and_1():
+    """EDGEPROF_VM_ASCEND: on unless 0; EDGEPROF_VM_SD_CARD: off unless 1 (or its old
+    true/yes); unset or empty: the default."""
+    from engine.vm import VmConfig
+
+    def read(**env: str) -> tuple[bool, bool]:
+        cfg = VmConfig.from_env({f"EDGEPROF_VM_{k}": v for k, v in env.items()})
+        return cfg.ascend, cfg.sd_card
+
+    assert read() == (True, False) and read(ASCEND="", SD_CARD="") == (True, False)
+    assert read(ASCEND="0", SD_CARD="1") == (False, True)
+    assert read(ASCEND="1", SD_CARD="0") == (True, False)
+    assert read(SD_CARD="yes") == (True, True)
 
 
 def test_estimates_of_an_unknown_network_are_refused(capsys, work):
