@@ -310,3 +310,30 @@ def test_a_path_the_sandbox_cannot_carry_is_refused_before_any_folder(
     err = capsys.readouterr().err
     assert code == 2 and message in err and err.count("\n") == 1, err
     assert not (work / "out").exists()
+
+
+# the engine's own allocation failing under an address-space limit (ulimit -v): a real
+# MemoryError, from a command that asks for more than the limit allows
+_OOM = """
+import resource, sys
+import engine.analysis.report as report
+from engine.cli import main
+resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, resource.RLIM_INFINITY))
+report.report = lambda *a, **k: bytearray(4 * 2**30)
+sys.exit(main(["results-report", "--tables", "unused"]))
+"""
+
+
+def test_a_memory_error_of_the_engine_itself_is_not_bad_input():
+    """F7 (report 36): under ulimit -v the supervisor's own MemoryError said 'use a
+    smaller --batch or fewer networks', exit 2 (bad input), at the default batch. It is
+    exit 1, naming the limit: 3 GiB = 3072 MiB, ulimit -v 3145728 (KiB)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _OOM], capture_output=True, text=True,
+                          env={**os.environ, "OPENBLAS_NUM_THREADS": "1"}, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == ("error: the engine ran out of memory: its address space is "
+                           "limited to 3072 MiB (ulimit -v 3145728); raise or lift that "
+                           "limit\n")
