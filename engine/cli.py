@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import signal
 import sys
 from typing import NoReturn
@@ -92,6 +93,17 @@ def reader_gone() -> int:
     return 128 + signal.SIGPIPE
 
 
+def out_of_memory() -> str:
+    """What a MemoryError of the engine itself says: how much it could have had."""
+    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if soft != resource.RLIM_INFINITY:
+        return (f"the engine ran out of memory: its address space is limited to "
+                f"{soft / 2**20:.0f} MiB (ulimit -v {soft // 1024}); raise or lift that "
+                f"limit")
+    return ("the engine ran out of memory (no address-space limit is set: the host's RAM "
+            "and swap ran short); free memory, or run it where more is available")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -126,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         where = f" {exc.filename}" if exc.filename else ""
         print(f"error: cannot use{where}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    except MemoryError:
-        print("error: out of memory; use a smaller --batch or fewer networks", file=sys.stderr)
-        return 2
+    except MemoryError:  # the engine's own allocation failed: not bad input (a batch
+        # too large for the host is refused by check_batch_fits, exit 2, before this)
+        print(f"error: {out_of_memory()}", file=sys.stderr)
+        return 1

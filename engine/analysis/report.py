@@ -19,8 +19,8 @@ from engine.units import MIB, parse_size
 # what the tables compare: a label -> the summary's metric
 METRICS = {"peak RAM": "peak_rss_bytes", "mean RAM": "mean_rss_bytes",
            "peak swap": "peak_swap_bytes"}
-LEFT_OUT = ("a policy with runs that did not finish (OOM-killed, timed out) is never the "
-            "least: it is named beside it as left out")
+LEFT_OUT = ("a policy with runs that did not finish (OOM-killed, timed out, crashed) is "
+            "never the least: it is named beside it as left out")
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:
@@ -60,30 +60,36 @@ def _extremes(summary: pd.DataFrame, metric: str) -> dict[tuple, tuple[str, str,
     bins = summary[summary["level"] == "size_bin"].copy()
     bins["mode"] = _modes(bins)
     cols = [f"{metric}_median", f"{metric}_ci_low", f"{metric}_ci_high"]
-    bins = bins.dropna(subset=[cols[0]])
+    # a policy whose runs all crashed (ended 'error') measured nothing, but its cell is
+    # still named: a row without the metric stays when some of its runs did not finish
+    not_ok_all = (bins["runs_not_ok"].fillna(0) > 0 if "runs_not_ok" in bins
+                  else pd.Series(False, index=bins.index))
+    bins = bins[bins[cols[0]].notna() | not_ok_all]
     keys = ["mode", "runtime", "limit", "size_bin"]
     groups = sorted(bins.groupby(keys, dropna=False),
                     key=lambda kv: (kv[0][0], kv[0][1], _limit_order(str(kv[0][2])),
                                     _bin_order(str(kv[0][3]))))
     out = {}
     for key, cell in groups:
-        if len(cell) < 2:
-            continue
         # a run killed early stopped before its peak: its policy never wins the least,
         # and is named beside it (it may still be the most: at least that much)
-        not_ok = (cell["runs_not_ok"].fillna(0) > 0 if "runs_not_ok" in cell
-                  else pd.Series(False, index=cell.index))
+        not_ok = not_ok_all[cell.index]
+        if len(cell) < 2 and not not_ok.any():
+            continue  # one policy that finished: nothing to compare
         left_out = "; ".join(
             f"{r['policy']}: {int(r['runs_not_ok'])} of {int(r['runs'])} runs ended "
             f"{r.get('ended') or 'early'}" for _, r in cell[not_ok].iterrows())
-        most = cell.loc[cell[cols[0]].idxmax()]
-        finished = cell[~not_ok]
-        if finished.empty:
-            out[key] = (f"n/a ({left_out})", _mib(most, metric), True, len(cell))
+        measured = cell[cell[cols[0]].notna()]  # crashed runs measured nothing
+        finished = measured[~not_ok[measured.index]]
+        if finished.empty or len(cell) < 2:
+            most = "n/a" if measured.empty else _mib(
+                measured.loc[measured[cols[0]].idxmax()], metric)
+            out[key] = (f"n/a ({left_out})", most, True, len(cell))
             continue
+        most = measured.loc[measured[cols[0]].idxmax()]
         least = finished.loc[finished[cols[0]].idxmin()]
         said = f" (left out: {left_out})" if left_out else ""
-        if least[cols[0]] == most[cols[0]]:
+        if least[cols[0]] == most[cols[0]] and len(finished) > 1:
             out[key] = (("every policy" if not left_out else "every finished policy")
                         + said, f"{most[cols[0]] / MIB:.0f}", False, len(cell))
         else:

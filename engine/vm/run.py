@@ -54,7 +54,12 @@ GUEST_REQUEST = "request.json"  # the RunRequest the guest runs, in the share
 
 _ENV_HELP = {"RAM": "a size such as 2G", "SWAP_DEVICE": "a size such as 2G",
              "SMP": "a CPU count > 0", "ACCEL": "auto, kvm or tcg",
-             "BOOT_TIMEOUT": "seconds > 0", "TIMEOUT": "seconds > 0"}
+             "BOOT_TIMEOUT": "seconds > 0", "TIMEOUT": "seconds > 0",
+             "ASCEND": "1 (on, the default) or 0 (off)",
+             "SD_CARD": "1 (on) or 0 (off, the default)"}
+# a switch's words: anything else is refused (a typo such as "off" once meant on)
+_SWITCH = {"1": True, "0": False}
+_SD_CARD = {**_SWITCH, "true": True, "yes": True, "false": False, "no": False}
 
 
 @dataclass
@@ -93,7 +98,8 @@ class VmConfig:
 
         cfg.ram = get("RAM", parse_size)
         cfg.swap_device = get("SWAP_DEVICE", parse_size) or cfg.swap_device
-        cfg.sd_card = env.get("EDGEPROF_VM_SD_CARD") in ("1", "true", "yes")
+        sd_card = get("SD_CARD", _SD_CARD.get)  # "true"/"yes" as it always took
+        cfg.sd_card = bool(sd_card) if sd_card is not None else cfg.sd_card
         cfg.smp = get("SMP", int, ">0")
         if cfg.smp is not None and cfg.smp > (os.cpu_count() or 1):
             raise EdgeprofError(f"EDGEPROF_VM_SMP={cfg.smp} is more than this host's "
@@ -102,7 +108,8 @@ class VmConfig:
             or cfg.accel
         cfg.boot_timeout_s = get("BOOT_TIMEOUT", float, ">0") or cfg.boot_timeout_s
         cfg.timeout_s = get("TIMEOUT", float, ">0") or cfg.timeout_s
-        cfg.ascend = env.get("EDGEPROF_VM_ASCEND") not in ("0", "false", "no")
+        ascend = get("ASCEND", _SWITCH.get)
+        cfg.ascend = bool(ascend) if ascend is not None else cfg.ascend
         return cfg
 
 

@@ -19,6 +19,7 @@ from engine.workflow.plan import (
     holdout_config,
     pipeline_names,
     reconcile_in_vm,
+    run_backend,
     run_sets,
     unprobed_runs,
     vm_enabled,
@@ -373,22 +374,46 @@ def _check_results_sandboxes(config: Config) -> None:
     dry run, not at the first sandbox job."""
     from engine.vm.paths import UML_COMMAND_LINE, share_path, uml_command_line, unsafe_character
 
-    sandboxes = {config["run"]["backend"]} & set(SANDBOXES)
+    # each sandbox a run may land in -> how it comes to (said in the refusal)
+    sandboxes = {b: "" for b in {config["run"]["backend"]} & set(SANDBOXES)}
     if vm_enabled(config):
-        sandboxes.add(vm_sandbox(config))
+        sandboxes.setdefault(vm_sandbox(config), "")
+    auto_limited = sorted({lim for rs in run_sets(config) for lim in rs.limits
+                           if lim != UNLIMITED and run_backend(config, lim, rs.in_vm) == "auto"},
+                          key=parse_size)
+    if auto_limited:
+        for sandbox in _auto_sandboxes():
+            sandboxes.setdefault(sandbox, f"run.backend auto may choose {sandbox} here for "
+                                          f"a limited run ({', '.join(auto_limited)}): ")
     results = str(config["results"])
     path = share_path(results)
-    for sandbox in sorted(sandboxes):
+    fix = "; or set run.backend to the backend the limited runs should use" \
+        if auto_limited else ""
+    for sandbox, how in sorted(sandboxes.items()):
         bad = unsafe_character(path, sandbox)
         if bad is not None:
-            raise ValueError(f"config: results {results}: the {sandbox} sandbox cannot share "
-                             f"a run folder whose path has {bad[0]} ({path}: {bad[1]}); "
-                             f"name a results folder without it")
+            raise ValueError(f"config: results {results}: {how}the {sandbox} sandbox cannot "
+                             f"share a run folder whose path has {bad[0]} ({path}: "
+                             f"{bad[1]}); name a results folder without it"
+                             f"{fix if how else ''}")
         if sandbox == "uml" and uml_command_line(path + RUN_FOLDER_ROOM) > UML_COMMAND_LINE:
-            raise ValueError(f"config: results {results}: its path is too long for the uml "
-                             f"sandbox (a run's share and swap image go on the guest "
+            raise ValueError(f"config: results {results}: {how}its path is too long for the "
+                             f"uml sandbox (a run's share and swap image go on the guest "
                              f"kernel's command line, at most {UML_COMMAND_LINE} bytes); "
-                             f"name a shorter results folder")
+                             f"name a shorter results folder{fix if how else ''}")
+
+
+def _auto_sandboxes() -> list[str]:
+    """The sandbox ``run.backend auto`` turns to for a limited run on this host when no
+    cgroup or systemd session is found (engine.limits.select): uml if a user-mode Linux
+    kernel is built and works (its build record, nothing booted), else vm if qemu is
+    installed. Said even where a cgroup or systemd comes first now: a job's environment
+    may lack them."""
+    from engine.limits.vm import qemu_installed, uml_status
+
+    if uml_status()[0]:
+        return ["uml"]
+    return ["vm"] if qemu_installed() else []
 
 
 def _check_run_extras(config: Config) -> None:

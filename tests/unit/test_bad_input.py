@@ -172,11 +172,29 @@ def test_a_description_without_layers_is_refused(capsys, work):
 
 @pytest.mark.parametrize("name, value", [("SMP", "abc"), ("BOOT_TIMEOUT", "soon"),
                                          ("TIMEOUT", "-3"), ("RAM", "lots"),
-                                         ("ACCEL", "warp")])
+                                         ("ACCEL", "warp"),
+                                         # F6 (report 36): these once meant "on"
+                                         ("ASCEND", "off"), ("ASCEND", "False"),
+                                         ("ASCEND", "2"), ("SD_CARD", "on")])
 def test_bad_vm_settings_are_refused_before_a_boot(capsys, work, monkeypatch, name, value):
     monkeypatch.setenv(f"EDGEPROF_VM_{name}", value)
     err = _run(capsys, work, "--backend", "vm", "--limit", "256M")
     assert f"EDGEPROF_VM_{name}={value!r} is not valid" in err
+
+
+def test_the_vm_switches_take_0_and_1():
+    """EDGEPROF_VM_ASCEND: on unless 0; EDGEPROF_VM_SD_CARD: off unless 1 (or its old
+    true/yes); unset or empty: the default."""
+    from engine.vm import VmConfig
+
+    def read(**env: str) -> tuple[bool, bool]:
+        cfg = VmConfig.from_env({f"EDGEPROF_VM_{k}": v for k, v in env.items()})
+        return cfg.ascend, cfg.sd_card
+
+    assert read() == (True, False) and read(ASCEND="", SD_CARD="") == (True, False)
+    assert read(ASCEND="0", SD_CARD="1") == (False, True)
+    assert read(ASCEND="1", SD_CARD="0") == (True, False)
+    assert read(SD_CARD="yes") == (True, True)
 
 
 def test_estimates_of_an_unknown_network_are_refused(capsys, work):
@@ -292,3 +310,30 @@ def test_a_path_the_sandbox_cannot_carry_is_refused_before_any_folder(
     err = capsys.readouterr().err
     assert code == 2 and message in err and err.count("\n") == 1, err
     assert not (work / "out").exists()
+
+
+# the engine's own allocation failing under an address-space limit (ulimit -v): a real
+# MemoryError, from a command that asks for more than the limit allows
+_OOM = """
+import resource, sys
+import engine.analysis.report as report
+from engine.cli import main
+resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, resource.RLIM_INFINITY))
+report.report = lambda *a, **k: bytearray(4 * 2**30)
+sys.exit(main(["results-report", "--tables", "unused"]))
+"""
+
+
+def test_a_memory_error_of_the_engine_itself_is_not_bad_input():
+    """F7 (report 36): under ulimit -v the supervisor's own MemoryError said 'use a
+    smaller --batch or fewer networks', exit 2 (bad input), at the default batch. It is
+    exit 1, naming the limit: 3 GiB = 3072 MiB, ulimit -v 3145728 (KiB)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _OOM], capture_output=True, text=True,
+                          env={**os.environ, "OPENBLAS_NUM_THREADS": "1"}, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == ("error: the engine ran out of memory: its address space is "
+                           "limited to 3072 MiB (ulimit -v 3145728); raise or lift that "
+                           "limit\n")

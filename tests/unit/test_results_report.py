@@ -85,3 +85,36 @@ def test_the_report_says_killed_policies_are_left_out(tmp_path):
     pd.DataFrame(rows).to_parquet(tmp_path / "summary.parquet")
     text = report(tmp_path, peaks_only=True)
     assert "OOM-killed" in text and "left out: bulk: 2 of 2 runs ended memory" in text
+
+
+def _crashed(policy: str, sandbox: str = "uml", limit: str = "64M") -> dict:
+    """A summary row of one policy whose only run crashed (its sandbox never started):
+    nothing measured, counted in runs_not_ok (as summary_table writes it)."""
+    nan = float("nan")
+    return {**_row(policy, limit, "<400MB", nan, nan, nan), "sandbox": sandbox, "runs": 1,
+            "runs_not_ok": 1, "ended": "error"}
+
+
+def test_a_cell_whose_runs_all_crashed_is_named_not_dropped(tmp_path):
+    """F4 (report 36): uml runs that all ended 'error' vanished from the report (no row,
+    no note; --mode uml printed header-only tables). They are named like killed runs."""
+    from engine.analysis.report import report
+
+    native = [{**_row(p, "none", "<400MB", m, m - 5, m + 5), "sandbox": "none", "runs": 1,
+               "runs_not_ok": 0, "ended": ""} for p, m in (("linear", 60), ("bulk", 90))]
+    rows = native + [_crashed("bulk"), _crashed("linear")]  # sorted as summary_table
+    lines = extremes_table(pd.DataFrame(rows), "peak_rss_bytes").splitlines()
+    assert lines[2:] == [
+        "| native | caffe | none | <400MB | linear 60 [55, 65] | bulk 90 [85, 95] | yes | 2 |",
+        "| uml | caffe | 64M | <400MB | n/a (bulk: 1 of 1 runs ended error; linear: 1 of 1 "
+        "runs ended error) | n/a | yes | 2 |"]
+    pd.DataFrame(rows).assign(emulated=False).to_parquet(tmp_path / "summary.parquet")
+    uml = report(tmp_path, mode="uml", peaks_only=True).splitlines()
+    assert uml[-1] == ("| uml | caffe | 64M | <400MB | n/a (bulk: 1 of 1 runs ended error; "
+                       "linear: 1 of 1 runs ended error) | n/a | n/a | n/a |")
+    # one policy crashed beside one that finished: the finished one is the least, and the
+    # crashed one is named
+    line = extremes_table(pd.DataFrame([native[0], _crashed("bulk", "none", "none")]),
+                          "peak_rss_bytes").splitlines()[2]
+    assert line == ("| native | caffe | none | <400MB | linear 60 [55, 65] (left out: bulk: "
+                    "1 of 1 runs ended error) | linear 60 [55, 65] | no | 2 |")

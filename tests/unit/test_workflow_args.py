@@ -942,3 +942,35 @@ def test_results_a_sandbox_cannot_carry_is_refused_in_the_config_check(
     with pytest.raises(ValueError, match=re.escape(says)) as raised:
         check_config(config)
     assert str(results) in str(raised.value)
+
+
+@pytest.mark.parametrize("uml_works, qemu, name, limits, says", [
+    (True, True, "res ults", ["none", "64M"], "auto may choose uml here for a limited run "
+                                               "(64M): the uml sandbox cannot share a run "
+                                               "folder whose path has a space"),
+    (True, True, 'a"b', ["none", "64M", "128M"], "(64M, 128M): the uml sandbox cannot "
+                                                  "share a run folder whose path has a '\"'"),
+    (False, True, "a,b", ["64M"], "auto may choose vm here for a limited run (64M): the vm "
+                                  "sandbox cannot share a run folder whose path has a ','"),
+    (False, True, "a b", ["none", "64M"], None),  # qemu carries a space
+    (True, True, "res ults", ["none"], None),  # auto never sandboxes an unlimited run
+    (False, False, "res ults", ["none", "64M"], None),  # no sandbox here for auto to choose
+])
+def test_results_a_sandbox_cannot_carry_is_refused_under_backend_auto(
+        tmp_path, monkeypatch, uml_works, qemu, name, limits, says):
+    """F5 (report 36): with vm.enabled false and run.backend auto, results with a space
+    passed the dry run, then every limited run failed (exit 2): auto chose uml."""
+    from engine.limits import vm as limits_vm
+
+    monkeypatch.setattr(limits_vm, "uml_status", lambda: (uml_works, "faked"))
+    monkeypatch.setattr(limits_vm, "qemu_installed", lambda: qemu)
+    results = tmp_path / name
+    config = with_(load_config(), results=str(results), vm__enabled=False,
+                   run__backend="auto", run__limits=limits, run__reconcile__vm=False,
+                   run__reconcile__pipeline="p000")
+    if says is None:
+        check_config(config)
+        return
+    with pytest.raises(ValueError, match=re.escape(says)) as raised:
+        check_config(config)
+    assert str(results) in str(raised.value) and "set run.backend" in str(raised.value)
