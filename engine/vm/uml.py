@@ -134,8 +134,10 @@ def why_none(cache: Path | None = None) -> str | None:
     if not info.get("suite"):
         return info.get("why", "no candidate kernel worked")
     if load_uml(cache) is None:
-        return (f"the built kernel {build_dir(cache) / info['suite'] / 'linux'} is missing "
-                f"(python -m engine.vm build --force)")
+        home = build_dir(cache) / info["suite"]
+        gone = home / "linux" if not (home / "linux").is_file() else home / PRELOAD
+        what = "kernel" if gone.name == "linux" else "guest's preload"
+        return f"the built {what} {gone} is missing (python -m engine.vm build --force)"
     return None
 
 

@@ -907,6 +907,9 @@ def test_uml_status_reads_only_this_recipes_build_record(tmp_path, monkeypatch):
     assert not ok and "sid/linux is missing" in why
     (home / "sid").mkdir()
     (home / "sid" / "linux").write_bytes(b"")
+    ok, why = uml_status()  # every guest process runs with it (docs/sandboxes.md)
+    assert not ok and "preload" in why and "sid/ascend.so is missing" in why
+    (home / "sid" / "ascend.so").write_bytes(b"")
     assert uml_status() == (True, "Linux 7.2.7 (sid)")
     (home / "uml.json").write_text(json.dumps({"suite": None, "why": "sid: probe failed"}))
     assert uml_status() == (False, "sid: probe failed")

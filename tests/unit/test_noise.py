@@ -103,13 +103,15 @@ def test_a_crashed_run_is_named_and_an_oom_kill_is_not():
 
 
 def test_the_hosts_map_count_is_read_and_said_with_what_it_costs_uml(tmp_path):
-    """vm.max_map_count caps a UML guest process at that many 4 KiB host mappings once
-    its memory is fragmented (docs/sandboxes.md): 65530 is about 255 MiB."""
+    """vm.max_map_count caps a UML guest process's host mappings (docs/sandboxes.md):
+    doctor says how close the build probe's worst pattern came to it."""
     from engine.vm.uml import MAP_COUNT_ENOUGH, map_count_note, max_map_count
 
     (tmp_path / "m").write_text("65530\n")
     assert max_map_count(str(tmp_path / "m")) == 65530
-    assert "stops at about 255 MiB" in map_count_note(65530)
+    note = map_count_note(65530, {"copy_read": 3000, "swap_heavy": 32765})
+    assert "peaked at 32765 host mappings (swap_heavy), 50 % of the cap" in note
+    assert "no build probe" in map_count_note(65530)
     assert map_count_note(MAP_COUNT_ENOUGH) is None and map_count_note(None) is None
     assert max_map_count(str(tmp_path / "none")) is None
     (tmp_path / "m").write_text("lots")
