@@ -312,9 +312,7 @@ PROBE_TOUCH = ("a = [b\"x\" * (4 << 20) for _ in range(400)]; del a[::2]; "
 # 1 GiB of fresh blobs whose page offset is the scratch buffer's: glibc's vector copy goes
 # backward then (forced here with its tunable, as on hosts whose memmove does not use
 # rep movsb), so only the ascending faults keep the mappings down.
-PROBE_COPY_READ = """\
-export {reads}=1 GLIBC_TUNABLES=glibc.cpu.x86_rep_movsb_threshold=2147483647
-{python} -c '
+COPY_READ_1GIB = """
 import numpy as np
 from engine.caffe.wire import readinto_at
 blobs = []
@@ -324,9 +322,10 @@ with open("/dev/zero", "rb", buffering=0) as f:
         at = -raw.ctypes.data % 4096
         readinto_at(f, memoryview(raw[at:at + (64 << 20)]), 0, "/dev/zero")
         blobs.append(raw)
-' || exit 6
-exit 0
 """
+BACKWARD_COPIES = "GLIBC_TUNABLES=glibc.cpu.x86_rep_movsb_threshold=2147483647"
+PROBE_COPY_READ = (f"export {{reads}}=1 {BACKWARD_COPIES}\n"
+                   f"{{python}} -c '{COPY_READ_1GIB}' || exit 6\nexit 0\n")
 # 1 GiB through a 256M cgroup with swap: written, then read and written again in a
 # shuffled order of its 16 MiB pieces, twice (pages swapped out and in, in no order)
 PROBE_SWAP = """\

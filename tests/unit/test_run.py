@@ -199,20 +199,27 @@ def test_forward_and_run_give_the_same_arrays_under_the_same_keys(models, tmp_pa
         assert all(np.array_equal(a[k], b[k]) for k in a.files)
 
 
-def test_a_failing_task_is_recorded_as_error(tmp_path):
+def _corrupt_fc6(tmp_path: Path) -> tuple[Path, Path]:
+    """AgeNet split into tmp_path/s with its fc6 partial corrupt but of the same size, as
+    if split so (the run checks the partials' digests up front): its LOAD fails. Returns
+    the partial and a pipeline of AgeNet alone."""
     prototxt, model = generate.write_zoo_model("AgeNet", tmp_path / "m", 1)
     desc = splitter.Description.load(splitter.split_model(model, prototxt, tmp_path / "s",
                                                           network="AgeNet"))
     partial = desc.resolve(desc.layers[12].partial)  # fc6
     data = bytearray(partial.read_bytes())
-    data[4:40] = b"\xff" * 36  # corrupt, same size: only reading the layer can tell
+    data[4:40] = b"\xff" * 36  # only reading the layer can tell
     partial.write_bytes(bytes(data))
-    # as if split so (the run checks the partials' digests up front): the task fails
     record = json.loads(Path(desc.path).read_text())
     record["layers"][12]["partial_sha256"] = hashlib.sha256(bytes(data)).hexdigest()
     Path(desc.path).write_text(json.dumps(record))
     pipe = tmp_path / "p.json"
     save_pipeline(_pipeline(["AgeNet"]), pipe)
+    return partial, pipe
+
+
+def test_a_failing_task_is_recorded_as_error(tmp_path):
+    partial, pipe = _corrupt_fc6(tmp_path)
     r = _cli("run", "--pipeline", str(pipe), "--models", str(tmp_path / "s"), "--policy",
              "partial:2", "--out", str(tmp_path / "run"), "--batch", "1")
     assert r.returncode == 1
@@ -233,18 +240,7 @@ def test_a_failing_task_is_recorded_as_error(tmp_path):
 def test_force_keeps_the_earlier_run_when_the_new_one_fails(models, tmp_path):
     """H3 (new-user pass): --force replaced a good run with one that failed (exit 1). A
     failed run is no result: the earlier run stays, the failed one's record lies beside."""
-    prototxt, model = generate.write_zoo_model("AgeNet", tmp_path / "m", 1)
-    desc = splitter.Description.load(splitter.split_model(model, prototxt, tmp_path / "s",
-                                                          network="AgeNet"))
-    partial = desc.resolve(desc.layers[12].partial)
-    data = bytearray(partial.read_bytes())
-    data[4:40] = b"\xff" * 36  # as in test_a_failing_task_is_recorded_as_error
-    partial.write_bytes(bytes(data))
-    record = json.loads(Path(desc.path).read_text())
-    record["layers"][12]["partial_sha256"] = hashlib.sha256(bytes(data)).hexdigest()
-    Path(desc.path).write_text(json.dumps(record))
-    pipe = tmp_path / "p.json"
-    save_pipeline(_pipeline(["AgeNet"]), pipe)
+    _, pipe = _corrupt_fc6(tmp_path)
     out = tmp_path / "run"
     args = ["run", "--pipeline", str(pipe), "--policy", "linear", "--out", str(out),
             "--batch", "1", "--sample-hz", "0"]

@@ -241,24 +241,15 @@ def test_calibrate_measures_the_sandboxes_per_page_costs(uml_kernel, tiny, tmp_p
     assert "uml backend" in device["source"] and "guest_pswpin_delta" in device["source"]
 
 
-# The engine's copy-read (engine.caffe.wire.readinto_at, as a UML run reads its weights)
-# into 1 GiB of fresh blobs at the scratch buffer's page offset, with glibc's vector copy
-# forced (as on hosts whose memmove does not use rep movsb): it copies backward there, and
-# without the ascending faults each page becomes a host mapping of its own.
-COPY_READ_1GIB = """
-import numpy as np
-from engine.caffe.wire import readinto_at
-blobs = []
-with open("/dev/zero", "rb", buffering=0) as f:
-    for _ in range(16):
-        raw = np.empty((64 << 20) + 4096, np.uint8)
-        at = -raw.ctypes.data % 4096
-        readinto_at(f, memoryview(raw[at:at + (64 << 20)]), 0, "/dev/zero")
-        blobs.append(raw)
+# The build probe's copy-read (engine.vm.uml.COPY_READ_1GIB: the engine's readinto_at into
+# 1 GiB of fresh blobs at the scratch buffer's page offset, glibc's vector copy forced, as
+# on hosts whose memmove does not use rep movsb): it copies backward there, and without
+# the ascending faults each page becomes a host mapping of its own.
+COPY_READ_1GIB = uml.COPY_READ_1GIB + """
 rss = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmRSS"))
 print("resident MiB", rss // 1024)
 """
-BACKWARD_COPIES = "GLIBC_TUNABLES=glibc.cpu.x86_rep_movsb_threshold=2147483647"
+BACKWARD_COPIES = uml.BACKWARD_COPIES
 
 
 def test_the_engines_copy_read_reaches_1_gib_under_the_hosts_mapping_cap(uml_kernel,
