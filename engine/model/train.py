@@ -230,6 +230,7 @@ def _read_campaign(tables_dir: str | os.PathLike, models_dir: str | os.PathLike)
         raise EdgeprofError(f"{folder}/tasks.parquet: {int(bad.sum())} task(s) of finished "
                             f"runs have no or a negative duration_ns; rerun the tidy and "
                             f"aggregate stages")
+    _check_arrivals(networks, runs, folder)
     if runs.empty:
         raise EdgeprofError(f"{folder}/runs.parquet holds no runs to fit a model on")
     old = sorted({"batch", "child_cpus", "page_bytes"} - set(runs.columns))
@@ -244,6 +245,19 @@ def _read_campaign(tables_dir: str | os.PathLike, models_dir: str | os.PathLike)
     descriptions = {n: Description.load(index[n]) for n in
                     set(runs["networks"].str.split().explode())}
     return runs, tasks, networks, descriptions
+
+
+def _check_arrivals(networks: pd.DataFrame, runs: pd.DataFrame, folder: Path) -> None:
+    """EdgeprofError when a finished run's networks rows lack an arrival: only a run
+    that never started may (``unknown_arrivals`` skips those); a finished one would be
+    skipped too and silently move the calibration (its baseline)."""
+    done = networks[networks["run_id"].isin(runs.loc[runs["termination"] == "ok", "run_id"])]
+    for column in ("arrival", "arrival_ns"):
+        bad = done.loc[done[column].isna(), "run_id"].astype(str)
+        if not bad.empty:
+            raise EdgeprofError(f"{folder}/networks.parquet: {bad.nunique()} finished run(s) "
+                                f"have no {column} (e.g. {sorted(bad)[0]}); rerun the tidy "
+                                f"and aggregate stages")
 
 
 # what calibrate fits each mode's parallel CPUs and baseline on: without them it would
