@@ -38,6 +38,26 @@ def main(args: argparse.Namespace) -> None:
                     "the tables, descriptions or model it scores")
     t0 = time.perf_counter()
     summary = evaluate_files(args.tables, args.models, args.model, args.out, args.orderings)
-    for mode, scores in summary.items():
-        print(f"{mode}: {scores}", file=sys.stderr)
+    for line in summary_lines(summary):
+        print(line, file=sys.stderr)
     print(f"-> {args.out} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+
+
+def summary_lines(summary: dict) -> list[str]:
+    """``evaluate_files``' summary as text, one line per note or score (a log reader
+    reads sentences, not a dict's repr)."""
+    lines = []
+    for mode, schemes in summary.items():
+        if not isinstance(schemes, dict):  # the model's SHA-256
+            continue
+        for scheme, entry in schemes.items():
+            if not isinstance(entry, dict):  # the error quantiles of the interval
+                continue
+            lines += [f"{mode} {scheme}: {note}" for note in entry.get("notes", [])]
+            for name, value in entry.items():
+                if name == "notes":
+                    continue
+                shown = "n/a" if value is None else (
+                    f"{value:.3g}" if isinstance(value, float) else value)
+                lines.append(f"{mode} {scheme} {name}: {shown}")
+    return lines

@@ -279,11 +279,18 @@ def cross_validate(runs: pd.DataFrame, tasks: pd.DataFrame, networks: pd.DataFra
             for i, (fold, test) in enumerate(fold_list):
                 progress(f"{key} {scheme}: fold {i + 1}/{len(fold_list)} ({fold})")
                 train_runs = part[~part["pipeline"].isin(test)]
+                if train_runs.empty:  # one fold of twins holds every pipeline
+                    notes.append((key, scheme, f"fold {fold}: not cross-validated: every "
+                                  f"pipeline is a twin of this fold's (the same networks): "
+                                  f"nothing left to train on; two pipelines of other "
+                                  f"networks are needed"))
+                    continue
                 model = trainer(train_runs, tasks[tasks["run_id"].isin(train_runs["run_id"])],
                                 networks[networks["run_id"].isin(train_runs["run_id"])],
                                 descriptions)
                 if key not in model.modes:
-                    notes.append((key, scheme, f"fold {fold}: {model.unfitted.get(key)}"))
+                    notes.append((key, scheme, f"fold {fold}: "
+                                  f"{model.unfitted.get(key) or 'no fit of its training runs'}"))
                     continue
                 test_runs = part[part["pipeline"].isin(test)]
                 cells = measured_cells(test_runs)
