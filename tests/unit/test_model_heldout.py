@@ -152,3 +152,71 @@ def test_a_model_file_edited_by_hand_is_refused(tiny, tmp_path, capsys, edit):
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert str(model) in err and "refit it with fit-model" in err, err
     assert not (tmp_path / "s").exists()
+
+
+# report 36b
+
+
+@pytest.mark.parametrize("verb", ["fit-model", "evaluate-model", "score-holdout"])
+def test_a_finished_run_without_an_arrival_is_a_damaged_table(tiny, tmp_path, capsys, verb):
+    """M1: NaN arrival_ns in a finished run's networks rows was skipped as if the run
+    never started, and the fitted baseline moved. Refused in one line naming the table,
+    the column, a run and the fix, by every verb that reads the tables."""
+    split = str(Path(tiny.path).parent)
+    runs, tasks, networks = campaign({"Tiny": tiny}, {"p000": ["Tiny"], "p001": ["Tiny"] * 2})
+    good = _tables(tmp_path / "good", [(runs, tasks, networks)])
+    assert main(["fit-model", "--tables", good, "--models", split, "--out",
+                 str(tmp_path / "m.json")]) == 0
+    capsys.readouterr()
+    hit = networks["run_id"] == "p001/linear/none/rep1"  # finished (termination ok)
+    assert hit.sum() == 2 and set(runs.loc[runs["run_id"] == "p001/linear/none/rep1",
+                                           "termination"]) == {"ok"}
+    bad = _tables(tmp_path / "bad", [(runs, tasks,
+                                      networks.assign(arrival_ns=networks["arrival_ns"]
+                                                      .where(~hit)))])
+    args = {"fit-model": ["--out", str(tmp_path / "x.json")],
+            "evaluate-model": ["--model", str(tmp_path / "m.json"), "--out",
+                               str(tmp_path / "ev")],
+            "score-holdout": ["--model", str(tmp_path / "m.json"), "--out",
+                              str(tmp_path / "sh")]}[verb]
+    code = main([verb, "--tables", bad, "--models", split, *args])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert f"{bad}/networks.parquet" in err and "arrival_ns" in err, err
+    assert "p001/linear/none/rep1" in err and "1 finished run(s)" in err, err
+    assert "rerun the tidy and aggregate stages" in err, err
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_a_fold_of_twins_holding_every_pipeline_says_why_in_words(tiny, tmp_path, capsys):
+    """M3: p000 and p001 are both [Tiny, Tiny]: one leave-pipeline-out fold holds both,
+    nothing is left to train on, and the note read "fold p000+p001: None"; stderr
+    printed the summary as a Python dict, and advise repeated the None."""
+    split = str(Path(tiny.path).parent)
+    tables = _tables(tmp_path / "t", [campaign({"Tiny": tiny}, {"p000": ["Tiny"] * 2,
+                                                                "p001": ["Tiny"] * 2})])
+    model = tmp_path / "model" / "m.json"
+    model.parent.mkdir()
+    assert main(["fit-model", "--tables", tables, "--models", split, "--out", str(model)]) == 0
+    capsys.readouterr()
+    code = main(["evaluate-model", "--tables", tables, "--models", split, "--model",
+                 str(model), "--out", str(model.parent), "--orderings", "1"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    scores = pd.read_csv(model.parent / "cv_scores.csv")
+    lpo = scores[(scores["scheme"] == "leave-pipeline-out")
+                 & (scores["metric"] == "cross-validation")]["note"].tolist()
+    assert lpo == ["fold p000+p001: not cross-validated: every pipeline is a twin of this "
+                   "fold's (the same networks): nothing left to train on; two pipelines "
+                   "of other networks are needed"], lpo
+    assert "None" not in scores["note"].astype(str).str.cat(sep=" ")
+    assert "{" not in err and "None" not in err, err  # text lines, not a dict's repr
+    assert "native/lean leave-pipeline-out: fold p000+p001: not cross-validated" in err, err
+    save_pipeline(Pipeline("q", [Arrival(0.0, ["Tiny", "Tiny"])]), tmp_path / "q.json")
+    assert main(["advise", "--pipeline", str(tmp_path / "q.json"), "--model", str(model),
+                 "--models", split]) == 0
+    out = capsys.readouterr().out
+    assert "leave-pipeline-out: unknown (fold p000+p001: not cross-validated" in out, out
+    assert "None" not in out, out
