@@ -42,7 +42,10 @@ def write_failure(exc: OSError) -> str:
     """One line naming the file and the error number: "cannot write F: why (ENAME)"."""
     where = f" {exc.filename}" if exc.filename else ""
     name = errno.errorcode.get(exc.errno or 0, str(exc.errno))
-    return f"cannot write{where}: {exc.strerror or exc} ({name})"
+    # the errno's own words: pyarrow's strerror is its whole message ("Error writing
+    # bytes to file. Detail: [errno 27] File too large"), where other writers' is these
+    why = os.strerror(exc.errno) if exc.errno else (exc.strerror or str(exc))
+    return f"cannot write{where}: {why} ({name})"
 
 
 @contextlib.contextmanager

@@ -52,11 +52,13 @@ def _modes(summary: pd.DataFrame) -> pd.Series:
     return summary["sandbox"].fillna("none").replace({"": "native", "none": "native"})
 
 
-def _extremes(summary: pd.DataFrame, metric: str) -> dict[tuple, tuple[str, str, bool, int]]:
+def _extremes(summary: pd.DataFrame, metric: str
+              ) -> dict[tuple, tuple[str, str, bool | None, int]]:
     """(mode, runtime, limit, size bin) -> (least, most, CIs apart, policies) of
     ``metric`` over the size bins' rows, in mode, runtime, limit and size order; a cell
     where every policy has the same median says so (e.g. none swapped). A policy with
-    runs that did not finish is never the least: named beside it as left out."""
+    runs that did not finish is never the least: named beside it as left out. When no
+    policy of a cell finished, neither least nor most is known and CIs apart is None."""
     bins = summary[summary["level"] == "size_bin"].copy()
     bins["mode"] = _modes(bins)
     cols = [f"{metric}_median", f"{metric}_ci_low", f"{metric}_ci_high"]
@@ -82,9 +84,9 @@ def _extremes(summary: pd.DataFrame, metric: str) -> dict[tuple, tuple[str, str,
         measured = cell[cell[cols[0]].notna()]  # crashed runs measured nothing
         finished = measured[~not_ok[measured.index]]
         if finished.empty or len(cell) < 2:
-            most = "n/a" if measured.empty else _mib(
-                measured.loc[measured[cols[0]].idxmax()], metric)
-            out[key] = (f"n/a ({left_out})", most, True, len(cell))
+            # what killed runs measured is cut short: no bound on the most either, and
+            # no two CIs to hold apart
+            out[key] = (f"n/a ({left_out})", "n/a (no policy finished)", None, len(cell))
             continue
         most = measured.loc[measured[cols[0]].idxmax()]
         least = finished.loc[finished[cols[0]].idxmin()]
@@ -101,7 +103,8 @@ def _extremes(summary: pd.DataFrame, metric: str) -> dict[tuple, tuple[str, str,
 def extremes_table(summary: pd.DataFrame, metric: str) -> str:
     """One row per (mode, runtime, limit, size bin): the policy with the least and the
     most ``metric`` (MiB), and whether their 95 % CIs are apart."""
-    rows = [[*map(str, key), least, most, "yes" if apart else "no", str(n)]
+    rows = [[*map(str, key), least, most, {True: "yes", False: "no"}.get(apart, "n/a"),
+             str(n)]
             for key, (least, most, apart, n) in _extremes(summary, metric).items()]
     return markdown_table(["mode", "runtime", "limit", "size bin", "least (MiB, 95 % CI)",
                            "most (MiB, 95 % CI)", "CIs apart", "policies"], rows)
@@ -119,8 +122,10 @@ def peaks_table(summary: pd.DataFrame, mode: str | None = None) -> str:
     rows = []
     for key, (least, most, apart, _) in ram.items():
         s_least, s_most, s_apart, _ = swap.get(key, ("n/a", "n/a", True, 0))
-        rows.append([*map(str, key), least, most + ("" if apart else " ≈"), s_least,
-                     s_most + ("" if s_apart or s_least.startswith("every") else " ≈")])
+        # ≈ only where two known CIs overlap (apart is None: a side is unknown)
+        rows.append([*map(str, key), least, most + ("" if apart is not False else " ≈"),
+                     s_least, s_most + ("" if s_apart is not False
+                                        or s_least.startswith("every") else " ≈")])
     return markdown_table(["mode", "runtime", "limit", "size bin", "least peak RAM (MiB)",
                            "most peak RAM", "least peak swap (MiB)", "most peak swap"], rows)
 

@@ -402,17 +402,22 @@ def write_tables(tables: dict[str, pd.DataFrame], out_dir: str | os.PathLike,
     """``<name>.csv`` and ``<name>.parquet`` per table, and each of ``texts`` (file name ->
     its text), moved into place together (every target checked first, so a folder in one's
     place leaves none of them half a set)."""
-    from engine.files import staged
+    from engine.files import made_folder, naming, staged
 
     out = Path(out_dir)
     check_table_outputs(out, tables, texts or {})
-    out.mkdir(parents=True, exist_ok=True)
-    with staged(out, ".tables.") as tmp:  # an interrupted writer leaves none of the set
+    # a failed writer (a full disk) leaves no --out it created; an interrupted one none of
+    # the set. pyarrow's and pandas' write errors carry no file name: each names the file
+    # it was writing, as the user will find it (not the hidden staging folder)
+    with made_folder(out), staged(out, ".tables.") as tmp:
         for name, df in tables.items():
-            df.to_csv(tmp / f"{name}.csv", index=False)
-            df.to_parquet(tmp / f"{name}.parquet", index=False)
+            with naming(out / f"{name}.csv"):
+                df.to_csv(tmp / f"{name}.csv", index=False)
+            with naming(out / f"{name}.parquet"):
+                df.to_parquet(tmp / f"{name}.parquet", index=False)
         for name, text in (texts or {}).items():
-            (tmp / name).write_text(text)
+            with naming(out / name):
+                (tmp / name).write_text(text)
 
 
 def downsample(samples: pd.DataFrame, max_rows: int = MAX_SAMPLES_PER_RUN) -> pd.DataFrame:

@@ -1079,6 +1079,9 @@ def test_advise_names_a_sandboxs_fit_by_the_sandbox(advice_files, capsys):
     data = json.loads((root / "model.json").read_text())
     mode = data["modes"].pop("native/lean")
     data["modes"]["uml/lean"] = {**mode, "mode": "uml"}
+    from engine.model.params import DIGEST, model_digest
+
+    data[DIGEST] = model_digest(data)  # resealed: the mode as a uml fit would write it
     (root / "model.json").write_text(json.dumps(data))
     for extra in (["--limit", "512M"], ["--find-limit"]):
         code, out, err = _advise(capsys, "--pipeline", str(root / "p.json"), "--model",

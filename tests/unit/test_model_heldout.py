@@ -220,3 +220,59 @@ def test_a_fold_of_twins_holding_every_pipeline_says_why_in_words(tiny, tmp_path
     out = capsys.readouterr().out
     assert "leave-pipeline-out: unknown (fold p000+p001: not cross-validated" in out, out
     assert "None" not in out, out
+
+
+@pytest.mark.parametrize("verb", ["score-holdout", "evaluate-model"])
+def test_tables_that_cannot_be_written_name_the_file_and_leave_no_out(tiny, tmp_path, verb):
+    """M2 (report 36b): under a file size limit (a full disk would do the same) both said
+    "cannot write: Error writing bytes to file..." without a file, and left the empty
+    --out they had created. Exit 1 naming the table being written; no --out, nor the
+    parent it created."""
+    import re
+    import subprocess
+    import sys
+
+    from tests.unit.test_faults import REPO, _file_size_limit
+
+    split = str(Path(tiny.path).parent)
+    train = _tables(tmp_path / "train", [campaign({"Tiny": tiny},
+                                                  {"p000": ["Tiny"], "p001": ["Tiny"] * 2})])
+    held = _tables(tmp_path / "held", [campaign({"Tiny": tiny}, {"hp000": ["Tiny"] * 3})])
+    assert main(["fit-model", "--tables", train, "--models", split, "--out",
+                 str(tmp_path / "m.json")]) == 0
+    before = sorted(p.name for p in tmp_path.iterdir())
+    out = tmp_path / "new" / "out"
+    # 1 KiB: below every table either verb writes (a parquet file's footer alone is more)
+    r = subprocess.run([sys.executable, "-m", "engine", verb, "--tables",
+                        held if verb == "score-holdout" else train, "--models", split,
+                        "--model", str(tmp_path / "m.json"), "--out", str(out),
+                        "--orderings", "1"], cwd=REPO, capture_output=True, text=True,
+                       timeout=300, preexec_fn=_file_size_limit(1024))
+    assert r.returncode == 1, r.stderr
+    table = rf"{re.escape(str(out))}/\w+\.(csv|parquet)"
+    assert re.search(rf"^error: cannot write {table}: File too large \(EFBIG\)$", r.stderr,
+                     re.M), r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no "new", no "out"
+
+
+def test_a_parquet_table_that_cannot_be_written_is_named(tmp_path):
+    """M2: pyarrow's write error has an errno but neither file name nor strerror. A table
+    whose CSV (a few bytes) fits under the limit and whose Parquet file does not: the
+    Parquet file is named, in the errno's words."""
+    import subprocess
+    import sys
+
+    from tests.unit.test_faults import REPO, _file_size_limit
+
+    code = ("import sys, pandas as pd\n"
+            "from engine.analysis.tables import write_tables\n"
+            "from engine.files import write_failure\n"
+            "try:\n"
+            "    write_tables({'t': pd.DataFrame({'x': [1]})}, sys.argv[1])\n"
+            "except OSError as exc:\n"
+            "    print(write_failure(exc))\n")
+    out = tmp_path / "new" / "out"
+    r = subprocess.run([sys.executable, "-c", code, str(out)], cwd=REPO, capture_output=True,
+                       text=True, timeout=120, preexec_fn=_file_size_limit(512))
+    assert r.stdout == f"cannot write {out}/t.parquet: File too large (EFBIG)\n", r.stderr
+    assert list(tmp_path.iterdir()) == []

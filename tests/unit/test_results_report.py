@@ -72,7 +72,7 @@ def test_a_policy_whose_runs_were_killed_is_never_the_least_and_is_named():
     line = extremes_table(pd.DataFrame(rows), "peak_rss_bytes").splitlines()[2]
     assert line == ("| uml | caffe | 64M | <400MB | n/a (bulk: 1 of 3 runs ended timeout; "
                     "linear: 1 of 3 runs ended timeout; deepeye: 1 of 3 runs ended timeout) | "
-                    "deepeye 90 [85, 95] | yes | 3 |")
+                    "n/a (no policy finished) | n/a | 3 |")
 
 
 def test_the_report_says_killed_policies_are_left_out(tmp_path):
@@ -107,14 +107,45 @@ def test_a_cell_whose_runs_all_crashed_is_named_not_dropped(tmp_path):
     assert lines[2:] == [
         "| native | caffe | none | <400MB | linear 60 [55, 65] | bulk 90 [85, 95] | yes | 2 |",
         "| uml | caffe | 64M | <400MB | n/a (bulk: 1 of 1 runs ended error; linear: 1 of 1 "
-        "runs ended error) | n/a | yes | 2 |"]
+        "runs ended error) | n/a (no policy finished) | n/a | 2 |"]
     pd.DataFrame(rows).assign(emulated=False).to_parquet(tmp_path / "summary.parquet")
     uml = report(tmp_path, mode="uml", peaks_only=True).splitlines()
     assert uml[-1] == ("| uml | caffe | 64M | <400MB | n/a (bulk: 1 of 1 runs ended error; "
-                       "linear: 1 of 1 runs ended error) | n/a | n/a | n/a |")
+                       "linear: 1 of 1 runs ended error) | n/a (no policy finished) | n/a | "
+                       "n/a |")
     # one policy crashed beside one that finished: the finished one is the least, and the
     # crashed one is named
     line = extremes_table(pd.DataFrame([native[0], _crashed("bulk", "none", "none")]),
                           "peak_rss_bytes").splitlines()[2]
     assert line == ("| native | caffe | none | <400MB | linear 60 [55, 65] (left out: bulk: "
                     "1 of 1 runs ended error) | linear 60 [55, 65] | no | 2 |")
+
+
+def test_a_cell_no_policy_of_which_finished_has_no_most_and_no_cis_apart(tmp_path):
+    """M4 (report 36b): every run OOM-killed (wf3, run.swap 0): least was n/a, but most
+    showed partial:2's 42 MiB, a peak its killed runs never reached, and "CIs apart" said
+    yes with no least CI. Both sides are n/a, the most naming why, and CIs apart is n/a;
+    in the side-by-side table no ≈ (no two CIs to overlap)."""
+    from engine.analysis.report import peaks_table, report
+
+    rows = [_row("bulk", "48M", "0-150 MiB", 30, 30, 30),
+            _row("partial:2", "48M", "0-150 MiB", 42, 42, 42)]
+    for r in rows:
+        r.update(runs=2, runs_not_ok=2, ended="memory", emulated=True,
+                 peak_swap_bytes_median=0.0, peak_swap_bytes_ci_low=0.0,
+                 peak_swap_bytes_ci_high=0.0)
+    left = "bulk: 2 of 2 runs ended memory; partial:2: 2 of 2 runs ended memory"
+    for metric in ("peak_rss_bytes", "peak_swap_bytes"):
+        assert extremes_table(pd.DataFrame(rows), metric).splitlines()[2:] == [
+            f"| uml | caffe | 48M | 0-150 MiB | n/a ({left}) | n/a (no policy finished) | "
+            f"n/a | 2 |"]
+    assert peaks_table(pd.DataFrame(rows)).splitlines()[2] == (
+        f"| uml | caffe | 48M | 0-150 MiB | n/a ({left}) | n/a (no policy finished) | "
+        f"n/a ({left}) | n/a (no policy finished) |")
+    pd.DataFrame(rows).to_parquet(tmp_path / "summary.parquet")
+    text = report(tmp_path)
+    assert "42" not in text and "| yes |" not in text and "| no |" not in text, text
+    # one policy, killed: the same (nothing to compare, nothing known)
+    line = extremes_table(pd.DataFrame(rows[1:]), "peak_rss_bytes").splitlines()[2]
+    assert line == ("| uml | caffe | 48M | 0-150 MiB | n/a (partial:2: 2 of 2 runs ended "
+                    "memory) | n/a (no policy finished) | n/a | 1 |")
