@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.errors import EdgeprofError
+from engine.files import naming
 from engine.limits.vm import QEMU
 from engine.procs import preexec, stamped_tempdir
 from engine.runner.interrupt import signals_deferred
@@ -135,7 +136,7 @@ def boot(guest: Guest | uml.Uml, share: Path, *, accel: str = "tcg", ram_mb: int
             with signals_deferred():
                 swap_dir = stamped_tempdir(SWAP_PREFIX, share.parent)
             swap_image = swap_dir / "swap.img"
-            with open(swap_image, "wb") as f:
+            with naming(swap_image), open(swap_image, "wb") as f:
                 f.truncate(swap_bytes)  # sparse; the guest runs mkswap at every boot
         if isinstance(guest, uml.Uml):
             argv, env = uml.boot_argv(guest.binary, share, ram_mb, swap_image), uml.environ()

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from engine.caffe.wire import UML_READS_ENV, UNORDERED
 from engine.errors import EdgeprofError
+from engine.files import naming
 from engine.probes import hostload
 from engine.probes.vmstat import GUEST_ENV
 from engine.runner.interrupt import Interrupted, Signalled, ignore_signals, signals_unwind
@@ -241,7 +242,8 @@ def boot_job(py_args: list[str], share: Path, limit: int | None, swap: int | Non
     cfg = cfg or VmConfig.from_env()
     guest = built_sandbox(sandbox)
     p = plan(cfg, limit, swap, guest)
-    (share / "job.sh").write_text(job_script(py_args, p.accel, Path.cwd(), p.preload))
+    with naming(share / "job.sh"):
+        (share / "job.sh").write_text(job_script(py_args, p.accel, Path.cwd(), p.preload))
     res = vmboot.boot(guest, share, accel=p.accel, ram_mb=p.ram_bytes // MIB, smp=cfg.smp,
                       swap_bytes=p.swap_device_bytes, sd_card=p.sd_card,
                       boot_timeout_s=cfg.boot_timeout_s, timeout_s=timeout_s or cfg.timeout_s,
@@ -347,7 +349,8 @@ def run_in_vm(request: RunRequest, cfg: VmConfig | None = None,
                 pipeline=str(Path(request.pipeline).resolve()),
                 models=str(Path(request.models).resolve()), out=GUEST_OUT, force=False,
                 backend="cgroup2")
-            (share / GUEST_REQUEST).write_text(inner.to_json())
+            with naming(share / GUEST_REQUEST):
+                (share / GUEST_REQUEST).write_text(inner.to_json())
             timeout = request.options.timeout_s
             host_timeout = None if timeout is None else timeout * 1.5 + 300
             load_start, started_at = hostload.snapshot(), time.time()
@@ -385,9 +388,11 @@ def run_in_vm(request: RunRequest, cfg: VmConfig | None = None,
                           load, started_at)
             if auto is not None:
                 meta.limits["auto"] = auto | {"chosen": sandbox}
-            (run / "console.log").write_text(res.console)
+            with naming(Path(request.out) / "console.log"):  # the name it is published under
+                (run / "console.log").write_text(res.console)
             if (share / "job.log").is_file():
-                shutil.copyfile(share / "job.log", run / "guest_job.log")
+                with naming(Path(request.out) / "guest_job.log"):
+                    shutil.copyfile(share / "job.log", run / "guest_job.log")
             meta.write(run)
             failed = meta.termination == "error"
             claim.publish(run, (meta.termination_detail or "error") if failed else None)

@@ -309,3 +309,20 @@ def test_a_swap_heavy_run_at_512m_completes_and_records_its_peak_mappings(uml_ke
     peak, cap = meta["vm"]["host_maps_peak"], meta["vm"]["host_max_map_count"]
     assert peak is not None and 0 < peak < cap, (peak, cap)
     assert json.loads((out / "meta.json").read_text())["vm"]["host_maps_peak"] == peak
+
+
+def test_a_uml_run_that_cannot_write_its_files_names_the_file(uml_kernel, tiny, tmp_path):
+    """Third held-out pass M1: under --backend uml a full disk (ulimit -f) said 'cannot
+    write: File too large' without the file; it names it, exits 1, and leaves no folder."""
+    from tests.unit.test_faults import _file_size_limit
+
+    out = tmp_path / "w" / "run"
+    r = subprocess.run([sys.executable, "-m", "engine", "run", "--pipeline",
+                        str(tiny["pipeline"]), "--models", str(tiny["models"]), "--policy",
+                        "linear", "--out", str(out), "--batch", "1", "--backend", "uml",
+                        "--limit", "64M"], cwd=REPO, capture_output=True, text=True,
+                       timeout=300, preexec_fn=_file_size_limit(4096))
+    assert r.returncode == 1, r.stderr
+    line = r.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: cannot write /") and "File too large (EFBIG)" in line, line
+    assert not out.exists()
