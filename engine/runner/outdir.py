@@ -18,7 +18,7 @@ import shutil
 from pathlib import Path
 
 from engine.errors import EdgeprofError, RunFailed
-from engine.files import SNAKEMAKE_MARKER, normal_mode
+from engine.files import SNAKEMAKE_MARKER, naming, normal_mode
 from engine.procs import stamped_tempdir, sweep
 
 TEMP_KINDS = ("", "vm.", "old.")  # .<name>.<kind><pid>.<random>: assembly, vm share, replaced
@@ -67,8 +67,9 @@ class OutClaim:
         fd = self._lock()
         self._fd = fd
         try:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            with naming(self.lock):  # a full disk is told where it hit
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
             self._restore_replaced()
             self._check()
             for prefix in (*(f".{self.out.name}.{kind}" for kind in TEMP_KINDS), SWAP_PREFIX):

@@ -195,3 +195,19 @@ def test_models_that_cannot_be_written_leave_no_out_folder(tmp_path):
     assert r.returncode == 1, r.stderr
     assert "age_net.caffemodel: File too large (EFBIG)" in r.stderr, r.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_on_a_disk_full_from_the_start_names_its_first_file(split_dir, tmp_path):
+    """Fourth held-out pass M1: with no byte writable (ulimit -f 0) the run's first write,
+    its --out claim, said 'cannot write: File too large' without the file."""
+    pipe = tmp_path / "p.json"
+    save_pipeline(Pipeline("f", [Arrival(0.0, ["AgeNet"])]), pipe)
+    r = subprocess.run([sys.executable, "-m", "engine", "run", "--pipeline", str(pipe),
+                        "--models", str(split_dir), "--policy", "linear", "--out",
+                        str(tmp_path / "run"), "--batch", "1", "--backend", "none"],
+                       cwd=REPO, capture_output=True, text=True, timeout=300,
+                       preexec_fn=_file_size_limit(0))
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.strip() == (f"error: cannot write {tmp_path / '.run.lock'}: File too "
+                                f"large (EFBIG)"), r.stderr
+    assert not (tmp_path / "run").exists()
