@@ -262,8 +262,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # Ctrl-C reaches the whole foreground group; the parent stops us through stdin.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    stats = sample(args.pid, args.csv_path, args.hz, args.cgroup, args.uss,
-                   sys.stdin.fileno())
+    try:
+        stats = sample(args.pid, args.csv_path, args.hz, args.cgroup, args.uss,
+                       sys.stdin.fileno())
+    except OSError as exc:  # a full disk: said in the statistics, never a traceback
+        stats = {"error": f"cannot write {args.csv_path}: {exc.strerror or exc}"}
     try:
         json.dump(stats, sys.stdout)
         sys.stdout.flush()

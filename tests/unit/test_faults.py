@@ -4,6 +4,7 @@ nothing half-written may stay, and no result may be lost."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -211,3 +212,15 @@ def test_a_run_on_a_disk_full_from_the_start_names_its_first_file(split_dir, tmp
     assert r.stderr.strip() == (f"error: cannot write {tmp_path / '.run.lock'}: File too "
                                 f"large (EFBIG)"), r.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_a_sampler_that_cannot_write_says_so_in_its_statistics(tmp_path):
+    """Fourth held-out pass M2: the sampler printed a chained traceback when its
+    samples.csv could not be written; it says so in one statistic, and nothing else."""
+    r = subprocess.run([sys.executable, "-m", "engine.probes.sampler", str(os.getpid()),
+                        str(tmp_path / "samples.csv"), "--hz", "50"], cwd=REPO,
+                       input="", capture_output=True, text=True, timeout=60,
+                       preexec_fn=_file_size_limit(0))
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    stats = json.loads(r.stdout.strip().splitlines()[-1])  # after its "ready" line
+    assert stats == {"error": f"cannot write {tmp_path / 'samples.csv'}: File too large"}
