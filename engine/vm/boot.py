@@ -188,7 +188,7 @@ def boot(guest: Guest | uml.Uml, share: Path, *, accel: str = "tcg", ram_mb: int
                     pass
     finally:
         with signals_deferred():  # a second Ctrl-C must not leave the swap image behind
-            maps_peak = maps.stop().peak if maps is not None else None  # a last look
+            maps_peak = maps.stop() if maps is not None else None  # a last look
             if proc is not None:
                 _kill(proc)
             if reader is not None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
 
 import psutil
 
@@ -59,12 +58,6 @@ def cap_note(peak: int | None, cap: int | None) -> str | None:
             f"(docs/sandboxes.md)")
 
 
-@dataclass
-class MapsResult:
-    peak: int | None  # the largest count seen; None: never sampled
-    at_cap_s: float | None  # how long the session sat at the cap before it was ended
-
-
 class MapWatch:
     """Samples ``leader``'s tree every ``poll_s`` in a thread; ``hit`` is set once its
     largest process has stayed within AT_CAP_SLACK of ``cap`` for ``window_s``."""
@@ -83,11 +76,11 @@ class MapWatch:
         self._thread.start()
         return self
 
-    def stop(self) -> MapsResult:
+    def stop(self) -> int | None:
+        """Stop sampling (after a last look); the peak count seen (None: never sampled)."""
         self._stop.set()
         self._thread.join()
-        at_cap = self.window_s if self.hit.is_set() else None
-        return MapsResult(self.peak, at_cap)
+        return self.peak
 
     def sample(self, now: float) -> None:
         """One look: the peak, and the time at the cap."""

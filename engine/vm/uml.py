@@ -398,7 +398,7 @@ def _probe_boot(argv: list[str], share: Path) -> tuple[int, str]:
             elif time.monotonic() > deadline:
                 why = f"the probe boot did not finish in {PROBE_TIMEOUT_S} s"
     finally:
-        peak = watch.stop().peak or 0
+        peak = watch.stop() or 0
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
