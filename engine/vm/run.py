@@ -12,7 +12,6 @@ into place. A guest that fails to come up still yields a run folder: termination
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import shlex
@@ -27,7 +26,7 @@ from pathlib import Path
 
 from engine.caffe.wire import UML_READS_ENV, UNORDERED
 from engine.errors import EdgeprofError
-from engine.files import naming
+from engine.files import naming, sha256_file
 from engine.probes import hostload
 from engine.probes.vmstat import GUEST_ENV
 from engine.runner.interrupt import Interrupted, Signalled, ignore_signals, signals_unwind
@@ -448,7 +447,7 @@ def _preload_facts(preload: Path | None) -> dict | None:
     """The preload a UML guest's processes ran with, and its digest (None: without)."""
     if preload is None:
         return None
-    digest = hashlib.sha256(preload.read_bytes()).hexdigest() if preload.is_file() else None
+    digest = sha256_file(preload) if preload.is_file() else None
     return {"path": str(preload), "sha256": digest, "source": uml.PRELOAD_SOURCE.name}
 
 
@@ -520,7 +519,6 @@ def _error_meta(request: RunRequest, pipeline: Pipeline, policy: Policy,
                 res: vmboot.BootResult, run: Path, descriptions: dict[str, Path]) -> RunMeta:
     """The record of a run the guest never finished: what was asked (the aggregate checks
     it against the config, engine.workflow.args.run_settings), and why it ended."""
-    from engine.files import sha256_file
     from engine.runner.folder import assemble
     from engine.runner.supervise import request_meta
 
