@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,10 +18,27 @@ from engine import ops
 from engine.caffe import graph, io, wire
 from engine.caffe.splitter import Description
 from engine.errors import ModelError
-from engine.runtime import DEFAULT_RUNTIME, runtime
+from engine.runtime import DEFAULT_RUNTIME, RUNTIMES
+
+if TYPE_CHECKING:
+    from engine.runtime.caffe import CaffeRuntime
+    from engine.runtime.lean import LeanRuntime
 
 # Caffe's ImageNet BGR means, as EdgeCaffe's descriptions use for mean subtraction.
 MEAN_BGR = (104.0, 117.0, 123.0)
+
+
+def runtime(name: str) -> LeanRuntime | CaffeRuntime:
+    """The runtime called ``name`` (one of ``engine.runtime.RUNTIMES``); imported here, by
+    the only code that runs one, so a job that merely names the runtimes (an option's
+    choices) does not import their code."""
+    if name == "lean":
+        from engine.runtime.lean import LeanRuntime
+        return LeanRuntime()
+    if name == "caffe":
+        from engine.runtime.caffe import CaffeRuntime
+        return CaffeRuntime()
+    raise ValueError(f"unknown runtime {name!r}; choose one of {', '.join(RUNTIMES)}")
 
 
 def synthetic_image(height: int, width: int, seed: int) -> np.ndarray:

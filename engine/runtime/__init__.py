@@ -33,22 +33,6 @@ measured against real Caffe (``engine/realcaffe/probe.cpp``, compared with this 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from engine.runtime.caffe import CaffeRuntime
-    from engine.runtime.lean import LeanRuntime
-
 RUNTIMES = ("lean", "caffe")
 DEFAULT_RUNTIME = "lean"
 
-
-def runtime(name: str) -> LeanRuntime | CaffeRuntime:
-    """The runtime called ``name`` (one of ``RUNTIMES``)."""
-    if name == "lean":
-        from engine.runtime.lean import LeanRuntime
-        return LeanRuntime()
-    if name == "caffe":
-        from engine.runtime.caffe import CaffeRuntime
-        return CaffeRuntime()
-    raise ValueError(f"unknown runtime {name!r}; choose one of {', '.join(RUNTIMES)}")

@@ -205,41 +205,6 @@ def _build_deepeye(instances: list[Instance], frugal: bool = False) -> TaskGraph
     return g
 
 
-def _reachable(fn: Callable) -> list[Callable]:
-    """``fn`` and every function of this module it calls, transitively."""
-    import inspect
-
-    seen: dict[str, Callable] = {}
-    todo = [fn]
-    while todo:
-        f = todo.pop()
-        if f.__qualname__ in seen:
-            continue
-        seen[f.__qualname__] = f
-        for name in f.__code__.co_names:
-            obj = globals().get(name)
-            if inspect.isfunction(obj) and obj.__module__ == __name__:
-                todo.append(obj)
-    return list(seen.values())
-
-
-def policy_fingerprint(family: str) -> str:
-    """A hash of the source of this policy's graph builder and every module function it
-    calls, so the workflow reruns a policy's jobs only when that policy's code changes."""
-    import hashlib
-    import inspect
-
-    sources = sorted(inspect.getsource(f) for f in _reachable(_BUILDERS[family]))
-    return hashlib.sha256("\n".join(sources).encode()).hexdigest()[:16]
-
-
-def builder_function_names() -> set[str]:
-    """The module-level functions that some policy's fingerprint covers: the rest of this
-    module is code every policy shares."""
-    return {f.__name__ for b in _BUILDERS.values() for f in _reachable(b)
-            if f.__name__ != "<lambda>"}
-
-
 _BUILDERS: dict[str, Callable[[list[Instance]], TaskGraph]] = {
     "bulk": _build_bulk,
     "linear": _build_linear,

@@ -1,6 +1,7 @@
 """Which code each kind of workflow job runs: the engine modules it imports, followed from
-its entry modules, and a hash of their source that the rules put in the job's params, so a
-code change reruns exactly the jobs that run that code."""
+its entry modules, and a hash of their code (their syntax trees, without comments or
+docstrings) that the rules put in the job's params, so a code change reruns exactly the
+jobs that run that code, and an edit to a comment none."""
 
 from __future__ import annotations
 
@@ -8,15 +9,16 @@ import ast
 import functools
 import hashlib
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-# The CLI registers every verb, and each verb imports its stage's modules inside its
-# function: follow only the top-level imports of the CLI and of the verbs a job does not
-# run, and name each job's own verbs (and stage modules) as entries. Likewise the engine.vm
-# package, whose names are lazy re-exports of engine.vm.run (the run job names that
-# module): importing engine.vm.uml to read its build record is not running a guest.
-SHALLOW = frozenset({"engine.cli", "engine.vm"})
+# The CLI imports every verb to register it, but runs one. A module a job only imports
+# (the verbs it does not run, and what their top level imports) runs only its top level:
+# follow those modules' import-time imports, not the ones inside their functions. Likewise
+# the engine.vm package, whose names are lazy re-exports of engine.vm.run (the run job
+# names that module): importing engine.vm.uml to read its build record is not running a
+# guest.
+IMPORT_ONLY = frozenset({"engine.vm"})
 VERBS = "engine.commands."
 # What each kind of job runs, as engine modules; their imports are followed (function-level
 # ones too: they run when the job does).
@@ -51,23 +53,40 @@ def _module_file(root: Path, name: str) -> Path | None:
     return None
 
 
-def _engine_imports(tree: ast.Module, package: str, nested: bool) -> set[str]:
-    """engine modules (and their parent packages) that ``tree``, a module of ``package``,
-    imports."""
-    nodes = ast.walk(tree) if nested else tree.body
-    found = set()
+def _is_type_checking(node: ast.AST) -> bool:
+    """``if TYPE_CHECKING:``: imports for annotations only, never run."""
+    return (isinstance(node, ast.If)
+            and (getattr(node.test, "id", None) == "TYPE_CHECKING"
+                 or getattr(node.test, "attr", None) == "TYPE_CHECKING"))
+
+
+def _import_nodes(nodes: Iterable[ast.AST], calls: bool) -> Iterator[ast.AST]:
+    """The import statements in ``nodes`` and under them that run: at import time only
+    (``calls`` false: not inside a function or lambda), or at any time."""
     for node in nodes:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        elif _is_type_checking(node):
+            yield from _import_nodes(node.orelse, calls)
+        elif calls or not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                              ast.Lambda)):
+            yield from _import_nodes(ast.iter_child_nodes(node), calls)
+
+
+def _engine_imports(tree: ast.Module, package: str, calls: bool) -> set[str]:
+    """engine modules (and their parent packages) that ``tree``, a module of ``package``,
+    imports: when it is imported (``calls`` false) or also when its functions run."""
+    found = set()
+    for node in _import_nodes(tree.body, calls):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
+        else:
             base = node.module or ""
             if node.level:  # relative: "from .conv import x" in engine.ops
                 anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
                 base = ".".join([*anchor, *([base] if base else [])])
             # "from engine.x import y": y may be a module of package engine.x
             names = [base, *(f"{base}.{a.name}" for a in node.names)]
-        else:
-            continue
         for name in names:
             parts = name.split(".")
             if parts[0] == "engine":
@@ -75,46 +94,83 @@ def _engine_imports(tree: ast.Module, package: str, nested: bool) -> set[str]:
     return found
 
 
+@functools.lru_cache(maxsize=4096)
+def _imports_of(source: str, package: str, calls: bool) -> frozenset[str]:
+    # by text: Snakemake computes a fingerprint per job kind, each over the same modules
+    return frozenset(_engine_imports(ast.parse(source), package, calls))
+
+
 def job_modules(entries: Iterable[str], root: Path) -> dict[str, Path]:
     """Every engine module a job with these entry modules can run: the entries and,
-    transitively, what they import (package ``__init__``s included)."""
-    seen: dict[str, Path] = {}
-    todo = list(entries)
-    own = set(todo)
+    transitively, what they import (package ``__init__``s included). A module reached
+    only through modules the job merely imports counts with its top level's imports."""
+    own = set(entries)
+    runs: dict[str, Path] = {}  # modules whose functions the job may call
+    imported: dict[str, Path] = {}  # modules whose top level alone runs
+    todo = [(name, True) for name in entries]
     while todo:
-        name = todo.pop()
-        if name in seen:
+        name, called = todo.pop()
+        if name in IMPORT_ONLY or (name.startswith(VERBS) and name not in own):
+            called = False
+        if name in runs or (not called and name in imported):
             continue
         path = _module_file(root, name)
         if path is None:  # a name imported from a module, not a module
             continue
-        seen[name] = path
-        tree = ast.parse(path.read_text(), str(path))
+        (runs if called else imported)[name] = path
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        shallow = name in SHALLOW or (name.startswith(VERBS) and name not in own)
-        todo.extend(_engine_imports(tree, package, nested=not shallow))
-    return dict(sorted(seen.items()))
+        todo.extend((m, called) for m in _imports_of(path.read_text(), package, called))
+    return dict(sorted((imported | runs).items()))
 
 
-def _without_functions(source: str, names: set[str]) -> str:
-    """``source`` minus its top-level functions called ``names``."""
-    lines = source.splitlines(keepends=True)
-    drop = set()
-    for node in ast.parse(source).body:
-        if isinstance(node, ast.FunctionDef) and node.name in names:
-            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
-            drop.update(range(first - 1, node.end_lineno))
-    return "".join(line for i, line in enumerate(lines) if i not in drop)
+@functools.lru_cache(maxsize=4096)
+def code_text(source: str, filename: str = "<code>") -> str:
+    """What of ``source`` is code: its syntax tree, without comments, docstrings or
+    layout, so that an edit to those changes no fingerprint."""
+    tree = ast.parse(source, filename)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef,
+                             ast.AsyncFunctionDef)):
+            first = node.body[0] if node.body else None
+            if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+                    and isinstance(first.value.value, str)):
+                node.body = node.body[1:] or [ast.Pass()]
+    return ast.dump(tree)
+
+
+def _policies_tree(root: Path) -> ast.Module:
+    path = _module_file(root, POLICIES_MODULE)
+    return ast.parse(path.read_text(), str(path))
+
+
+def _builder_code(tree: ast.Module) -> dict[str, list[ast.AST]]:
+    """Policy family -> its graph builder in the policies module (the value of its key in
+    ``_BUILDERS``: a function's name or a lambda) and every module-level function that
+    calls, transitively: read from the code, as the fingerprints are."""
+    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    table = next(n.value for n in tree.body
+                 if isinstance(n, ast.AnnAssign) and getattr(n.target, "id", "") == "_BUILDERS"
+                 or isinstance(n, ast.Assign)
+                 and "_BUILDERS" in {getattr(t, "id", None) for t in n.targets})
+
+    def reachable(start: ast.AST) -> list[ast.AST]:
+        found: list[ast.AST] = [start]
+        names: set[str] = set()
+        for node in found:
+            for ref in ast.walk(node):
+                if isinstance(ref, ast.Name) and ref.id in functions and ref.id not in names:
+                    names.add(ref.id)
+                    found.append(functions[ref.id])
+        return found
+
+    return {key.value: reachable(value) for key, value in zip(table.keys, table.values)}
 
 
 def code_fingerprint(job: str, root: Path) -> str:
-    """A hash of the source of every module a ``job`` (a key of JOB_ENTRIES) runs, less the
+    """A hash of the code of every module a ``job`` (a key of JOB_ENTRIES) runs, less the
     policies' graph builders: only a run calls those, and each run adds its own policy's
-    fingerprint (policies.policy_fingerprint), so editing one policy reruns only its runs
-    while any other shared line reruns every job that imports it."""
-    from engine.schedule.policies import builder_function_names
-
-    policy_builders = builder_function_names()
+    fingerprint (policy_fingerprint), so editing one policy reruns only its runs while any
+    other shared line reruns every job that imports it."""
     modules = job_modules(JOB_ENTRIES[job], root)
     if not modules:  # a wrong root must not give every job the same, constant hash
         raise ValueError(f"no engine modules under {root}")
@@ -122,9 +178,21 @@ def code_fingerprint(job: str, root: Path) -> str:
     for name, path in modules.items():
         source = path.read_text()
         if name == POLICIES_MODULE:
-            source = _without_functions(source, policy_builders)
-        h.update(f"{name}\n{source}\n".encode())
+            tree = _policies_tree(root)
+            builders = {id(node) for nodes in _builder_code(tree).values() for node in nodes}
+            tree.body = [node for node in tree.body if id(node) not in builders]
+            source = ast.unparse(tree)
+        h.update(f"{name}\n{code_text(source, str(path))}\n".encode())
     return h.hexdigest()[:16]
+
+
+def policy_fingerprint(family: str, root: Path) -> str:
+    """A hash of the code of this policy family's graph builder and every function of the
+    policies module it calls, so the workflow reruns a policy's runs only when that
+    policy's code changes."""
+    nodes = _builder_code(_policies_tree(root))[family]
+    parts = sorted(code_text(ast.unparse(node)) for node in nodes)
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
 @functools.cache

@@ -666,32 +666,44 @@ def _fingerprints(root: Path) -> dict[str, str]:
       "model_plots"}),
     # every verb's module is code of every job that runs python -m engine (the CLI
     # registers them all) ...
-    ("engine/commands/tidy.py", "def main(", "def main(  # edited\n",
+    ("engine/commands/tidy.py", "def main(", "EDITED = 1\n\n\ndef main(",
      {"models", "split", "pipelines", "run", "tidy", "model"}),
     # ... but what a verb imports to do its work only of the jobs that run that verb
-    ("engine/schedule/dot.py", "def to_dot(", "def to_dot(  # edited\n", set()),
+    ("engine/schedule/dot.py", "def to_dot(", "EDITED = 1\n\n\ndef to_dot(", set()),
+    # the runtimes run in the run jobs (and the model replays them), never where a verb
+    # only names them as an option's choices (models, split, pipelines, tidy)
+    ("engine/runtime/lean.py", "class LeanRuntime", "EDITED = 1\n\n\nclass LeanRuntime",
+     {"run", "model", "model_plots"}),
+    # comments, docstrings and layout are not code: no job reruns for them
+    ("engine/runtime/lean.py", "class LeanRuntime", "# a comment\nclass LeanRuntime", set()),
+    ("engine/units.py", '"G": 2**30', '"G":   2 ** 30', set()),
+    ("engine/network.py", '"""One network instance', '"""One edited network instance', set()),
+    ("engine/schedule/policies.py", "def _build_linear(", "# edited\ndef _build_linear(",
+     set()),
     # policies.py outside the graph builders (masa's pool split) is every run's code, and
     # the model's (it replays the policies); generating pipelines never imports it
     ("engine/schedule/policies.py", 'pools = (0, 1) if family == "masa" else (0,)',
      'pools = (0,)', {"run", "plots", "model", "model_plots"}),
     # one policy's builder: no shared fingerprint changes (its own does, tested by dry run)
-    ("engine/schedule/policies.py", "def _build_linear(", "def _build_linear(  # edited\n",
-     set()),
+    ("engine/schedule/policies.py", "def _build_linear(", "EDITED = 1\n\n\ndef _build_linear(",
+     {"run", "plots", "model", "model_plots"}),
     ("engine/vm/run.py", "GUEST_RESERVE = 256 * MIB", "GUEST_RESERVE = 255 * MIB", {"run"}),
-    ("engine/schedule/pipelines.py", "def size_bin(", "def size_bin(  # edited\n",
+    ("engine/schedule/pipelines.py", "def size_bin(", "EDITED = 1\n\n\ndef size_bin(",
      {"pipelines", "run", "model"}),
     # the model reads its measured cells through the tables module
-    ("engine/analysis/reconcile.py", "KEYS = [", "KEYS = [  # edited\n",
+    ("engine/analysis/reconcile.py", "KEYS = [", "EDITED = 1\nKEYS = [",
      {"tables", "tidy", "model"}),
     # the model's figures share the campaign figures' helpers, not the figures themselves
-    ("engine/analysis/figures/common.py", "def grid(", "def grid(  # edited\n",
+    ("engine/analysis/figures/common.py", "def grid(", "EDITED = 1\n\n\ndef grid(",
      {"plots", "model_plots"}),
-    ("engine/analysis/figures/speedup.py", "def draw(", "def draw(  # edited\n", {"plots"}),
+    ("engine/analysis/figures/speedup.py", "def draw(", "EDITED = 1\n\n\ndef draw(",
+     {"plots"}),
     # the workflow's own logic runs where Snakemake plans, never inside a job: its modules
     # (and the package's __init__, which imports none of them) are no job's code
     ("engine/workflow/resources.py", "SLURM_JOB_SHELLS_MB = 64",
      "SLURM_JOB_SHELLS_MB = 65", set()),
-    ("engine/workflow/__init__.py", '"""What the Snakemake', '"""What  the Snakemake', set()),
+    ("engine/workflow/__init__.py", '"""What the Snakemake', 'EDITED = 1\n"""What the Snakemake',
+     set()),
 ])
 def test_a_code_change_changes_the_fingerprints_of_the_jobs_that_run_it(
         engine_copy, path, old, new, changed):
@@ -974,3 +986,21 @@ def test_results_a_sandbox_cannot_carry_is_refused_under_backend_auto(
     with pytest.raises(ValueError, match=re.escape(says)) as raised:
         check_config(config)
     assert str(results) in str(raised.value) and "set run.backend" in str(raised.value)
+
+
+def test_a_policys_fingerprint_follows_its_builders_code_not_its_comments(engine_copy):
+    from engine.workflow.fingerprint import policy_fingerprint
+
+    families = ("bulk", "linear", "partial", "deepeye", "execprio-inter")
+    before = {f: policy_fingerprint(f, engine_copy) for f in families}
+    target = engine_copy / "engine" / "schedule" / "policies.py"
+    source = target.read_text()
+    linear = "def _build_linear(instances: list[Instance]) -> TaskGraph:\n"
+    try:
+        target.write_text(source.replace(linear, linear + "    # why\n", 1))
+        assert {f: policy_fingerprint(f, engine_copy) for f in families} == before
+        target.write_text(source.replace(linear, linear + "    assert instances\n", 1))
+        after = {f: policy_fingerprint(f, engine_copy) for f in families}
+    finally:
+        target.write_text(source)
+    assert {f for f in families if after[f] != before[f]} == {"linear"}

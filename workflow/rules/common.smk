@@ -14,7 +14,7 @@ import psutil
 from snakemake.utils import validate
 
 from engine.caffe.zoo import ZOO
-from engine.schedule.policies import parse_policy, policy_fingerprint
+from engine.schedule.policies import parse_policy
 from engine.workflow.args import (
     batch_args,
     block_command,
@@ -29,7 +29,7 @@ from engine.workflow.args import (
 )
 from engine.workflow.checks import check_config, check_config_batch, check_config_files
 from engine.workflow.environ import job_environ
-from engine.workflow.fingerprint import code_fingerprint, content_digest
+from engine.workflow.fingerprint import code_fingerprint, content_digest, policy_fingerprint
 from engine.workflow.interrupt import forward_interrupts
 from engine.workflow.plan import (
     UNLIMITED,
@@ -208,7 +208,7 @@ if BLOCK_SHAPES:
 REC_ID = REC["policy"].replace(":", "_")
 REC_DIR = f"{RESULTS}/reconcile/{REC['pipeline']}/{REC_ID}/{REC['limit']}"
 # what the aggregate checks the reconciliation run was made with (as a run set's runs)
-REC_SETTINGS = {"pipeline": REC["pipeline"], "policy": parse_policy(REC["policy"]).name,
+REC_SETTINGS = {"pipeline": REC["pipeline"], "policy": parse_policy(REC['policy']).name,
                 "limit": str(REC["limit"]),
                 **run_settings(config, "runs", str(REC["limit"]), reconcile_in_vm(config)),
                 "heap_profile": True}
@@ -342,11 +342,11 @@ CODE_MODEL = code_fingerprint("model", _ROOT)
 CODE_MODEL_PLOTS = code_fingerprint("model_plots", _ROOT)
 # policy id -> the code its runs depend on, computed once (not once per job)
 RUN_CODE = {
-    pid: f"{CODE_RUN_SHARED}-{policy_fingerprint(parse_policy(name).family)}"
+    pid: f"{CODE_RUN_SHARED}-{policy_fingerprint(parse_policy(name).family, _ROOT)}"
     for pid, name in POLICIES.items()
 }
 REC_CODE = (
-    f"{CODE_RUN_SHARED}-{policy_fingerprint(parse_policy(REC['policy']).family)}"
+    f"{CODE_RUN_SHARED}-{policy_fingerprint(parse_policy(REC['policy']).family, _ROOT)}"
 )
 
 

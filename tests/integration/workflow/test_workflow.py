@@ -24,6 +24,7 @@ FIGURES = ["speedup", "memory", "partial_workers", "layer_times", "reconciliatio
            "memory_over_time", "attribution"]
 TABLES = ["runs", "tasks", "networks", "samples", "reconcile", "speedup", "summary",
           "speedup_summary", "noise_floor", "probe_overhead"]
+RECORD_IMPORTS = Path(__file__).with_name("record_imports")
 MODEL_FIGURES = ["model_predictions", "model_residuals", "swap_cost"]
 # what follows a change to the aggregate tables: the model refit, evaluated, rebuilt at
 # native speed and drawn
@@ -87,7 +88,10 @@ class Workflow:
 @pytest.fixture(scope="module")
 def workflow(tmp_path_factory) -> Workflow:
     wf = Workflow(tmp_path_factory.mktemp("wf"))
-    r = wf.snakemake()
+    # every job's processes record the engine modules they import (record_imports/)
+    wf.imports = tmp_path_factory.mktemp("imports")
+    r = wf.snakemake(PYTHONPATH=f"{wf.root}{os.pathsep}{RECORD_IMPORTS}",
+                     EDGEPROF_TEST_IMPORTS=str(wf.imports))
     assert r.returncode == 0, r.stderr[-5000:]
     return wf
 
@@ -210,6 +214,47 @@ def test_the_runs_started_interleaved_in_the_planned_order(workflow):
     assert len(planned) == 15 and planned[0][4] == 0 and planned[-1][4] == 2
 
 
+# which job kind (engine.workflow.fingerprint.JOB_ENTRIES) a process of a job belongs to:
+# by the verb of its `python -m engine`, its module, or its Snakemake script
+PROCESS_JOBS = {
+    "models": "models", "split": "split", "pipelines": "pipelines", "run": "run",
+    "supervise": "run", "child": "run", "engine.probes.sampler": "run", "tidy": "tidy",
+    "fit-model": "model", "evaluate-model": "model", "reconstruct-model": "model",
+    "score-holdout": "model", "aggregate.py": "tables", "aggregate_holdout.py": "tables",
+    "model_plot.py": "model_plots", "plot.py": "plots"}
+
+
+def _process_job(argv: list[str]) -> str | None:
+    if argv[1:3] == ["-m", "snakemake"]:
+        return None  # the planner, not a job
+    if argv[1] == "-m":
+        key = argv[3] if argv[2] == "engine" else argv[2]
+    else:  # Snakemake's copy of a script: .snakemake/scripts/tmpXXXX.<name>.py
+        key = ".".join(Path(argv[1]).name.split(".")[1:])
+    return PROCESS_JOBS[key]
+
+
+def test_each_jobs_fingerprint_covers_every_engine_module_its_processes_imported(workflow):
+    """The fingerprints are computed from the source before a job runs; what each job's
+    processes really imported, recorded as they ran, must be among the modules its
+    fingerprint covers, or an edit to one would leave its results stale."""
+    from engine.workflow.fingerprint import JOB_ENTRIES, job_modules
+
+    seen: dict[str, set[str]] = {}
+    for log in workflow.imports.iterdir():
+        argv, *modules = log.read_text().splitlines()
+        job = _process_job(argv.split("\0"))
+        if job is not None:
+            seen.setdefault(job, set()).update(modules)
+    assert set(seen) == set(JOB_ENTRIES)
+    for job, imported in seen.items():
+        covered = set(job_modules(JOB_ENTRIES[job], workflow.root))
+        assert imported <= covered, (job, sorted(imported - covered))
+    # the runtimes' code is run by the run jobs, and never imported by a split or models job
+    assert "engine.runtime.lean" in seen["run"]
+    assert not {"engine.runtime.lean", "engine.runtime.caffe"} & (seen["models"] | seen["split"])
+
+
 def test_a_finished_workflow_has_nothing_to_do(workflow):
     assert workflow.planned_jobs() == Counter()
 
@@ -259,35 +304,63 @@ def test_a_new_limit_reruns_only_its_runs_and_what_aggregates_them(workflow):
         workflow.write_config(tiny_config(workflow.results))
 
 
-def test_editing_one_policy_reruns_only_that_policys_runs(workflow):
-    policies = workflow.root / "engine" / "schedule" / "policies.py"
-    source = policies.read_text()
-    edited = source.replace("def _build_linear(", "def _build_linear(  # edited\n", 1)
-    assert edited != source
-    policies.write_text(edited)
+def _edited(workflow: Workflow, edits: dict[str, tuple[str, str]]) -> Counter:
+    """The jobs a dry run plans with each file (relative to the copy) edited, old -> new."""
+    sources = {}
     try:
-        # linear's runs at both limits and their unprobed twins, and the reconciliation
-        # run (it uses linear)
-        assert workflow.planned_jobs() == Counter(
-            {"run": 9, "reconcile_run": 1, "tidy_run": 3, "aggregate": 1,
-             "plot": len(FIGURES), "all": 1, **MODEL_JOBS})
+        for path, (old, new) in edits.items():
+            target = workflow.root / path
+            sources[target] = source = target.read_text()
+            assert old in source, (path, old)
+            target.write_text(source.replace(old, new, 1))
+        return workflow.planned_jobs()
     finally:
-        policies.write_text(source)
+        for target, source in sources.items():
+            target.write_text(source)
+
+
+def test_editing_one_policy_reruns_only_that_policys_runs(workflow):
+    linear = "def _build_linear(instances: list[Instance]) -> TaskGraph:\n"
+    planned = _edited(workflow, {"engine/schedule/policies.py": (
+        linear, linear + "    assert instances\n")})
+    # linear's runs at both limits and their unprobed twins, and the reconciliation run
+    # (it uses linear)
+    assert planned == Counter({"run": 9, "reconcile_run": 1, "tidy_run": 3, "aggregate": 1,
+                               "plot": len(FIGURES), "all": 1, **MODEL_JOBS})
 
 
 def test_editing_shared_code_reruns_every_run(workflow):
     """units.py is imported by every stage: models, split, pipelines and every run."""
-    units = workflow.root / "engine" / "units.py"
-    source = units.read_text()
-    units.write_text(source + "\n# edited\n")
-    try:
-        planned = workflow.planned_jobs()
-    finally:
-        units.write_text(source)
+    planned = _edited(workflow, {"engine/units.py": ("\n\ndef ", "\n\nEDITED = 1\n\n\ndef ")})
     # 1 pipeline x 2 policies x 2 limits x 3 repetitions, the 3 unprobed twins, and the
     # reconciliation run
     assert planned["run"] == 15 and planned["reconcile_run"] == 1
     assert planned["split"] == planned["zoo_model"] == 2 and planned["pipelines"] == 1
+
+
+def test_editing_the_lean_runtime_reruns_the_runs_and_never_the_models_or_their_split(
+        workflow):
+    planned = _edited(workflow, {"engine/runtime/lean.py": (
+        "\nclass LeanRuntime", "\nEDITED = 1\n\n\nclass LeanRuntime")})
+    assert planned["run"] == 15 and planned["reconcile_run"] == 1
+    assert planned["fit_model"] == 1 and planned["plot"] == len(FIGURES)
+    assert not {"zoo_model", "split", "pipelines"} & set(planned)
+
+
+def test_a_comment_or_docstring_anywhere_in_the_engine_reruns_nothing(workflow):
+    """Every engine module gets a comment line after its imports' first line and an edited
+    module docstring: no job's code changed."""
+    edits = {}
+    for path in sorted((workflow.root / "engine").rglob("*.py")):
+        source = path.read_text()
+        name = str(path.relative_to(workflow.root))
+        if source.startswith('"""'):
+            edits[name] = ('"""', '"""Edited. ')
+        elif source.strip():
+            first = source.splitlines(keepends=True)[0]
+            edits[name] = (first, first + "# a comment\n")
+    assert len(edits) > 100
+    assert _edited(workflow, edits) == Counter()
 
 
 def test_a_run_redone_by_hand_is_refused_and_the_printed_fix_recovers(workflow):
