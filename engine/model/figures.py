@@ -216,6 +216,7 @@ def swap_cost(tables: dict[str, pd.DataFrame], style: dict,
             ax.set_xlabel("swap cost per 4 KiB page (s)")
             if not labelled:
                 ax.set_ylabel("speed-up over Bulk (x)")
+                ax.tick_params(labelleft=True)  # sharey hid them outside the first column
                 labelled = True
     handles = [Line2D([], [], color=colors[p], linestyle="--" if p == "bulk" else "-",
                       label=p) for p in policies]
