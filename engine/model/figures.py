@@ -94,8 +94,8 @@ def model_predictions(tables: dict[str, pd.DataFrame], style: dict,
             ax.set_title(f"{panel}\n{what} {err:.1f} % (band ±{band:.0%}), n = {len(ok)}",
                          fontsize="small")
             ax.set_xlabel(f"measured {label}")
-            if j == 0:
-                ax.set_ylabel(f"predicted {label}")
+            # every panel: each has its own log scale, and a column may be switched off
+            ax.set_ylabel(f"predicted {label}")
     handles = [Line2D([], [], marker="o", linestyle="", color=colors[p], label=p)
                for p in policies]
     handles += [Line2D([], [], color="0.3", linewidth=0.8, label="predicted = measured"),
@@ -139,13 +139,15 @@ def model_residuals(tables: dict[str, pd.DataFrame], style: dict,
         ax.set_xticks(range(len(groups)), [f"{g} ({counts[g]})" for g in groups], rotation=60,
                       ha="right", fontsize="small")
         ax.set_ylabel("predicted / measured − 1 (%)")
+        ax.set_xlabel("layer type (EXEC) or task (points)")
         weighted = (part["predicted_s"].sum() / part["measured_s"].sum() - 1) * 100
         ax.set_title(f"{mode}: {len(part)} medians, their sum {weighted:+.1f} %",
                      fontsize="small")
     handles = [Line2D([], [], marker="o", linestyle="", color=c, label=k)
                for k, c in kinds.items()]
     fig.legend(handles=handles, loc="outside right center", fontsize="small")
-    fig.suptitle("Per-layer time model: error per layer type (in brackets: points; fitted "
+    # two lines: one mode's panel is narrower than the title on one line (it was clipped)
+    fig.suptitle("Per-layer time model: error per layer type\n(in brackets: points; fitted "
                  "on all runs, in-sample)", fontsize="medium")
     return fig
 
@@ -179,6 +181,7 @@ def swap_cost(tables: dict[str, pd.DataFrame], style: dict,
     colors = colors_for(policies, style)
     fig, axes = grid(len(rows), len(bins), sharey="row")
     for i, row in enumerate(rows):
+        labelled = False  # the row's y label on its first drawn panel: the first bin may lack it
         for j, size_bin in enumerate(bins):
             ax = axes[i, j]
             part = curves[(curves["row"] == row) & (curves["size_bin"] == size_bin)]
@@ -211,8 +214,10 @@ def swap_cost(tables: dict[str, pd.DataFrame], style: dict,
             ax.set_title(f"{row}\nsize bin {size_bin} ({n} pipeline{'s' * (n != 1)})",
                          fontsize="small")
             ax.set_xlabel("swap cost per 4 KiB page (s)")
-            if j == 0:
+            if not labelled:
                 ax.set_ylabel("speed-up over Bulk (x)")
+                ax.tick_params(labelleft=True)  # sharey hid them outside the first column
+                labelled = True
     handles = [Line2D([], [], color=colors[p], linestyle="--" if p == "bulk" else "-",
                       label=p) for p in policies]
     handles.append(Line2D([], [], color="0.4", linestyle=":",

@@ -26,6 +26,7 @@ from engine.cli import main
 from engine.errors import EdgeprofError, ModelError
 from engine.schedule.pipelines import Arrival, Pipeline, save_pipeline
 from tests.fabricated import edit_meta
+from tests.signals import default_signals
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -1136,7 +1137,8 @@ def test_models_and_split_clean_up_after_a_signal_and_a_kill(split_copy, tmp_pat
 
     out = tmp_path / "m"
     proc = subprocess.Popen([sys.executable, "-m", "engine", "models", "--out", str(out),
-                             "SoS-AlexNet"], stderr=subprocess.PIPE, text=True, cwd=REPO)
+                             "SoS-AlexNet"], stderr=subprocess.PIPE, text=True, cwd=REPO,
+                            preexec_fn=default_signals)
     deadline = time.monotonic() + 60
     while not list(out.glob(".models.*")) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -1230,8 +1232,10 @@ def test_an_interrupted_pipelines_or_tidy_leaves_none_of_its_set(split_copy, two
             "tidy": ["tidy", "--out", str(tmp_path / "td"), *map(str, runs)]}
     for verb, argv in jobs.items():
         out = Path(argv[argv.index("--out") + 1])
+        # a suite under nohup (SIGHUP ignored) or in a background job (SIGINT) would
+        # pass that on, and the engine honours an inherited SIG_IGN
         proc = subprocess.Popen([sys.executable, "-m", "engine", *argv], cwd=REPO,
-                                stderr=subprocess.PIPE, text=True)
+                                stderr=subprocess.PIPE, text=True, preexec_fn=default_signals)
         deadline = time.monotonic() + 60
         while (not [p for p in out.glob(".*") if p.is_dir()]
                and time.monotonic() < deadline):
@@ -1260,7 +1264,7 @@ def test_calibrate_interrupted_ends_its_run_and_leaves_nothing(split_copy, tmp_p
     proc = subprocess.Popen([sys.executable, "-c", code, "--pipeline", str(pipe), "--policy",
                              "linear", "--models", str(split_copy), "--out", str(out),
                              "--backend", "none", "--sample-hz", "0"], cwd=REPO,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=default_signals)
     deadline = time.monotonic() + 60
     while not list(tmp_path.glob(".run.[0-9]*")) and time.monotonic() < deadline:
         time.sleep(0.05)  # the run has started (its hidden folder)
@@ -1368,7 +1372,7 @@ def test_an_interrupted_table_writer_leaves_none_of_its_set(two_runs, tmp_path):
             "write_tables({f't{i}': big for i in range(20)}, sys.argv[1])\n")
     out = tmp_path / "tables"
     proc = subprocess.Popen([sys.executable, "-c", code, str(out)], cwd=REPO,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=default_signals)
     deadline = time.monotonic() + 60
     while not list(out.glob(".tables.*/*")) and time.monotonic() < deadline:
         time.sleep(0.02)  # writing into its hidden folder
@@ -1934,7 +1938,8 @@ def test_a_signal_during_a_re_splits_commit_says_the_set_was_written_whole(
               "from engine.cli import main\n"
               "sys.exit(main(sys.argv[1:]))\n")
     r = subprocess.run([sys.executable, "-c", script, "split", str(model), "--out", str(out)],
-                       capture_output=True, text=True, timeout=120, cwd=REPO)
+                       capture_output=True, text=True, timeout=120, cwd=REPO,
+                       preexec_fn=default_signals)
     assert r.returncode == 130, r.stderr
     assert r.stderr.strip().splitlines()[-1] == (f"error: interrupted by {sig}; its outputs "
                                                  f"were written whole before it")

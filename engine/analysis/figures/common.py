@@ -302,6 +302,27 @@ def instrument_note(ax: Axes, text: str) -> None:
             fontsize="x-small", color="0.35")
 
 
+def drop_if_empty(ax: Axes, note: str) -> bool:
+    """Switches off a panel nothing was drawn on (call before reference lines), keeping
+    ``note`` where it was: a default 0-1 axis reads as data. True: it was dropped."""
+    if ax.patches or ax.lines or ax.collections:
+        return False
+    ax.set_axis_off()
+    ax.text(0.5, 0.5, note, transform=ax.transAxes, ha="center", va="center",
+            fontsize="x-small", color="0.35", wrap=True)
+    return True
+
+
+def label_lowest(axes: list[Axes], xlabel: str) -> None:
+    """The x label and tick labels on the lowest panel still drawn of a column of
+    stacked panels that share their x positions; none on those above it."""
+    drawn = [ax for ax in axes if ax.axison]
+    for ax in drawn[:-1]:
+        ax.tick_params(labelbottom=False)
+    if drawn:
+        drawn[-1].set_xlabel(xlabel, fontsize="small")
+
+
 def is_measured(df: pd.DataFrame, col: str) -> bool:
     return col in df and df[col].notna().any()
 

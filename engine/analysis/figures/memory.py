@@ -14,9 +14,11 @@ from engine.analysis.figures.common import (
     campaign_policies,
     ci_handles,
     colors_for,
+    drop_if_empty,
     failed_legend,
     grouped_bars,
     instrument_note,
+    label_lowest,
     no_data,
     panel_grid,
     panel_names,
@@ -52,23 +54,21 @@ def draw(tables: Tables, style: dict, context: dict) -> Figure:
             grouped_bars(ax, panel_bins, policies, colors,
                           summary_cells(sub, f"mean_{quantity}_bytes", MIB),
                           width_scale=0.5, notes=False)
+            if drop_if_empty(ax, "sampler not run: no RSS/swap series"):
+                continue
             ax.set_ylabel(ylabel, fontsize="small")
             ax.set_ylim(bottom=0)
             peaks = sub[f"peak_{quantity}_bytes_median"]
-            if peaks.isna().all():
-                instrument_note(ax, "sampler not run: no RSS/swap series")
-            elif quantity == "swap" and not (peaks.fillna(0) > 0).any():
+            if quantity == "swap" and not (peaks.fillna(0) > 0).any():
                 instrument_note(ax, "no run swapped")
                 ax.set_ylim(0, 1)
-            if r < len(rows) - 1:
-                ax.tick_params(labelbottom=False)
         limit = runs.loc[(runs["limit"] == sub["limit"].iloc[0])
                          & (runs["emulated"] == sub["emulated"].iloc[0]), "limit_bytes"]
-        if limit.notna().any():
+        if limit.notna().any() and axes[0, c].axison:
             axes[0, c].axhline(limit.dropna().iloc[0] / MIB, color="firebrick",
                                linewidth=0.9, linestyle="--")
         panel_title(axes[0, c], panel)
-        axes[-1, c].set_xlabel(size_axis_label(panel_bins), fontsize="small")
+        label_lowest(list(axes[:, c]), size_axis_label(panel_bins))
     handles = [Patch(color="0.35", label="mean over the run (narrow)"),
                Patch(color="0.35", alpha=0.4, label="peak (wide)"),
                ci_handles()[0],

@@ -10,9 +10,8 @@ from matplotlib.figure import Figure
 from engine.analysis.figures.common import (
     Tables,
     colors_for,
+    drop_if_empty,
     instrument_lines,
-    instrument_note,
-    is_measured,
     limit_text,
     network_boundaries,
     no_data,
@@ -49,6 +48,8 @@ def draw(tables: Tables, style: dict, context: dict) -> Figure:
     # GNU time's max RSS is the kernel's hiwater_rss, which the per-window VmHWM resets
     # lower; hwm_rss_bytes is its maximum with the windows' peaks (runner.folder).
     handles.append(run_hwm_line(top, rec))
+    # an empty frame reads as data; the legend still names what was not measured
+    drop_if_empty(top, "no instrument measured in this run (probes off)")
     top.set_ylabel("memory (MiB)")
     top.legend(handles=handles, fontsize="x-small", loc="upper left", bbox_to_anchor=(1, 1))
     is_load = (rec["task_type"] == "LOAD").to_numpy()
@@ -60,10 +61,9 @@ def draw(tables: Tables, style: dict, context: dict) -> Figure:
     bottom.set_xlabel("LOAD/EXEC window, in execution order")
     bottom.legend(handles=handles, fontsize="x-small", loc="upper left", bbox_to_anchor=(1, 1))
     for ax in (top, bottom):
-        network_boundaries(ax, rec)
+        if ax.axison:
+            network_boundaries(ax, rec)
     first = rec.iloc[0]
     fig.suptitle(f"Memory reconciliation: {first['pipeline']} under {first['policy']}, "
                  f"limit {limit_text(first)}")
-    if not any(is_measured(rec, c) for c in cols):
-        instrument_note(top, "no instrument measured in this run (probes off)")
     return fig

@@ -12,9 +12,10 @@ from engine.analysis.figures.common import (
     campaign_policies,
     ci_handles,
     colors_for,
+    drop_if_empty,
     failed_legend,
     grouped_bars,
-    instrument_note,
+    label_lowest,
     no_data,
     panel_grid,
     panel_names,
@@ -53,9 +54,6 @@ def draw(tables: Tables, style: dict, context: dict) -> Figure:
         grouped_bars(axes[0, c], panel_bins, policies, colors,
                       summary_cells(summary[summary["panel"] == panel], "makespan_s"))
         panel_title(axes[0, c], panel)
-        axes[-1, c].set_xlabel(size_axis_label(panel_bins), fontsize="small")
-        for ax in axes[:-1, c]:
-            ax.tick_params(labelbottom=False)
         if with_speedup:
             # Bulk over itself is 1 by definition: its slot stays empty
             cells = summary_cells(ratios[ratios["panel"] == panel], "speedup",
@@ -63,21 +61,23 @@ def draw(tables: Tables, style: dict, context: dict) -> Figure:
             grouped_bars(axes[1, c], panel_bins, policies, colors,
                           lambda group, policy, cells=cells: None if policy == "bulk"
                           else cells(group, policy))
-            axes[1, c].axhline(1.0, color="0.3", linewidth=0.8, linestyle="--")
+            if not drop_if_empty(axes[1, c], "no speed-up: no Bulk run here"):
+                axes[1, c].axhline(1.0, color="0.3", linewidth=0.8, linestyle="--")
         if with_slowdown:
             limited = ratios[(ratios["panel"] == panel) & (ratios["limit"] != "none")]
-            if limited.empty:
-                instrument_note(axes[2, c], "the unconstrained baseline")
-            else:
+            # an unconstrained column is the baseline: it has no slowdown panel
+            if not limited.empty:
                 grouped_bars(axes[2, c], panel_bins, policies, colors,
                               summary_cells(limited, "slowdown",
                                              significance="slowdown_significance"))
-            axes[2, c].axhline(1.0, color="0.3", linewidth=0.8, linestyle="--")
+            if not drop_if_empty(axes[2, c], "no slowdown: the unconstrained baseline"):
+                axes[2, c].axhline(1.0, color="0.3", linewidth=0.8, linestyle="--")
+        label_lowest(list(axes[:, c]), size_axis_label(panel_bins))
     for c in range(len(panels)):
         axes[0, c].set_ylabel("median inference time (s)", fontsize="small")
-        if with_speedup:
+        if with_speedup and axes[1, c].axison:
             axes[1, c].set_ylabel("speed-up over Bulk (×)", fontsize="small")
-        if with_slowdown:
+        if with_slowdown and axes[2, c].axison:
             axes[2, c].set_ylabel("slowdown vs\nunconstrained (×)", fontsize="small")
     note = None if with_speedup else ("no speed-up panel: the config runs no Bulk policy "
                                       "to compare with")
