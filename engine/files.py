@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -46,6 +47,26 @@ def write_failure(exc: OSError) -> str:
     # bytes to file. Detail: [errno 27] File too large"), where other writers' is these
     why = os.strerror(exc.errno) if exc.errno else (exc.strerror or str(exc))
     return f"cannot write{where}: {why} ({name})"
+
+
+@contextlib.contextmanager
+def script_errors() -> Iterator[None]:
+    """A Snakemake script's failure reported as the engine's verbs report theirs: one
+    ``error:`` line on the console (the script's stderr is its rule's log) and in the log,
+    exit 1, for bad input (an EdgeprofError) and for a file that could not be written
+    alike. Anything else is a bug and keeps its traceback."""
+    try:
+        yield
+    except EdgeprofError as exc:
+        message = str(exc)
+    except OSError as exc:
+        if not is_write_failure(exc):
+            raise
+        message = write_failure(exc)
+    else:
+        return
+    print(f"error: {message}", file=sys.__stderr__)
+    sys.exit(f"error: {message}")
 
 
 @contextlib.contextmanager

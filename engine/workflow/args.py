@@ -22,20 +22,26 @@ from engine.workflow.plan import (
 )
 
 
+def _whole(value: object) -> object:
+    """A whole-number float as the int it equals: ``timeout_s: 600.0`` is ``600``, in a
+    job's arguments and params alike, so writing it either way reruns nothing."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 def join_words(args: Iterable[object]) -> str:
-    """``args`` as one shell-quoted string."""
-    return shlex.join(str(a) for a in args)
+    """``args`` as one shell-quoted string (numbers as ``canonical`` writes them)."""
+    return shlex.join(str(_whole(a)) for a in args)
 
 
 def canonical(value: object) -> object:
-    """``value`` with every mapping's keys sorted, at any depth: a rule's params mapping
-    whose text (Snakemake compares a param's ``repr`` to decide a rerun) does not depend on
-    the order the config file wrote its keys in."""
+    """``value`` with every mapping's keys sorted, at any depth, and whole-number floats
+    as ints: a rule's params mapping whose text (Snakemake compares a param's ``repr`` to
+    decide a rerun) does not depend on how the config file wrote it."""
     if isinstance(value, dict):
         return {key: canonical(value[key]) for key in sorted(value, key=str)}
     if type(value) in (list, tuple):  # their order is the config's meaning: kept
         return type(value)(canonical(item) for item in value)
-    return value
+    return _whole(value)
 
 
 def reconcile_limit_args(config: Config) -> str:

@@ -224,3 +224,29 @@ def test_a_sampler_that_cannot_write_says_so_in_its_statistics(tmp_path):
     assert r.returncode == 0 and r.stderr == "", r.stderr
     stats = json.loads(r.stdout.strip().splitlines()[-1])  # after its "ready" line
     assert stats == {"error": f"cannot write {tmp_path / 'samples.csv'}: File too large"}
+
+
+SCRIPT_RUNNER = """
+import runpy, sys, types
+out = sys.argv[1]
+sm = types.SimpleNamespace(
+    log=[out + "/plot.log"], input=[],
+    params=types.SimpleNamespace(style={"dpi": 80, "font_size": 9, "palette": "tab10"},
+                                 run={"policies": ["bulk"]}),
+    wildcards=types.SimpleNamespace(fig="speedup"),
+    output=types.SimpleNamespace(png=out + "/speedup.png", pdf=out + "/speedup.pdf"))
+runpy.run_path("workflow/scripts/plot.py", init_globals={"snakemake": sm})
+"""
+
+
+def test_a_workflow_script_that_cannot_write_says_so_in_one_line(tmp_path):
+    """Fifth held-out pass M2: a Snakemake script (there the aggregate's) that could not
+    write a file ended in a traceback in its log and Snakemake's CalledProcessError on the
+    console; it says which file and why, in one line on the console, as the verbs do."""
+    r = subprocess.run([sys.executable, "-c", SCRIPT_RUNNER, str(tmp_path)], cwd=REPO,
+                       capture_output=True, text=True, timeout=120,
+                       preexec_fn=_file_size_limit(4096))
+    assert r.returncode == 1, r.stderr
+    line = f"error: cannot write {tmp_path}/speedup.png: File too large (EFBIG)"
+    assert r.stderr == line + "\n"  # the console: no traceback
+    assert (tmp_path / "plot.log").read_text().endswith(line + "\n")  # the rule's log too

