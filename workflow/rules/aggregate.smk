@@ -11,15 +11,15 @@ rule tidy_run:
         runs=set_runs,
     output:
         tidy=directory(f"{RESULTS}/tidy/{{kind}}/{SET_PATTERN}"),
-    params:
-        code=CODE_TIDY,
-    resources:
-        mem_mb=2048,
-        runtime=10,
     log:
         f"{RESULTS}/logs/tidy/{{kind}}/{SET_PATTERN}.log",
     conda:
         "../../envs/analysis.yaml"
+    resources:
+        mem_mb=2048,
+        runtime=10,
+    params:
+        code=CODE_TIDY,
     shell:
         "python -m engine tidy --out {output.tidy:q} {input.runs:q} 2> {log:q}"
 
@@ -31,15 +31,15 @@ rule aggregate:
         reconcile=REC_DIR,
     output:
         expand(f"{RESULTS}/tables/{{table}}.{{ext}}", table=TABLES, ext=["csv", "parquet"]),
+    log:
+        f"{RESULTS}/logs/aggregate.log",
+    conda:
+        "../../envs/analysis.yaml"
     params:
         code=CODE_ANALYSIS,
         reps=canonical(TIDY_REPS),
         reconcile=canonical(REC_SETTINGS),
         pipelines=PIPELINES_DIR,
         split=SPLIT_DIR,
-    log:
-        f"{RESULTS}/logs/aggregate.log",
-    conda:
-        "../../envs/analysis.yaml"
     script:
         "../scripts/aggregate.py"

@@ -63,7 +63,6 @@ from engine.workflow.snakemake_api import (
     exit_without_lock,
 )
 
-
 # Snakemake's scheduler otherwise adds a never-ending chain of passes per finished job
 # (its own CPU grew to most of a CPU in the default run), and its SIGTERM handler can
 # wait on a lock the interrupted main thread holds (engine.workflow.snakemake_api)
@@ -154,39 +153,61 @@ RUN_SET_REPS = {
     for pid in policy_ids(rs.policies)
     for limit in rs.limits
 }
-RUN_SET_REPS.update({
-    ("unprobed", pipeline, policy.replace(":", "_"), "none"): RUN_SETS[0].repetitions
-    for pipeline, policy in unprobed_runs(config)
-})
+RUN_SET_REPS.update(
+    {
+        ("unprobed", pipeline, policy.replace(":", "_"), "none"): RUN_SETS[0].repetitions
+        for pipeline, policy in unprobed_runs(config)
+    }
+)
 # (kind, limit, in the sandbox) -> what its runs record of their flags, which each
 # aggregate checks (engine.workflow.args.run_settings: a run redone by hand is refused)
-_SETTINGS = {(rs.kind, limit, rs.in_vm): run_settings(config, rs.kind, limit, rs.in_vm)
-             for rs in RUN_SETS for limit in rs.limits}
-_SET_SETTINGS = {(rs.kind, pipeline, pid, limit): _SETTINGS[rs.kind, limit, rs.in_vm]
-                 for rs in RUN_SETS for pipeline in rs.pipelines
-                 for pid in policy_ids(rs.policies) for limit in rs.limits}
-_SET_SETTINGS.update({
-    ("unprobed", pipeline, policy.replace(":", "_"), "none"):
-        run_settings(config, "unprobed", "none", False, probed=False)
-    for pipeline, policy in unprobed_runs(config)
-})
+_SETTINGS = {
+    (rs.kind, limit, rs.in_vm): run_settings(config, rs.kind, limit, rs.in_vm)
+    for rs in RUN_SETS
+    for limit in rs.limits
+}
+_SET_SETTINGS = {
+    (rs.kind, pipeline, pid, limit): _SETTINGS[rs.kind, limit, rs.in_vm]
+    for rs in RUN_SETS
+    for pipeline in rs.pipelines
+    for pid in policy_ids(rs.policies)
+    for limit in rs.limits
+}
+_SET_SETTINGS.update(
+    {
+        ("unprobed", pipeline, policy.replace(":", "_"), "none"): run_settings(
+            config, "unprobed", "none", False, probed=False
+        )
+        for pipeline, policy in unprobed_runs(config)
+    }
+)
 # the tidy folders the aggregate reads, one per run set (a rep<N> folder per run)
 _HELD_OUT = set(HOLDOUT_PIPELINES) | set(HOLDOUT_VM_PIPELINES)
-TIDY_DIRS = [f"{RESULTS}/tidy/{kind}/{pipeline}/{policy}/{limit}"
-             for (kind, pipeline, policy, limit) in RUN_SET_REPS
-             if kind != "unprobed" and pipeline not in _HELD_OUT]
-HOLDOUT_TIDY_DIRS = [f"{RESULTS}/tidy/{kind}/{pipeline}/{policy}/{limit}"
-                     for (kind, pipeline, policy, limit) in RUN_SET_REPS
-                     if kind != "unprobed" and pipeline in _HELD_OUT]
-UNPROBED_TIDY_DIRS = [f"{RESULTS}/tidy/{kind}/{pipeline}/{policy}/{limit}"
-                      for (kind, pipeline, policy, limit) in RUN_SET_REPS
-                      if kind == "unprobed"]
+TIDY_DIRS = [
+    f"{RESULTS}/tidy/{kind}/{pipeline}/{policy}/{limit}"
+    for (kind, pipeline, policy, limit) in RUN_SET_REPS
+    if kind != "unprobed" and pipeline not in _HELD_OUT
+]
+HOLDOUT_TIDY_DIRS = [
+    f"{RESULTS}/tidy/{kind}/{pipeline}/{policy}/{limit}"
+    for (kind, pipeline, policy, limit) in RUN_SET_REPS
+    if kind != "unprobed" and pipeline in _HELD_OUT
+]
+UNPROBED_TIDY_DIRS = [
+    f"{RESULTS}/tidy/{kind}/{pipeline}/{policy}/{limit}"
+    for (kind, pipeline, policy, limit) in RUN_SET_REPS
+    if kind == "unprobed"
+]
 # tidy folder -> its runs' count, folder and settings, which each aggregate checks it
 # holds (these runs, no more, no fewer, made as the config says)
-_REPS = {f"{RESULTS}/tidy/{kind}/{pipeline}/{policy}/{limit}":
-         [reps, f"{RESULTS}/{kind}/{pipeline}/{policy}/{limit}",
-          _SET_SETTINGS[kind, pipeline, policy, limit]]
-         for (kind, pipeline, policy, limit), reps in RUN_SET_REPS.items()}
+_REPS = {
+    f"{RESULTS}/tidy/{kind}/{pipeline}/{policy}/{limit}": [
+        reps,
+        f"{RESULTS}/{kind}/{pipeline}/{policy}/{limit}",
+        _SET_SETTINGS[kind, pipeline, policy, limit],
+    ]
+    for (kind, pipeline, policy, limit), reps in RUN_SET_REPS.items()
+}
 TIDY_REPS = {d: _REPS[d] for d in TIDY_DIRS + UNPROBED_TIDY_DIRS}
 HOLDOUT_TIDY_REPS = {d: _REPS[d] for d in HOLDOUT_TIDY_DIRS}
 # Snakemake priorities that start the runs interleaved across policies, block by block
@@ -199,8 +220,12 @@ PER_JOB = RUN.get("per_job", "run")
 BLOCK_SHAPES = block_shapes(config) if PER_JOB == "block" else []
 BLOCK_RUNS = {}
 if BLOCK_SHAPES:
-    _SHAPE_INDEX = {(s.in_vm, s.limit, s.runs, p, r): i for i, s in enumerate(BLOCK_SHAPES)
-                    for p in s.pipelines for r in s.reps}
+    _SHAPE_INDEX = {
+        (s.in_vm, s.limit, s.runs, p, r): i
+        for i, s in enumerate(BLOCK_SHAPES)
+        for p in s.pipelines
+        for r in s.reps
+    }
     _BLOCKS = list(run_blocks(config).items())
     for _at, ((_, _in_vm, _pipe, _limit, _rep), _runs) in enumerate(_BLOCKS):
         _i = _SHAPE_INDEX[(_in_vm, _limit, tuple(sorted(_runs)), _pipe, _rep)]
@@ -208,10 +233,13 @@ if BLOCK_SHAPES:
 REC_ID = REC["policy"].replace(":", "_")
 REC_DIR = f"{RESULTS}/reconcile/{REC['pipeline']}/{REC_ID}/{REC['limit']}"
 # what the aggregate checks the reconciliation run was made with (as a run set's runs)
-REC_SETTINGS = {"pipeline": REC["pipeline"], "policy": parse_policy(REC['policy']).name,
-                "limit": str(REC["limit"]),
-                **run_settings(config, "runs", str(REC["limit"]), reconcile_in_vm(config)),
-                "heap_profile": True}
+REC_SETTINGS = {
+    "pipeline": REC["pipeline"],
+    "policy": parse_policy(REC["policy"]).name,
+    "limit": str(REC["limit"]),
+    **run_settings(config, "runs", str(REC["limit"]), reconcile_in_vm(config)),
+    "heap_profile": True,
+}
 
 # What `rule all` (in the Snakefile) builds.
 FIGURES = [
@@ -223,8 +251,18 @@ FIGURES = [
     "memory_over_time",
     "attribution",
 ]
-TABLES = ["runs", "tasks", "networks", "samples", "reconcile", "speedup", "summary",
-          "speedup_summary", "noise_floor", "probe_overhead"]
+TABLES = [
+    "runs",
+    "tasks",
+    "networks",
+    "samples",
+    "reconcile",
+    "speedup",
+    "summary",
+    "speedup_summary",
+    "noise_floor",
+    "probe_overhead",
+]
 # The slowdown model (workflow/rules/model.smk): its file, the cross-validation and
 # per-layer residual tables, the scores advise states, and two figures.
 MODEL_FILE = f"{RESULTS}/model/model.json"
@@ -232,22 +270,37 @@ MODEL_FILE = f"{RESULTS}/model/model.json"
 # from (a network's description from the first campaign that has it)
 MODEL_CONFIG = config["model"]
 MODEL_CAMPAIGNS = [str(c) for c in MODEL_CONFIG.get("campaigns", [])]
-MODEL_TABLES = [f"{folder}/tables/{table}.parquet" for folder in [RESULTS, *MODEL_CAMPAIGNS]
-                for table in ("runs", "tasks", "networks")]
-MODEL_OUTPUTS = expand(f"{RESULTS}/model/{{table}}.{{ext}}",
-                       table=["cv_predictions", "cv_scores", "cv_folds", "cv_targets",
-                              "layer_residuals"],
-                       ext=["csv", "parquet"]) + [f"{RESULTS}/model/cv.json"]
-RECONSTRUCTION_OUTPUTS = expand(f"{RESULTS}/model/{{table}}.{{ext}}",
-                                table=["reconstruction", "reconstruction_validation",
-                                       "reconstruction_scores", "swap_cost_curves",
-                                       "swap_cost_crossovers"],
-                                ext=["csv", "parquet"])
-HOLDOUT_TABLES = expand(f"{RESULTS}/holdout/tables/{{table}}.{{ext}}",
-                        table=["runs", "tasks", "networks"], ext=["csv", "parquet"])
-HOLDOUT_OUTPUTS = expand(f"{RESULTS}/model/{{table}}.{{ext}}",
-                         table=["holdout_predictions", "holdout_scores", "holdout_targets"],
-                         ext=["csv", "parquet"])
+MODEL_TABLES = [
+    f"{folder}/tables/{table}.parquet"
+    for folder in [RESULTS, *MODEL_CAMPAIGNS]
+    for table in ("runs", "tasks", "networks")
+]
+MODEL_OUTPUTS = expand(
+    f"{RESULTS}/model/{{table}}.{{ext}}",
+    table=["cv_predictions", "cv_scores", "cv_folds", "cv_targets", "layer_residuals"],
+    ext=["csv", "parquet"],
+) + [f"{RESULTS}/model/cv.json"]
+RECONSTRUCTION_OUTPUTS = expand(
+    f"{RESULTS}/model/{{table}}.{{ext}}",
+    table=[
+        "reconstruction",
+        "reconstruction_validation",
+        "reconstruction_scores",
+        "swap_cost_curves",
+        "swap_cost_crossovers",
+    ],
+    ext=["csv", "parquet"],
+)
+HOLDOUT_TABLES = expand(
+    f"{RESULTS}/holdout/tables/{{table}}.{{ext}}",
+    table=["runs", "tasks", "networks"],
+    ext=["csv", "parquet"],
+)
+HOLDOUT_OUTPUTS = expand(
+    f"{RESULTS}/model/{{table}}.{{ext}}",
+    table=["holdout_predictions", "holdout_scores", "holdout_targets"],
+    ext=["csv", "parquet"],
+)
 # figure -> the model tables it is drawn from
 MODEL_FIGURE_TABLES = {
     "model_predictions": ["cv_predictions"],
@@ -258,7 +311,9 @@ MODEL_FIGURES = list(MODEL_FIGURE_TABLES)
 TARGETS = (
     expand(f"{RESULTS}/plots/{{fig}}.{{ext}}", fig=FIGURES, ext=["png", "pdf"])
     + expand(f"{RESULTS}/tables/{{table}}.{{ext}}", table=TABLES, ext=["csv", "parquet"])
-    + [MODEL_FILE] + MODEL_OUTPUTS + RECONSTRUCTION_OUTPUTS
+    + [MODEL_FILE]
+    + MODEL_OUTPUTS
+    + RECONSTRUCTION_OUTPUTS
     # the held-out tables too: a failed aggregate_holdout deletes them, and only a missing
     # target (not a missing input of scores still on disk) makes Snakemake redo them
     + (HOLDOUT_TABLES + HOLDOUT_OUTPUTS if HOLDOUT_PIPELINES or HOLDOUT_VM_PIPELINES else [])
@@ -292,34 +347,56 @@ RUN_RUNTIME = run_runtime_min(RUN)
 # (planning the paper sweep repeats every per-job call 40,000 times): its flags, the memory
 # its job asks for and what goes before its `python -m engine run` (under inherit, a
 # SLURM job step of its own: engine.workflow.resources.slurm_step_prefix).
-_LIMITS = sorted({(rs.in_vm, limit) for rs in RUN_SETS for limit in rs.limits}
-                 | {(reconcile_in_vm(config), str(REC["limit"]))})
+_LIMITS = sorted(
+    {(rs.in_vm, limit) for rs in RUN_SETS for limit in rs.limits}
+    | {(reconcile_in_vm(config), str(REC["limit"]))}
+)
 LIMIT_ARGS = {key: limit_args(config, key[1], key[0]) for key in _LIMITS}
 # An unconstrained run asks for what its pipeline's networks may hold (drawn here as the
 # pipelines stage draws them; engine.workflow.resources.unconstrained_mem_mb), so its
 # memory and step are keyed by the pipeline too; a limited run's by its limit alone.
-_DRAWN = {name: nets for args in (PIPELINES_ARGS, HOLDOUT_PIPELINES_ARGS, VM_PIPELINES_ARGS,
-                                  HOLDOUT_VM_PIPELINES_ARGS)
-          for name, nets in pipelines_networks(args, list(NETWORKS.values())).items()}
+_DRAWN = {
+    name: nets
+    for args in (
+        PIPELINES_ARGS,
+        HOLDOUT_PIPELINES_ARGS,
+        VM_PIPELINES_ARGS,
+        HOLDOUT_VM_PIPELINES_ARGS,
+    )
+    for name, nets in pipelines_networks(args, list(NETWORKS.values())).items()
+}
 _WORKERS = max(parse_policy(p).workers for p in POLICIES.values())
-_UNCONSTRAINED_MB = {name: unconstrained_mem_mb(nets, RUN.get("batch"), RUN["runtime"],
-                                                _WORKERS) for name, nets in _DRAWN.items()}
-_MEM_KEYS = [(in_vm, limit, name) for in_vm, limit in _LIMITS
-             for name in ([None] if limit != UNLIMITED else [*_DRAWN, None])]
+_UNCONSTRAINED_MB = {
+    name: unconstrained_mem_mb(nets, RUN.get("batch"), RUN["runtime"], _WORKERS)
+    for name, nets in _DRAWN.items()
+}
+_MEM_KEYS = [
+    (in_vm, limit, name)
+    for in_vm, limit in _LIMITS
+    for name in ([None] if limit != UNLIMITED else [*_DRAWN, None])
+]
 # what a run job's own Snakemake interpreters need: measured on this one, which has
 # loaded the same workflow and config by now (engine.workflow.resources.job_reserve_mb)
 RESERVE_MB = job_reserve_mb(psutil.Process().memory_info().rss)
-RUN_MEM_MB = {key: run_mem_mb(config, key[1], key[0], RESERVE_MB,
-                              _UNCONSTRAINED_MB.get(key[2], UNLIMITED_MEM_MB))
-              for key in _MEM_KEYS}
-STEP_PREFIX = {key: slurm_step_prefix(run_step_mem_mb(
-    config, key[1], key[0], _UNCONSTRAINED_MB.get(key[2], UNLIMITED_MEM_MB)))
-    for key in _MEM_KEYS}
+RUN_MEM_MB = {
+    key: run_mem_mb(
+        config, key[1], key[0], RESERVE_MB, _UNCONSTRAINED_MB.get(key[2], UNLIMITED_MEM_MB)
+    )
+    for key in _MEM_KEYS
+}
+STEP_PREFIX = {
+    key: slurm_step_prefix(
+        run_step_mem_mb(config, key[1], key[0], _UNCONSTRAINED_MB.get(key[2], UNLIMITED_MEM_MB))
+    )
+    for key in _MEM_KEYS
+}
 
 
 def mem_key(in_vm, limit, pipeline):
     """RUN_MEM_MB's and STEP_PREFIX's key of a run."""
     return (in_vm, limit, pipeline if limit == UNLIMITED and pipeline in _DRAWN else None)
+
+
 # Run jobs take the built qemu guest as input only where some run boots it (a uml run's
 # kernel is setup.sh's: python -m engine.vm build).
 ANY_RUN_IN_QEMU = any(needs_vm_guest(config, limit, in_vm) for in_vm, limit in _LIMITS)
@@ -345,9 +422,7 @@ RUN_CODE = {
     pid: f"{CODE_RUN_SHARED}-{policy_fingerprint(parse_policy(name).family, _ROOT)}"
     for pid, name in POLICIES.items()
 }
-REC_CODE = (
-    f"{CODE_RUN_SHARED}-{policy_fingerprint(parse_policy(REC['policy']).family, _ROOT)}"
-)
+REC_CODE = f"{CODE_RUN_SHARED}-{policy_fingerprint(parse_policy(REC['policy']).family, _ROOT)}"
 
 
 # Input, params and resources functions of the rules. Folders are taken from a job's own
@@ -394,9 +469,11 @@ def _limit_key(wildcards):
     if not hasattr(wildcards, "limit"):
         return (reconcile_in_vm(config), str(REC["limit"]))
     # a vm pipeline's native twins (kind "native") run natively
-    return (wildcards.kind.startswith("sandbox")
-            or (wildcards.pipeline in VM_SET and wildcards.kind != "native"),
-            wildcards.limit)
+    return (
+        wildcards.kind.startswith("sandbox")
+        or (wildcards.pipeline in VM_SET and wildcards.kind != "native"),
+        wildcards.limit,
+    )
 
 
 def run_vm_guest(wildcards):
@@ -421,27 +498,44 @@ def vm_env(wildcards, input):
     is)."""
     if input.vm_guest:
         return f"EDGEPROF_VM_CACHE={shlex.quote(os.path.dirname(input.vm_guest))} "
-    return STEP_PREFIX[mem_key(*_limit_key(wildcards), getattr(wildcards, "pipeline",
-                                                                 REC["pipeline"]))]
+    return STEP_PREFIX[
+        mem_key(*_limit_key(wildcards), getattr(wildcards, "pipeline", REC["pipeline"]))
+    ]
 
 
 def _run_line(kind, pipeline, policy, limit, rep, in_vm, prefix):
     """The shell line of one run (policy: its canonical name)."""
-    names = dict(kind=kind, pipeline=pipeline, policy=policy.replace(":", "_"), limit=limit,
-                 rep=rep)
-    return run_command(prefix, f"{PIPELINES_DIR}/{pipeline}.json", policy, SPLIT_DIR,
-                       RUN_DIR.format(**names), _limit_flags(kind, (in_vm, limit)),
-                       BATCH_ARGS, kind_runtime(config, kind), config["seed"] + rep,
-                       RUN_OPTIONS, RUN_LOG.format(**names))
+    names = dict(
+        kind=kind, pipeline=pipeline, policy=policy.replace(":", "_"), limit=limit, rep=rep
+    )
+    return run_command(
+        prefix,
+        f"{PIPELINES_DIR}/{pipeline}.json",
+        policy,
+        SPLIT_DIR,
+        RUN_DIR.format(**names),
+        _limit_flags(kind, (in_vm, limit)),
+        BATCH_ARGS,
+        kind_runtime(config, kind),
+        config["seed"] + rep,
+        RUN_OPTIONS,
+        RUN_LOG.format(**names),
+    )
 
 
 def run_line(wildcards, input):
     """Rule run's shell line. It reads `input`, so Snakemake counts it as derived from
     the input files and never compares it to decide a rerun: the params beside it that
     the results depend on (policy, limit, ...) are compared instead."""
-    return _run_line(wildcards.kind, wildcards.pipeline, POLICIES[wildcards.policy],
-                     wildcards.limit, int(wildcards.rep), _limit_key(wildcards)[0],
-                     vm_env(wildcards, input))
+    return _run_line(
+        wildcards.kind,
+        wildcards.pipeline,
+        POLICIES[wildcards.policy],
+        wildcards.limit,
+        int(wildcards.rep),
+        _limit_key(wildcards)[0],
+        vm_env(wildcards, input),
+    )
 
 
 def run_policy(wildcards):
@@ -475,16 +569,14 @@ def run_mem(wildcards):
 
 def set_runs(wildcards):
     """The run folders of every repetition of one run set (tidy_run's input)."""
-    reps = RUN_SET_REPS[(wildcards.kind, wildcards.pipeline, wildcards.policy,
-                         wildcards.limit)]
+    reps = RUN_SET_REPS[(wildcards.kind, wildcards.pipeline, wildcards.policy, wildcards.limit)]
     base = f"{RESULTS}/{wildcards.kind}/{wildcards.pipeline}/{wildcards.policy}"
     return [f"{base}/{wildcards.limit}/rep{rep}" for rep in range(reps)]
 
 
 def run_priority(wildcards):
     return RUN_PRIORITY[
-        (wildcards.kind, wildcards.pipeline, wildcards.policy, wildcards.limit,
-         int(wildcards.rep))
+        (wildcards.kind, wildcards.pipeline, wildcards.policy, wildcards.limit, int(wildcards.rep))
     ]
 
 
@@ -497,8 +589,9 @@ def caption_facts(wildcards, input):
 
 
 def model_figure_tables(wildcards):
-    return [f"{RESULTS}/model/{table}.parquet"
-            for table in MODEL_FIGURE_TABLES[wildcards.model_fig]]
+    return [
+        f"{RESULTS}/model/{table}.parquet" for table in MODEL_FIGURE_TABLES[wildcards.model_fig]
+    ]
 
 
 def model_caption_facts(wildcards, input):
@@ -521,8 +614,16 @@ def vm_recipe(wildcards):
 # logs (every run's folder and log, with the pipeline and rep wildcards) and its shell.
 def block_paths(i, pattern):
     shape = BLOCK_SHAPES[i]
-    return [pattern.format(kind=kind, pipeline="{pipeline}", policy=policy.replace(":", "_"),
-                           limit=shape.limit, rep="{rep}") for kind, policy in shape.runs]
+    return [
+        pattern.format(
+            kind=kind,
+            pipeline="{pipeline}",
+            policy=policy.replace(":", "_"),
+            limit=shape.limit,
+            rep="{rep}",
+        )
+        for kind, policy in shape.runs
+    ]
 
 
 def block_shell(i):
@@ -532,12 +633,24 @@ def block_shell(i):
     in_qemu = needs_vm_guest(config, shape.limit, shape.in_vm)
 
     def runs(wildcards):
-        prefix = (f"EDGEPROF_VM_CACHE={shlex.quote(VM_CACHE)} " if in_qemu else
-                  STEP_PREFIX[mem_key(shape.in_vm, shape.limit, wildcards.pipeline)])
+        prefix = (
+            f"EDGEPROF_VM_CACHE={shlex.quote(VM_CACHE)} "
+            if in_qemu
+            else STEP_PREFIX[mem_key(shape.in_vm, shape.limit, wildcards.pipeline)]
+        )
         order, _ = BLOCK_RUNS[(i, wildcards.pipeline, int(wildcards.rep))]
-        return block_command(_run_line(kind, wildcards.pipeline, policy, shape.limit,
-                                       int(wildcards.rep), shape.in_vm, prefix)
-                             for kind, policy in order)
+        return block_command(
+            _run_line(
+                kind,
+                wildcards.pipeline,
+                policy,
+                shape.limit,
+                int(wildcards.rep),
+                shape.in_vm,
+                prefix,
+            )
+            for kind, policy in order
+        )
 
     declare_signatures([runs])
     return runs
@@ -566,8 +679,27 @@ def block_resources(i):
 # once per workflow (engine.workflow.snakemake_api: public where Snakemake is not one it
 # was checked on).
 declare_signatures(
-    (output_dir, split_dir, model_files, run_vm_guest, reconcile_vm_guest, vm_env, run_line,
-     run_policy, run_limit_args, run_runtime, run_seed, run_code, run_mem, run_priority,
-     vm_recipe, caption_facts, set_runs, tables_dir, model_caption_facts,
-     model_figure_tables, model_splits)
+    (
+        output_dir,
+        split_dir,
+        model_files,
+        run_vm_guest,
+        reconcile_vm_guest,
+        vm_env,
+        run_line,
+        run_policy,
+        run_limit_args,
+        run_runtime,
+        run_seed,
+        run_code,
+        run_mem,
+        run_priority,
+        vm_recipe,
+        caption_facts,
+        set_runs,
+        tables_dir,
+        model_caption_facts,
+        model_figure_tables,
+        model_splits,
+    )
 )

@@ -12,15 +12,15 @@ rule fit_model:
         descriptions=DESCRIPTIONS,
     output:
         MODEL_FILE,
+    log:
+        f"{RESULTS}/logs/model/fit.log",
+    conda:
+        "../../envs/analysis.yaml"
     params:
         tables=tables_dir,
         models=model_splits,
         policies=" ".join(POLICIES.values()),
         code=CODE_MODEL,
-    log:
-        f"{RESULTS}/logs/model/fit.log",
-    conda:
-        "../../envs/analysis.yaml"
     shell:
         "python -m engine fit-model --tables {params.tables:q} --models {params.models:q}"
         " --out {output:q} --policies {params.policies} 2> {log:q}"
@@ -33,15 +33,15 @@ rule evaluate_model:
         model=MODEL_FILE,
     output:
         MODEL_OUTPUTS,
+    log:
+        f"{RESULTS}/logs/model/evaluate.log",
+    conda:
+        "../../envs/analysis.yaml"
     params:
         tables=tables_dir,
         models=model_splits,
         out=output_dir,
         code=CODE_MODEL,
-    log:
-        f"{RESULTS}/logs/model/evaluate.log",
-    conda:
-        "../../envs/analysis.yaml"
     shell:
         "python -m engine evaluate-model --tables {params.tables:q} --models {params.models:q}"
         " --model {input.model:q} --out {params.out:q} 2> {log:q}"
@@ -54,16 +54,16 @@ rule reconstruct_model:
         model=MODEL_FILE,
     output:
         RECONSTRUCTION_OUTPUTS,
+    log:
+        f"{RESULTS}/logs/model/reconstruct.log",
+    conda:
+        "../../envs/analysis.yaml"
     params:
         tables=tables_dir,
         models=model_splits,
         out=output_dir,
         resamples=MODEL_CONFIG["resamples"],
         code=CODE_MODEL,
-    log:
-        f"{RESULTS}/logs/model/reconstruct.log",
-    conda:
-        "../../envs/analysis.yaml"
     shell:
         "python -m engine reconstruct-model --tables {params.tables:q} --models {params.models:q}"
         " --model {input.model:q} --out {params.out:q} --resamples {params.resamples} 2> {log:q}"
@@ -75,15 +75,15 @@ rule aggregate_holdout:
         tidy=HOLDOUT_TIDY_DIRS,
     output:
         HOLDOUT_TABLES,
+    log:
+        f"{RESULTS}/logs/holdout/aggregate.log",
+    conda:
+        "../../envs/analysis.yaml"
     params:
         code=CODE_ANALYSIS,
         reps=canonical(HOLDOUT_TIDY_REPS),
         pipelines=PIPELINES_DIR,
         split=SPLIT_DIR,
-    log:
-        f"{RESULTS}/logs/holdout/aggregate.log",
-    conda:
-        "../../envs/analysis.yaml"
     script:
         "../scripts/aggregate_holdout.py"
 
@@ -95,15 +95,15 @@ rule score_holdout:
         model=MODEL_FILE,
     output:
         HOLDOUT_OUTPUTS,
+    log:
+        f"{RESULTS}/logs/model/holdout.log",
+    conda:
+        "../../envs/analysis.yaml"
     params:
         tables=tables_dir,
         models=split_dir,
         out=output_dir,
         code=CODE_MODEL,
-    log:
-        f"{RESULTS}/logs/model/holdout.log",
-    conda:
-        "../../envs/analysis.yaml"
     shell:
         "python -m engine score-holdout --tables {params.tables:q} --models {params.models:q}"
         " --model {input.model:q} --out {params.out:q} 2> {log:q}"
@@ -120,13 +120,13 @@ rule model_plot:
             labels={"figure": "{model_fig}"},
         ),
         pdf=f"{RESULTS}/model/{{model_fig}}.pdf",
-    params:
-        style=canonical(config["plots"]),
-        code=CODE_MODEL_PLOTS,
-        facts=model_caption_facts,
     log:
         f"{RESULTS}/logs/model/{{model_fig}}.log",
     conda:
         "../../envs/analysis.yaml"
+    params:
+        style=canonical(config["plots"]),
+        code=CODE_MODEL_PLOTS,
+        facts=model_caption_facts,
     script:
         "../scripts/model_plot.py"

@@ -6,15 +6,15 @@ rule pipelines:
         descriptions=DESCRIPTIONS,
     output:
         expand(f"{PIPELINES_DIR}/{{name}}.json", name=PIPELINES),
+    log:
+        f"{RESULTS}/logs/pipelines.log",
+    conda:
+        "../../envs/run.yaml"
     params:
         models=split_dir,
         out=output_dir,
         args=PIPELINES_ARGS,
         code=CODE_PIPELINES,
-    log:
-        f"{RESULTS}/logs/pipelines.log",
-    conda:
-        "../../envs/run.yaml"
     shell:
         "python -m engine pipelines --models {params.models:q} --out {params.out:q} {params.args}"
         " 2> {log:q}"
@@ -26,15 +26,15 @@ rule vm_pipelines:
         descriptions=DESCRIPTIONS,
     output:
         expand(f"{PIPELINES_DIR}/{{name}}.json", name=VM_PIPELINES),
+    log:
+        f"{RESULTS}/logs/vm_pipelines.log",
+    conda:
+        "../../envs/run.yaml"
     params:
         models=split_dir,
         out=output_dir,
         args=VM_PIPELINES_ARGS,
         code=CODE_PIPELINES,
-    log:
-        f"{RESULTS}/logs/vm_pipelines.log",
-    conda:
-        "../../envs/run.yaml"
     shell:
         "python -m engine pipelines --models {params.models:q} --out {params.out:q} {params.args}"
         " 2> {log:q}"
@@ -47,15 +47,15 @@ rule holdout_pipelines:
         descriptions=DESCRIPTIONS,
     output:
         expand(f"{PIPELINES_DIR}/{{name}}.json", name=HOLDOUT_PIPELINES),
+    log:
+        f"{RESULTS}/logs/holdout_pipelines.log",
+    conda:
+        "../../envs/run.yaml"
     params:
         models=split_dir,
         out=output_dir,
         args=HOLDOUT_PIPELINES_ARGS,
         code=CODE_PIPELINES,
-    log:
-        f"{RESULTS}/logs/holdout_pipelines.log",
-    conda:
-        "../../envs/run.yaml"
     shell:
         "python -m engine pipelines --models {params.models:q} --out {params.out:q} {params.args}"
         " 2> {log:q}"
@@ -66,15 +66,15 @@ rule holdout_vm_pipelines:
         descriptions=DESCRIPTIONS,
     output:
         expand(f"{PIPELINES_DIR}/{{name}}.json", name=HOLDOUT_VM_PIPELINES),
+    log:
+        f"{RESULTS}/logs/holdout_vm_pipelines.log",
+    conda:
+        "../../envs/run.yaml"
     params:
         models=split_dir,
         out=output_dir,
         args=HOLDOUT_VM_PIPELINES_ARGS,
         code=CODE_PIPELINES,
-    log:
-        f"{RESULTS}/logs/holdout_vm_pipelines.log",
-    conda:
-        "../../envs/run.yaml"
     shell:
         "python -m engine pipelines --models {params.models:q} --out {params.out:q} {params.args}"
         " 2> {log:q}"

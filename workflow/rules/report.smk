@@ -18,15 +18,15 @@ rule plot:
             labels={"figure": "{fig}"},
         ),
         pdf=f"{RESULTS}/plots/{{fig}}.pdf",
+    log:
+        f"{RESULTS}/logs/plots/{{fig}}.log",
+    conda:
+        "../../envs/analysis.yaml"
     params:
         style=canonical(config["plots"]),
         run=canonical(RUN),
         code=CODE_PLOTS,
         facts=caption_facts,
-    log:
-        f"{RESULTS}/logs/plots/{{fig}}.log",
-    conda:
-        "../../envs/analysis.yaml"
     script:
         "../scripts/plot.py"
 

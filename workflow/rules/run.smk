@@ -18,6 +18,16 @@ if PER_JOB == "run":
             vm_guest=RUN_VM_GUEST,
         output:
             directory(RUN_DIR),
+        log:
+            RUN_LOG,
+        benchmark:
+            f"{RESULTS}/benchmarks/{KIND_PATTERN}.tsv"
+        priority: run_priority
+        conda:
+            "../../envs/run.yaml"
+        resources:
+            mem_mb=run_mem,
+            runtime=RUN_RUNTIME,
         params:
             # what the results depend on, compared for a rerun (the command is derived)
             policy=run_policy,
@@ -29,16 +39,6 @@ if PER_JOB == "run":
             options=RUN_OPTIONS,
             code=run_code,
             command=run_line,
-        priority: run_priority
-        resources:
-            mem_mb=run_mem,
-            runtime=RUN_RUNTIME,
-        log:
-            RUN_LOG,
-        benchmark:
-            f"{RESULTS}/benchmarks/{KIND_PATTERN}.tsv"
-        conda:
-            "../../envs/run.yaml"
         shell:
             "{params.command}"
 
@@ -55,22 +55,22 @@ else:
                 vm_guest=VM_GUEST if needs_vm_guest(config, _shape.limit, _shape.in_vm) else [],
             output:
                 [directory(path) for path in block_paths(_i, RUN_DIR)],
-            wildcard_constraints:
-                pipeline="|".join(map(re.escape, _shape.pipelines)),
-                rep="|".join(map(str, _shape.reps)),
-            params:
-                # compared for a rerun: every run's line, and the code of its policies
-                runs=block_shell(_i),
-                code="-".join(sorted({RUN_CODE[p.replace(":", "_")] for _, p in _shape.runs})),
-            priority: block_priority(_i)
-            resources:
-                **block_resources(_i),
             log:
                 block_paths(_i, RUN_LOG),
             benchmark:
                 f"{RESULTS}/benchmarks/blocks/{{pipeline}}/{_shape.limit}/rep{{rep}}.{_i}.tsv"
+            wildcard_constraints:
+                pipeline="|".join(map(re.escape, _shape.pipelines)),
+                rep="|".join(map(str, _shape.reps)),
+            priority: block_priority(_i)
             conda:
                 "../../envs/run.yaml"
+            resources:
+                **block_resources(_i),
+            params:
+                # compared for a rerun: every run's line, and the code of its policies
+                runs=block_shell(_i),
+                code="-".join(sorted({RUN_CODE[p.replace(":", "_")] for _, p in _shape.runs})),
             shell:
                 "{params.runs}"
 
@@ -84,6 +84,15 @@ rule reconcile_run:
         vm_guest=reconcile_vm_guest,
     output:
         directory(REC_DIR),
+    log:
+        f"{RESULTS}/logs/reconcile.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/reconcile.tsv"
+    conda:
+        "../../envs/run.yaml"
+    resources:
+        mem_mb=RUN_MEM_MB[mem_key(reconcile_in_vm(config), str(REC["limit"]), REC["pipeline"])],
+        runtime=RUN_RUNTIME,
     params:
         policy=REC["policy"],
         models=split_dir,
@@ -94,15 +103,6 @@ rule reconcile_run:
         options=RUN_OPTIONS,
         code=REC_CODE,
         vm_env=vm_env,
-    resources:
-        mem_mb=RUN_MEM_MB[mem_key(reconcile_in_vm(config), str(REC["limit"]), REC["pipeline"])],
-        runtime=RUN_RUNTIME,
-    log:
-        f"{RESULTS}/logs/reconcile.log",
-    benchmark:
-        f"{RESULTS}/benchmarks/reconcile.tsv"
-    conda:
-        "../../envs/run.yaml"
     shell:
         "{params.vm_env}python -m engine run --pipeline {input.pipeline:q}"
         " --policy {params.policy:q} --models {params.models:q} --out {output:q} {params.limit}"

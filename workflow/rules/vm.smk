@@ -9,14 +9,14 @@ rule vm_guest:
         guest=VM_GUEST,
         kernel=f"{VM_CACHE}/vmlinuz",
         initrd=f"{VM_CACHE}/initrd.gz",
-    params:
-        cache=output_dir,
-        recipe=vm_recipe,
     log:
         f"{RESULTS}/logs/vm_guest.log",
     benchmark:
         f"{RESULTS}/benchmarks/vm_guest.tsv"
     conda:
         "../../envs/run.yaml"
+    params:
+        cache=output_dir,
+        recipe=vm_recipe,
     shell:
         "python -m engine.vm build --sandbox vm --force --cache {params.cache:q} 2> {log:q}"
