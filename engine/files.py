@@ -137,7 +137,12 @@ def staged(out: Path, prefix: str) -> Iterator[Path]:
     tmp = stamped_tempdir(prefix, out)
     try:
         with signals_unwind():
-            yield tmp
+            try:
+                yield tmp
+            except OSError as exc:  # name the file the user asked for, not its stand-in
+                if exc.filename and Path(exc.filename).is_relative_to(tmp):
+                    exc.filename = os.fspath(out / Path(exc.filename).relative_to(tmp))
+                raise
             _check_targets(tmp, out)
             with signals_deferred():
                 for entry in sorted(tmp.iterdir()):

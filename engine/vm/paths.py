@@ -41,7 +41,8 @@ def unsafe_character(path: str, sandbox: str) -> tuple[str, str] | None:
     there is none."""
     for char in path:
         if sandbox == "uml" and char.isspace():
-            return "a space", "the kernel splits its command line at whitespace"
+            name = "a space" if char == " " else f"whitespace ({char!r})"
+            return name, "the kernel splits its command line at whitespace"
         if char in UNSAFE.get(sandbox, {}):
             return f"a {char!r}", UNSAFE[sandbox][char]
     return None

@@ -289,6 +289,7 @@ def _deep(root: Path, length: int) -> Path:
 @pytest.mark.parametrize("backend, name, message", [
     ("uml", "a,b", "has a ','"), ("uml", "a:b", "has a ':'"), ("uml", 'a"b', "has a '\"'"),
     ("uml", "a b", "has a space"), ("vm", "a,b", "has a ','"),
+    ("uml", "a\tb", "has whitespace ('\\t')"),  # fifth held-out pass L4: not "a space"
     ("uml", None, "too long for the uml sandbox"),
     ("auto", "a b", "has a space"),  # auto choosing uml: refused as well
 ])
