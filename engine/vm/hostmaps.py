@@ -22,6 +22,7 @@ import psutil
 AT_CAP_SLACK = 64
 # Without a run's own stall window (--stall-timeout), a session at the cap this long ends
 DEFAULT_WINDOW_S = 60.0
+PAGE = 4096  # the unit of UML's mappings (x86)
 POLL_S = 0.25  # reading 65k lines of maps costs about 10 ms: 4 % of a CPU at the cap
 
 
@@ -42,6 +43,37 @@ def session_maps(leader: int) -> int:
     except psutil.Error:
         return 0
     return max((n for n in map(maps_of, pids) if n is not None), default=0)
+
+
+def why_split(maps: str) -> dict[str, int]:
+    """What a process's mappings (the text of its /proc/<pid>/maps) are, to tell why there
+    are so many: ``mappings``; ``one_page`` of them; by access, ``young`` (read-write: UML
+    maps a guest page it saw touched and written so), ``old`` (no read or write: a page
+    whose accessed bit reclaim cleared, trapping its next touch) and ``clean`` (read
+    only); and of neighbouring pairs (one ends where the next starts, the same file),
+    ``split_by_access`` (the next page of the file too: they differ only in access) and
+    ``split_by_scatter`` (another place in the file)."""
+    counts = dict.fromkeys(("mappings", "one_page", "young", "old", "clean",
+                            "split_by_access", "split_by_scatter"), 0)
+    prev = None
+    for line in maps.splitlines():
+        fields = line.split()
+        start, end = (int(x, 16) for x in fields[0].split("-"))
+        perms, offset = fields[1], int(fields[2], 16)
+        path = fields[5] if len(fields) > 5 else ""
+        counts["mappings"] += 1
+        counts["one_page"] += end - start == PAGE
+        if path:  # UML's guest memory is its physmem file
+            kind = ("young" if perms.startswith("rw") else "clean" if perms.startswith("r")
+                    else "old")
+            counts[kind] += 1
+        if prev is not None and prev[1] == start and prev[3] == path and path:
+            if prev[2] + (prev[1] - prev[0]) == offset:
+                counts["split_by_access"] += 1
+            else:
+                counts["split_by_scatter"] += 1
+        prev = (start, end, offset, path)
+    return counts
 
 
 NEAR_CAP = 0.9  # a run that failed this close to the cap is said to have been there

@@ -250,3 +250,20 @@ def test_a_run_that_failed_near_the_cap_is_said_to_have_been_there(tiny, tmp_pat
 
 
 _FAKE_UML = vm_run.uml.Uml(Path("/nonexistent/linux"), "7.2", "user-mode-linux_fake", "sid")
+
+
+def test_why_split_counts_hand_made_mappings():
+    from engine.vm.hostmaps import why_split
+
+    maps = "\n".join([
+        # a young page, then its file's next page read-only: split by access alone
+        "100000-101000 rwxs 00005000 00:1c 7 /dev/shm/vm_file-x (deleted)",
+        "101000-102000 r-xs 00006000 00:1c 7 /dev/shm/vm_file-x (deleted)",
+        # then a page from elsewhere in the file: split by scatter; two pages long
+        "102000-104000 rwxs 00009000 00:1c 7 /dev/shm/vm_file-x (deleted)",
+        # a hole, then an old page: neighbours of nothing
+        "200000-201000 --xs 00001000 00:1c 7 /dev/shm/vm_file-x (deleted)",
+        "7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0",
+    ])
+    assert why_split(maps) == {"mappings": 5, "one_page": 3, "young": 2, "old": 1, "clean": 1,
+                               "split_by_access": 1, "split_by_scatter": 1}
