@@ -24,7 +24,7 @@ FIGURES = ["speedup", "memory", "partial_workers", "layer_times", "reconciliatio
            "memory_over_time", "attribution"]
 TABLES = ["runs", "tasks", "networks", "samples", "reconcile", "speedup", "summary",
           "speedup_summary", "noise_floor", "probe_overhead"]
-RECORD_IMPORTS = Path(__file__).with_name("record_imports")
+RECORD_IMPORTS = REPO / "tests" / "record_imports"
 MODEL_FIGURES = ["model_predictions", "model_residuals", "swap_cost"]
 # what follows a change to the aggregate tables: the model refit, evaluated, rebuilt at
 # native speed and drawn
