@@ -100,27 +100,67 @@ def _imports_of(source: str, package: str, calls: bool) -> frozenset[str]:
     return frozenset(_engine_imports(ast.parse(source), package, calls))
 
 
-def job_modules(entries: Iterable[str], root: Path) -> dict[str, Path]:
-    """Every engine module a job with these entry modules can run: the entries and,
-    transitively, what they import (package ``__init__``s included). A module reached
-    only through modules the job merely imports counts with its top level's imports."""
+def _closure(entries: Iterable[str], root: Path) -> tuple[dict[str, Path], dict[str, Path]]:
+    """The engine modules a job with these entry modules runs: those whose functions it
+    may call, and those it only imports (their top level alone runs)."""
     own = set(entries)
-    runs: dict[str, Path] = {}  # modules whose functions the job may call
-    imported: dict[str, Path] = {}  # modules whose top level alone runs
+    runs: dict[str, Path] = {}
+    imported: dict[str, Path] = {}
     todo = [(name, True) for name in entries]
     while todo:
         name, called = todo.pop()
-        if name in IMPORT_ONLY or (name.startswith(VERBS) and name not in own):
-            called = False
         if name in runs or (not called and name in imported):
             continue
         path = _module_file(root, name)
         if path is None:  # a name imported from a module, not a module
             continue
+        source = path.read_text()
+        if name in IMPORT_ONLY or (_is_verb(name, source) and name not in own):
+            called = False
+            if name in imported:
+                continue
         (runs if called else imported)[name] = path
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        todo.extend((m, called) for m in _imports_of(path.read_text(), package, called))
+        todo.extend((m, called) for m in _imports_of(source, package, called))
+    return runs, {name: path for name, path in imported.items() if name not in runs}
+
+
+@functools.lru_cache(maxsize=256)
+def _is_verb(name: str, source: str) -> bool:
+    """A module of engine.commands that registers a verb (has ``add_parser``), not one of
+    their shared helpers."""
+    return name.startswith(VERBS) and any(
+        isinstance(n, ast.FunctionDef) and n.name == "add_parser" for n in ast.parse(source).body)
+
+
+def job_modules(entries: Iterable[str], root: Path) -> dict[str, Path]:
+    """Every engine module a job with these entry modules can run: the entries and,
+    transitively, what they import (package ``__init__``s included). A module reached
+    only through modules the job merely imports counts with its top level's imports."""
+    runs, imported = _closure(entries, root)
     return dict(sorted((imported | runs).items()))
+
+
+@functools.lru_cache(maxsize=256)
+def _registered_verb(source: str, filename: str) -> str:
+    """The code of a verb's module that runs in a job of another verb: its top level and
+    ``add_parser`` (the CLI builds every verb's parser), with what that calls in the
+    module; the bodies of the other functions (the verb's work) left out."""
+    tree = ast.parse(source, filename)
+    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    kept, todo = set(), ["add_parser"]
+    while todo:
+        name = todo.pop()
+        if name in functions and name not in kept:
+            kept.add(name)
+            # what it calls; a function it only names (set_defaults(func=main), an
+            # option's type) runs when its own verb does
+            todo.extend(ref.func.id for ref in ast.walk(functions[name])
+                        if isinstance(ref, ast.Call) and isinstance(ref.func, ast.Name))
+    for name, node in functions.items():
+        if name not in kept:
+            node.body = [ast.Expr(ast.Constant(...))]
+    return ast.unparse(tree)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -168,16 +208,19 @@ def _builder_code(tree: ast.Module) -> dict[str, list[ast.AST]]:
 
 def code_fingerprint(job: str, root: Path) -> str:
     """A hash of the code of every module a ``job`` (a key of JOB_ENTRIES) runs, less the
-    policies' graph builders: only a run calls those, and each run adds its own policy's
-    fingerprint (policy_fingerprint), so editing one policy reruns only its runs while any
-    other shared line reruns every job that imports it."""
-    modules = job_modules(JOB_ENTRIES[job], root)
-    if not modules:  # a wrong root must not give every job the same, constant hash
+    work of the verbs it does not run (``_registered_verb``) and the policies' graph
+    builders: only a run calls those, and each run adds its own policy's fingerprint
+    (policy_fingerprint), so editing one policy reruns only its runs while any other
+    shared line reruns every job that imports it."""
+    runs, imported = _closure(JOB_ENTRIES[job], root)
+    if not runs:  # a wrong root must not give every job the same, constant hash
         raise ValueError(f"no engine modules under {root}")
     h = hashlib.sha256()
-    for name, path in modules.items():
+    for name, path in sorted((imported | runs).items()):
         source = path.read_text()
-        if name == POLICIES_MODULE:
+        if name in imported and _is_verb(name, source):
+            source = _registered_verb(source, str(path))
+        elif name == POLICIES_MODULE:
             tree = _policies_tree(root)
             builders = {id(node) for nodes in _builder_code(tree).values() for node in nodes}
             tree.body = [node for node in tree.body if id(node) not in builders]

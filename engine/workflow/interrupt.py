@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from types import FrameType
 
@@ -49,6 +50,17 @@ def pass_on(sig: int) -> None:
         signal_jobs(sig)
 
 
+def _in_scheduler(frame: FrameType | None) -> bool:
+    """Whether ``frame`` runs inside Snakemake's scheduling loop (``JobScheduler.schedule``
+    in snakemake/scheduling/job_scheduler.py), the one place it handles an interrupt."""
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "schedule" and code.co_filename.endswith("job_scheduler.py"):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def forward_interrupts() -> bool:
     """Called in Snakemake's main process: from now on ``pass_on`` signals the jobs;
     and, in the main thread where SIGINT has Python's default handler (not ignored, as
@@ -64,7 +76,13 @@ def forward_interrupts() -> bool:
         pass_on(signal.SIGINT)
         if not interrupted.is_set():
             interrupted.set()
-            raise KeyboardInterrupt
+            if _in_scheduler(frame):
+                raise KeyboardInterrupt  # its loop catches it, cancels and waits for the jobs
+            # before its jobs start or after they ended (parsing, building the DAG, an
+            # import), where Snakemake lets a KeyboardInterrupt out as a traceback and a
+            # death by SIGINT: the same stop, unwinding its cleanups, in one line
+            print("error: interrupted (no job was running)", file=sys.stderr)
+            raise SystemExit(130)
 
     signal.signal(signal.SIGINT, on_sigint)
     return True

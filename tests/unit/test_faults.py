@@ -85,20 +85,21 @@ def test_sigkill_of_the_supervisor_ends_the_run_and_the_next_run_sweeps(split_di
 
 
 def _engine_started(folder: Path, proc: subprocess.Popen) -> None:
-    """Wait until the process started by ``_start_recording`` runs ``python -m engine``'s
-    own code: it has found ``engine.__main__`` (tests/record_imports)."""
+    """Wait until ``proc`` runs ``python -m engine``'s own code: it imports ``engine.cli``,
+    engine/__main__.py's first import inside its handler (tests/record_imports)."""
     deadline = time.monotonic() + 60
-    while not any(b"\nengine.__main__\n" in p.read_bytes() for p in folder.iterdir()):
+    while not any(b"\nengine.cli\n" in p.read_bytes() for p in folder.iterdir()):
         assert time.monotonic() < deadline and proc.poll() is None, "the engine never started"
         time.sleep(0.002)
 
 
 @pytest.mark.parametrize("delay", [0.0, *DELAYS], ids=[f"{d:.2f}s" for d in [0.0, *DELAYS]])
 def test_ctrl_c_at_any_moment_is_exit_130_without_a_traceback(split_dir, tmp_path, delay):
-    """From the engine's own code on: the moments count from the process finding
-    ``engine.__main__``, not from its start, which a loaded host can delay past a second.
-    Before that, CPython's start-up and runpy's import of the package end a Ctrl-C with
-    a traceback of their own, as for any ``python -m`` tool, not ours to handle."""
+    """From the engine's own code on: the moments count from engine/__main__.py's first
+    import (engine.cli), not from the process's start, which a loaded host can delay past
+    a second. Before it, CPython's start-up and runpy (importing the package, compiling
+    __main__) end a Ctrl-C with a traceback of their own, as for any ``python -m`` tool:
+    not ours to handle."""
     imports = tmp_path / "imports"
     imports.mkdir()
     proc = _start(split_dir, tmp_path, ["AlexNet"] * 40,

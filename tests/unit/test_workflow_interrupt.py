@@ -121,3 +121,40 @@ def test_a_signal_to_snakemake_stops_its_job_before_snakemake_ends(tmp_path, sig
     assert proc.returncode != 0
     assert "Traceback" not in out and "Cannot close a running event loop" not in out, out
     assert not (tmp_path / "done").exists()
+
+
+# The same workflow, held while Snakemake parses it (after the handler is installed)
+PARSING = SNAKEFILE.replace("""    assert forward_interrupts()
+""", """    assert forward_interrupts()
+    import time
+    from pathlib import Path
+    Path("parsing").touch()
+    for _ in range(6000):
+        if Path("release").exists():
+            break
+        time.sleep(0.05)
+""")
+
+
+def test_a_sigint_before_any_job_runs_stops_snakemake_in_one_line(tmp_path):
+    """Sixth held-out pass M2: a Ctrl-C while Snakemake was not in its scheduling loop (it
+    parsed, built its DAG or imported) ended in a KeyboardInterrupt traceback and a death
+    by SIGINT: Snakemake catches one only in that loop."""
+    (tmp_path / "Snakefile").write_text(PARSING.replace("PYTHON", shlex.quote(sys.executable)))
+    (tmp_path / "job.py").write_text(JOB)
+    proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1", "all"],
+                            cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=default_signals, start_new_session=True)
+    try:
+        _wait_for(lambda: (tmp_path / "parsing").exists() or proc.poll() is not None,
+                  "the parse started")
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, out
+    assert "Traceback" not in out and "error: interrupted (no job was running)" in out, out
+    assert not (tmp_path / "job.pid").exists()
