@@ -152,6 +152,8 @@ def _check_records(records: list[wire.LayerRecord], size: int) -> None:
             assert math.prod(blob.shape) == blob.count
             if blob.unpacked:
                 assert all(rec.body <= off <= rec.end - 4 for off in blob.unpacked)
+            elif blob.offset == -1:  # no data field at all: an empty blob, nothing to read
+                assert blob.nbytes == 0 and blob.count == 0
             else:
                 assert rec.body <= blob.offset <= blob.offset + blob.nbytes <= rec.end
 
