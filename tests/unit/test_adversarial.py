@@ -1258,7 +1258,7 @@ def test_calibrate_interrupted_ends_its_run_and_leaves_nothing(split_copy, tmp_p
     pipe = tmp_path / "late.json"
     save_pipeline(Pipeline("late", [Arrival(60.0, ["AgeNet"])], arrival_mode="given"), pipe)
     code = ("import sys; from engine.model.calibrate import _run; "
-            "from engine.runner.interrupt import signals_unwind\n"
+            "from engine.signals import signals_unwind\n"
             "with signals_unwind(): _run(sys.argv[1:])")
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-c", code, "--pipeline", str(pipe), "--policy",
