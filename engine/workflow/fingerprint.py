@@ -16,8 +16,7 @@ from pathlib import Path
 # (the verbs it does not run, and what their top level imports) runs only its top level:
 # follow those modules' import-time imports, not the ones inside their functions. Likewise
 # the engine.vm package, whose names are lazy re-exports of engine.vm.run (the run job
-# names that module): importing engine.vm.uml to read its build record is not running a
-# guest.
+# names that module): importing engine.vm.paths to check a path is not running a guest.
 IMPORT_ONLY = frozenset({"engine.vm"})
 VERBS = "engine.commands."
 # What each kind of job runs, as engine modules; their imports are followed (function-level
