@@ -32,8 +32,11 @@ JOB_ENTRIES = {
     "run": ("engine.__main__", "engine.cli", "engine.commands.run", "engine.commands.supervise",
             "engine.commands.child", "engine.runner.supervise", "engine.runner.child",
             "engine.probes.sampler", "engine.vm.run", "engine.vm.job"),
-    "tidy": ("engine.__main__", "engine.cli", "engine.commands.tidy", "engine.analysis.tables"),
-    "tables": ("engine.analysis.tables", "engine.analysis.reconcile"),
+    "tidy": ("engine.__main__", "engine.cli", "engine.commands.tidy", "engine.analysis.tidy",
+             "engine.analysis.tablefiles"),
+    # the aggregate scripts (campaign and held-out): the reconciliation comes with aggregate
+    "tables": ("engine.analysis.aggregate", "engine.analysis.provenance",
+               "engine.analysis.tablefiles"),
     "plots": ("engine.analysis.plots",),
     "model": ("engine.__main__", "engine.cli", "engine.commands.fit_model",
               "engine.commands.evaluate_model", "engine.commands.reconstruct_model",

@@ -81,7 +81,7 @@ def test_doctor_names_every_check_and_exits_with_its_verdict(capsys, monkeypatch
 
 
 def test_a_run_that_computed_other_outputs_than_its_siblings_is_named():
-    from engine.analysis.tables import outputs_agree
+    from engine.analysis.summaries import outputs_agree
 
     runs = pd.DataFrame({"run_id": [f"p0/{p}/none/rep0" for p in "abcd"] + ["p0/a/none/rep1"],
                          "pipeline": ["p0"] * 5, "rep": [0, 0, 0, 0, 1],
