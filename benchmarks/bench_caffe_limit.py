@@ -27,7 +27,7 @@ from pathlib import Path
 
 from _common import zoo_split
 
-from engine.analysis.tables import tidy_run
+from engine.analysis.tidy import tidy_run
 from engine.units import MIB, parse_size
 
 NETWORKS = ["SoS-AlexNet", "FaceNet"]

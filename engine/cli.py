@@ -36,7 +36,7 @@ from engine.commands import (
 )
 from engine.errors import EdgeprofError, RunFailed
 from engine.files import is_write_failure, write_failure
-from engine.runner.interrupt import Signalled
+from engine.signals import Signalled
 
 # Every verb, in the order --help lists them; each module adds its own parser
 # (engine/commands/__init__.py says how).

@@ -131,7 +131,7 @@ def staged(out: Path, prefix: str) -> Iterator[Path]:
     none of the set and a finished one all of it. The hidden folder goes either way; one
     a SIGKILLed writer left is removed by the next."""
     from engine.procs import stamped_tempdir, sweep
-    from engine.runner.interrupt import committed, signals_deferred, signals_unwind
+    from engine.signals import committed, signals_deferred, signals_unwind
 
     sweep(out, prefix)
     tmp = stamped_tempdir(prefix, out)

@@ -138,7 +138,7 @@ def host_checks() -> list[tuple[str, bool | None, str]]:
                    "'always' gives numpy and Caffe huge pages whose first touch can stall "
                    "on a VM (benchmarks/bench_first_touch.py); runs ask for 4 KiB pages, "
                    "but 'always' overrides that"))
-    from engine.vm.uml import load_uml, map_count_note, max_map_count
+    from engine.limits.umlhost import load_uml, map_count_note, max_map_count
 
     maps, built = max_map_count(), load_uml()
     note = map_count_note(maps, built.probe_maps if built else None)

@@ -62,6 +62,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from engine.analysis.tidy import check_digests
 from engine.runner.meta import RunMeta
 from engine.units import MIB
 
@@ -240,8 +241,6 @@ def why(row: pd.Series) -> str:
 
 def reconcile_run(folder: str | Path) -> pd.DataFrame:
     """The reconciliation table of one run folder."""
-    from engine.analysis.tables import check_digests
-
     folder = Path(folder)
     meta = RunMeta.read(folder)
     check_digests(folder, meta)  # the tables read here are the run's own

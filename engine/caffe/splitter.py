@@ -478,7 +478,7 @@ def split_model(caffemodel: str | os.PathLike, prototxt: str | os.PathLike,
         # the old partials aside, the new ones in and the old ones gone, with signals
         # held back: an interrupted re-split leaves the old set or the new one, never half
         # of one (nor the old one hidden); a signal held back is delivered after it
-        from engine.runner.interrupt import committed, signals_deferred
+        from engine.signals import committed, signals_deferred
 
         with signals_deferred():
             old = None

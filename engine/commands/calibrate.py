@@ -15,7 +15,7 @@ from engine.commands.options import (
     positive,
 )
 from engine.limits import BACKENDS
-from engine.runner.interrupt import signals_unwind
+from engine.signals import signals_unwind
 from engine.units import format_size
 
 

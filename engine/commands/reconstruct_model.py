@@ -31,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> None:
-    from engine.analysis.tables import check_table_outputs
+    from engine.analysis.tablefiles import check_table_outputs
     from engine.model.reconstruct import RECONSTRUCT_TABLES, reconstruct_files
 
     positive(args.resamples, "--resamples", most=MAX_RESAMPLES)

@@ -158,8 +158,8 @@ def run_request(args: argparse.Namespace) -> RunRequest:
 def execute(request: RunRequest, error_is_result: bool = False) -> int:
     """One run on this host, or in the vm backend's guest when the session says so; exit
     1 when its process crashed (termination ``error``), unless ``error_is_result``."""
-    from engine.runner.interrupt import Interrupted
     from engine.runner.supervise import open_run_session, run_supervised
+    from engine.signals import Interrupted
 
     t0 = time.perf_counter()
     try:

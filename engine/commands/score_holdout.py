@@ -26,7 +26,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> None:
-    from engine.analysis.tables import check_table_outputs
+    from engine.analysis.tablefiles import check_table_outputs
     from engine.model.evaluate import HOLDOUT_TABLES, score_holdout_files
 
     positive(args.orderings, "--orderings", most=MAX_ORDERINGS)

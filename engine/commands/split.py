@@ -10,7 +10,7 @@ from pathlib import Path
 
 from engine.commands.options import output_dir
 from engine.errors import EdgeprofError
-from engine.runner.interrupt import signals_unwind
+from engine.signals import signals_unwind
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

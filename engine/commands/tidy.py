@@ -25,7 +25,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> None:
-    from engine.analysis.tables import TIDY_DIGESTS, TIDY_TABLES, tidy_run, write_tidy
+    from engine.analysis.tablefiles import TIDY_DIGESTS, write_tidy
+    from engine.analysis.tidy import TIDY_TABLES, tidy_run
 
     for run in args.runs:  # the inputs first: a FIFO or a file is not a run folder
         if file_kind(run) != "a folder":

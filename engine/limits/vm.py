@@ -11,6 +11,7 @@ import shutil
 
 from engine.errors import EdgeprofError
 from engine.limits.base import LimitRequest, Session
+from engine.limits.umlhost import load_uml, why_none
 
 QEMU = "qemu-system-x86_64"
 
@@ -37,8 +38,6 @@ class UmlSession(VmSession):
 def uml_status() -> tuple[bool, str]:
     """(True, kernel) when a user-mode Linux kernel was built and works on this host
     (reads the build's record; boots nothing), else (False, why)."""
-    from engine.vm.uml import load_uml, why_none
-
     built = load_uml()
     if built is not None:
         return True, f"Linux {built.kernel_version} ({built.suite})"

@@ -34,7 +34,7 @@ def fit_device(folders: list[Path], name: str) -> Device:
     """The per-page costs of the run folders ``<work>/free/repN`` and
     ``<work>/limited/repN`` (one pipeline, one policy); EdgeprofError naming what is
     missing (an unenforced limit, no swap counters, no swapping)."""
-    from engine.analysis.tables import tidy_run
+    from engine.analysis.tidy import tidy_run
 
     tidy = [tidy_run(f) for f in folders]
     runs = pd.concat([t["runs"] for t in tidy], ignore_index=True)

@@ -560,7 +560,7 @@ def evaluate_files(tables_dir: Paths, models_dir: Paths,
     ``tables_dir`` and the per-layer residuals of the model in ``model_path``, written to
     ``out_dir`` (cv_predictions, cv_scores, cv_folds, cv_targets, layer_residuals as CSV
     + Parquet; cv.json, what advise states); returns the score summary."""
-    from engine.analysis.tables import write_tables
+    from engine.analysis.tablefiles import write_tables
     from engine.model.train import read_tables
 
     runs, tasks, networks, descriptions = read_tables(tables_dir, models_dir)
@@ -632,7 +632,7 @@ def score_holdout_files(tables_dir: Paths, models_dir: Paths,
     """The fitted model scored on the held-out seed's pipelines (tables in
     ``tables_dir``, aggregated apart and never fitted on): holdout_predictions,
     holdout_scores and holdout_targets in ``out_dir``; returns the scores."""
-    from engine.analysis.tables import write_tables
+    from engine.analysis.tablefiles import write_tables
     from engine.model.train import read_tables
 
     model = Model.read(model_path)

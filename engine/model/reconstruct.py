@@ -622,7 +622,7 @@ def reconstruct_files(tables_dir: Paths, models_dir: Paths, model_path: str, out
     swap_cost_curves, swap_cost_crossovers as CSV + Parquet)."""
     from pathlib import Path
 
-    from engine.analysis.tables import write_tables
+    from engine.analysis.tablefiles import write_tables
     from engine.model.devices import PROFILES
     from engine.model.train import read_tables
 

@@ -69,12 +69,12 @@ CELL_KEY = ["pipeline", "policy", "limit"]
 def measured_cells(runs: pd.DataFrame) -> pd.DataFrame:
     """Per (pipeline, policy, limit) of one execution mode: the median makespan of the
     finished runs with its 95 % CI (``stats.summarize``), the median slowdown over the
-    same policy unconstrained (paired per repetition: ``tables.speedup_table``), and over
+    same policy unconstrained (paired per repetition: ``summaries.speedup_table``), and over
     every run that measured them (killed ones included, as the summary table does) the
     median resident high-water mark, cgroup window peak and pages swapped out; whether a
     run was OOM-killed. A cell every run of which was killed has no makespan."""
     from engine.analysis.stats import summarize
-    from engine.analysis.tables import speedup_table
+    from engine.analysis.summaries import speedup_table
 
     def col(name: str) -> pd.Series:
         return runs[name] if name in runs else pd.Series(np.nan, index=runs.index)

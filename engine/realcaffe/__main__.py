@@ -13,8 +13,8 @@ from engine.caffe.splitter import Description
 from engine.errors import EdgeprofError
 from engine.procs import stamped_tempdir, sweep
 from engine.realcaffe import chroot, reference
-from engine.runner.interrupt import Signalled, signals_unwind
 from engine.runtime import RUNTIMES
+from engine.signals import Signalled, signals_unwind
 
 WORK_PREFIX = "edgeprof-realcaffe."  # + owner pid: the work folders, in the temp folder
 

@@ -29,7 +29,6 @@ from engine.probes.vmstat import in_guest
 from engine.procs import SUPERVISOR_ENV, preexec
 from engine.runner.child import WRITE_FAILED
 from engine.runner.folder import assemble, read_child
-from engine.runner.interrupt import Interrupted, Signalled, ignore_signals, signals_unwind
 from engine.runner.meta import (
     HUGEPAGE_ENV,
     MALLOC_ENV,
@@ -46,6 +45,7 @@ from engine.runner.stall import StallWatch, wait_child
 from engine.schedule.pipelines import Pipeline, load_pipeline
 from engine.schedule.plan import one_after_another, plan, resolve_descriptions
 from engine.schedule.policies import Policy, parse_policy
+from engine.signals import Interrupted, Signalled, ignore_signals, signals_unwind
 
 # Backends under which a limit that cannot be enforced is recorded, never an error.
 RECORDS_UNENFORCED = ("none", "auto", "inherit")

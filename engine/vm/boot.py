@@ -26,8 +26,8 @@ from engine.errors import EdgeprofError
 from engine.files import naming
 from engine.limits.vm import QEMU
 from engine.procs import preexec, stamped_tempdir
-from engine.runner.interrupt import signals_deferred
 from engine.runner.outdir import SWAP_PREFIX
+from engine.signals import signals_deferred
 from engine.vm import hostmaps, uml
 from engine.vm.guest import INSTALL_HINT, Guest
 

@@ -29,12 +29,12 @@ from engine.errors import EdgeprofError
 from engine.files import naming, sha256_file
 from engine.probes import hostload
 from engine.probes.vmstat import GUEST_ENV
-from engine.runner.interrupt import Interrupted, Signalled, ignore_signals, signals_unwind
 from engine.runner.meta import RunMeta, host_facts
 from engine.runner.outdir import OutClaim
 from engine.runner.request import RunRequest
 from engine.schedule.pipelines import Pipeline
 from engine.schedule.policies import Policy
+from engine.signals import Interrupted, Signalled, ignore_signals, signals_unwind
 from engine.units import MIB, parse_size
 from engine.vm import boot as vmboot
 from engine.vm import hostmaps, uml

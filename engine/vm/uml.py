@@ -14,7 +14,8 @@ sid's 7.2 runs. So ``build`` fetches each candidate (``CANDIDATES``: Debian's
 nothing installed), points the binary at that libc with ``patchelf``, and keeps the
 first that boots and passes a cgroup-v2 memory check here. The cache
 (``~/.cache/edgeprof/uml`` or ``$EDGEPROF_UML_CACHE``) holds one folder per recipe
-(``RECIPE``), which records in ``uml.json`` the kernel it chose: checkouts of the project
+(``RECIPE``), which records in ``uml.json`` the kernel it chose (read by
+``engine.limits.umlhost``, below the limit backends and ``doctor``): checkouts of the project
 at different recipes share the cache without rebuilding each other's kernel from under
 their runs. Every run records the sandbox and its kernel.
 """
@@ -22,7 +23,6 @@ their runs. Every run records the sandbox and its kernel.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import shlex
@@ -32,23 +32,31 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from engine.caffe.wire import UML_READS_ENV
 from engine.errors import EdgeprofError
 from engine.files import atomic_path
+from engine.limits.umlhost import (
+    CANDIDATES,
+    PRELOAD,
+    PRELOAD_SOURCE,
+    Uml,
+    build_dir,
+    build_info,
+    default_cache,
+    load_uml,
+    max_map_count,
+    recipe_hash,
+    why_none,
+)
 from engine.vm.guest import Log, _run, apt_state, download_deb
 
-CACHE_ENV = "EDGEPROF_UML_CACHE"
-# newest first: sid's UML (7.2 when chosen) runs where trixie's 6.12 panics (hosts with
-# AMX) or dies under a pipeline's memory (the probe's touch); every run records its
-# kernel. 6.1 (bookworm) lacks memory.swap.peak and per-fd peak resets.
-CANDIDATES = ("sid", "trixie")
 PACKAGE = "user-mode-linux"
 INIT_SCRIPT = Path(__file__).with_name("uml_init.sh")
 PROBE_TIMEOUT_S = 180  # a kernel that fails the touch takes a minute to (UML 6.12 here)
 INSTALL_HINT = "sudo apt-get install -y patchelf busybox-static"
+CC_HINT = "sudo apt-get install -y gcc libc6-dev"
 # UML keeps the guest's RAM in a file it maps; tmpfs keeps it in memory, not on disk
 RAM_DIR = "/dev/shm"
 # UML >= 6.14 can trap its processes' system calls and faults with seccomp instead of
@@ -56,89 +64,6 @@ RAM_DIR = "/dev/shm"
 # faster and steadier. An older kernel says so on its console and falls back to ptrace.
 SECCOMP_OFF = "SECCOMP userspace requested but not functional"
 USERSPACE_ENV = "EDGEPROF_UML_USERSPACE"  # "ptrace": UML's older, slower mode
-
-
-@dataclass(frozen=True)
-class Uml:
-    """A built UML kernel in the cache: what ``boot`` starts."""
-
-    binary: Path
-    kernel_version: str  # uname -r in the guest
-    package: str  # the .deb it came from
-    suite: str
-    preload: Path | None = None  # ascend.so, LD_PRELOADed in the guest (PRELOAD_SOURCE)
-    probe_maps: dict | None = None  # the build probe's peak host mappings per pattern
-
-
-def default_cache() -> Path:
-    env = os.environ.get(CACHE_ENV)
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "edgeprof" / "uml"
-
-
-# What the built kernel depends on (its candidates, and how each is fetched and patched);
-# bump it when that changes. Not this file's source: every checkout of the project shares
-# the cache, and an edit elsewhere in it must not make the others' build stale.
-RECIPE = ("3: user-mode-linux + that suite's libc6, patchelf'd; ascend.c built with the host's "
-          "cc; probe: cgroup v2 memory.max, a fragmented 2 GiB touch, a 1 GiB copy-read, a "
-          "1 GiB swap-heavy touch at 256M, each under the host's mapping cap")
-# The preload every guest process runs with: copies fault their destination in ascending
-# page order (its source says why). Part of the recipe: an edit rebuilds it.
-PRELOAD_SOURCE = Path(__file__).with_name("ascend.c")
-PRELOAD = "ascend.so"
-CC_HINT = "sudo apt-get install -y gcc libc6-dev"
-
-
-def recipe_hash() -> str:
-    h = hashlib.sha256(RECIPE.encode())
-    h.update(" ".join(CANDIDATES).encode())
-    h.update(PRELOAD_SOURCE.read_bytes())
-    return h.hexdigest()[:16]
-
-
-def build_dir(cache: Path | None = None) -> Path:
-    """This recipe's folder in the cache: its uml.json and each candidate's kernel."""
-    return Path(cache or default_cache()) / recipe_hash()
-
-
-def _info(cache: Path | None) -> dict | None:
-    try:
-        return json.loads((build_dir(cache) / "uml.json").read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def load_uml(cache: Path | None = None) -> Uml | None:
-    """The cached UML kernel, or None when this recipe's is not built or no candidate
-    worked on this host (``why_none`` says why)."""
-    info = _info(cache)
-    if not info or not info.get("suite"):
-        return None
-    home = build_dir(cache) / info["suite"]
-    uml = Uml(home / "linux", info["kernel_version"], info["package"], info["suite"],
-              home / PRELOAD, info.get("probe_maps"))
-    return uml if uml.binary.is_file() and uml.preload.is_file() else None
-
-
-def why_none(cache: Path | None = None) -> str | None:
-    """Why no UML kernel works here (from the last build), or None when one does."""
-    cache = Path(cache or default_cache())
-    info = _info(cache)
-    if info is None:
-        other = (cache / "uml.json").exists() or any(cache.glob("*/uml.json"))
-        return ("the user-mode Linux build is from another recipe (python -m engine.vm "
-                "build)" if other else "user-mode Linux is not built (python -m engine.vm "
-                "build)")
-    if not info.get("suite"):
-        return info.get("why", "no candidate kernel worked")
-    if load_uml(cache) is None:
-        home = build_dir(cache) / info["suite"]
-        gone = home / "linux" if not (home / "linux").is_file() else home / PRELOAD
-        what = "kernel" if gone.name == "linux" else "guest's preload"
-        return f"the built {what} {gone} is missing (python -m engine.vm build --force)"
-    return None
 
 
 def ensure_uml(cache: Path | None = None, log: Log = print, force: bool = False) -> Uml:
@@ -160,7 +85,7 @@ def ensure_uml(cache: Path | None = None, log: Log = print, force: bool = False)
 
 def _found_none(cache: Path) -> bool:
     """Whether this recipe's last build tried every candidate and none worked."""
-    info = _info(cache)
+    info = build_info(cache)
     return info is not None and not info.get("suite")
 
 
@@ -187,16 +112,16 @@ def build(cache: Path, log: Log = print) -> Uml | None:
             shutil.rmtree(build_dir(cache) / suite, ignore_errors=True)
             continue
         uml = Uml(uml.binary, version, uml.package, suite, preload, maps)
-        _write_info(cache, {"suite": suite, "kernel_version": version,
+        _writebuild_info(cache, {"suite": suite, "kernel_version": version,
                             "package": uml.package, "tried": failures, "probe_maps": maps})
         log(f"uml: Linux {version} from {suite} ({uml.package}) -> {uml.binary}; the probe's "
             f"peak host mappings: {maps}")
         return uml
-    _write_info(cache, {"suite": None, "why": "; ".join(failures)})
+    _writebuild_info(cache, {"suite": None, "why": "; ".join(failures)})
     return None
 
 
-def _write_info(cache: Path, info: dict) -> None:
+def _writebuild_info(cache: Path, info: dict) -> None:
     build_dir(cache).mkdir(parents=True, exist_ok=True)
     with atomic_path(build_dir(cache) / "uml.json") as tmp:
         tmp.write_text(json.dumps({"recipe": recipe_hash(), **info}, indent=1))
@@ -255,37 +180,6 @@ def boot_argv(binary: Path, share: Path, ram_mb: int, swap_image: Path | None,
 def userspace_mode(console: str) -> str:
     """How the UML kernel ran its processes, from its console: seccomp or ptrace."""
     return "ptrace" if SECCOMP_OFF in console else "seccomp"
-
-
-MAP_COUNT_FILE = "/proc/sys/vm/max_map_count"
-# A guest process's memory is mapped into its host process one host mapping per run of
-# pages in ascending physmem order, and the host caps a process at vm.max_map_count
-# mappings (65530 on Debian): a process at the cap spins for good (UML 7.2) or dies of
-# SIGSEGV (6.12). Faults in ascending order (the preload, engine.caffe.wire) keep a guest
-# process's count far below it (docs/sandboxes.md); the host watches it (engine.vm.hostmaps).
-MAP_COUNT_ENOUGH = 1 << 20  # 1,048,576 mappings cover 4 GiB page by page
-
-
-def max_map_count(path: str = MAP_COUNT_FILE) -> int | None:
-    """The host's vm.max_map_count (None: unreadable)."""
-    try:
-        return int(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def map_count_note(count: int | None, probe_maps: dict | None = None) -> str | None:
-    """The headroom the build probe measured under the host's cap; None where the cap
-    cannot bind (unreadable or at least MAP_COUNT_ENOUGH)."""
-    if count is None or count >= MAP_COUNT_ENOUGH:
-        return None
-    if probe_maps:
-        worst = max(probe_maps, key=probe_maps.get)
-        return (f"the build probe's guest processes peaked at {probe_maps[worst]} host "
-                f"mappings ({worst}), {100 * probe_maps[worst] / count:.0f} % of the cap; "
-                f"each UML run records its own peak (vm.host_maps_peak)")
-    return ("no build probe measured the uml sandbox's mappings here (python -m engine.vm "
-            "build); a guest process past the cap stalls")
 
 
 def environ() -> dict[str, str]:

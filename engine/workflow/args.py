@@ -91,7 +91,7 @@ def run_options(run: Config) -> str:
 def run_settings(config: Config, kind: str, limit: str, in_vm: bool,
                  probed: bool = True) -> dict[str, object]:
     """What each run of a run set records of the settings its flags set (the runs table's
-    columns: ``engine.analysis.tables.check_settings`` compares them), as ``limit_args``,
+    columns: ``engine.analysis.provenance.check_settings`` compares them), as ``limit_args``,
     ``run_options`` and ``batch_args`` give them: a run redone by hand with other flags is
     told from the config's. ``seed`` is the first repetition's (each adds its number).
     Under ``auto`` the backend is the host's choice, not compared; so is its sandbox under

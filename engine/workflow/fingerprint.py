@@ -16,8 +16,7 @@ from pathlib import Path
 # (the verbs it does not run, and what their top level imports) runs only its top level:
 # follow those modules' import-time imports, not the ones inside their functions. Likewise
 # the engine.vm package, whose names are lazy re-exports of engine.vm.run (the run job
-# names that module): importing engine.vm.uml to read its build record is not running a
-# guest.
+# names that module): importing engine.vm.paths to check a path is not running a guest.
 IMPORT_ONLY = frozenset({"engine.vm"})
 VERBS = "engine.commands."
 # What each kind of job runs, as engine modules; their imports are followed (function-level
@@ -33,8 +32,11 @@ JOB_ENTRIES = {
     "run": ("engine.__main__", "engine.cli", "engine.commands.run", "engine.commands.supervise",
             "engine.commands.child", "engine.runner.supervise", "engine.runner.child",
             "engine.probes.sampler", "engine.vm.run", "engine.vm.job"),
-    "tidy": ("engine.__main__", "engine.cli", "engine.commands.tidy", "engine.analysis.tables"),
-    "tables": ("engine.analysis.tables", "engine.analysis.reconcile"),
+    "tidy": ("engine.__main__", "engine.cli", "engine.commands.tidy", "engine.analysis.tidy",
+             "engine.analysis.tablefiles"),
+    # the aggregate scripts (campaign and held-out): the reconciliation comes with aggregate
+    "tables": ("engine.analysis.aggregate", "engine.analysis.provenance",
+               "engine.analysis.tablefiles"),
     "plots": ("engine.analysis.plots",),
     "model": ("engine.__main__", "engine.cli", "engine.commands.fit_model",
               "engine.commands.evaluate_model", "engine.commands.reconstruct_model",

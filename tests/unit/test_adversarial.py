@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.analysis.tables import tidy_run
+from engine.analysis.tidy import tidy_run
 from engine.caffe import generate, splitter, zoo
 from engine.caffe.splitter import Description
 from engine.cli import main
@@ -429,7 +429,9 @@ def test_the_schema_bounds_what_the_verbs_bound(change):
 
 def _tables(tmp_path: Path, two_runs) -> Path:
     """Aggregate tables of the two runs, as the workflow writes them."""
-    from engine.analysis.tables import aggregate, tidy_run, write_tables, write_tidy
+    from engine.analysis.aggregate import aggregate
+    from engine.analysis.tablefiles import write_tables, write_tidy
+    from engine.analysis.tidy import tidy_run
 
     dirs = []
     for run in two_runs:
@@ -570,7 +572,9 @@ def test_a_huge_prototxt_is_refused_by_its_size(split_copy, tmp_path, capsys):
 
 def test_one_run_through_two_folders_is_aggregated_once(two_runs, tmp_path):
     """L11: a copy of rep0 as rep3 would count the run twice."""
-    from engine.analysis.tables import aggregate, tidy_run, write_tidy
+    from engine.analysis.aggregate import aggregate
+    from engine.analysis.tablefiles import write_tidy
+    from engine.analysis.tidy import tidy_run
 
     copy = Path(shutil.copytree(two_runs[0], tmp_path / "rep3"))
     dirs = []
@@ -619,8 +623,8 @@ def test_a_record_of_an_older_schema_still_has_typed_fields(tmp_path):
 def test_what_tidy_and_the_reconciliation_read_is_the_runs_own(two_runs, tmp_path):
     """HN2, HN3, HN5, MN1: a planted samples.csv, an edited table read by the
     reconciliation, a FIFO or a huge meta.json."""
+    from engine.analysis.aggregate import aggregate
     from engine.analysis.reconcile import reconcile_run
-    from engine.analysis.tables import aggregate
 
     planted = Path(shutil.copytree(two_runs[0], tmp_path / "planted"))  # no sampler ran
     pd.DataFrame({"t_ns": [1], "rss_bytes": [1]}).to_csv(planted / "samples.csv")
@@ -702,7 +706,7 @@ def test_pipelines_are_in_time_order_and_bounded(tmp_path, arrivals, says):
 
 def test_outputs_are_checked_before_the_work_and_never_half_written(tmp_path):
     """MN6."""
-    from engine.analysis.tables import write_tables
+    from engine.analysis.tablefiles import write_tables
 
     out = tmp_path / "out"
     (out / "b.parquet").mkdir(parents=True)
@@ -1258,7 +1262,7 @@ def test_calibrate_interrupted_ends_its_run_and_leaves_nothing(split_copy, tmp_p
     pipe = tmp_path / "late.json"
     save_pipeline(Pipeline("late", [Arrival(60.0, ["AgeNet"])], arrival_mode="given"), pipe)
     code = ("import sys; from engine.model.calibrate import _run; "
-            "from engine.runner.interrupt import signals_unwind\n"
+            "from engine.signals import signals_unwind\n"
             "with signals_unwind(): _run(sys.argv[1:])")
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-c", code, "--pipeline", str(pipe), "--policy",
@@ -1346,7 +1350,9 @@ def test_tidy_never_deletes_what_it_did_not_write(two_runs, tmp_path, capsys):
 
 def test_a_tidy_table_edited_or_copied_from_another_run_is_refused(two_runs, tmp_path):
     """H2: aggregate reads only the tables tidy wrote (their SHA-256s)."""
-    from engine.analysis.tables import aggregate, tidy_run, write_tidy
+    from engine.analysis.aggregate import aggregate
+    from engine.analysis.tablefiles import write_tidy
+    from engine.analysis.tidy import tidy_run
 
     dirs = []
     for run in two_runs:
@@ -1367,7 +1373,7 @@ def test_an_interrupted_table_writer_leaves_none_of_its_set(two_runs, tmp_path):
     import signal
 
     code = ("import sys, pandas as pd\n"
-            "from engine.analysis.tables import write_tables\n"
+            "from engine.analysis.tablefiles import write_tables\n"
             "big = pd.DataFrame({'x': range(3_000_000)})\n"
             "write_tables({f't{i}': big for i in range(20)}, sys.argv[1])\n")
     out = tmp_path / "tables"
@@ -1418,7 +1424,7 @@ def test_the_aggregate_reads_exactly_the_planned_runs_each_in_its_place(two_runs
     """H2, H3: a run set's tidy folder holds rep0 .. rep<n-1> and nothing else, each the
     run its path names: a deleted, stray or swapped-in folder (tables and digests whole)
     is refused, naming it, where the aggregate silently dropped, added or misplaced it."""
-    from engine.analysis.tables import set_folders
+    from engine.analysis.provenance import set_folders
 
     for src in two_runs:  # runs/<pipeline>/linear/none/rep<i>, as the workflow lays out
         for rep in (0, 1):
@@ -1539,7 +1545,7 @@ def test_outputs_over_the_model_stages_inputs_and_messages_that_blame_the_right_
         rc, err = _cli(capsys, verb, "--tables", str(tables), "--models", str(split_copy),
                        "--model", str(tmp_path / "m.json"), "--out", str(tables))
         assert rc == 2 and "would overwrite the tables, descriptions or model" in err, err
-    from engine.analysis.tables import TIDY_DIGESTS, tidy_run_table
+    from engine.analysis.tablefiles import TIDY_DIGESTS, tidy_run_table
 
     digests = tmp_path / "tidy" / two_runs[0].name / TIDY_DIGESTS
     digests.write_text("[]")
@@ -1649,7 +1655,7 @@ def test_a_run_folder_is_told_by_its_record(two_runs, tmp_path):
 
 def test_a_run_folder_gone_is_said_so(two_runs, tmp_path, capsys):
     """M1: the aggregate names a deleted run folder as gone, not as another campaign's."""
-    from engine.analysis.tables import set_folders
+    from engine.analysis.provenance import set_folders
 
     run = tmp_path / "runs" / "gg" / "linear" / "none" / "rep0"
     shutil.copytree(two_runs[0], run)
@@ -1730,7 +1736,7 @@ def _blank_cell_is_one_line(capsys, tables: Path, split_copy: Path, table: str,
 def test_eleventh_pass_names_records_and_campaigns(two_runs, split_copy, tmp_path, capsys):
     """M3: a name column with a missing value; M4: a run's meta.json cut short; M1: a
     campaign reached through a link named like the results folder."""
-    from engine.analysis.tables import set_folders
+    from engine.analysis.provenance import set_folders
 
     _blank_cell_is_one_line(capsys, _tables(tmp_path, two_runs), split_copy, "runs", "policy")
     run = tmp_path / "runs" / "gg" / "linear" / "none" / "rep0"
@@ -1769,7 +1775,7 @@ def test_a_re_split_swaps_its_set_whole(split_copy, tmp_path, capsys):
 
 def test_a_run_redone_by_hand_with_other_settings_is_refused(two_runs, tmp_path):
     """H1 (eleventh pass): the aggregate compares each run's settings with the config's."""
-    from engine.analysis.tables import check_settings
+    from engine.analysis.provenance import check_settings
 
     tables = _tables(tmp_path, two_runs)
     runs = pd.read_parquet(tables / "runs.parquet").assign(rep=0)
@@ -1789,7 +1795,7 @@ def test_an_unset_batch_is_the_configs_unset_batch_and_a_network_name_is_never_m
         two_runs, split_copy, tmp_path, capsys):
     """M1: run.batch null (paper.yaml) against runs whose batch reads back as pd.NA; M3: a
     task without its network is one line."""
-    from engine.analysis.tables import check_settings
+    from engine.analysis.provenance import check_settings
 
     tables = _tables(tmp_path, two_runs)
     runs = pd.read_parquet(tables / "runs.parquet").assign(rep=0)
@@ -1834,7 +1840,7 @@ def test_a_run_redone_by_hand_with_other_flags_than_the_workflows_is_refused(
     the message names the run and what to remove (M2: the run and its tidy set, since
     Snakemake redoes a set only when it is gone). Thirteenth pass: H1 (heap profile, USS,
     timeout), H2 (another pipeline of the same name), M1 (probes off: a redo, not a copy)."""
-    from engine.analysis.tables import set_folders
+    from engine.analysis.provenance import set_folders
     from engine.workflow.args import run_settings
     from tests.unit.test_workflow_args import load_config, with_
 
@@ -1904,7 +1910,8 @@ def test_a_run_redone_by_hand_with_other_flags_than_the_workflows_is_refused(
 
 def test_the_reconciliation_run_is_checked_as_the_workflow_asks_for_it(two_runs, tmp_path):
     """H2: the reconciliation run is the one the config names, made with the heap profile."""
-    from engine.analysis.tables import aggregate, tidy_run
+    from engine.analysis.aggregate import aggregate
+    from engine.analysis.tidy import tidy_run
 
     run = two_runs[0]
     settings = {"pipeline": "gg", "policy": "linear", "limit": "none", **{
@@ -2000,7 +2007,8 @@ def test_a_run_whose_child_was_killed_passes_the_settings_it_could_not_report(
     the hugepage advice and malloc settings it would have reported are unknown, and the
     aggregate must not refuse it for them; a finished run that reports other ones still
     is refused."""
-    from engine.analysis.tables import check_settings, tidy_run
+    from engine.analysis.provenance import check_settings
+    from engine.analysis.tidy import tidy_run
     from engine.runner.meta import MMAP_THRESHOLD
 
     pipe = tmp_path / "p.json"
@@ -2028,7 +2036,8 @@ def test_a_tidy_table_rewritten_with_its_digest_is_refused(two_runs, tmp_path, c
                                                             table, edit):
     """M4: a tidy table edited or cut short with digests.json rewritten to match: the
     aggregate tidies the run folder again and compares."""
-    from engine.analysis.tables import TIDY_DIGESTS, set_folders
+    from engine.analysis.provenance import set_folders
+    from engine.analysis.tablefiles import TIDY_DIGESTS
     from engine.files import sha256_file
 
     run = tmp_path / "runs" / "gg" / "linear" / "none" / "rep0"
@@ -2099,7 +2108,7 @@ def test_a_run_ended_before_any_network_did_is_tidied_and_aggregated(split_copy,
     """Eighteenth pass M1: a run timed out (or killed) before its first network finished
     wrote networks.csv's header alone; tidy ended in a KeyError traceback, so nothing of
     the campaign could be aggregated. It is a result: its makespan is unknown."""
-    from engine.analysis.tables import aggregate
+    from engine.analysis.aggregate import aggregate
 
     rc, err = _run_agenet(capsys, split_copy, tmp_path, "--policy", "linear", "--backend",
                           "none", "--timeout", "0.001", "--sample-hz", "0")

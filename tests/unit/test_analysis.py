@@ -20,8 +20,12 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from engine.analysis import plots, tables
+from engine.analysis import plots
+from engine.analysis.aggregate import MAX_SAMPLES_PER_RUN, aggregate
 from engine.analysis.figures.common import save_figure
+from engine.analysis.summaries import speedup_summary, speedup_table, summary_table
+from engine.analysis.tablefiles import write_tables, write_tidy
+from engine.analysis.tidy import IDENTITY, tidy_run
 from engine.errors import EdgeprofError
 from tests.fabricated import edit_meta, record_tables
 from tests.figure_checks import unlabelled_panels
@@ -108,9 +112,9 @@ def agg(campaign, tmp_path_factory) -> dict[str, pd.DataFrame]:
     dirs = []
     for run in sorted((campaign / "runs").glob("*/*/*/rep*")):
         out = tidy_root / run.relative_to(campaign / "runs")
-        tables.write_tidy(tables.tidy_run(run), out)
+        write_tidy(tidy_run(run), out)
         dirs.append(out)
-    return tables.aggregate(dirs, campaign / "runs" / "p000" / "linear" / "none" / "rep0")
+    return aggregate(dirs, campaign / "runs" / "p000" / "linear" / "none" / "rep0")
 
 
 def _run(agg, policy: str, limit: str, rep: int = 0) -> pd.Series:
@@ -121,7 +125,7 @@ def _run(agg, policy: str, limit: str, rep: int = 0) -> pd.Series:
 
 
 def test_tidy_run_of_a_real_run(campaign):
-    t = tables.tidy_run(campaign / "runs" / "p000" / "linear" / "none" / "rep0")
+    t = tidy_run(campaign / "runs" / "p000" / "linear" / "none" / "rep0")
     run = t["runs"].iloc[0]
     assert (run.run_id, run.pipeline, run.policy, run["limit"], run.rep) == (
         "p000/linear/none/rep0", "p000", "linear", "none", 0)
@@ -131,7 +135,7 @@ def test_tidy_run_of_a_real_run(campaign):
     # probes were off: not measured is NaN, never 0
     assert np.isnan(run.gt_max_rss_bytes) and np.isnan(run.peak_rss_bytes)
     tasks = t["tasks"]
-    assert set(tables.IDENTITY) <= set(tasks.columns)
+    assert set(IDENTITY) <= set(tasks.columns)
     assert (tasks.run_id == run.run_id).all()
     loads = tasks[tasks.task_type == "LOAD"]
     assert loads.bytes_loaded.sum() == PARAM_BYTES
@@ -150,7 +154,7 @@ def test_a_run_killed_before_gnu_time_wrote_its_times_has_no_cpu_time(campaign, 
     meta = json.loads((run / "meta.json").read_text())
     edit_meta(run, gnu_time={**(meta.get("gnu_time") or {}), "gt_user_s": None,
                              "gt_sys_s": None})
-    row = tables.tidy_run(run)["runs"].iloc[0]
+    row = tidy_run(run)["runs"].iloc[0]
     assert np.isnan(row["cpu_s"]) and row["termination"] == "ok"
 
 
@@ -199,7 +203,7 @@ def test_a_damaged_tasks_table_is_an_error_naming_it(campaign, tmp_path, damage)
     (run / "tasks.csv").write_text({"emptied": "", "rows cut": "".join(lines[:len(lines) // 2]),
                                     "cut mid-row": text[:-7]}[damage])
     with pytest.raises(EdgeprofError, match=re.escape(str(run / "tasks.csv"))):
-        tables.tidy_run(run)
+        tidy_run(run)
 
 
 def test_limit_not_enforced_is_kept_apart(agg):
@@ -243,7 +247,7 @@ def test_samples_are_aligned_and_thinned_keeping_the_peak(agg):
     assert run.n_samples == 5000 and run.peak_rss_bytes == pytest.approx(110 * MIB, rel=1e-3)
     assert 80 * MIB < run.mean_rss_bytes < run.peak_rss_bytes
     samples = agg["samples"][agg["samples"].run_id == run.run_id]
-    assert len(samples) <= tables.MAX_SAMPLES_PER_RUN
+    assert len(samples) <= MAX_SAMPLES_PER_RUN
     assert samples.rss_bytes.max() == run.peak_rss_bytes
     assert samples.t_s.min() == 0 and samples.t_s.max() == pytest.approx(
         run.makespan_s, rel=0.05)
@@ -256,7 +260,7 @@ def test_reconcile_table_comes_from_the_reconcile_run(agg):
 
 
 def test_write_tables_round_trips_atomically(agg, tmp_path):
-    tables.write_tables(agg, tmp_path)
+    write_tables(agg, tmp_path)
     names = {p.name for p in tmp_path.iterdir()}
     assert names == {f"{n}.{ext}" for n in agg for ext in ("csv", "parquet")}
     runs = pd.read_parquet(tmp_path / "runs.parquet")
@@ -368,11 +372,11 @@ def test_every_figure_is_drawn_when_every_run_timed_out(agg, name, tmp_path):
     """Nineteenth pass M1: a campaign whose runs all ended 'timeout' (run.timeout_s too
     short) has no median anywhere; the speed-up figure ended in a TypeError."""
     runs = agg["runs"].assign(termination="timeout", makespan_s=np.nan)
-    speedup = tables.speedup_table(runs)
-    timed_out = {**agg, "runs": runs, "summary": tables.summary_table(runs),
-                 "speedup": speedup, "speedup_summary": tables.speedup_summary(speedup)}
+    speedup = speedup_table(runs)
+    timed_out = {**agg, "runs": runs, "summary": summary_table(runs),
+                 "speedup": speedup, "speedup_summary": speedup_summary(speedup)}
     for key in ("runs", "summary", "speedup", "speedup_summary"):  # as the plot job reads
-        tables.write_tables({key: timed_out[key]}, tmp_path / "t")  # them: all-null columns
+        write_tables({key: timed_out[key]}, tmp_path / "t")  # them: all-null columns
         timed_out[key] = pd.read_parquet(tmp_path / "t" / f"{key}.parquet")  # read as None
     fig = plots.make_figure(name, timed_out, STYLE, CONTEXT)
     _assert_saved(fig, tmp_path / name, min_bytes=1000)
@@ -384,7 +388,7 @@ def test_every_figure_is_drawn_when_every_run_timed_out(agg, name, tmp_path):
 def test_every_figure_is_drawn_without_bulk_runs(agg, name, tmp_path):
     runs = agg["runs"][agg["runs"]["policy"] != "bulk"]
     no_bulk = {**{k: v[v["policy"] != "bulk"] if "policy" in v else v
-                  for k, v in agg.items()}, "speedup": tables.speedup_table(runs)}
+                  for k, v in agg.items()}, "speedup": speedup_table(runs)}
     context = {"run": {**CONTEXT["run"], "policies": [
         p for p in CONTEXT["run"]["policies"] if p != "bulk"]}}
     fig = plots.make_figure(name, no_bulk, STYLE, context)

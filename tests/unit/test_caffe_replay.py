@@ -12,7 +12,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from engine.analysis.tables import aggregate, tidy_run, write_tables, write_tidy
+from engine.analysis.aggregate import aggregate
+from engine.analysis.tablefiles import write_tables, write_tidy
+from engine.analysis.tidy import tidy_run
 from engine.caffe.splitter import Description
 from engine.model.predict import Networks, predict
 from engine.model.train import fit_model_files, pipelines_from_networks

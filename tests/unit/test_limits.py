@@ -889,8 +889,8 @@ def test_auto_falls_back_to_the_vm_when_qemu_is_installed(tmp_path, no_systemd, 
 def test_uml_status_reads_only_this_recipes_build_record(tmp_path, monkeypatch):
     """Checkouts at other recipes share the UML cache: their builds are neither used nor
     taken for this one's, and a record whose kernel is gone is not a working sandbox."""
+    from engine.limits import umlhost as uml
     from engine.limits.vm import uml_status
-    from engine.vm import uml
 
     monkeypatch.setenv(uml.CACHE_ENV, str(tmp_path))
     assert uml_status() == (False, "user-mode Linux is not built (python -m engine.vm build)")

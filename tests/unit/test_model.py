@@ -863,7 +863,7 @@ def test_calibrate_refuses_a_limit_nothing_enforced(calibration_runs, tmp_path, 
 def test_two_campaigns_are_read_together_with_their_pipelines_named_apart(tiny, tmp_path):
     """Two campaigns both call their pipeline p000: read together, each pipeline and run
     carries its campaign's name, so the model never takes them for one."""
-    from engine.analysis.tables import write_tables
+    from engine.analysis.tablefiles import write_tables
     from engine.model.train import read_tables
     from tests.model_fixtures import campaign
 
@@ -886,7 +886,7 @@ def test_score_holdout_refuses_the_models_own_runs_however_a_read_names_them(tin
     named ``results:p000``, the model's ``p000``: its runs (their record digests) are
     refused all the same, and so is a new run of a training pipeline file; the held-out
     seed's tables alone are scored."""
-    from engine.analysis.tables import write_tables
+    from engine.analysis.tablefiles import write_tables
     from tests.model_fixtures import campaign
 
     split = str(Path(tiny.path).parent)
@@ -924,7 +924,7 @@ def test_score_holdout_refuses_the_models_own_runs_however_a_read_names_them(tin
 def test_fit_model_refuses_a_measured_column_with_no_values(tiny, tmp_path, capsys, column):
     """Without makespans the parallel CPUs, without peaks the baseline would fall back
     to their defaults and the model still say it fitted: refused, naming the column."""
-    from engine.analysis.tables import write_tables
+    from engine.analysis.tablefiles import write_tables
     from tests.model_fixtures import campaign
 
     runs, tasks, networks = campaign({"Tiny": tiny}, {"p000": ["Tiny"], "p001": ["Tiny"] * 2})
@@ -1093,7 +1093,7 @@ def test_advise_names_a_sandboxs_fit_by_the_sandbox(advice_files, capsys):
 
 def test_fit_model_on_runs_without_probes_says_to_run_with_them(tiny, tmp_path, capsys):
     """--no-probes runs record no peak RSS: rerunning the tidy stage cannot make one."""
-    from engine.analysis.tables import write_tables
+    from engine.analysis.tablefiles import write_tables
     from tests.model_fixtures import campaign
 
     runs, tasks, networks = campaign({"Tiny": tiny}, {"p000": ["Tiny"], "p001": ["Tiny"] * 2})

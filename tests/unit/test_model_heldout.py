@@ -10,7 +10,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from engine.analysis.tables import tidy_run, write_tables
+from engine.analysis.tablefiles import write_tables
+from engine.analysis.tidy import tidy_run
 from engine.caffe import splitter
 from engine.cli import build_parser, main
 from engine.commands.run import run_request
@@ -265,7 +266,7 @@ def test_a_parquet_table_that_cannot_be_written_is_named(tmp_path):
     from tests.unit.test_faults import REPO, _file_size_limit
 
     code = ("import sys, pandas as pd\n"
-            "from engine.analysis.tables import write_tables\n"
+            "from engine.analysis.tablefiles import write_tables\n"
             "from engine.files import write_failure\n"
             "try:\n"
             "    write_tables({'t': pd.DataFrame({'x': [1]})}, sys.argv[1])\n"

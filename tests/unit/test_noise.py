@@ -81,7 +81,7 @@ def test_doctor_names_every_check_and_exits_with_its_verdict(capsys, monkeypatch
 
 
 def test_a_run_that_computed_other_outputs_than_its_siblings_is_named():
-    from engine.analysis.tables import outputs_agree
+    from engine.analysis.summaries import outputs_agree
 
     runs = pd.DataFrame({"run_id": [f"p0/{p}/none/rep0" for p in "abcd"] + ["p0/a/none/rep1"],
                          "pipeline": ["p0"] * 5, "rep": [0, 0, 0, 0, 1],
@@ -105,7 +105,7 @@ def test_a_crashed_run_is_named_and_an_oom_kill_is_not():
 def test_the_hosts_map_count_is_read_and_said_with_what_it_costs_uml(tmp_path):
     """vm.max_map_count caps a UML guest process's host mappings (docs/sandboxes.md):
     doctor says how close the build probe's worst pattern came to it."""
-    from engine.vm.uml import MAP_COUNT_ENOUGH, map_count_note, max_map_count
+    from engine.limits.umlhost import MAP_COUNT_ENOUGH, map_count_note, max_map_count
 
     (tmp_path / "m").write_text("65530\n")
     assert max_map_count(str(tmp_path / "m")) == 65530

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
 
-from engine.analysis.tables import tidy_run
+from engine.analysis.tidy import tidy_run
 from engine.caffe import generate, splitter
 from engine.network import run_standalone
 from engine.runner.meta import RunMeta, transparent_hugepage

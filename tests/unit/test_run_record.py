@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.analysis.tables import page_bytes
+from engine.analysis.tidy import page_bytes
 from engine.cli import build_parser
 from engine.commands.run import run_request
 from engine.errors import EdgeprofError

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.analysis.tables import check_inputs, check_settings, summary_table, tidy_run
+from engine.analysis.provenance import check_inputs, check_settings
+from engine.analysis.summaries import summary_table
+from engine.analysis.tidy import tidy_run
 from engine.cli import build_parser
 from engine.commands.run import run_request
 from engine.errors import RunFailed

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from engine.analysis import stats
-from engine.analysis.tables import (
+from engine.analysis.summaries import (
     noise_floor_table,
     probe_overhead_table,
     speedup_summary,
@@ -201,7 +201,7 @@ def test_probe_overhead_pairs_each_run_with_its_unprobed_twin():
 
 
 def test_a_run_swapped_if_any_instrument_saw_swap_and_unknown_if_none_measured():
-    from engine.analysis.tables import _swapped
+    from engine.analysis.tidy import _swapped
 
     assert _swapped({"guest_pswpout": 0, "peak_swap_bytes": 0}) is False
     assert _swapped({"guest_pswpout": np.nan, "cg_window_swap_peak_bytes": 4096}) is True

@@ -704,9 +704,13 @@ def _fingerprints(root: Path) -> dict[str, str]:
     ("engine/vm/run.py", "GUEST_RESERVE = 256 * MIB", "GUEST_RESERVE = 255 * MIB", {"run"}),
     ("engine/schedule/pipelines.py", "def size_bin(", "EDITED = 1\n\n\ndef size_bin(",
      {"pipelines", "run", "model"}),
-    # the model reads its measured cells through the tables module
-    ("engine/analysis/reconcile.py", "KEYS = [", "EDITED = 1\nKEYS = [",
+    # the reconciliation runs in the aggregate alone: neither tidying a run nor the model
+    # (which reads its measured cells through tidy and the summaries) imports it
+    ("engine/analysis/reconcile.py", "KEYS = [", "EDITED = 1\nKEYS = [", {"tables"}),
+    ("engine/analysis/tidy.py", "def tidy_run(", "EDITED = 1\n\n\ndef tidy_run(",
      {"tables", "tidy", "model"}),
+    ("engine/analysis/summaries.py", "def speedup_table(", "EDITED = 1\n\n\ndef speedup_table(",
+     {"tables", "model"}),
     # the model's figures share the campaign figures' helpers, not the figures themselves
     ("engine/analysis/figures/common.py", "def grid(", "EDITED = 1\n\n\ndef grid(",
      {"plots", "model_plots"}),

@@ -5,7 +5,9 @@
 import sys
 from pathlib import Path
 
-from engine.analysis.tables import aggregate, set_folders, write_tables
+from engine.analysis.aggregate import aggregate
+from engine.analysis.provenance import set_folders
+from engine.analysis.tablefiles import write_tables
 from engine.files import script_errors
 
 sys.stderr = open(snakemake.log[0], "w")  # pandas/pyarrow warnings go to the rule's log

@@ -6,7 +6,8 @@ aggregated apart from the campaign the model is fitted on."""
 import sys
 from pathlib import Path
 
-from engine.analysis.tables import read_tidy, set_folders, write_tables
+from engine.analysis.provenance import set_folders
+from engine.analysis.tablefiles import read_tidy, write_tables
 from engine.files import script_errors
 
 sys.stderr = open(snakemake.log[0], "w")  # pandas/pyarrow warnings go to the rule's log

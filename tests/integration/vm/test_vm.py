@@ -169,7 +169,7 @@ def test_an_interrupted_run_kills_qemu_and_leaves_nothing(vm_guest, tiny, tmp_pa
     script = ("import sys\nfrom engine.cli import build_parser\n"
               "from engine.commands.run import run_request\n"
               "from engine.vm import run_in_vm\n"
-              "from engine.runner.interrupt import Interrupted\n"
+              "from engine.signals import Interrupted\n"
               "args = build_parser().parse_args(sys.argv[1:])\n"
               "try:\n    run_in_vm(run_request(args))\n"
               "except Interrupted as exc:\n    print(exc, file=sys.stderr)\n    sys.exit(130)\n")
