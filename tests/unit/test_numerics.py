@@ -1,6 +1,6 @@
 """The hand-written numerics against their references (issue 37, point 6): the model's
 non-negative least squares (``fit_linear``) against hand counts and an NNLS by
-enumeration."""
+enumeration, the swap-cost crossover's root against scipy's ``brentq``."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ import itertools
 import numpy as np
 import pandas as pd
 import pytest
+from scipy.optimize import brentq
 
 from engine.model.fit import fit_linear
+from engine.model.reconstruct import ROOT_XTOL, _root_log
 
 # ---- fit_linear: the exact NNLS ----
 
@@ -81,4 +83,32 @@ def test_fit_linear_is_the_nnls_optimum_on_random_designs(intercept):
         got = [line.coef.get(c, 0.0) for c in x.columns]
         assert got == pytest.approx(feats, rel=1e-6, abs=1e-18)
         assert line.intercept == pytest.approx(want[0] if intercept else 0.0, abs=1e-9)
+
+
+# ---- the swap-cost crossover: Brent's method in log cost ----
+
+
+def test_crossover_root_is_brents_to_its_tolerance_in_fewer_calls():
+    # a speed-up over Bulk as it is on the axis, a ratio of two makespans linear in the
+    # per-page cost c: (2 + 3000 c) / (1 + 5000 c) crosses 1 at c = (2 - 1) / (5000 - 3000)
+    # = 5e-4 (by hand), between two grid points 4 a decade apart
+    calls = []
+
+    def f(c: float) -> float:
+        calls.append(c)
+        return (2 + 3000 * c) / (1 + 5000 * c) - 1
+
+    lo, hi = 10 ** -3.5, 10 ** -3.25
+    at = _root_log(f, lo, hi)
+    assert abs(np.log(at / 5e-4)) <= ROOT_XTOL  # 8 bisection steps: 5e-4 x (1 - 5.5e-4)
+    # scipy's brentq on the same function in log space, to the same tolerance
+    want = np.exp(brentq(lambda u: f(np.exp(u)), np.log(lo), np.log(hi), xtol=ROOT_XTOL))
+    assert at == pytest.approx(want, rel=2 * ROOT_XTOL)
+    calls.clear()
+    _root_log(f, lo, hi)
+    assert len(calls) <= 9 and calls[:2] == [lo, hi]  # bisection: 9; the ends exact (cached)
+
+
+def test_crossover_of_an_unrebuilt_end_is_nan():
+    assert np.isnan(_root_log(lambda c: np.nan if c < 1e-4 else c - 2e-4, 1e-5, 1e-3))
 
