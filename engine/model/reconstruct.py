@@ -519,7 +519,8 @@ def validation_scores(table: pd.DataFrame, noise: pd.DataFrame | None = None) ->
 def _root_log(f: Callable[[float], float], lo: float, hi: float) -> float:
     """A root of f between lo and hi (f changes sign; a grid's neighbours), by Brent's
     method in log cost (``scipy.optimize.brentq``) to ROOT_XTOL: on the swap-cost axis
-    it calls f 6-7 times where 8 bisection steps called it 9 and were 50 times coarser.
+    brentq called f 6-7 times where 8 bisection steps called it 9 and left up to 1.1e-3
+    in log cost (benchmarks/bench_numerics.py).
     The ends are passed exactly, so their simulations come from the grid's cache. NaN
     when an end is not finite (a makespan that could not be rebuilt): no sign to follow."""
     if not (np.isfinite(f(lo)) and np.isfinite(f(hi))):

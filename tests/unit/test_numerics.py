@@ -1,6 +1,8 @@
 """The hand-written numerics against their references (issue 37, point 6): the model's
 non-negative least squares (``fit_linear``) against hand counts and an NNLS by
-enumeration, the swap-cost crossover's root against scipy's ``brentq``."""
+enumeration, the swap-cost crossover's root against scipy's ``brentq``, the bootstrap
+CI against ``scipy.stats.bootstrap`` and Kendall's tau against ``scipy.stats.kendalltau``.
+Their speeds: ``benchmarks/bench_numerics.py`` (docs/statistics.md)."""
 
 from __future__ import annotations
 
@@ -9,8 +11,10 @@ import itertools
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats as sps
 from scipy.optimize import brentq
 
+from engine.analysis.stats import CI_LEVEL, N_BOOT, bootstrap_ci, kendall_tau
 from engine.model.fit import fit_linear
 from engine.model.reconstruct import ROOT_XTOL, _root_log
 
@@ -112,3 +116,56 @@ def test_crossover_root_is_brents_to_its_tolerance_in_fewer_calls():
 def test_crossover_of_an_unrebuilt_end_is_nan():
     assert np.isnan(_root_log(lambda c: np.nan if c < 1e-4 else c - 2e-4, 1e-5, 1e-3))
 
+
+# ---- bootstrap_ci against scipy.stats.bootstrap (kept: the same numbers, faster) ----
+
+
+@pytest.mark.parametrize("n", [2, 3, 6, 13, 20, 40])
+def test_bootstrap_ci_is_scipys_percentile_bootstrap_with_the_same_seed(n):
+    # the same resamples from the same seed (rng.integers(0, n, (resamples, n))), the
+    # same linear-interpolated percentiles: equal but for the last bits of the
+    # percentile's q (scipy's (1 - 0.95) / 2 x 100 against 2.5)
+    rng = np.random.default_rng(n)
+    for seed in range(5):
+        x = rng.lognormal(0, 0.5, n)
+        med, lo, hi = bootstrap_ci(x, seed=seed)
+        ref = sps.bootstrap((x,), np.median, n_resamples=N_BOOT, method="percentile",
+                            confidence_level=CI_LEVEL, vectorized=True,
+                            rng=np.random.default_rng(seed)).confidence_interval
+        assert med == np.median(x)
+        assert (lo, hi) == pytest.approx((ref.low, ref.high), rel=1e-12, abs=0)
+
+
+def test_bootstrap_ci_of_normal_medians_has_the_known_width():
+    # the median of n normal values is asymptotically normal with sd sqrt(pi / 2) / sqrt(n)
+    # (sigma 1), so its 95 % CI is 2 x 1.96 x that wide: 0.2453 for n = 401; the mean
+    # width over 60 samples within 4 Monte-Carlo standard errors, and centred on 0
+    rng = np.random.default_rng(11)
+    n, widths, mids = 401, [], []
+    for seed in range(60):
+        _, lo, hi = bootstrap_ci(rng.normal(0, 1, n), seed=seed)
+        widths.append(hi - lo)
+        mids.append((hi + lo) / 2)
+    known = 2 * 1.959964 * np.sqrt(np.pi / 2) / np.sqrt(n)
+    assert abs(np.mean(widths) - known) < 4 * np.std(widths) / np.sqrt(60)
+    assert abs(np.mean(mids)) < 4 * np.std(mids) / np.sqrt(60)
+
+
+# ---- kendall_tau against scipy.stats.kendalltau (kept: the same tau-b, faster) ----
+
+
+def test_kendall_tau_is_scipys_tau_b_on_ties():
+    rng = np.random.default_rng(3)
+    for n in (2, 3, 5, 10, 40, 120):
+        for _ in range(20):  # few distinct values: ties on both sides
+            x, y = rng.integers(0, 4, n), rng.integers(0, 4, n)
+            want = sps.kendalltau(x, y, variant="b").statistic
+            got = kendall_tau(x, y)
+            if np.isnan(want):  # one side all ties
+                assert np.isnan(got)
+            else:  # the same sums, added in another order: within an ulp or two
+                assert got == pytest.approx(want, rel=1e-15, abs=1e-15)
+    # a pair with a NaN left out, as scipy's nan_policy="omit"
+    x, y = [1.0, 2.0, np.nan, 3.0, 3.0, 1.0], [2.0, 1.0, 5.0, 3.0, 4.0, np.nan]
+    assert kendall_tau(x, y) == pytest.approx(
+        sps.kendalltau([1, 2, 3, 3], [2, 1, 3, 4]).statistic, rel=1e-15)
