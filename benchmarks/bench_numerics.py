@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -78,9 +79,24 @@ def per_call(fn: Callable[[], object], calls: int, rounds: int) -> list[float]:
     return out
 
 
-def row(name: str, secs: list[float], unit: float = 1e6, label: str = "us") -> None:
+def paired(ours: Callable[[], object], theirs: Callable[[], object], calls: int,
+           rounds: int) -> tuple[list[float], list[float]]:
+    """``per_call`` of both, side by side in each round, in rotated order (a shared
+    machine's load then falls on both alike)."""
+    a, b = [], []
+    for i in range(rounds):
+        order = [(ours, a), (theirs, b)]
+        for fn, out in order if i % 2 == 0 else order[::-1]:
+            out += per_call(fn, calls, 1)
+    return a, b
+
+
+def row(name: str, secs: list[float], unit: float = 1e6, label: str = "us",
+        ref: list[float] | None = None) -> None:
+    ratio = (f" | {statistics.median(s / r for s, r in zip(secs, ref)):.2f}"
+             if ref else " |")
     print(f"| {name} | {statistics.median(secs) * unit:.1f} | "
-          f"{min(secs) * unit:.1f} - {max(secs) * unit:.1f} {label} |")
+          f"{min(secs) * unit:.1f} - {max(secs) * unit:.1f} {label}{ratio} |")
 
 
 def main() -> int:
@@ -90,8 +106,10 @@ def main() -> int:
     r = args.rounds
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
                             capture_output=True, text=True).stdout.strip()
-    print(f"bench_numerics at commit {commit}, {r} rounds: median | range (per call)\n")
-    print("| what | median | range |\n|---|---|---|")
+    load = " ".join(f"{v:.1f}" for v in os.getloadavg())
+    print(f"bench_numerics at commit {commit}, {r} rounds, load {load}: median | range (per "
+          f"call) | median ratio to the line above, side by side in each round\n")
+    print("| what | median | range | ratio |\n|---|---|---|---|")
     rng = np.random.default_rng(0)
     for n, k, icpt in [(20, 3, True), (88, 3, False)]:
         x = pd.DataFrame(rng.uniform(0, 1e8, (n, k)), columns=["a", "b", "c"][:k])
@@ -102,10 +120,10 @@ def main() -> int:
         a = x.to_numpy()
         a = np.column_stack([np.ones(n), a]) if icpt else a
         a = a / np.abs(a).max(axis=0)
-        row(f"solver: scipy.optimize.nnls, {shape}",
-            per_call(lambda a=a, y=y: nnls(a, y), 500, r))
-        row(f"solver: backward elimination (replaced), {shape}",
-            per_call(lambda a=a, y=y, i=icpt: _elimination(a, y, i), 500, r))
+        ours, theirs = paired(lambda a=a, y=y: nnls(a, y),
+                              lambda a=a, y=y, i=icpt: _elimination(a, y, i), 500, r)
+        row(f"solver: scipy.optimize.nnls, {shape}", ours)
+        row(f"solver: backward elimination (replaced), {shape}", theirs, ref=ours)
 
     calls: list[float] = []
 
@@ -120,21 +138,22 @@ def main() -> int:
         err = abs(math.log(root(speedup, lo, hi) / 5e-4))
         new = len(set(calls) - {lo, hi})  # costs off the grid: a simulation each
         print(f"| {name}: calls of f (new costs), error in log cost | {len(calls)} ({new}) "
-              f"| {err:.1e} |")
+              f"| {err:.1e} | |")
 
     for n in (6, 12, 20):
         v = rng.lognormal(0, 0.3, n)
-        ours = per_call(lambda v=v: bootstrap_ci(v, seed=1), 100, r)
-        theirs = per_call(lambda v=v: sps.bootstrap(
+        ours, theirs = paired(lambda v=v: bootstrap_ci(v, seed=1), lambda v=v: sps.bootstrap(
             (v,), np.median, n_resamples=N_BOOT, method="percentile", vectorized=True,
-            rng=np.random.default_rng(1)), 20, r)
+            rng=np.random.default_rng(1)), 50, r)
         row(f"bootstrap_ci, {n} values, 1000 cells", ours, 1e3, "s")
-        row(f"scipy.stats.bootstrap percentile, {n} values, 1000 cells", theirs, 1e3, "s")
+        row(f"scipy.stats.bootstrap percentile, {n} values, 1000 cells", theirs, 1e3, "s",
+            ours)
     for n in (10, 50, 200):
         a, b = rng.integers(0, n // 2, n), rng.integers(0, n // 2, n)  # with ties
-        row(f"kendall_tau, {n} pairs", per_call(lambda a=a, b=b: kendall_tau(a, b), 200, r))
-        row(f"scipy.stats.kendalltau, {n} pairs",
-            per_call(lambda a=a, b=b: sps.kendalltau(a, b), 200, r))
+        ours, theirs = paired(lambda a=a, b=b: kendall_tau(a, b),
+                              lambda a=a, b=b: sps.kendalltau(a, b), 200, r)
+        row(f"kendall_tau, {n} pairs", ours)
+        row(f"scipy.stats.kendalltau, {n} pairs", theirs, ref=ours)
     for mod in ("scipy.optimize", "scipy.stats"):
         code = (f"import time, numpy, pandas; t = time.perf_counter(); import {mod}; "
                 f"print(time.perf_counter() - t)")
