@@ -14,8 +14,8 @@ Per execution mode (native, or the sandbox that ran the runs: never mixed) and r
   borrows it (``borrow_slope``: the layer LOADs' per byte, slope 1 on the layers' sum).
   Least squares on the median duration of each (network, layer, task) over the
   unconstrained runs, from tasks that ran alone (``overlap == 0``: a task that shared
-  the CPU with another took longer than its work); coefficients kept non-negative by
-  backward elimination (``fit_linear``).
+  the CPU with another took longer than its work); coefficients kept non-negative by an
+  exact non-negative least squares (``fit_linear``).
 - **dispatch gap**: the mean time between a task's end and the next one's start on a
   single worker (recording the task, releasing its dependants).
 - **start RSS**: the runtime's resident memory (interpreter, numpy, the engine, the
@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from scipy.optimize import nnls
 
 from engine.caffe.splitter import Description
 from engine.errors import EdgeprofError
@@ -65,43 +66,35 @@ MAJOR_FAULT_COLUMNS = ["guest_pgmajfault_delta", "cg_pgmajfault_delta"]
 def fit_linear(x: pd.DataFrame, y: pd.Series | np.ndarray, intercept: bool = True
                ) -> Linear | None:
     """Least squares of y on the columns of x (and an intercept), every coefficient kept
-    non-negative by backward elimination: the feature whose coefficient (in scaled units)
-    comes out most negative is dropped and the rest refitted, and so is a negative
-    intercept (not an exact NNLS, whose optimum may keep a feature this drops). A fit
-    keeps at least two more points than parameters, taking the columns in their order;
-    with no feature left, the median of y (without an intercept: no cost). None without
-    points."""
+    non-negative: an exact NNLS (``scipy.optimize.nnls``, Lawson-Hanson) on the columns
+    scaled to a largest value of 1, the intercept a column of ones under the same
+    constraint (a negative one comes out 0). A feature whose coefficient comes out 0 is
+    left out of ``coef``. A fit keeps at least two more points than parameters, taking
+    the columns in their order; with no feature left, the median of y (without an
+    intercept: no cost). None without points."""
     y = np.asarray(y, dtype=float)
     keep = np.isfinite(y) & np.isfinite(x.to_numpy(dtype=float)).all(axis=1)
     x, y = x[keep], y[keep]
     if len(y) == 0:
         return None
     cols = [c for c in x.columns if x[c].nunique() >= 2]
-    with_b = intercept
-    while True:
-        cols = cols[:max(len(y) - 2 - int(with_b), 0)]
-        if not cols:
-            break
+    cols = cols[:max(len(y) - 2 - int(intercept), 0)]
+    if cols:
         a = x[cols].to_numpy(dtype=float)
-        if with_b:
+        if intercept:
             a = np.column_stack([np.ones(len(y)), a])
+        # scaled so that bytes (1e8) and an intercept (1) weigh alike in the solver's tolerance
         scale = np.abs(a).max(axis=0)
         scale[scale == 0] = 1.0
-        scaled, *_ = np.linalg.lstsq(a / scale, y, rcond=None)
-        coefs = scaled[1:] if with_b else scaled
-        if (coefs < 0).any():
-            cols.pop(int(np.argmin(coefs)))
-            continue
-        if with_b and scaled[0] < 0:
-            with_b = False
-            continue
+        scaled, _ = nnls(a / scale, y)
         sol = scaled / scale
-        resid = y - a @ sol
-        ss = float(((y - y.mean()) ** 2).sum())
-        r2 = 1 - float((resid ** 2).sum()) / ss if ss > 0 else None
-        return Linear(float(sol[0]) if with_b else 0.0,
-                      {c: float(v) for c, v in zip(cols, sol[1:] if with_b else sol)},
-                      len(y), r2)
+        coefs = sol[1:] if intercept else sol
+        if (coefs > 0).any():  # nnls leaves an unused feature at exactly 0
+            resid = y - a @ sol
+            ss = float(((y - y.mean()) ** 2).sum())
+            r2 = 1 - float((resid ** 2).sum()) / ss if ss > 0 else None
+            return Linear(float(sol[0]) if intercept else 0.0,
+                          {c: float(v) for c, v in zip(cols, coefs) if v > 0}, len(y), r2)
     return Linear(float(np.median(y)) if intercept else 0.0, {}, len(y), None)
 
 

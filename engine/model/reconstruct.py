@@ -47,6 +47,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from scipy.optimize import brentq
 
 from engine.analysis.stats import cell_seed, cluster_mean_ci, summarize
 from engine.caffe.splitter import Description
@@ -64,6 +65,8 @@ from engine.units import PAGE_SIZE
 COST_GRID = np.logspace(-6, -2, 17)  # seconds per 4 KiB page: 1 us .. 10 ms, 4 per decade
 WORK_KEY = ["instance", "layer", "task_type"]
 CI_LOW, CI_HIGH = 2.5, 97.5
+# a crossover's tolerance in log cost: 1e-4 = 0.01 % of the cost per page
+ROOT_XTOL = 1e-4
 
 # what reconstruct-model writes (the command checks each place up front)
 RECONSTRUCT_TABLES = ("reconstruction", "reconstruction_validation", "reconstruction_scores",
@@ -513,17 +516,19 @@ def validation_scores(table: pd.DataFrame, noise: pd.DataFrame | None = None) ->
     return pd.DataFrame(rows, columns=SCORE_COLUMNS)
 
 
-def _bisect(f: Callable[[float], float], lo: float, hi: float, steps: int = 8) -> float:
-    """A root of f between lo and hi (f changes sign), bisected in log cost."""
-    flo = f(lo)
-    for _ in range(steps):
-        mid = math.sqrt(lo * hi)
-        fm = f(mid)
-        if (fm > 0) == (flo > 0):
-            lo, flo = mid, fm
-        else:
-            hi = mid
-    return math.sqrt(lo * hi)
+def _root_log(f: Callable[[float], float], lo: float, hi: float) -> float:
+    """A root of f between lo and hi (f changes sign; a grid's neighbours), by Brent's
+    method in log cost (``scipy.optimize.brentq``) to ROOT_XTOL: on the swap-cost axis
+    brentq called f 6-7 times where 8 bisection steps called it 9 and left up to 1.1e-3
+    in log cost (benchmarks/bench_numerics.py).
+    The ends are passed exactly, so their simulations come from the grid's cache. NaN
+    when an end is not finite (a makespan that could not be rebuilt): no sign to follow."""
+    if not (np.isfinite(f(lo)) and np.isfinite(f(hi))):
+        return math.nan
+    ulo, uhi = math.log(lo), math.log(hi)
+    root = brentq(lambda u: f(lo if u == ulo else hi if u == uhi else math.exp(u)),
+                  ulo, uhi, xtol=ROOT_XTOL)
+    return math.exp(root)
 
 
 def _speedup_of(makespan: Callable[[tuple, float], float], by_policy: dict[str, list[tuple]]
@@ -589,7 +594,7 @@ def cost_curves(campaign: Campaign, model: Model, grid: np.ndarray = COST_GRID,
             for (c0, (v0, _)), (c1, (v1, _)) in zip(zip(grid, values),
                                                     zip(grid[1:], values[1:])):
                 if np.isfinite(v0) and np.isfinite(v1) and (v0 - 1) * (v1 - 1) < 0:
-                    at = _bisect(lambda c, p=policy, f=speedup: f(p, c)[0] - 1, c0, c1)
+                    at = _root_log(lambda c, p=policy, f=speedup: f(p, c)[0] - 1, c0, c1)
                     crossings.append({"sandbox": group[0], "runtime": group[1],
                                       "limit": group[2], "size_bin": group[3],
                                       "what": f"{policy} against bulk",
@@ -599,7 +604,7 @@ def cost_curves(campaign: Campaign, model: Model, grid: np.ndarray = COST_GRID,
                 for c in grid]
         for (c0, b0), (c1, b1) in zip(zip(grid, best), zip(grid[1:], best[1:])):
             if b0 != b1:
-                at = _bisect(lambda c, a=b0, b=b1, f=speedup: f(a, c)[0] - f(b, c)[0],
+                at = _root_log(lambda c, a=b0, b=b1, f=speedup: f(a, c)[0] - f(b, c)[0],
                              c0, c1)
                 crossings.append({"sandbox": group[0], "runtime": group[1], "limit": group[2],
                                   "size_bin": group[3], "what": "fastest policy",
