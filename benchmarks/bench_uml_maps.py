@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import signal
 import subprocess
 import sys
@@ -78,12 +77,8 @@ def main() -> int:
                             capture_output=True, text=True).stdout.strip()
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="edgeprof-umlmaps.") as tmp:
-        share = Path(tmp) / "share"
-        share.mkdir()
-        (share / "job.sh").write_text(
-            f"export LD_PRELOAD={shlex.quote(str(preload))}\n"
-            f"cd {shlex.quote(str(REPO))} || exit 2\n"
-            + JOB.format(python=sys.executable, limit=args.limit, pieces=64 * args.gib))
+        share = uml.job_share(Path(tmp), preload, JOB.format(
+            python=sys.executable, limit=args.limit, pieces=64 * args.gib))
         image = Path(tmp) / "swap.img"
         with open(image, "wb") as f:
             f.truncate((args.gib + 2) << 30)

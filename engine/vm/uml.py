@@ -242,6 +242,17 @@ PROBE_SWAP_BYTES = 2 << 30
 PROBE_WINDOW_S = 30.0  # a pattern at the mapping cap this long has failed the probe
 
 
+def job_share(folder: Path, preload: Path, job: str) -> Path:
+    """A share (``folder``/share) whose job.sh runs the shell ``job`` in this checkout,
+    every guest process with ``preload``: what a probe boot (or a benchmark's) runs."""
+    share = folder / "share"
+    share.mkdir()
+    (share / "job.sh").write_text(f"export LD_PRELOAD={shlex.quote(str(preload))}\n"
+                                  f"cd {shlex.quote(str(Path(__file__).parents[2]))} || exit 2\n"
+                                  + job)
+    return share
+
+
 def probe(binary: Path, preload: Path, log: Log = print) -> tuple[str, dict[str, int]]:
     """Boot ``binary`` once per pattern, every guest process with ``preload``: a cgroup
     with memory.max and fragmented memory (PROBE_TOUCH), the engine's copy-read
@@ -253,12 +264,8 @@ def probe(binary: Path, preload: Path, log: Log = print) -> tuple[str, dict[str,
     version, maps = "", {}
     for name, (job, swap) in jobs.items():
         with tempfile.TemporaryDirectory(prefix="edgeprof-umlprobe.") as tmp:
-            share = Path(tmp) / "share"
-            share.mkdir()
-            (share / "job.sh").write_text(
-                f"export LD_PRELOAD={shlex.quote(str(preload))}\n"
-                f"cd {shlex.quote(str(Path(__file__).parents[2]))} || exit 2\n"
-                + job.format(python=sys.executable, touch=PROBE_TOUCH, reads=UML_READS_ENV))
+            share = job_share(Path(tmp), preload, job.format(
+                python=sys.executable, touch=PROBE_TOUCH, reads=UML_READS_ENV))
             image = None
             if swap:
                 image = Path(tmp) / "swap.img"
