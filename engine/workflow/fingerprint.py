@@ -38,10 +38,11 @@ JOB_ENTRIES = {
     "tables": ("engine.analysis.aggregate", "engine.analysis.provenance",
                "engine.analysis.tablefiles"),
     "plots": ("engine.analysis.plots",),
-    "model": ("engine.__main__", "engine.cli", "engine.commands.fit_model",
-              "engine.commands.evaluate_model", "engine.commands.reconstruct_model",
-              "engine.commands.score_holdout", "engine.model.train", "engine.model.evaluate",
-              "engine.model.reconstruct"),
+    # the model's verbs, each its own: an edit to one reruns its job and what follows it
+    "fit_model": ("engine.__main__", "engine.cli", "engine.commands.fit_model"),
+    "evaluate_model": ("engine.__main__", "engine.cli", "engine.commands.evaluate_model"),
+    "reconstruct_model": ("engine.__main__", "engine.cli", "engine.commands.reconstruct_model"),
+    "score_holdout": ("engine.__main__", "engine.cli", "engine.commands.score_holdout"),
     "model_plots": ("engine.model.figures",),
 }
 POLICIES_MODULE = "engine.schedule.policies"
@@ -228,6 +229,12 @@ def code_fingerprint(job: str, root: Path) -> str:
             tree.body = [node for node in tree.body if id(node) not in builders]
             source = ast.unparse(tree)
         h.update(f"{name}\n{code_text(source, str(path))}\n".encode())
+    # what the code runs that is not Python: the sandboxes' init scripts, the preload's C
+    # source, real Caffe's probe, beside the modules whose functions use them
+    for folder in sorted({path.parent for path in runs.values()}):
+        for data in sorted(folder.iterdir()):
+            if data.is_file() and data.suffix not in (".py", ".pyc"):
+                h.update(f"{data.relative_to(root)}\n".encode() + data.read_bytes())
     return h.hexdigest()[:16]
 
 

@@ -20,7 +20,7 @@ rule fit_model:
         tables=tables_dir,
         models=model_splits,
         policies=" ".join(POLICIES.values()),
-        code=CODE_MODEL,
+        code=CODE_FIT_MODEL,
     shell:
         "python -m engine fit-model --tables {params.tables:q} --models {params.models:q}"
         " --out {output:q} --policies {params.policies} 2> {log:q}"
@@ -41,7 +41,7 @@ rule evaluate_model:
         tables=tables_dir,
         models=model_splits,
         out=output_dir,
-        code=CODE_MODEL,
+        code=CODE_EVALUATE_MODEL,
     shell:
         "python -m engine evaluate-model --tables {params.tables:q} --models {params.models:q}"
         " --model {input.model:q} --out {params.out:q} 2> {log:q}"
@@ -63,7 +63,7 @@ rule reconstruct_model:
         models=model_splits,
         out=output_dir,
         resamples=MODEL_CONFIG["resamples"],
-        code=CODE_MODEL,
+        code=CODE_RECONSTRUCT_MODEL,
     shell:
         "python -m engine reconstruct-model --tables {params.tables:q} --models {params.models:q}"
         " --model {input.model:q} --out {params.out:q} --resamples {params.resamples} 2> {log:q}"
@@ -103,7 +103,7 @@ rule score_holdout:
         tables=tables_dir,
         models=split_dir,
         out=output_dir,
-        code=CODE_MODEL,
+        code=CODE_SCORE_HOLDOUT,
     shell:
         "python -m engine score-holdout --tables {params.tables:q} --models {params.models:q}"
         " --model {input.model:q} --out {params.out:q} 2> {log:q}"

@@ -219,8 +219,9 @@ def test_the_runs_started_interleaved_in_the_planned_order(workflow):
 PROCESS_JOBS = {
     "models": "models", "split": "split", "pipelines": "pipelines", "run": "run",
     "supervise": "run", "child": "run", "engine.probes.sampler": "run", "tidy": "tidy",
-    "fit-model": "model", "evaluate-model": "model", "reconstruct-model": "model",
-    "score-holdout": "model", "aggregate.py": "tables", "aggregate_holdout.py": "tables",
+    "fit-model": "fit_model", "evaluate-model": "evaluate_model",
+    "reconstruct-model": "reconstruct_model", "score-holdout": "score_holdout",
+    "aggregate.py": "tables", "aggregate_holdout.py": "tables",
     "model_plot.py": "model_plots", "plot.py": "plots"}
 
 
@@ -246,7 +247,8 @@ def test_each_jobs_fingerprint_covers_every_engine_module_its_processes_imported
         job = _process_job(argv.split("\0"))
         if job is not None:
             seen.setdefault(job, set()).update(modules)
-    assert set(seen) == set(JOB_ENTRIES)
+    # every kind of job ran, but score_holdout: the tiny config holds no pipeline out
+    assert set(seen) == set(JOB_ENTRIES) - {"score_holdout"}
     for job, imported in seen.items():
         covered = set(job_modules(JOB_ENTRIES[job], workflow.root))
         assert imported <= covered, (job, sorted(imported - covered))
