@@ -25,3 +25,17 @@ def job_environ(environ: Mapping[str, str], interpreter: str, project: str,
     if not under_conda:
         env["PATH"] = prepend(os.path.dirname(interpreter), environ.get("PATH"))
     return env
+
+
+# What a user may set in the environment that changes what a sandbox run measures (the
+# guest's RAM, swap device, CPUs, accelerator, UML's ascending faults and its userspace
+# mode; engine.vm.run.VmConfig.from_env, engine.vm.uml), not where its caches are or how
+# long it may take: a sandbox run's params carry them, so changing one reruns those runs.
+SANDBOX_SETTINGS = ("EDGEPROF_VM_RAM", "EDGEPROF_VM_SWAP_DEVICE", "EDGEPROF_VM_SD_CARD",
+                    "EDGEPROF_VM_SMP", "EDGEPROF_VM_ACCEL", "EDGEPROF_VM_ASCEND",
+                    "EDGEPROF_UML_USERSPACE")
+
+
+def sandbox_settings(environ: Mapping[str, str]) -> dict[str, str]:
+    """The SANDBOX_SETTINGS set (non-empty) in ``environ``, by name."""
+    return {name: environ[name] for name in sorted(SANDBOX_SETTINGS) if environ.get(name)}

@@ -1032,3 +1032,21 @@ def test_a_policys_fingerprint_follows_its_builders_code_not_its_comments(engine
     finally:
         target.write_text(source)
     assert {f for f in families if after[f] != before[f]} == {"linear"}
+
+
+def test_a_sandbox_runs_params_carry_the_environments_settings_of_its_measurement():
+    """Seventh held-out pass L4: EDGEPROF_VM_ASCEND=0 in the user's shell changed every
+    UML run and reran none. Every EDGEPROF_VM_ setting the guest reads but its timeouts,
+    and UML's userspace mode, are in a sandbox run's params; caches and unset ones not."""
+    from engine.vm.run import _ENV_HELP
+    from engine.vm.uml import USERSPACE_ENV
+    from engine.workflow.environ import SANDBOX_SETTINGS, sandbox_settings
+
+    timeouts = {"BOOT_TIMEOUT", "TIMEOUT"}
+    assert set(SANDBOX_SETTINGS) == {f"EDGEPROF_VM_{name}" for name in _ENV_HELP
+                                     if name not in timeouts} | {USERSPACE_ENV}
+    assert sandbox_settings({"EDGEPROF_VM_ASCEND": "0", "EDGEPROF_VM_CACHE": "/c",
+                             "EDGEPROF_VM_RAM": "", "EDGEPROF_VM_TIMEOUT": "9"}) == {
+        "EDGEPROF_VM_ASCEND": "0"}
+    rules = (REPO / "workflow" / "rules" / "run.smk").read_text()
+    assert rules.count("sandbox=") == 3  # the run rule, the block rules, the reconciliation

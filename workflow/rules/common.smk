@@ -28,7 +28,7 @@ from engine.workflow.args import (
     vm_pipelines_args,
 )
 from engine.workflow.checks import check_config, check_config_batch, check_config_files
-from engine.workflow.environ import job_environ
+from engine.workflow.environ import job_environ, sandbox_settings
 from engine.workflow.fingerprint import code_fingerprint, content_digest, policy_fingerprint
 from engine.workflow.interrupt import forward_interrupts
 from engine.workflow.plan import (
@@ -539,6 +539,14 @@ def run_line(wildcards, input):
         _limit_key(wildcards)[0],
         vm_env(wildcards, input),
     )
+
+
+# the environment's settings of a sandbox's measurement, compared for a rerun of its runs
+SANDBOX_SETTINGS = sandbox_settings(os.environ)
+
+
+def run_sandbox_settings(wildcards):
+    return SANDBOX_SETTINGS if _limit_key(wildcards)[0] else {}
 
 
 def run_policy(wildcards):

@@ -38,6 +38,7 @@ if PER_JOB == "run":
             seed=run_seed,
             options=RUN_OPTIONS,
             code=run_code,
+            sandbox=run_sandbox_settings,
             command=run_line,
         shell:
             "{params.command}"
@@ -70,6 +71,7 @@ else:
             params:
                 # compared for a rerun: every run's line, and the code of its policies
                 runs=block_shell(_i),
+                sandbox=SANDBOX_SETTINGS if _shape.in_vm else {},
                 code="-".join(sorted({RUN_CODE[p.replace(":", "_")] for _, p in _shape.runs})),
             shell:
                 "{params.runs}"
@@ -102,6 +104,7 @@ rule reconcile_run:
         seed=config["seed"],
         options=RUN_OPTIONS,
         code=REC_CODE,
+        sandbox=SANDBOX_SETTINGS if reconcile_in_vm(config) else {},
         vm_env=vm_env,
     shell:
         "{params.vm_env}python -m engine run --pipeline {input.pipeline:q}"
