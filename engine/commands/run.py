@@ -182,9 +182,19 @@ def execute(request: RunRequest, error_is_result: bool = False) -> int:
           f"{os.path.normpath(request.out)}",
           file=sys.stderr)
     if meta.termination == "memory":
-        print(f"  OOM while running: {', '.join(meta.running_at_end) or 'unknown'}",
-              file=sys.stderr)
+        print(f"  {_oom_moment(meta.running_at_end, meta.tasks_finished)}", file=sys.stderr)
     if meta.termination == "error":
         print(f"error: {meta.termination_detail}", file=sys.stderr)
         return 0 if error_is_result else 1
     return 0
+
+
+def _oom_moment(running: list[str], finished: int | None) -> str:
+    """When a run killed for memory was killed: the tasks it was running, or else where
+    between them."""
+    if running:
+        return f"OOM while running: {', '.join(running)}"
+    if not finished:
+        return ("OOM before its first task started (the engine's own start-up: the limit is "
+                "below what the interpreter and numpy need)")
+    return f"OOM between tasks, after {finished} had finished"

@@ -298,3 +298,14 @@ def test_a_timed_out_run_keeps_the_networks_that_finished_before_it(models, tmp_
     rows = list(csv.DictReader(open(tmp_path / "run" / "networks.csv")))
     assert [(row["network"], row["complete"]) for row in rows] == [("AgeNet", "True")]
     assert int(rows[0]["end_ns"]) > int(rows[0]["init_start_ns"]) >= 0
+
+
+def test_an_oom_says_when_it_struck():
+    """Seventh held-out pass L3: a run killed before any task ran said "OOM while running:
+    unknown"."""
+    from engine.commands.run import _oom_moment
+
+    assert _oom_moment(["0:AgeNet LOAD_3 conv2"], 7) == "OOM while running: 0:AgeNet LOAD_3 conv2"
+    assert _oom_moment([], 0).startswith("OOM before its first task started")
+    assert _oom_moment([], None).startswith("OOM before its first task started")
+    assert _oom_moment([], 12) == "OOM between tasks, after 12 had finished"
