@@ -1,0 +1,149 @@
+"""A second kernel as referee: the same Caffe-faithful runs in user-mode Linux and in the
+qemu guest (a stock Debian kernel, TCG here), compared per cell (issue 35 point 4).
+
+Draws 2 pipelines of 5 SoS-AlexNet/FaceNet networks (1,085 MiB of weights each, seed 35)
+from the zoo, runs each under bulk, linear, partial:2 and deepeye at 256M and 512M with
+``--swap max``, ``--reps`` times in each sandbox, one run at a time, and prints the
+cross-check table (``engine/analysis/crosscheck.py``: peak RAM, peak swap, pages swapped
+in and out, uml against vm). Resumable: a run whose folder has its meta.json is not run
+again, so rerunning the same command finishes what a stopped one left, and
+``--minutes`` stops starting runs after that long (the table covers what is there).
+
+Usage: python benchmarks/crosscheck.py [--out results-crosscheck] [--reps 2]
+           [--sandboxes uml vm] [--minutes M] [--table-only] [--markdown]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from engine.analysis import crosscheck  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+NETWORKS = {"FaceNet": "face_full_conv", "SoS-AlexNet": "alexnet_sos"}
+POLICIES = ["bulk", "linear", "partial:2", "deepeye"]
+LIMITS = ["256M", "512M"]
+SEED, COUNT, LENGTH = 35, 2, 5
+# a TCG run of these pipelines takes minutes (docs/sandboxes.md); a stall ends sooner
+TIMEOUT_S = {"uml": 600, "vm": 1800}
+STALL_S = 120
+
+
+def engine(*argv: str) -> None:
+    subprocess.run([sys.executable, "-m", "engine", *argv], cwd=REPO, check=True,
+                   stdout=subprocess.DEVNULL)
+
+
+def inputs(out: Path) -> list[Path]:
+    """The zoo models, their split and the pipelines under ``out`` (made once)."""
+    split = out / "split"
+    for net, stem in NETWORKS.items():
+        if not (split / f"{stem}.description.json").exists():
+            engine("models", "--out", str(out / "models"), net)
+            engine("split", str(out / "models" / f"{stem}.caffemodel"), "--out", str(split),
+                   "--network", net)
+    pipes = out / "pipelines"
+    if not pipes.is_dir():
+        engine("pipelines", "--models", str(split), "--out", str(pipes), "--count",
+               str(COUNT), "--seed", str(SEED), "--length", str(LENGTH), str(LENGTH),
+               "--arrival", "batch", "--networks", *NETWORKS, "--prefix", "x")
+    return sorted(pipes.glob("x*.json"))
+
+
+def run_folder(out: Path, sandbox: str, pipeline: Path, policy: str, limit: str,
+               rep: int) -> Path:
+    return (out / "runs" / sandbox / pipeline.stem / policy.replace(":", "_") / limit
+            / f"rep{rep}")
+
+
+def run_all(out: Path, sandboxes: list[str], reps: int, minutes: float | None) -> None:
+    """Every missing run, a repetition of everything before the next (so a stopped
+    campaign has whole repetitions), one at a time; each run's time to stderr."""
+    pipelines = inputs(out)
+    start = time.monotonic()
+    for rep in range(reps):
+        for pipeline in pipelines:
+            for policy in POLICIES:
+                for limit in LIMITS:
+                    for sandbox in sandboxes:
+                        folder = run_folder(out, sandbox, pipeline, policy, limit, rep)
+                        if (folder / "meta.json").exists():
+                            continue
+                        if minutes is not None and time.monotonic() - start > minutes * 60:
+                            print(f"stopped after {minutes} min: rerun to resume",
+                                  file=sys.stderr)
+                            return
+                        t = time.monotonic()
+                        engine("run", "--pipeline", str(pipeline), "--models",
+                               str(out / "split"), "--policy", policy, "--out", str(folder),
+                               "--limit", limit, "--swap", "max", "--backend", sandbox,
+                               "--runtime", "caffe", "--batch", "1", "--sample-hz", "20",
+                               "--timeout", str(TIMEOUT_S[sandbox]), "--stall-timeout",
+                               str(STALL_S), "--error-is-result", "--force")
+                        print(f"{sandbox} {pipeline.stem} {policy} {limit} rep{rep}: "
+                              f"{time.monotonic() - t:.0f} s", file=sys.stderr)
+
+
+def records(out: Path) -> pd.DataFrame:
+    folders = sorted(p.parent for p in (out / "runs").glob("*/*/*/*/rep*/meta.json"))
+    return pd.DataFrame([crosscheck.run_record(f) for f in folders],
+                        columns=crosscheck.RECORD_COLUMNS)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default="results-crosscheck")
+    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--sandboxes", nargs="+", default=list(crosscheck.SANDBOXES),
+                        choices=crosscheck.SANDBOXES)
+    parser.add_argument("--minutes", type=float, default=None,
+                        help="start no run after this long (rerun to resume)")
+    parser.add_argument("--table-only", action="store_true", help="run nothing")
+    parser.add_argument("--markdown", action="store_true")
+    args = parser.parse_args()
+    if args.reps < 1 or (args.minutes is not None and args.minutes <= 0):
+        raise SystemExit("bad --reps or --minutes: give a repetition count >= 1 and a "
+                         "positive number of minutes")
+    out = (REPO / args.out).resolve()
+    load_before = os.getloadavg()[0]
+    if not args.table_only:
+        run_all(out, args.sandboxes, args.reps, args.minutes)
+    recs = records(out)
+    if recs.empty:
+        raise SystemExit(f"no runs under {out / 'runs'}: run without --table-only first")
+    table = crosscheck.compare(recs)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
+                            capture_output=True, text=True).stdout.strip()
+    reps = {sb: sorted(recs.loc[recs["sandbox"] == sb, "rep"].dropna().unique().tolist())
+            for sb in crosscheck.SANDBOXES}
+    walls = {sb: recs.loc[recs["sandbox"] == sb, "wall_s"].median()
+             for sb in crosscheck.SANDBOXES}
+    per_sandbox = ", ".join(
+        f"{sb}: {(recs['sandbox'] == sb).sum()} runs, reps {reps[sb]}, median wall "
+        f"{walls[sb]:.0f} s" for sb in crosscheck.SANDBOXES)
+    head = (f"{len(recs)} runs ({per_sandbox}); table at commit {commit}; load average "
+            f"{load_before:.2f} when it began")
+    agree = crosscheck.agreement(table)
+    summary = "; ".join(f"{crosscheck.METRICS[m][0].split(' (')[0]} within "
+                        f"{crosscheck.METRICS[m][2]:.0%}: {k} of {n} cells"
+                        for m, (k, n) in agree.items())
+    if args.markdown:
+        print(f"<!-- generated by: python benchmarks/crosscheck.py --markdown ({head}) -->\n")
+        print(crosscheck.markdown(table))
+        print(f"\n{summary}.")
+    else:
+        print(head)
+        print(table.to_string())
+        print(summary)
+
+
+if __name__ == "__main__":
+    main()
