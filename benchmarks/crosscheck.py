@@ -11,11 +11,13 @@ again, so rerunning the same command finishes what a stopped one left, and
 
 Usage: python benchmarks/crosscheck.py [--out results-crosscheck] [--reps 2]
            [--sandboxes uml vm] [--minutes M] [--table-only] [--markdown]
+       python benchmarks/crosscheck.py --guest-facts   (each guest's reclaim settings)
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import subprocess
 import sys
@@ -32,14 +34,15 @@ NETWORKS = {"FaceNet": "face_full_conv", "SoS-AlexNet": "alexnet_sos"}
 POLICIES = ["bulk", "linear", "partial:2", "deepeye"]
 LIMITS = ["256M", "512M"]
 SEED, COUNT, LENGTH = 35, 2, 5
-# a TCG run of these pipelines takes minutes (docs/sandboxes.md); a stall ends sooner
-TIMEOUT_S = {"uml": 600, "vm": 1800}
-STALL_S = 120
+# a UML run of these pipelines takes 1-2 min here, a TCG one about 6 (docs/sandboxes.md);
+# a run standing still ends sooner, as the fidelity sweep's (TCG: 2 min, it is slower)
+TIMEOUT_S = {"uml": 600, "vm": 1500}
+STALL_S = {"uml": 60, "vm": 120}
 
 
-def engine(*argv: str) -> None:
-    subprocess.run([sys.executable, "-m", "engine", *argv], cwd=REPO, check=True,
-                   stdout=subprocess.DEVNULL)
+def engine(*argv: str, check: bool = True) -> int:
+    return subprocess.run([sys.executable, "-m", "engine", *argv], cwd=REPO, check=check,
+                          stdout=subprocess.DEVNULL).returncode
 
 
 def inputs(out: Path) -> list[Path]:
@@ -69,27 +72,58 @@ def run_all(out: Path, sandboxes: list[str], reps: int, minutes: float | None) -
     campaign has whole repetitions), one at a time; each run's time to stderr."""
     pipelines = inputs(out)
     start = time.monotonic()
-    for rep in range(reps):
-        for pipeline in pipelines:
-            for policy in POLICIES:
-                for limit in LIMITS:
-                    for sandbox in sandboxes:
-                        folder = run_folder(out, sandbox, pipeline, policy, limit, rep)
-                        if (folder / "meta.json").exists():
-                            continue
-                        if minutes is not None and time.monotonic() - start > minutes * 60:
-                            print(f"stopped after {minutes} min: rerun to resume",
-                                  file=sys.stderr)
-                            return
-                        t = time.monotonic()
-                        engine("run", "--pipeline", str(pipeline), "--models",
-                               str(out / "split"), "--policy", policy, "--out", str(folder),
-                               "--limit", limit, "--swap", "max", "--backend", sandbox,
-                               "--runtime", "caffe", "--batch", "1", "--sample-hz", "20",
-                               "--timeout", str(TIMEOUT_S[sandbox]), "--stall-timeout",
-                               str(STALL_S), "--error-is-result", "--force")
-                        print(f"{sandbox} {pipeline.stem} {policy} {limit} rep{rep}: "
-                              f"{time.monotonic() - t:.0f} s", file=sys.stderr)
+    order = itertools.product(range(reps), pipelines, POLICIES, LIMITS, sandboxes)
+    for rep, pipeline, policy, limit, sandbox in order:
+        folder = run_folder(out, sandbox, pipeline, policy, limit, rep)
+        if (folder / "meta.json").exists():
+            continue
+        if minutes is not None and time.monotonic() - start > minutes * 60:
+            print(f"stopped after {minutes} min: rerun to resume", file=sys.stderr)
+            return
+        t = time.monotonic()
+        # a run that ends OOM-killed, timed out or crashed is a result too (its folder
+        # is counted in the table); one that left no record is said here
+        rc = engine("run", "--pipeline", str(pipeline), "--models", str(out / "split"),
+                    "--policy", policy, "--out", str(folder), "--limit", limit,
+                    "--swap", "max", "--backend", sandbox, "--runtime", "caffe",
+                    "--batch", "1", "--sample-hz", "20",
+                    "--timeout", str(TIMEOUT_S[sandbox]),
+                    "--stall-timeout", str(STALL_S[sandbox]), "--error-is-result",
+                    "--force", check=False)
+        print(f"{sandbox} {pipeline.stem} {policy} {limit} rep{rep}: "
+              f"{time.monotonic() - t:.0f} s"
+              + ("" if (folder / "meta.json").exists() else f", no record (exit {rc})"),
+              file=sys.stderr)
+
+
+# what each guest kernel reclaims and swaps by (read in a booted guest, --guest-facts)
+GUEST_FACTS = ["/proc/sys/vm/page-cluster", "/proc/sys/vm/swappiness",
+               "/proc/sys/vm/min_free_kbytes", "/proc/sys/vm/watermark_scale_factor",
+               "/sys/kernel/mm/lru_gen/enabled", "/sys/kernel/mm/swap/vma_ra_enabled",
+               "/sys/kernel/mm/transparent_hugepage/enabled"]
+FACTS_SH = ("for f in " + " ".join(GUEST_FACTS) + "; do echo \"$f=$(cat $f 2>/dev/null"
+            " || echo absent)\"; done; echo cpus=$(nproc);"
+            " grep -E '^(MemTotal|MemFree):' /proc/meminfo | tr -s ' ' | sed 's/: /=/';"
+            " awk '/^Node/{z=$4} $1==\"high\"{h[z]=$2}"
+            " END{for(z in h) print \"zone_high_pages_\" z \"=\" h[z]}' /proc/zoneinfo")
+
+
+def guest_facts(sandboxes: list[str]) -> None:
+    """Boot each sandbox once (no limit) and print its memory-management settings: what
+    the table's differences are explained by."""
+    from engine.vm import run_command_in_vm
+
+    facts = {}
+    for sb in sandboxes:
+        res = run_command_in_vm(["sh", "-c", FACTS_SH], None, None, sandbox=sb,
+                                timeout_s=600)
+        facts[sb] = dict(line.split("=", 1) for line in res["job_log"].splitlines()
+                         if "=" in line)
+        facts[sb]["kernel"] = res["vm"].get("guest_kernel", "?")
+    keys = sorted({k for f in facts.values() for k in f})
+    print("| setting | " + " | ".join(sandboxes) + " |\n|---|" + "---|" * len(sandboxes))
+    for k in keys:
+        print(f"| {k} | " + " | ".join(facts[sb].get(k, "absent") for sb in sandboxes) + " |")
 
 
 def records(out: Path) -> pd.DataFrame:
@@ -108,7 +142,12 @@ def main() -> None:
                         help="start no run after this long (rerun to resume)")
     parser.add_argument("--table-only", action="store_true", help="run nothing")
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--guest-facts", action="store_true",
+                        help="only boot each sandbox and print its memory settings")
     args = parser.parse_args()
+    if args.guest_facts:
+        guest_facts(args.sandboxes)
+        return
     if args.reps < 1 or (args.minutes is not None and args.minutes <= 0):
         raise SystemExit("bad --reps or --minutes: give a repetition count >= 1 and a "
                          "positive number of minutes")
