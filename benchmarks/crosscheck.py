@@ -103,6 +103,9 @@ GUEST_FACTS = ["/proc/sys/vm/page-cluster", "/proc/sys/vm/swappiness",
                "/sys/kernel/mm/transparent_hugepage/enabled"]
 FACTS_SH = ("for f in " + " ".join(GUEST_FACTS) + "; do echo \"$f=$(cat $f 2>/dev/null"
             " || echo absent)\"; done; echo cpus=$(nproc);"
+            # a rotational swap device turns VMA swap readahead off for the whole kernel
+            " for q in /sys/block/*/queue/rotational; do echo \"$q=$(cat $q)\"; done;"
+            " tail -n +2 /proc/swaps | awk '{print \"swap_\" $1 \"=\" $2 \" \" $3}';"
             " grep -E '^(MemTotal|MemFree):' /proc/meminfo | tr -s ' ' | sed 's/: /=/';"
             " awk '/^Node/{z=$4} $1==\"high\"{h[z]=$2}"
             " END{for(z in h) print \"zone_high_pages_\" z \"=\" h[z]}' /proc/zoneinfo")

@@ -26,6 +26,7 @@ from engine.analysis.report import markdown_table
 from engine.units import MIB, parse_size
 
 CELL = ["pipeline", "policy", "limit"]
+MAPS_WARN = 0.8  # of vm.max_map_count: the share past which tables flag a UML run
 SANDBOXES = ("uml", "vm")
 # metric -> (label, unit divisor, target: largest |uml/vm - 1| that counts as agreeing)
 METRICS = {"peak_ram_bytes": ("peak RAM (MiB)", MIB, 0.05),
@@ -86,8 +87,10 @@ def compare(records: pd.DataFrame) -> pd.DataFrame:
             for metric in METRICS:
                 row[f"{sb}_{metric}"] = (float(ok[metric].median()) if len(ok)
                                          and ok[metric].notna().any() else math.nan)
-            maps = mine["host_maps_peak"].dropna() if "host_maps_peak" in mine else []
-            row[f"{sb}_host_maps_peak"] = float(max(maps)) if len(maps) else math.nan
+            maps = mine["host_maps_peak"].dropna()
+            row[f"{sb}_host_maps_peak"] = float(maps.max()) if len(maps) else math.nan
+            cap = mine["host_max_map_count"].dropna()
+            row[f"{sb}_host_max_map_count"] = float(cap.min()) if len(cap) else math.nan
         for metric in METRICS:
             uml, vm = row[f"uml_{metric}"], row[f"vm_{metric}"]
             # 0 against 0 agrees exactly; x against 0 has no ratio
@@ -123,6 +126,17 @@ def _pair(row: pd.Series, metric: str) -> str:
     return f"{uml} / {vm} ({(ratio - 1) * 100:+.1f} %{mark})"
 
 
+def _maps(row: pd.Series) -> str:
+    """UML's most host mappings of a guest process; past 80 % of the host's cap it says
+    so, as every table does (docs/sandboxes.md)."""
+    maps, cap = row["uml_host_maps_peak"], row["uml_host_max_map_count"]
+    if not math.isfinite(maps):
+        return "n/a"
+    if math.isfinite(cap) and maps > MAPS_WARN * cap:
+        return f"{maps:,.0f} ⚠ {maps / cap:.0%} of the cap"
+    return f"{maps:,.0f}"
+
+
 def markdown(table: pd.DataFrame) -> str:
     """The cross-check as the Markdown table docs/sandboxes.md carries: uml / vm per
     metric with uml's difference from the referee (✗: outside the target), the runs'
@@ -131,11 +145,9 @@ def markdown(table: pd.DataFrame) -> str:
               "uml runs", "vm runs", "uml host maps (most)"]
     rows = []
     for _, r in table.iterrows():
-        maps = r["uml_host_maps_peak"]
         rows.append([r["pipeline"], r["policy"], r["limit"],
                      *(_pair(r, m) for m in METRICS),
-                     r["uml_termination"], r["vm_termination"],
-                     "n/a" if not math.isfinite(maps) else f"{maps:,.0f}"])
+                     r["uml_termination"], r["vm_termination"], _maps(r)])
     return markdown_table(header, rows)
 
 

@@ -79,6 +79,8 @@ def test_a_cell_one_sandbox_lacks_is_kept_as_missing(records: pd.DataFrame) -> N
     assert "350 / 500 (-30.0 %)" in bulk and "31,000" in bulk
     deepeye = next(line for line in lines if "| deepeye |" in line)
     assert "260 / 240 (+8.3 % ✗)" in deepeye  # outside the 5 % target
+    # 65,532 of the host's 65,530: flagged (over 80 %), 31,000 (47 %) not
+    assert "65,532 ⚠ 100% of the cap" in deepeye and "⚠" not in bulk
     # 256M before 512M, whatever the order of the records
     assert lines.index(bulk) < lines.index(deepeye)
 
