@@ -28,6 +28,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from engine.analysis import crosscheck  # noqa: E402
+from engine.units import parse_size  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 NETWORKS = {"FaceNet": "face_full_conv", "SoS-AlexNet": "alexnet_sos"}
@@ -118,7 +119,8 @@ def guest_facts(sandboxes: list[str]) -> None:
 
     facts = {}
     for sb in sandboxes:
-        res = run_command_in_vm(["sh", "-c", FACTS_SH], None, None, sandbox=sb,
+        # under the smaller limit: the guest is sized as the cross-check runs' were
+        res = run_command_in_vm(["sh", "-c", FACTS_SH], parse_size(LIMITS[0]), None, sandbox=sb,
                                 timeout_s=600)
         facts[sb] = dict(line.split("=", 1) for line in res["job_log"].splitlines()
                          if "=" in line)
