@@ -173,8 +173,9 @@ def main() -> None:
     per_sandbox = ", ".join(
         f"{sb}: {(recs['sandbox'] == sb).sum()} runs, reps {reps[sb]}, median wall "
         f"{walls[sb]:.0f} s" for sb in crosscheck.SANDBOXES)
-    head = (f"{len(recs)} runs ({per_sandbox}); table at commit {commit}; load average "
-            f"{load_before:.2f} when it began")
+    head = (f"{len(recs)} runs ({per_sandbox}); host load average at the runs' starts "
+            f"{recs['host_load1'].min():.1f}-{recs['host_load1'].max():.1f}, "
+            f"{load_before:.2f} at this command's; table at commit {commit}")
     agree = crosscheck.agreement(table)
     summary = "; ".join(f"{crosscheck.METRICS[m][0].split(' (')[0]} within "
                         f"{crosscheck.METRICS[m][2]:.0%}: {k} of {n} cells"

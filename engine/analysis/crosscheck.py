@@ -34,7 +34,7 @@ METRICS = {"peak_ram_bytes": ("peak RAM (MiB)", MIB, 0.05),
            "pswpin": ("pages swapped in", 1, None),
            "pswpout": ("pages swapped out", 1, None)}
 RECORD_COLUMNS = ["sandbox", *CELL, "rep", "termination", "termination_detail",
-                  *METRICS, "host_maps_peak", "host_max_map_count", "wall_s"]
+                  *METRICS, "host_maps_peak", "host_max_map_count", "wall_s", "host_load1"]
 
 
 def run_record(folder: str | Path) -> dict:
@@ -54,7 +54,8 @@ def run_record(folder: str | Path) -> dict:
             "pswpin": vmstat.get("pswpin", math.nan),
             "pswpout": vmstat.get("pswpout", math.nan),
             "host_maps_peak": row["host_maps_peak"],
-            "host_max_map_count": row["host_max_map_count"], "wall_s": row["wall_s"]}
+            "host_max_map_count": row["host_max_map_count"], "wall_s": row["wall_s"],
+            "host_load1": row["host_load1_start"]}
 
 
 def _terminations(runs: pd.DataFrame) -> str:
