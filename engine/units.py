@@ -35,3 +35,9 @@ def format_size(nbytes: int) -> str:
         if nbytes >= _UNITS[unit] and nbytes % _UNITS[unit] == 0:
             return f"{nbytes // _UNITS[unit]}{unit}"
     return str(nbytes)
+
+
+def format_swap(swap_bytes: int | None) -> str:
+    """The swap a run was allowed, as --swap takes it: ``max`` (None: unlimited) or a size
+    (``0`` for none)."""
+    return "max" if swap_bytes is None else format_size(swap_bytes)

@@ -40,7 +40,7 @@ from engine.model.predict import (
 from engine.schedule.pipelines import Pipeline, load_pipeline
 from engine.schedule.plan import resolve_descriptions
 from engine.schedule.policies import parse_policy
-from engine.units import MIB, PAGE_SIZE, format_size
+from engine.units import MIB, PAGE_SIZE, format_size, format_swap
 
 CV_FILE = "cv.json"  # beside the model file: evaluate_model's scores
 REBUILT_FILE = "reconstruction.csv"  # beside it too: reconstruct_model's native-speed times
@@ -99,10 +99,12 @@ def error_quantiles(cv: dict, mode: ModeModel, limited: bool
 
 
 def read_rebuilt(model_path: str | os.PathLike, pipeline: str, runtime: str,
-                 limit_bytes: int | None, device: Device | None) -> dict[str, dict]:
+                 limit_bytes: int | None, swap_bytes: int | None,
+                 device: Device | None) -> dict[str, dict]:
     """Policy -> the campaign's native-speed reconstruction of this pipeline under this
-    limit on this device profile (``engine.model.reconstruct``), from the table beside the
-    model file; empty when it has none (another pipeline, limit or device)."""
+    limit and swap on this device profile (``engine.model.reconstruct``), from the table
+    beside the model file; empty when it has none (another pipeline, limit, swap or
+    device: runs measured with swap say nothing of a run allowed none)."""
     import csv
 
     path = Path(model_path).with_name(REBUILT_FILE)
@@ -111,8 +113,9 @@ def read_rebuilt(model_path: str | os.PathLike, pipeline: str, runtime: str,
     out = {}
     with open(path, newline="") as f:
         for row in csv.DictReader(f):
-            if (row["pipeline"], row["runtime"], row["limit"], row["device"]) == (
-                    pipeline, runtime, format_size(limit_bytes), device.name):
+            if (row["pipeline"], row["runtime"], row["limit"], row.get("swap"),
+                    row["device"]) == (pipeline, runtime, format_size(limit_bytes),
+                                       format_swap(swap_bytes), device.name):
                 out[row["policy"]] = row
     return out
 
@@ -329,7 +332,8 @@ def run_advise(pipeline_path: str, model_path: str, models_dir: str, limit_bytes
     problems += unpriced_swap([a.prediction for a in advice])
     _refuse_outside(strict, mode, problems)
     if mode.mode == "native":
-        rebuilt = read_rebuilt(model_path, pipeline.name, mode.runtime, limit_bytes, device)
+        rebuilt = read_rebuilt(model_path, pipeline.name, mode.runtime, limit_bytes,
+                               swap_bytes, device)
         for a in advice:
             a.rebuilt = rebuilt.get(a.prediction.policy)
     if as_json:

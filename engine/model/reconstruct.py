@@ -60,7 +60,7 @@ from engine.model.train import Paths, pipelines_from_networks
 from engine.schedule.pipelines import Pipeline
 from engine.schedule.plan import plan
 from engine.schedule.policies import parse_policy
-from engine.units import PAGE_SIZE
+from engine.units import PAGE_SIZE, format_swap
 
 COST_GRID = np.logspace(-6, -2, 17)  # seconds per 4 KiB page: 1 us .. 10 ms, 4 per decade
 WORK_KEY = ["instance", "layer", "task_type"]
@@ -249,11 +249,12 @@ class Campaign:
 
     def limited_cells(self) -> pd.DataFrame:
         """The sandboxes' limited cells: mode, runtime, pipeline, policy, limit, its
-        limit bytes, runs, finished runs."""
+        limit bytes, swap bytes (missing: unlimited), runs, finished runs."""
         r = self.runs[(self.runs["mode"] != "native") & (self.runs["limit"] != "none")]
         return (r.assign(ok=r["termination"] == "ok")
                 .groupby(["mode", "runtime", "pipeline", "policy", "limit"])
-                .agg(limit_bytes=("limit_bytes", "first"), runs=("run_id", "size"),
+                .agg(limit_bytes=("limit_bytes", "first"),
+                     swap_bytes=("swap_bytes", "first"), runs=("run_id", "size"),
                      runs_ok=("ok", "sum"), size_bin=("size_bin", "first"))
                 .reset_index())
 
@@ -298,7 +299,7 @@ class Campaign:
 # ---- the three products ----
 
 RECONSTRUCTION_COLUMNS = [
-    "sandbox", "runtime", "pipeline", "size_bin", "policy", "limit", "device",
+    "sandbox", "runtime", "pipeline", "size_bin", "policy", "limit", "swap", "device",
     "per_page_in_s", "per_page_out_s", "native_makespan_s", "native_makespan_ci_low",
     "native_makespan_ci_high", "oom", "sandbox_runs", "sandbox_runs_ok",
     "native_unconstrained_s", "replayed_unconstrained_s", "note"]
@@ -321,7 +322,9 @@ def reconstruct_native(campaign: Campaign, model: Model, devices: list[Device],
         progress(f"native-speed reconstruction: cell {i + 1}/{len(cells)}")
         base = {"sandbox": row.mode, "runtime": row.runtime, "pipeline": row.pipeline,
                 "size_bin": row.size_bin, "policy": row.policy, "limit": row.limit,
-                "sandbox_runs": row.runs, "sandbox_runs_ok": row.runs_ok}
+                "swap": format_swap(None if pd.isna(row.swap_bytes) else int(row.swap_bytes)),
+                "sandbox_runs": row.runs,
+                "sandbox_runs_ok": row.runs_ok}
         native = model.modes.get(mode_key("native", row.runtime))
         if native is None:
             rows.append({**base, "note": f"no native {row.runtime} model fitted"})

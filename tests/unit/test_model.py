@@ -1104,3 +1104,26 @@ def test_fit_model_on_runs_without_probes_says_to_run_with_them(tiny, tmp_path, 
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "--no-probes" in err and "with the probes" in err and "rerun the tidy" not in err
+
+
+def test_advise_shows_measured_times_only_from_runs_with_the_swap_asked_for(tmp_path):
+    """Eighth held-out pass M1: `advise --swap 0` showed as measured the times of runs that
+    swapped (the campaign's, with swap max), beside its own prediction that every policy
+    would be killed without swap."""
+    import csv
+    from types import SimpleNamespace
+
+    from engine.model.advise import REBUILT_FILE, read_rebuilt
+
+    columns = ["pipeline", "runtime", "limit", "swap", "device", "policy",
+               "native_makespan_s"]
+    with open(tmp_path / REBUILT_FILE, "w", newline="") as f:
+        w = csv.DictWriter(f, columns)
+        w.writeheader()
+        w.writerow(dict(zip(columns, ["v000", "lean", "48M", "max", "nvme", "bulk", "1.2"])))
+        w.writerow(dict(zip(columns, ["v000", "lean", "48M", "64M", "nvme", "linear", "0.9"])))
+    nvme, model = SimpleNamespace(name="nvme"), tmp_path / "model.json"
+    mib = 2**20
+    assert set(read_rebuilt(model, "v000", "lean", 48 * mib, None, nvme)) == {"bulk"}
+    assert set(read_rebuilt(model, "v000", "lean", 48 * mib, 64 * mib, nvme)) == {"linear"}
+    assert read_rebuilt(model, "v000", "lean", 48 * mib, 0, nvme) == {}
