@@ -98,25 +98,47 @@ def error_quantiles(cv: dict, mode: ModeModel, limited: bool
     return None, f"no held-out {scope} cells in the cross-validation"
 
 
-def read_rebuilt(model_path: str | os.PathLike, pipeline: str, runtime: str,
-                 limit_bytes: int | None, swap_bytes: int | None,
+# reconstruction.csv's columns as advise gives them (--json): numbers, yes/no, or missing
+_REBUILT_NUMBERS = ("per_page_in_s", "per_page_out_s", "native_makespan_s",
+                    "native_makespan_ci_low", "native_makespan_ci_high",
+                    "native_unconstrained_s", "replayed_unconstrained_s")
+
+
+def _typed(row: dict[str, str]) -> dict:
+    out: dict = dict(row)
+    for key in _REBUILT_NUMBERS:
+        if key in out:
+            out[key] = float(out[key]) if out[key] not in ("", "nan", "NaN") else None
+    for key in ("sandbox_runs", "sandbox_runs_ok"):
+        if out.get(key):
+            out[key] = int(float(out[key]))
+    out["oom"] = out.get("oom") == "True"
+    return out
+
+
+def read_rebuilt(model_path: str | os.PathLike, pipeline_file: str | os.PathLike,
+                 runtime: str, limit_bytes: int | None, swap_bytes: int | None,
                  device: Device | None) -> dict[str, dict]:
-    """Policy -> the campaign's native-speed reconstruction of this pipeline under this
-    limit and swap on this device profile (``engine.model.reconstruct``), from the table
-    beside the model file; empty when it has none (another pipeline, limit, swap or
-    device: runs measured with swap say nothing of a run allowed none)."""
+    """Policy -> the campaign's native-speed reconstruction of this pipeline (the same
+    file: its SHA-256, not its name) under this limit and swap on this device profile
+    (``engine.model.reconstruct``), from the table beside the model file, typed; empty
+    when it has none (another pipeline, limit, swap or device: runs measured with swap
+    say nothing of a run allowed none)."""
     import csv
+
+    from engine.files import sha256_file
 
     path = Path(model_path).with_name(REBUILT_FILE)
     if device is None or limit_bytes is None or not path.is_file():
         return {}
+    want = (sha256_file(pipeline_file), runtime, format_size(limit_bytes),
+            format_swap(swap_bytes), device.name)
     out = {}
     with open(path, newline="") as f:
         for row in csv.DictReader(f):
-            if (row["pipeline"], row["runtime"], row["limit"], row.get("swap"),
-                    row["device"]) == (pipeline, runtime, format_size(limit_bytes),
-                                       format_swap(swap_bytes), device.name):
-                out[row["policy"]] = row
+            if (row.get("pipeline_sha256"), row["runtime"], row["limit"], row.get("swap"),
+                    row["device"]) == want:
+                out[row["policy"]] = _typed(row)
     return out
 
 
@@ -253,13 +275,13 @@ def format_advice(rows: list[Advice], pipeline: Pipeline, mode: ModeModel,
                      f"both resampled; {REBUILT_FILE}):")
         for a in rebuilt:
             r = a.rebuilt
-            if r["oom"] == "True":
+            if r["oom"]:
                 lines.append(f"      {a.prediction.policy:<18}killed in the sandbox")
-            elif r["native_makespan_s"]:
+            elif r["native_makespan_s"] is not None:
                 lo, hi = r["native_makespan_ci_low"], r["native_makespan_ci_high"]
-                ci = f" [{float(lo):.3f}-{float(hi):.3f}s]" if lo and hi else ""
+                ci = f" [{lo:.3f}-{hi:.3f}s]" if lo is not None and hi is not None else ""
                 lines.append(f"      {a.prediction.policy:<18}"
-                             f"{float(r['native_makespan_s']):>9.3f}s{ci}")
+                             f"{r['native_makespan_s']:>9.3f}s{ci}")
     if limit_bytes is not None and any(a.prediction.peak_ram_bytes > limit_bytes
                                        for a in rows if not a.prediction.oom):
         lines.append(f"note: RSS counts the runtime's file-backed pages "
@@ -332,7 +354,7 @@ def run_advise(pipeline_path: str, model_path: str, models_dir: str, limit_bytes
     problems += unpriced_swap([a.prediction for a in advice])
     _refuse_outside(strict, mode, problems)
     if mode.mode == "native":
-        rebuilt = read_rebuilt(model_path, pipeline.name, mode.runtime, limit_bytes,
+        rebuilt = read_rebuilt(model_path, pipeline_path, mode.runtime, limit_bytes,
                                swap_bytes, device)
         for a in advice:
             a.rebuilt = rebuilt.get(a.prediction.policy)

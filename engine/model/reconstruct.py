@@ -251,9 +251,12 @@ class Campaign:
         """The sandboxes' limited cells: mode, runtime, pipeline, policy, limit, its
         limit bytes, swap bytes (missing: unlimited), runs, finished runs."""
         r = self.runs[(self.runs["mode"] != "native") & (self.runs["limit"] != "none")]
+        if "pipeline_sha256" not in r:  # tables of runs older than the record
+            r = r.assign(pipeline_sha256=None)
         return (r.assign(ok=r["termination"] == "ok")
                 .groupby(["mode", "runtime", "pipeline", "policy", "limit"])
                 .agg(limit_bytes=("limit_bytes", "first"),
+                     pipeline_sha256=("pipeline_sha256", "first"),
                      swap_bytes=("swap_bytes", "first"), runs=("run_id", "size"),
                      runs_ok=("ok", "sum"), size_bin=("size_bin", "first"))
                 .reset_index())
@@ -299,7 +302,8 @@ class Campaign:
 # ---- the three products ----
 
 RECONSTRUCTION_COLUMNS = [
-    "sandbox", "runtime", "pipeline", "size_bin", "policy", "limit", "swap", "device",
+    "sandbox", "runtime", "pipeline", "pipeline_sha256", "size_bin", "policy", "limit",
+    "swap", "device",
     "per_page_in_s", "per_page_out_s", "native_makespan_s", "native_makespan_ci_low",
     "native_makespan_ci_high", "oom", "sandbox_runs", "sandbox_runs_ok",
     "native_unconstrained_s", "replayed_unconstrained_s", "note"]
@@ -321,7 +325,8 @@ def reconstruct_native(campaign: Campaign, model: Model, devices: list[Device],
     for i, row in enumerate(cells.itertuples()):
         progress(f"native-speed reconstruction: cell {i + 1}/{len(cells)}")
         base = {"sandbox": row.mode, "runtime": row.runtime, "pipeline": row.pipeline,
-                "size_bin": row.size_bin, "policy": row.policy, "limit": row.limit,
+                "pipeline_sha256": row.pipeline_sha256, "size_bin": row.size_bin,
+                "policy": row.policy, "limit": row.limit,
                 "swap": format_swap(None if pd.isna(row.swap_bytes) else int(row.swap_bytes)),
                 "sandbox_runs": row.runs,
                 "sandbox_runs_ok": row.runs_ok}

@@ -27,15 +27,23 @@ def job_environ(environ: Mapping[str, str], interpreter: str, project: str,
     return env
 
 
-# What a user may set in the environment that changes what a sandbox run measures (the
-# guest's RAM, swap device, CPUs, accelerator, UML's ascending faults and its userspace
-# mode; engine.vm.run.VmConfig.from_env, engine.vm.uml), not where its caches are or how
-# long it may take: a sandbox run's params carry them, so changing one reruns those runs.
-SANDBOX_SETTINGS = ("EDGEPROF_VM_RAM", "EDGEPROF_VM_SWAP_DEVICE", "EDGEPROF_VM_SD_CARD",
-                    "EDGEPROF_VM_SMP", "EDGEPROF_VM_ACCEL", "EDGEPROF_VM_ASCEND",
-                    "EDGEPROF_UML_USERSPACE")
+# What a user may set in the environment that changes what a sandbox run measures: the
+# guest's settings (engine.vm.run.VmConfig, from EDGEPROF_VM_*) but its timeouts, and UML's
+# userspace mode. A sandbox run's params carry those that differ from the defaults, so
+# changing one reruns those runs (and writing a default out, or unsetting it, none).
+GUEST_SETTINGS = ("ram", "swap_device", "sd_card", "smp", "accel", "ascend")
+UML_USERSPACE = "EDGEPROF_UML_USERSPACE"
 
 
-def sandbox_settings(environ: Mapping[str, str]) -> dict[str, str]:
-    """The SANDBOX_SETTINGS set (non-empty) in ``environ``, by name."""
-    return {name: environ[name] for name in sorted(SANDBOX_SETTINGS) if environ.get(name)}
+def sandbox_settings(environ: Mapping[str, str]) -> dict[str, object]:
+    """The GUEST_SETTINGS ``environ`` sets to other than their defaults, and UML's
+    userspace mode if set; a bad value raises EdgeprofError naming the variable (before
+    any job: a job would otherwise fail after Snakemake removed its old run)."""
+    from engine.vm.run import VmConfig
+
+    parsed, default = VmConfig.from_env(dict(environ)), VmConfig()
+    out: dict[str, object] = {name: getattr(parsed, name) for name in GUEST_SETTINGS
+                              if getattr(parsed, name) != getattr(default, name)}
+    if environ.get(UML_USERSPACE):
+        out["uml_userspace"] = environ[UML_USERSPACE]
+    return out

@@ -1106,24 +1106,37 @@ def test_fit_model_on_runs_without_probes_says_to_run_with_them(tiny, tmp_path, 
     assert "--no-probes" in err and "with the probes" in err and "rerun the tidy" not in err
 
 
-def test_advise_shows_measured_times_only_from_runs_with_the_swap_asked_for(tmp_path):
+def test_advise_shows_measured_times_only_of_this_pipeline_and_the_swap_asked_for(tmp_path):
     """Eighth held-out pass M1: `advise --swap 0` showed as measured the times of runs that
-    swapped (the campaign's, with swap max), beside its own prediction that every policy
-    would be killed without swap."""
+    swapped (the campaign's, with swap max); ninth H1: a pipeline of another content under
+    the campaign's name got the campaign's times; ninth M1: --json gave them as strings
+    ("oom": "False", truthy)."""
     import csv
     from types import SimpleNamespace
 
+    from engine.files import sha256_file
     from engine.model.advise import REBUILT_FILE, read_rebuilt
 
-    columns = ["pipeline", "runtime", "limit", "swap", "device", "policy",
-               "native_makespan_s"]
+    ours, other = tmp_path / "v000.json", tmp_path / "other" / "v000.json"
+    ours.write_text('{"name": "v000", "arrivals": []}')
+    other.parent.mkdir()
+    other.write_text('{"name": "v000", "arrivals": [[0, ["AgeNet"]]]}')
+    digest = sha256_file(ours)
+    columns = ["pipeline", "pipeline_sha256", "runtime", "limit", "swap", "device", "policy",
+               "native_makespan_s", "native_makespan_ci_low", "native_makespan_ci_high",
+               "oom"]
     with open(tmp_path / REBUILT_FILE, "w", newline="") as f:
         w = csv.DictWriter(f, columns)
         w.writeheader()
-        w.writerow(dict(zip(columns, ["v000", "lean", "48M", "max", "nvme", "bulk", "1.2"])))
-        w.writerow(dict(zip(columns, ["v000", "lean", "48M", "64M", "nvme", "linear", "0.9"])))
+        for policy, swap, oom in (("bulk", "max", "False"), ("linear", "64M", "True")):
+            w.writerow(dict(zip(columns, ["v000", digest, "lean", "48M", swap, "nvme", policy,
+                                          "1.2", "", "", oom])))
     nvme, model = SimpleNamespace(name="nvme"), tmp_path / "model.json"
     mib = 2**20
-    assert set(read_rebuilt(model, "v000", "lean", 48 * mib, None, nvme)) == {"bulk"}
-    assert set(read_rebuilt(model, "v000", "lean", 48 * mib, 64 * mib, nvme)) == {"linear"}
-    assert read_rebuilt(model, "v000", "lean", 48 * mib, 0, nvme) == {}
+    bulk = read_rebuilt(model, ours, "lean", 48 * mib, None, nvme)
+    assert set(bulk) == {"bulk"} and bulk["bulk"]["oom"] is False
+    assert bulk["bulk"]["native_makespan_s"] == 1.2
+    assert bulk["bulk"]["native_makespan_ci_low"] is None
+    assert read_rebuilt(model, ours, "lean", 48 * mib, 64 * mib, nvme)["linear"]["oom"] is True
+    assert read_rebuilt(model, ours, "lean", 48 * mib, 0, nvme) == {}
+    assert read_rebuilt(model, other, "lean", 48 * mib, None, nvme) == {}

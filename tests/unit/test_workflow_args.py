@@ -1036,17 +1036,26 @@ def test_a_policys_fingerprint_follows_its_builders_code_not_its_comments(engine
 
 def test_a_sandbox_runs_params_carry_the_environments_settings_of_its_measurement():
     """Seventh held-out pass L4: EDGEPROF_VM_ASCEND=0 in the user's shell changed every
-    UML run and reran none. Every EDGEPROF_VM_ setting the guest reads but its timeouts,
-    and UML's userspace mode, are in a sandbox run's params; caches and unset ones not."""
-    from engine.vm.run import _ENV_HELP
-    from engine.vm.uml import USERSPACE_ENV
-    from engine.workflow.environ import SANDBOX_SETTINGS, sandbox_settings
+    UML run and reran none; ninth H2: a bad value failed each sandbox job after Snakemake
+    had removed its finished run. Every guest setting but the timeouts, and UML's
+    userspace mode, are in a sandbox run's params when not the default; a bad one is
+    refused when the workflow plans."""
+    import dataclasses
 
-    timeouts = {"BOOT_TIMEOUT", "TIMEOUT"}
-    assert set(SANDBOX_SETTINGS) == {f"EDGEPROF_VM_{name}" for name in _ENV_HELP
-                                     if name not in timeouts} | {USERSPACE_ENV}
+    from engine.errors import EdgeprofError
+    from engine.vm.run import VmConfig
+    from engine.workflow.environ import GUEST_SETTINGS, sandbox_settings
+
+    fields = {f.name for f in dataclasses.fields(VmConfig)}
+    assert set(GUEST_SETTINGS) == fields - {"boot_timeout_s", "timeout_s"}
     assert sandbox_settings({"EDGEPROF_VM_ASCEND": "0", "EDGEPROF_VM_CACHE": "/c",
                              "EDGEPROF_VM_RAM": "", "EDGEPROF_VM_TIMEOUT": "9"}) == {
-        "EDGEPROF_VM_ASCEND": "0"}
+        "ascend": False}
+    # the default written out, or another spelling of the same value: nothing to rerun
+    assert sandbox_settings({"EDGEPROF_VM_ASCEND": "1", "EDGEPROF_VM_SD_CARD": "no"}) == {}
+    assert sandbox_settings({"EDGEPROF_VM_RAM": "2G", "EDGEPROF_UML_USERSPACE": "ptrace"}) == {
+        "ram": 2**31, "uml_userspace": "ptrace"}
+    with pytest.raises(EdgeprofError, match="EDGEPROF_VM_ASCEND='bogus'"):
+        sandbox_settings({"EDGEPROF_VM_ASCEND": "bogus"})
     rules = (REPO / "workflow" / "rules" / "run.smk").read_text()
     assert rules.count("sandbox=") == 3  # the run rule, the block rules, the reconciliation

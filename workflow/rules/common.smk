@@ -542,7 +542,8 @@ def run_line(wildcards, input):
 
 
 # the environment's settings of a sandbox's measurement, compared for a rerun of its runs
-SANDBOX_SETTINGS = sandbox_settings(os.environ)
+# (checked here: a bad one would fail each sandbox job after Snakemake removed its run)
+SANDBOX_SETTINGS = sandbox_settings(os.environ) if config["vm"]["enabled"] else {}
 
 
 def run_sandbox_settings(wildcards):
