@@ -20,7 +20,6 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -35,9 +34,10 @@ from engine.runner.request import RunRequest
 from engine.schedule.pipelines import Pipeline
 from engine.schedule.policies import Policy
 from engine.signals import Interrupted, Signalled, ignore_signals, signals_unwind
-from engine.units import MIB, parse_size
+from engine.units import MIB
 from engine.vm import boot as vmboot
 from engine.vm import hostmaps, uml
+from engine.vm.config import VmConfig
 from engine.vm.guest import CACHE_ENV, Guest, default_cache, load_guest
 from engine.vm.paths import check_share
 
@@ -50,67 +50,6 @@ BASELINE_RAM = 4096 * MIB
 DEVICE_SLACK = 64 * MIB  # swap device a bit larger than memory.swap.max: the cgroup limits
 GUEST_OUT = "/run/vmout/run"  # --out as the guest sees it (inside the share)
 GUEST_REQUEST = "request.json"  # the RunRequest the guest runs, in the share
-
-
-_ENV_HELP = {"RAM": "a size such as 2G", "SWAP_DEVICE": "a size such as 2G",
-             "SMP": "a CPU count > 0", "ACCEL": "auto, kvm or tcg",
-             "BOOT_TIMEOUT": "seconds > 0", "TIMEOUT": "seconds > 0",
-             "ASCEND": "1 (on, the default) or 0 (off)",
-             "SD_CARD": "1 (on) or 0 (off, the default)"}
-# a switch's words: anything else is refused (a typo such as "off" once meant on)
-_SWITCH = {"1": True, "0": False}
-_SD_CARD = {**_SWITCH, "true": True, "yes": True, "false": False, "no": False}
-
-
-@dataclass
-class VmConfig:
-    """Guest settings; each can be set from the environment (EDGEPROF_VM_<NAME>)."""
-
-    ram: int | None = None  # guest RAM; default: limit + GUEST_OVERHEAD, >= 1 GiB
-    swap_device: int = 2048 * MIB  # device size when swap is unlimited ("max")
-    sd_card: bool = False  # throttle the swap device like an SD card
-    smp: int | None = None
-    accel: str = "auto"  # auto | kvm | tcg
-    boot_timeout_s: float = 180.0
-    timeout_s: float = 3600.0  # host wall clock for a job without its own --timeout
-    # uml: faults kept ascending (the preload and the engine's reads); off only to
-    # reproduce the stall at the host's mapping cap (docs/sandboxes.md)
-    ascend: bool = True
-
-    @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> VmConfig:
-        """Settings from EDGEPROF_VM_*; a bad value is one error naming the variable."""
-        env = dict(os.environ if env is None else env)
-        cfg = cls()
-
-        def get(name: str, parse: Callable[[str], object], check: str = "") -> object:
-            text = env.get(f"EDGEPROF_VM_{name}")
-            if not text:
-                return None
-            try:
-                value = parse(text)
-            except (ValueError, EdgeprofError):
-                value = None
-            if value is None or (check == ">0" and not value > 0):
-                raise EdgeprofError(f"EDGEPROF_VM_{name}={text!r} is not valid "
-                                    f"({_ENV_HELP[name]}); fix or unset it")
-            return value
-
-        cfg.ram = get("RAM", parse_size)
-        cfg.swap_device = get("SWAP_DEVICE", parse_size) or cfg.swap_device
-        sd_card = get("SD_CARD", _SD_CARD.get)  # "true"/"yes" as it always took
-        cfg.sd_card = bool(sd_card) if sd_card is not None else cfg.sd_card
-        cfg.smp = get("SMP", int, ">0")
-        if cfg.smp is not None and cfg.smp > (os.cpu_count() or 1):
-            raise EdgeprofError(f"EDGEPROF_VM_SMP={cfg.smp} is more than this host's "
-                                f"{os.cpu_count()} CPUs; lower or unset it")
-        cfg.accel = get("ACCEL", lambda t: t if t in ("auto", "kvm", "tcg") else None) \
-            or cfg.accel
-        cfg.boot_timeout_s = get("BOOT_TIMEOUT", float, ">0") or cfg.boot_timeout_s
-        cfg.timeout_s = get("TIMEOUT", float, ">0") or cfg.timeout_s
-        ascend = get("ASCEND", _SWITCH.get)
-        cfg.ascend = bool(ascend) if ascend is not None else cfg.ascend
-        return cfg
 
 
 @dataclass

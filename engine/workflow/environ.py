@@ -28,7 +28,7 @@ def job_environ(environ: Mapping[str, str], interpreter: str, project: str,
 
 
 # What a user may set in the environment that changes what a sandbox run measures: the
-# guest's settings (engine.vm.run.VmConfig, from EDGEPROF_VM_*) but its timeouts, and UML's
+# guest's settings (engine.vm.config.VmConfig, from EDGEPROF_VM_*) but its timeouts, and UML's
 # userspace mode. A sandbox run's params carry those that differ from the defaults, so
 # changing one reruns those runs (and writing a default out, or unsetting it, none).
 GUEST_SETTINGS = ("ram", "swap_device", "sd_card", "smp", "accel", "ascend")
@@ -39,7 +39,7 @@ def sandbox_settings(environ: Mapping[str, str]) -> dict[str, object]:
     """The GUEST_SETTINGS ``environ`` sets to other than their defaults, and UML's
     userspace mode if set; a bad value raises EdgeprofError naming the variable (before
     any job: a job would otherwise fail after Snakemake removed its old run)."""
-    from engine.vm.run import VmConfig
+    from engine.vm.config import VmConfig
 
     parsed, default = VmConfig.from_env(dict(environ)), VmConfig()
     out: dict[str, object] = {name: getattr(parsed, name) for name in GUEST_SETTINGS

@@ -1043,7 +1043,7 @@ def test_a_sandbox_runs_params_carry_the_environments_settings_of_its_measuremen
     import dataclasses
 
     from engine.errors import EdgeprofError
-    from engine.vm.run import VmConfig
+    from engine.vm.config import VmConfig
     from engine.workflow.environ import GUEST_SETTINGS, sandbox_settings
 
     fields = {f.name for f in dataclasses.fields(VmConfig)}
