@@ -332,3 +332,12 @@ def read_table(path: str | os.PathLike, fix: str = "rerun the aggregate stage",
             raise EdgeprofError(f"{os.fspath(path)}: column {col!r} holds {example!r}, where "
                                 f"numbers belong (an edited or another table); {fix}")
     return table
+
+
+def cache_dir(env: str, name: str) -> Path:
+    """The cache folder of one of the things edgeprof builds once per machine (the uml
+    kernel, the qemu guest, the real-Caffe chroot): ``$env`` if set, else
+    ``$XDG_CACHE_HOME`` (or ~/.cache) ``/edgeprof/<name>``."""
+    if os.environ.get(env):
+        return Path(os.environ[env])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "edgeprof" / name

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from engine.files import cache_dir
 
 CACHE_ENV = "EDGEPROF_UML_CACHE"
 # newest first: sid's UML (7.2 when chosen) runs where trixie's 6.12 panics (hosts with
@@ -37,11 +38,7 @@ class Uml:
 
 
 def default_cache() -> Path:
-    env = os.environ.get(CACHE_ENV)
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "edgeprof" / "uml"
+    return cache_dir(CACHE_ENV, "uml")
 
 
 # What the built kernel depends on (its candidates, and how each is fetched and patched);

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from engine.errors import EdgeprofError
-from engine.files import atomic_path
+from engine.files import atomic_path, cache_dir
 from engine.procs import preexec
 
 CACHE_ENV = "EDGEPROF_CAFFE_CACHE"
@@ -59,11 +59,7 @@ Log = Callable[[str], None]
 
 
 def default_cache() -> Path:
-    env = os.environ.get(CACHE_ENV)
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "edgeprof" / "caffe"
+    return cache_dir(CACHE_ENV, "caffe")
 
 
 def recipe_hash() -> str:
