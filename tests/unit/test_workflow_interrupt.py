@@ -55,6 +55,16 @@ sys.exit(130)
 """
 
 
+def _start_snakemake(folder: Path, snakefile: str) -> subprocess.Popen:
+    """Snakemake on ``snakefile`` (and JOB) in ``folder``, in a session of its own."""
+    (folder / "Snakefile").write_text(snakefile.replace("PYTHON", shlex.quote(sys.executable)))
+    (folder / "job.py").write_text(JOB)
+    return subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1", "all"],
+                            cwd=folder, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=default_signals, start_new_session=True)
+
+
 def _wait_for(condition, what: str, timeout_s: float = 120.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -81,12 +91,7 @@ def _signals(tmp_path: Path) -> list[str]:
          "SIGTERM-to-the-pid"])
 def test_a_signal_to_snakemake_stops_its_job_before_snakemake_ends(tmp_path, sig, target,
                                                                     second):
-    (tmp_path / "Snakefile").write_text(SNAKEFILE.replace("PYTHON", shlex.quote(sys.executable)))
-    (tmp_path / "job.py").write_text(JOB)
-    proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1", "all"],
-                            cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=default_signals, start_new_session=True)
+    proc = _start_snakemake(tmp_path, SNAKEFILE)
 
     def interrupt() -> None:
         if target == "pid":
@@ -140,12 +145,7 @@ def test_a_sigint_before_any_job_runs_stops_snakemake_in_one_line(tmp_path):
     """Sixth held-out pass M2: a Ctrl-C while Snakemake was not in its scheduling loop (it
     parsed, built its DAG or imported) ended in a KeyboardInterrupt traceback and a death
     by SIGINT: Snakemake catches one only in that loop."""
-    (tmp_path / "Snakefile").write_text(PARSING.replace("PYTHON", shlex.quote(sys.executable)))
-    (tmp_path / "job.py").write_text(JOB)
-    proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1", "all"],
-                            cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=default_signals, start_new_session=True)
+    proc = _start_snakemake(tmp_path, PARSING)
     try:
         _wait_for(lambda: (tmp_path / "parsing").exists() or proc.poll() is not None,
                   "the parse started")
