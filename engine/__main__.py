@@ -23,4 +23,10 @@ except KeyboardInterrupt:  # Ctrl-C while Python was still importing, before any
 # The answer is given: a Ctrl-C arriving now must not turn it into a death by signal
 # during the interpreter's shutdown.
 signal.signal(signal.SIGINT, signal.SIG_IGN)
+# A KeyboardInterrupt that left code compiled from a string (the __init__ a dataclass or a
+# namedtuple generates while a module is imported) sets CPython's "unhandled Ctrl-C" flag,
+# which stays set although we caught it; at exit CPython then kills itself with SIGINT
+# instead of exiting 130. Running a string clears the flag (CPython resets it at the start
+# of every such run).
+exec("")  # noqa: S102
 raise SystemExit(code)

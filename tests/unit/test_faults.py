@@ -115,6 +115,19 @@ def test_ctrl_c_at_any_moment_is_exit_130_without_a_traceback(split_dir, tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["imports", "p.json"]
 
 
+def test_a_ctrl_c_inside_generated_code_is_still_exit_130(split_dir, tmp_path):
+    """The Ctrl-C lands inside code a dataclass generated while the run verb imports its
+    modules (tests/ctrl_c_in_exec): CPython then marks it unhandled although the engine
+    caught it, and would kill itself with SIGINT at exit instead of exiting 130."""
+    proc = _start(split_dir, tmp_path, ["AlexNet"],
+                  env=dict(os.environ, EDGEPROF_TEST_CTRL_C_AT="engine.runner.execute",
+                           PYTHONPATH=str(REPO / "tests" / "ctrl_c_in_exec")))
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert err == "error: interrupted\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json"]
+
+
 @pytest.mark.parametrize("after", [0.0, 0.1, 0.3])
 def test_a_child_just_started_dies_with_its_sigkilled_supervisor(split_dir, tmp_path, after):
     """Killed while the measured child is still importing: GNU time dies at once, and the
