@@ -54,6 +54,7 @@ class Advice:
     prediction: Prediction
     unconstrained: Prediction
     interval: tuple[float, float] | None = None  # 95 % prediction interval of the makespan
+    swap_interval: tuple[float, float] | None = None  # the same of the peak swap (bytes)
     rebuilt: dict | None = None  # this pipeline measured: its native-speed reconstruction
 
     @property
@@ -96,6 +97,20 @@ def error_quantiles(cv: dict, mode: ModeModel, limited: bool
                 and scope in entry.get("makespan_log_error_q", {})):
             return entry["makespan_log_error_q"][scope], f"{key}'s held-out {scope} cells"
     return None, f"no held-out {scope} cells in the cross-validation"
+
+
+def swap_quantiles(cv: dict, mode: ModeModel) -> tuple[list[float] | None, str]:
+    """The held-out log(predicted / measured peak swap) quantiles that give a peak swap
+    its interval, and whose they are: the mode's own, or (native, which never swaps under
+    a limit of its own) a sandbox's of the same runtime."""
+    own = (cv.get(mode.key) or {}).get("swap_log_error_q")
+    if own:
+        return own, f"{mode.key}'s held-out limited cells that swapped"
+    for key, entry in cv.items():
+        if (isinstance(entry, dict) and key.endswith(f"/{mode.runtime}")
+                and entry.get("swap_log_error_q")):
+            return entry["swap_log_error_q"], f"{key}'s held-out limited cells that swapped"
+    return None, "no held-out limited cells that swapped in the cross-validation"
 
 
 # reconstruction.csv's columns as advise gives them (--json): numbers, yes/no, or missing
@@ -144,12 +159,13 @@ def read_rebuilt(model_path: str | os.PathLike, pipeline_file: str | os.PathLike
 
 def advise(mode: ModeModel, pipeline: Pipeline, networks: Networks, policies: list[str],
            limit_bytes: int | None, swap_bytes: int | None, device: Device | None = None,
-           quantiles: list[float] | None = None) -> list[Advice]:
+           quantiles: list[float] | None = None,
+           swap_quantiles: list[float] | None = None) -> list[Advice]:
     """Every policy predicted under the limit (priced with ``device``'s per-page costs
     when given); ranked by predicted makespan, the ones predicted to be killed last and
     unranked, and before them, unranked too, the ones whose swapping has no price
     (their makespan leaves it out). ``quantiles`` of the held-out log errors give each
-    makespan its interval."""
+    makespan its interval, ``swap_quantiles`` each peak swap its own."""
     out = []
     cost = device.swap_cost() if device is not None else None
     for name in policies:
@@ -159,7 +175,11 @@ def advise(mode: ModeModel, pipeline: Pipeline, networks: Networks, policies: li
         if quantiles is not None:
             interval = (pred.makespan_s / math.exp(quantiles[1]),
                         pred.makespan_s / math.exp(quantiles[0]))
-        out.append(Advice(None, pred, free, interval))
+        swap = None
+        if swap_quantiles is not None and pred.peak_swap_bytes > 0:
+            swap = (pred.peak_swap_bytes / math.exp(swap_quantiles[1]),
+                    pred.peak_swap_bytes / math.exp(swap_quantiles[0]))
+        out.append(Advice(None, pred, free, interval, swap))
     def by_time(rows: list[Advice]) -> list[Advice]:
         return sorted(rows, key=lambda a: a.prediction.makespan_s)
 
@@ -210,13 +230,15 @@ def cv_sentence(cv: dict, mode: str) -> str:
         worst_text = "" if worst is None else (
             f", {worst:.1f} % for the worst policy ({scores.get('worst policy', '?')})")
         tau = scores.get("Kendall tau (median) (limited, per pipeline and limit)")
+        swap = scores.get("peak swap median error % (signed) (limited)")
+        swap_text = "" if swap is None else f"; peak swap median error {swap:+.0f} %"
         lines.append(
             f"{scheme} ({scores.get('note', '')}): makespan MAPE "
             f"{pct('makespan MAPE % (unconstrained)')} unconstrained, "
             f"{pct('makespan MAPE % (limited)')} under a limit; slowdown MAPE "
             f"{pct('slowdown MAPE % (limited)')}; peak RSS median absolute error "
             f"{pct('peak RSS median abs error % (unconstrained)')}{worst_text}; Kendall "
-            f"tau under a limit {'n/a' if tau is None else f'{tau:.2f}'}.")
+            f"tau under a limit {'n/a' if tau is None else f'{tau:.2f}'}{swap_text}.")
     return f"Cross-validated error of the {mode} model: " + " ".join(lines)
 
 
@@ -230,7 +252,7 @@ def domain_lines(problems: list[str]) -> list[str]:
 def format_advice(rows: list[Advice], pipeline: Pipeline, mode: ModeModel,
                   limit_bytes: int | None, swap_bytes: int | None, cv: dict,
                   device: Device | None = None, problems: list[str] = (),
-                  interval_source: str = "") -> str:
+                  interval_source: str = "", swap_source: str = "") -> str:
     limit = "unconstrained" if limit_bytes is None else f"limit {format_size(limit_bytes)}"
     swap = "unlimited swap" if swap_bytes is None else f"swap {format_size(swap_bytes)}"
     lines = [f"pipeline {pipeline.name}: {' '.join(pipeline.networks())}; {limit}, {swap}; "
@@ -243,7 +265,7 @@ def format_advice(rows: list[Advice], pipeline: Pipeline, mode: ModeModel,
                      f"page in, {device.per_page_out_s * 1e6:.1f} us out ({device.source})"
                      + ("; at native speed" if mode.mode == "native" else ""))
     lines.append(f"{'rank':>4}  {'policy':<18}{'makespan':>10}{'95 % PI':>18}"
-                 f"{'vs unconstr.':>14}{'peak RSS':>11}{'peak swap':>11}")
+                 f"{'vs unconstr.':>14}{'peak RSS':>11}{'peak swap':>11}{'swap PI':>14}")
     for a in rows:
         p = a.prediction
         if p.oom:
@@ -252,15 +274,27 @@ def format_advice(rows: list[Advice], pipeline: Pipeline, mode: ModeModel,
         if p.unpriced:  # at least the time without the swapping: a bound, not a rank
             lines.append(f"{'?':>4}  {p.policy:<18}{'>=' + f'{p.makespan_s:.3f}s':>10}"
                          f"{'n/a':>18}{'unknown':>14}"
-                         f"{_mib(p.peak_ram_bytes):>11}{_mib(p.peak_swap_bytes):>11}")
+                         f"{_mib(p.peak_ram_bytes):>11}{_mib(p.peak_swap_bytes):>11}"
+                         f"{_swap_pi(a):>14}")
             continue
         pi = ("n/a" if a.interval is None
               else f"{a.interval[0]:.3f}-{a.interval[1]:.3f}s")
         lines.append(f"{a.rank:>4}  {p.policy:<18}{p.makespan_s:>9.3f}s{pi:>18}"
                      f"{a.slowdown:>13.2f}x"
-                     f"{_mib(p.peak_ram_bytes):>11}{_mib(p.peak_swap_bytes):>11}")
+                     f"{_mib(p.peak_ram_bytes):>11}{_mib(p.peak_swap_bytes):>11}"
+                     f"{_swap_pi(a):>14}")
     lines.append(f"PI: the 95 % prediction interval, the prediction divided by the "
                  f"2.5-97.5 % range of predicted/measured on {interval_source}")
+    alive = [a for a in rows if not a.prediction.oom]
+    if any(a.prediction.peak_swap_bytes > 0 for a in alive):
+        lines.append(f"swap PI: the same for the peak swap, on {swap_source}"
+                     if any(a.swap_interval for a in alive)
+                     else f"swap PI: unknown: {swap_source}")
+    short = [a for a in alive if swap_bytes is not None and a.swap_interval is not None
+             and a.swap_interval[1] > swap_bytes]
+    if short:
+        lines.append(f"note: may run out of swap ({format_size(swap_bytes)} allowed), by the "
+                     f"top of its swap PI: {', '.join(a.prediction.policy for a in short)}")
     unpriced = [a.prediction for a in rows if a.prediction.unpriced and not a.prediction.oom]
     if unpriced:
         lines.append("?: not ranked: predicted to swap at an unknown cost per page (swap "
@@ -293,6 +327,13 @@ def format_advice(rows: list[Advice], pipeline: Pipeline, mode: ModeModel,
     lines += domain_lines(list(problems))
     lines.append(cv_sentence(cv, mode.key))
     return "\n".join(lines)
+
+
+def _swap_pi(a: Advice) -> str:
+    if a.swap_interval is None:
+        return "n/a" if a.prediction.peak_swap_bytes > 0 else ""
+    low, high = a.swap_interval
+    return f"{low / MIB:.0f}-{high / MIB:.0f} MiB"
 
 
 def page_size_note(mode: ModeModel, page_size: int = PAGE_SIZE) -> str | None:
@@ -349,8 +390,9 @@ def run_advise(pipeline_path: str, model_path: str, models_dir: str, limit_bytes
                                for p, m, t in rows], indent=1)
         return format_limits(rows, pipeline, mode, cv)
     quantiles, source = error_quantiles(cv, mode, limit_bytes is not None)
+    swap_q, swap_source = swap_quantiles(cv, mode)
     advice = advise(mode, pipeline, networks, names, limit_bytes, swap_bytes, device,
-                    quantiles)
+                    quantiles, swap_q)
     problems += unpriced_swap([a.prediction for a in advice])
     _refuse_outside(strict, mode, problems)
     if mode.mode == "native":
@@ -366,10 +408,12 @@ def run_advise(pipeline_path: str, model_path: str, models_dir: str, limit_bytes
                            and not mode.swap.unknown_why,
                            "device": asdict(device) if device is not None else None,
                            "outside_domain": problems, "interval_from": source,
+                           "swap_interval_from": swap_source,
                            "policies": [{"rank": a.rank, "slowdown": a.slowdown,
                                          "makespan_pi_95": a.interval,
+                                         "peak_swap_pi_95": a.swap_interval,
                                          "rebuilt_from_measurements": a.rebuilt,
                                          **asdict(a.prediction)} for a in advice],
                            "cross_validation": cv.get(mode.key)}, indent=1)
     return format_advice(advice, pipeline, mode, limit_bytes, swap_bytes, cv, device,
-                         problems, source)
+                         problems, source, swap_source)

@@ -78,7 +78,7 @@ PREDICTION_COLUMNS = [
     "predicted_peak_ram_bytes", "predicted_peak_p05_bytes", "predicted_peak_p95_bytes",
     "peak_in_range", "predicted_peak_pi_low_bytes", "predicted_peak_pi_high_bytes",
     "peak_in_pi", "peak_error_pct", "peak_cg_error_pct", "schedule_peak_error_pct",
-    "predicted_peak_swap_bytes",
+    "predicted_peak_swap_bytes", "measured_peak_swap_bytes", "peak_swap_error_pct",
     "predicted_swap_out_bytes", "measured_swap_out_bytes", "measured_oom", "predicted_oom",
 ]
 SCORE_COLUMNS = ["mode", "scheme", "metric", "scope", "value", "ci_low", "ci_high", "n",
@@ -89,7 +89,11 @@ ERRORS = {
     "slowdown_error_pct": ("predicted_slowdown", "measured_slowdown"),
     "peak_error_pct": ("predicted_peak_ram_bytes", "measured_hwm_rss_bytes"),
     "peak_cg_error_pct": ("predicted_peak_ram_bytes", "measured_cg_peak_bytes"),
+    "peak_swap_error_pct": ("predicted_peak_swap_bytes", "measured_peak_swap_bytes"),
 }
+# Swap is scored where both the prediction and the measurement reach a MiB: below it a
+# ratio measures the instruments' resolution (a few pages), not the model.
+SWAP_FLOOR_BYTES = 2**20
 # the issue's targets: (metric, scope) -> (bound, "max" | "min")
 TARGETS = {
     ("makespan MAPE %", "unconstrained"): (10.0, "max"),
@@ -310,7 +314,16 @@ def _with_errors(preds: list[pd.DataFrame]) -> pd.DataFrame:
     if not pred.empty:
         for error, (predicted, measured) in ERRORS.items():
             pred[error] = [_pct(p, m) for p, m in zip(pred[predicted], pred[measured])]
+        pred.loc[~_swapped(pred), "peak_swap_error_pct"] = np.nan
     return pred.reindex(columns=PREDICTION_COLUMNS)
+
+
+def _swapped(pred: pd.DataFrame) -> pd.Series:
+    """The limited cells whose peak swap is scored: predicted and measured to reach
+    SWAP_FLOOR_BYTES."""
+    return ((pred["limit"] != "none")
+            & (pd.to_numeric(pred["predicted_peak_swap_bytes"]) >= SWAP_FLOOR_BYTES)
+            & (pd.to_numeric(pred["measured_peak_swap_bytes"]) >= SWAP_FLOOR_BYTES))
 
 
 # ---- scores ----
@@ -372,6 +385,8 @@ def scores(pred: pd.DataFrame, notes: list[tuple[str, str, str]] = ()) -> pd.Dat
              "note": note} for m, s, note in notes]
     if pred.empty:
         return pd.DataFrame(rows, columns=SCORE_COLUMNS)
+    # a column a table of predictions lacks is unknown in every cell
+    pred = pred.reindex(columns=list(dict.fromkeys([*pred.columns, *PREDICTION_COLUMNS])))
     for (mode, scheme), p in pred.groupby(["mode", "scheme"], sort=True):
         free, lim = p[p["limit"] == "none"], p[p["limit"] != "none"]
         note = f"{p['pipeline'].nunique()} held-out pipelines, {p['fold'].nunique()} folds"
@@ -403,6 +418,18 @@ def scores(pred: pd.DataFrame, notes: list[tuple[str, str, str]] = ()) -> pd.Dat
         rows.append(row("peak RSS median abs error %", "limited", lim, "peak_error_pct",
                         "median_abs", "RSS counts file pages the cgroup may not: compare "
                                       "the cgroup peak"))
+        swap_note = (f"cells predicted and measured to swap {SWAP_FLOOR_BYTES // 2**20} MiB "
+                     f"or more; {note}")
+        rows.append(row("peak swap median abs error %", "limited", lim,
+                        "peak_swap_error_pct", "median_abs", swap_note))
+        rows.append(row("peak swap median error % (signed)", "limited", lim,
+                        "peak_swap_error_pct", "median", swap_note))
+        measured = lim[pd.to_numeric(lim["measured_peak_swap_bytes"]) >= SWAP_FLOOR_BYTES]
+        rows.append(_row(mode, scheme, "swap predicted where measured (share)", "limited",
+                         (pd.to_numeric(measured["predicted_peak_swap_bytes"])
+                          >= SWAP_FLOOR_BYTES).astype(float), measured["pipeline"], "mean",
+                         f"cells measured to swap {SWAP_FLOOR_BYTES // 2**20} MiB or more; "
+                         f"{note}"))
         multi = p[(p["workers"] > 1) & p["peak_in_range"].notna()]
         rows.append(_row(mode, scheme, "peak RSS in the orderings' 5-95 % range (share)",
                          "multi-worker cells", multi["peak_in_range"].astype(float),
@@ -492,6 +519,22 @@ def error_quantiles(pred: pd.DataFrame) -> dict[str, dict[str, list[float]]]:
     return out
 
 
+def swap_error_quantiles(pred: pd.DataFrame) -> dict[str, list[float]]:
+    """Per mode, the 2.5 and 97.5 % quantiles of log(predicted / measured peak swap) of
+    the held-out limited cells that swapped (``_swapped``): advise's interval of a peak
+    swap."""
+    if pred.empty:
+        return {}
+    out = {}
+    part = pred[_swapped(pred)]
+    for mode, p in part.groupby("mode"):
+        if len(p) >= 2:
+            r = np.log(pd.to_numeric(p["predicted_peak_swap_bytes"])
+                       / pd.to_numeric(p["measured_peak_swap_bytes"]))
+            out[mode] = [float(q) for q in np.percentile(r, [2.5, 97.5])]
+    return out
+
+
 def score_summary(scores_table: pd.DataFrame, pred: pd.DataFrame) -> dict[str, dict]:
     """What advise states per mode: the headline scores of each scheme, and the error
     quantiles of its prediction interval (from leave-pipeline-out)."""
@@ -512,6 +555,8 @@ def score_summary(scores_table: pd.DataFrame, pred: pd.DataFrame) -> dict[str, d
     base = pred[pred["scheme"] == LPO] if "scheme" in pred else pred
     for mode, q in error_quantiles(base).items():
         out.setdefault(mode, {})["makespan_log_error_q"] = q
+    for mode, q in swap_error_quantiles(base).items():
+        out.setdefault(mode, {})["swap_log_error_q"] = q
     return out
 
 

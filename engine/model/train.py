@@ -71,8 +71,10 @@ def measured_cells(runs: pd.DataFrame) -> pd.DataFrame:
     finished runs with its 95 % CI (``stats.summarize``), the median slowdown over the
     same policy unconstrained (paired per repetition: ``summaries.speedup_table``), and over
     every run that measured them (killed ones included, as the summary table does) the
-    median resident high-water mark, cgroup window peak and pages swapped out; whether a
-    run was OOM-killed. A cell every run of which was killed has no makespan."""
+    median resident high-water mark, cgroup window peak, pages swapped out and peak swap
+    (the most any instrument saw of the run in swap: the cgroup's swap peak, the sampled
+    VmSwap); whether a run was OOM-killed. A cell every run of which was killed has no
+    makespan."""
     from engine.analysis.stats import summarize
     from engine.analysis.summaries import speedup_table
 
@@ -82,14 +84,18 @@ def measured_cells(runs: pd.DataFrame) -> pd.DataFrame:
     runs = runs.assign(pipeline=runs["pipeline"].astype(str),
                        swap_out_bytes=col("guest_pswpout") * col("page_bytes"),
                        oom=runs["termination"] == "memory", ok=runs["termination"] == "ok",
-                       cg_window_peak_bytes=col("cg_window_peak_bytes"))
+                       cg_window_peak_bytes=col("cg_window_peak_bytes"),
+                       peak_swapped_bytes=pd.concat(
+                           [col("cg_window_swap_peak_bytes"), col("peak_swap_bytes")],
+                           axis=1).max(axis=1))
     cells = (runs.groupby(CELL_KEY)
              .agg(limit_bytes=("limit_bytes", "first"), swap_bytes=("swap_bytes", "first"),
                   workers=("workers", "first"), runs=("run_id", "size"),
                   runs_ok=("ok", "sum"), measured_oom=("oom", "any"),
                   measured_hwm_rss_bytes=("hwm_rss_bytes", "median"),
                   measured_cg_peak_bytes=("cg_window_peak_bytes", "median"),
-                  measured_swap_out_bytes=("swap_out_bytes", "median"))
+                  measured_swap_out_bytes=("swap_out_bytes", "median"),
+                  measured_peak_swap_bytes=("peak_swapped_bytes", "median"))
              .reset_index())
     times = summarize(runs[runs["ok"]], CELL_KEY, "makespan_s", prefix="measured_makespan")
     times = times.rename(columns={"measured_makespan_median": "measured_makespan_s"})

@@ -1140,3 +1140,83 @@ def test_advise_shows_measured_times_only_of_this_pipeline_and_the_swap_asked_fo
     assert read_rebuilt(model, ours, "lean", 48 * mib, 64 * mib, nvme)["linear"]["oom"] is True
     assert read_rebuilt(model, ours, "lean", 48 * mib, 0, nvme) == {}
     assert read_rebuilt(model, other, "lean", 48 * mib, None, nvme) == {}
+
+
+# ---- the peak swap: scored held out, and given an interval by advise ----
+
+def test_a_cells_peak_swap_is_the_median_over_its_runs_of_the_most_any_instrument_saw(tiny):
+    from engine.model.train import measured_cells
+
+    runs, _ = _synthetic_runs(tiny)
+    limited = runs[runs["limit"] == "1M"].assign(swap_bytes=None, size_bin="small",
+                                                 n_networks=1, param_bytes=0,
+                                                 policy_family="linear")
+    # per run: the cgroup's peak and the sampled VmSwap (which can miss the peak, or be
+    # all there is): 7 and 5, 3 and 9, 4 and nothing -> 7, 9, 4 -> median 7 MiB
+    limited["cg_window_swap_peak_bytes"] = [7 * MIB, 3 * MIB, 4 * MIB]
+    limited["peak_swap_bytes"] = [5 * MIB, 9 * MIB, np.nan]
+    [cell] = measured_cells(limited).to_dict("records")
+    assert cell["measured_peak_swap_bytes"] == 7 * MIB
+
+
+def _swap_cells() -> pd.DataFrame:
+    """Held-out limited cells, each its own pipeline: (predicted, measured) peak swap in
+    MiB. d swapped 8 MiB that was not predicted; e's 0.2 MiB is below what is scored."""
+    rows = []
+    for name, (pred, meas) in {"a": (10, 20), "b": (30, 20), "c": (12, 16), "d": (0.5, 8),
+                               "e": (5, 0.2)}.items():
+        rows.append({"mode": "uml/lean", "scheme": "leave-pipeline-out", "fold": name,
+                     "pipeline": name, "policy": "linear", "limit": "48M", "workers": 1,
+                     "peak_in_range": None, "peak_in_pi": None, "measured_makespan_s": 1.0,
+                     "measured_makespan_ci_low": 0.9, "measured_makespan_ci_high": 1.1,
+                     "predicted_makespan_s": 1.0, "measured_slowdown": 1.0,
+                     "predicted_slowdown": 1.0, "predicted_peak_ram_bytes": 1.0,
+                     "measured_hwm_rss_bytes": 1.0, "measured_cg_peak_bytes": 1.0,
+                     "predicted_peak_swap_bytes": pred * MIB,
+                     "measured_peak_swap_bytes": meas * MIB,
+                     "predicted_oom": False, "measured_oom": False})
+    return pd.DataFrame(rows)
+
+
+def test_the_peak_swap_is_scored_on_the_cells_that_swapped():
+    from engine.model.evaluate import _with_errors, swap_error_quantiles
+
+    pred = _with_errors([_swap_cells()])
+    table = scores(pred).set_index(["metric", "scope"])["value"]
+    # a, b, c: -50 %, +50 %, -25 %; d and e are below a MiB on one side
+    assert table[("peak swap median abs error %", "limited")] == pytest.approx(50.0)
+    assert table[("peak swap median error % (signed)", "limited")] == pytest.approx(-25.0)
+    # a, b, c and d swapped a MiB or more; d's was not predicted
+    assert table[("swap predicted where measured (share)", "limited")] == pytest.approx(0.75)
+    # log(pred / measured) of a, b, c: ln 0.5, ln 0.75, ln 1.5; 2.5 % and 97.5 % by
+    # linear interpolation between the sorted three (at 0.05 and 1.95)
+    low, high = swap_error_quantiles(pred)["uml/lean"]
+    assert low == pytest.approx(np.log(0.5) + 0.05 * np.log(1.5))
+    assert high == pytest.approx(np.log(0.75) + 0.95 * np.log(2.0))
+
+
+def test_advise_gives_the_peak_swap_its_held_out_interval_and_warns_of_too_little_swap(
+        advice_files, capsys):
+    """Held out, the peak swap was measured at between one and two times the prediction:
+    its interval runs from the prediction to twice it, and swap allowed between the two
+    is enough for the prediction but may not be for the run."""
+    from engine.files import sha256_file
+
+    root, models = advice_files
+    model = root / "model.json"
+    [key] = Model.read(model).modes
+    (root / "cv.json").write_text(json.dumps({
+        key: {"swap_log_error_q": [float(np.log(0.5)), 0.0]},
+        "model_sha256": sha256_file(model)}))
+    args = ["--pipeline", str(root / "p.json"), "--model", str(model), "--models",
+            str(models), "--limit", "40000500", "--policies", "linear"]
+    code, out, err = _advise(capsys, *args, "--json")
+    assert code == 0, err
+    [p] = json.loads(out)["policies"]
+    swap = p["peak_swap_bytes"]
+    assert swap > 0 and p["peak_swap_pi_95"] == pytest.approx([swap, 2 * swap])
+    code, out, err = _advise(capsys, *args, "--swap", str(int(1.5 * swap)))
+    assert code == 0, err
+    assert "may run out of swap" in out and "predicted to be killed" not in out
+    code, out, err = _advise(capsys, *args, "--swap", str(int(2.5 * swap)))
+    assert code == 0 and "may run out of swap" not in out
