@@ -38,6 +38,12 @@ class VmConfig:
     # reproduce the stall at the host's mapping cap (docs/sandboxes.md)
     ascend: bool = True
 
+    def refuse_unsupported(self, sandbox: str) -> None:
+        """A setting ``sandbox`` ("uml" or "vm") cannot honour is an error naming it."""
+        if sandbox == "uml" and self.sd_card:
+            raise EdgeprofError("EDGEPROF_VM_SD_CARD: the uml backend cannot throttle its "
+                                "swap device; use --backend vm or unset it")
+
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> VmConfig:
         """Settings from EDGEPROF_VM_*; a bad value is one error naming the variable."""

@@ -91,9 +91,7 @@ def plan(cfg: VmConfig, limit: int | None, swap: int | None, guest: Guest | uml.
                             f"but the host has {host // MIB} MiB; lower --limit")
     device = swap_device_bytes(cfg, swap)
     if isinstance(guest, uml.Uml):
-        if cfg.sd_card:
-            raise EdgeprofError("EDGEPROF_VM_SD_CARD: the uml backend cannot throttle its "
-                                "swap device; use --backend vm or unset it")
+        cfg.refuse_unsupported("uml")
         return Plan(ram, device, "uml", f"user-mode Linux {guest.kernel_version} "
                                         f"({guest.suite}'s {guest.package})",
                     preload=guest.preload if cfg.ascend else None)

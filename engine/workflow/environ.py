@@ -28,22 +28,26 @@ def job_environ(environ: Mapping[str, str], interpreter: str, project: str,
 
 
 # What a user may set in the environment that changes what a sandbox run measures: the
-# guest's settings (engine.vm.config.VmConfig, from EDGEPROF_VM_*) but its timeouts, and UML's
-# userspace mode. A sandbox run's params carry those that differ from the defaults, so
-# changing one reruns those runs (and writing a default out, or unsetting it, none).
-GUEST_SETTINGS = ("ram", "swap_device", "sd_card", "smp", "accel", "ascend")
+# guest's settings (engine.vm.config.VmConfig, from EDGEPROF_VM_*) that sandbox reads, and
+# UML's userspace mode. A sandbox run's params carry those that differ from the defaults,
+# so changing one reruns those runs (and writing a default out, unsetting it, or setting
+# one the sandbox ignores, none). The timeouts change no measurement.
+GUEST_SETTINGS = {"uml": ("ram", "swap_device", "ascend"),
+                  "vm": ("ram", "swap_device", "sd_card", "smp", "accel")}
 UML_USERSPACE = "EDGEPROF_UML_USERSPACE"
 
 
-def sandbox_settings(environ: Mapping[str, str]) -> dict[str, object]:
-    """The GUEST_SETTINGS ``environ`` sets to other than their defaults, and UML's
-    userspace mode if set; a bad value raises EdgeprofError naming the variable (before
-    any job: a job would otherwise fail after Snakemake removed its old run)."""
+def sandbox_settings(environ: Mapping[str, str], sandbox: str) -> dict[str, object]:
+    """The GUEST_SETTINGS of ``sandbox`` ("uml" or "vm") that ``environ`` sets to other
+    than their defaults, and under uml its userspace mode if set; a bad value, or one the
+    sandbox cannot honour, raises EdgeprofError naming the variable (before any job: a job
+    would otherwise fail after Snakemake removed its old run)."""
     from engine.vm.config import VmConfig
 
     parsed, default = VmConfig.from_env(dict(environ)), VmConfig()
-    out: dict[str, object] = {name: getattr(parsed, name) for name in GUEST_SETTINGS
+    parsed.refuse_unsupported(sandbox)
+    out: dict[str, object] = {name: getattr(parsed, name) for name in GUEST_SETTINGS[sandbox]
                               if getattr(parsed, name) != getattr(default, name)}
-    if environ.get(UML_USERSPACE):
+    if sandbox == "uml" and environ.get(UML_USERSPACE):
         out["uml_userspace"] = environ[UML_USERSPACE]
     return out

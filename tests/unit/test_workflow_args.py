@@ -1047,15 +1047,26 @@ def test_a_sandbox_runs_params_carry_the_environments_settings_of_its_measuremen
     from engine.workflow.environ import GUEST_SETTINGS, sandbox_settings
 
     fields = {f.name for f in dataclasses.fields(VmConfig)}
-    assert set(GUEST_SETTINGS) == fields - {"boot_timeout_s", "timeout_s"}
+    assert set().union(*GUEST_SETTINGS.values()) == fields - {"boot_timeout_s", "timeout_s"}
     assert sandbox_settings({"EDGEPROF_VM_ASCEND": "0", "EDGEPROF_VM_CACHE": "/c",
-                             "EDGEPROF_VM_RAM": "", "EDGEPROF_VM_TIMEOUT": "9"}) == {
+                             "EDGEPROF_VM_RAM": "", "EDGEPROF_VM_TIMEOUT": "9"}, "uml") == {
         "ascend": False}
     # the default written out, or another spelling of the same value: nothing to rerun
-    assert sandbox_settings({"EDGEPROF_VM_ASCEND": "1", "EDGEPROF_VM_SD_CARD": "no"}) == {}
-    assert sandbox_settings({"EDGEPROF_VM_RAM": "2G", "EDGEPROF_UML_USERSPACE": "ptrace"}) == {
-        "ram": 2**31, "uml_userspace": "ptrace"}
+    assert sandbox_settings({"EDGEPROF_VM_ASCEND": "1", "EDGEPROF_VM_SD_CARD": "no"},
+                            "uml") == {}
+    assert sandbox_settings({"EDGEPROF_VM_RAM": "2G", "EDGEPROF_UML_USERSPACE": "ptrace"},
+                            "uml") == {"ram": 2**31, "uml_userspace": "ptrace"}
+    # what a sandbox ignores reruns none of its runs: qemu's CPUs and accelerator under
+    # uml, UML's ascending faults and userspace mode under qemu
+    tuning = {"EDGEPROF_VM_SMP": "1", "EDGEPROF_VM_ACCEL": "tcg", "EDGEPROF_VM_ASCEND": "0",
+              "EDGEPROF_UML_USERSPACE": "ptrace"}
+    assert sandbox_settings(tuning, "uml") == {"ascend": False, "uml_userspace": "ptrace"}
+    assert sandbox_settings(tuning, "vm") == {"smp": 1, "accel": "tcg"}
+    assert sandbox_settings({"EDGEPROF_VM_SD_CARD": "1"}, "vm") == {"sd_card": True}
+    # what a sandbox cannot honour is refused when planning, as its run would refuse it
+    with pytest.raises(EdgeprofError, match="EDGEPROF_VM_SD_CARD: the uml backend cannot"):
+        sandbox_settings({"EDGEPROF_VM_SD_CARD": "1"}, "uml")
     with pytest.raises(EdgeprofError, match="EDGEPROF_VM_ASCEND='bogus'"):
-        sandbox_settings({"EDGEPROF_VM_ASCEND": "bogus"})
+        sandbox_settings({"EDGEPROF_VM_ASCEND": "bogus"}, "vm")
     rules = (REPO / "workflow" / "rules" / "run.smk").read_text()
     assert rules.count("sandbox=") == 3  # the run rule, the block rules, the reconciliation

@@ -45,6 +45,7 @@ from engine.workflow.plan import (
     run_sets,
     unprobed_runs,
     vm_pipeline_names,
+    vm_sandbox,
 )
 from engine.workflow.resources import (
     UNLIMITED_MEM_MB,
@@ -543,7 +544,9 @@ def run_line(wildcards, input):
 
 # the environment's settings of a sandbox's measurement, compared for a rerun of its runs
 # (checked here: a bad one would fail each sandbox job after Snakemake removed its run)
-SANDBOX_SETTINGS = sandbox_settings(os.environ) if config["vm"]["enabled"] else {}
+SANDBOX_SETTINGS = (
+    sandbox_settings(os.environ, vm_sandbox(config)) if config["vm"]["enabled"] else {}
+)
 
 
 def run_sandbox_settings(wildcards):

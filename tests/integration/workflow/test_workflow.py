@@ -420,6 +420,20 @@ def test_a_held_out_run_removed_as_the_aggregate_says_is_measured_anew(tmp_path)
     assert planned["run"] == 1
 
 
+def test_a_guest_setting_the_sandbox_cannot_honour_is_refused_when_planning(tmp_path):
+    """Tenth held-out pass H3: EDGEPROF_VM_SD_CARD=1 under vm.sandbox uml passed the
+    planning; each sandbox job then failed after Snakemake had removed its finished run."""
+    wf = Workflow(tmp_path)
+    cfg = tiny_config(wf.results)
+    cfg["vm"] = {"enabled": True, "sandbox": "uml"}
+    wf.write_config(cfg)
+    r = wf.snakemake("--dry-run", EDGEPROF_VM_SD_CARD="1")
+    said = r.stdout + r.stderr  # Snakemake prints an error of its planning on stdout
+    assert r.returncode != 0
+    assert "EDGEPROF_VM_SD_CARD: the uml backend cannot throttle its swap device" in said
+    assert "Traceback" not in said and not wf.results.exists()
+
+
 def test_jobs_run_the_venvs_python_and_the_checkouts_engine_without_either_on_path(tmp_path):
     """`python -m engine` in a rule is the interpreter running Snakemake and the engine of
     the checkout the workflow runs from, with neither the venv on PATH nor any PYTHONPATH
