@@ -3,6 +3,18 @@
 import signal
 import sys
 
+
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # ended as a Ctrl-C is: one line, exit 130
+
+
+# SIGTERM and SIGHUP before a verb installs its own handlers (while Python imports) end
+# the command as a Ctrl-C does, not as a death by signal; one the process was started
+# with ignored (nohup) stays ignored.
+for _sig in (signal.SIGTERM, signal.SIGHUP):
+    if signal.getsignal(_sig) is signal.SIG_DFL:
+        signal.signal(_sig, _interrupted)
+
 try:
     from engine.cli import main, reader_gone
 

@@ -115,6 +115,27 @@ def test_ctrl_c_at_any_moment_is_exit_130_without_a_traceback(split_dir, tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["imports", "p.json"]
 
 
+@pytest.mark.parametrize("delay", [0.0, 0.15, 0.4])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_sigterm_or_sighup_while_the_engine_imports_is_exit_130(split_dir, tmp_path, sig,
+                                                                 delay):
+    """Tenth held-out pass M3: before a verb installed its handlers, SIGTERM was a death by
+    signal with nothing said."""
+    imports = tmp_path / "imports"
+    imports.mkdir()
+    proc = _start(split_dir, tmp_path, ["AlexNet"] * 40,
+                  env=dict(os.environ, EDGEPROF_TEST_IMPORTS=str(imports),
+                           PYTHONPATH=str(REPO / "tests" / "record_imports")))
+    _engine_started(imports, proc)
+    time.sleep(delay)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and err.startswith("error: ") and err.count("\n") == 1
+    assert _wait_gone(tmp_path) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["imports", "p.json"]
+
+
 def test_a_ctrl_c_inside_generated_code_is_still_exit_130(split_dir, tmp_path):
     """The Ctrl-C lands inside code a dataclass generated while the run verb imports its
     modules (tests/ctrl_c_in_exec): CPython then marks it unhandled although the engine
