@@ -210,6 +210,14 @@ _REPS = {
     for (kind, pipeline, policy, limit), reps in RUN_SET_REPS.items()
 }
 TIDY_REPS = {d: _REPS[d] for d in TIDY_DIRS + UNPROBED_TIDY_DIRS}
+# every run folder, a target of its own: one an interrupted rerun removed (Snakemake
+# removes a job's old output before it runs) is then made again, where its tidy set still
+# on disk would leave Snakemake nothing to do
+RUN_FOLDERS = [
+    f"{RESULTS}/{kind}/{pipeline}/{policy}/{limit}/rep{rep}"
+    for (kind, pipeline, policy, limit), reps in RUN_SET_REPS.items()
+    for rep in range(reps)
+]
 HOLDOUT_TIDY_REPS = {d: _REPS[d] for d in HOLDOUT_TIDY_DIRS}
 # Snakemake priorities that start the runs interleaved across policies, block by block
 # (engine.workflow.plan.run_order); the order they really ran in is in the runs table.
@@ -319,6 +327,8 @@ TARGETS = (
     # target (not a missing input of scores still on disk) makes Snakemake redo them
     + (HOLDOUT_TABLES + HOLDOUT_OUTPUTS if HOLDOUT_PIPELINES or HOLDOUT_VM_PIPELINES else [])
     + expand(f"{RESULTS}/model/{{fig}}.{{ext}}", fig=MODEL_FIGURES, ext=["png", "pdf"])
+    + RUN_FOLDERS
+    + [REC_DIR]
 )
 
 

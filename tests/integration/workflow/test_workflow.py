@@ -261,6 +261,23 @@ def test_a_finished_workflow_has_nothing_to_do(workflow):
     assert workflow.planned_jobs() == Counter()
 
 
+@pytest.mark.parametrize("folder", ["runs/p000/linear/256M/rep1", "reconcile"])
+def test_a_run_folder_an_interrupted_rerun_removed_is_made_again(workflow, tmp_path, folder):
+    """Tenth held-out pass M4: Snakemake removes a job's old run folder before it reruns
+    it; interrupted, the folder stayed gone and, its tidy set still on disk, the next
+    run of the workflow had nothing to do."""
+    gone = workflow.results / folder
+    if folder == "reconcile":  # the reconciliation run's folder, whatever its id
+        [gone] = (workflow.results / "reconcile").glob("*/*/*")
+    gone.rename(tmp_path / "kept")
+    try:
+        planned = workflow.planned_jobs()
+    finally:
+        (tmp_path / "kept").rename(gone)  # as it was (its mtime too), for the next tests
+    made = "run" if folder != "reconcile" else "reconcile_run"
+    assert planned[made] == 1 and planned["aggregate"] == 1, planned
+
+
 def test_plot_style_change_reruns_only_plots(workflow):
     cfg = tiny_config(workflow.results)
     cfg["plots"]["dpi"] = 90
