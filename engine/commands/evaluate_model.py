@@ -51,7 +51,7 @@ def summary_lines(summary: dict) -> list[str]:
         if not isinstance(schemes, dict):  # the model's SHA-256
             continue
         for scheme, entry in schemes.items():
-            if not isinstance(entry, dict):  # the error quantiles of the interval
+            if scheme.endswith("_log_error_pi"):  # advise's intervals, not scores
                 continue
             lines += [f"{mode} {scheme}: {note}" for note in entry.get("notes", [])]
             for name, value in entry.items():

@@ -83,34 +83,48 @@ def read_cv(model_path: str | os.PathLike) -> dict:
     return data
 
 
-def error_quantiles(cv: dict, mode: ModeModel, limited: bool
-                    ) -> tuple[list[float] | None, str]:
-    """The held-out log(predicted / measured makespan) quantiles that give a prediction
-    its interval, and whose they are: the mode's own (unconstrained, or limited); under a
-    limit without limited cells of its own (native), a sandbox's of the same runtime."""
+def _interval_source(key: str, pi: dict, what: str) -> str:
+    return f"{key}'s {pi['n']} held-out {what}"
+
+
+def error_interval(cv: dict, mode: ModeModel, limited: bool) -> tuple[dict | None, str]:
+    """The held-out log(predicted / measured makespan) interval that gives a prediction
+    its own (``engine.model.evaluate.log_error_interval``), and whose it is: the mode's
+    own (unconstrained, or limited); under a limit without limited cells of its own
+    (native), a sandbox's of the same runtime."""
     scope = "limited" if limited else "unconstrained"
-    own = (cv.get(mode.key) or {}).get("makespan_log_error_q", {})
+    own = (cv.get(mode.key) or {}).get("makespan_log_error_pi", {})
     if scope in own:
-        return own[scope], f"{mode.key}'s held-out {scope} cells"
+        return own[scope], _interval_source(mode.key, own[scope], f"{scope} cells")
     for key, entry in cv.items():
         if (isinstance(entry, dict) and key.endswith(f"/{mode.runtime}")
-                and scope in entry.get("makespan_log_error_q", {})):
-            return entry["makespan_log_error_q"][scope], f"{key}'s held-out {scope} cells"
-    return None, f"no held-out {scope} cells in the cross-validation"
+                and scope in entry.get("makespan_log_error_pi", {})):
+            pi = entry["makespan_log_error_pi"][scope]
+            return pi, _interval_source(key, pi, f"{scope} cells")
+    return None, f"no held-out {scope} cells in the cross-validation{_no_cv(cv)}"
 
 
-def swap_quantiles(cv: dict, mode: ModeModel) -> tuple[list[float] | None, str]:
-    """The held-out log(predicted / measured peak swap) quantiles that give a peak swap
-    its interval, and whose they are: the mode's own, or (native, which never swaps under
-    a limit of its own) a sandbox's of the same runtime."""
-    own = (cv.get(mode.key) or {}).get("swap_log_error_q")
+def swap_interval(cv: dict, mode: ModeModel) -> tuple[dict | None, str]:
+    """The held-out log(predicted / measured peak swap) interval that gives a peak swap
+    its own, and whose it is: the mode's own, or (native, which never swaps under a limit
+    of its own) a sandbox's of the same runtime."""
+    what = "limited cells that swapped"
+    own = (cv.get(mode.key) or {}).get("swap_log_error_pi")
     if own:
-        return own, f"{mode.key}'s held-out limited cells that swapped"
+        return own, _interval_source(mode.key, own, what)
     for key, entry in cv.items():
         if (isinstance(entry, dict) and key.endswith(f"/{mode.runtime}")
-                and entry.get("swap_log_error_q")):
-            return entry["swap_log_error_q"], f"{key}'s held-out limited cells that swapped"
-    return None, "no held-out limited cells that swapped in the cross-validation"
+                and entry.get("swap_log_error_pi")):
+            return entry["swap_log_error_pi"], _interval_source(
+                key, entry["swap_log_error_pi"], what)
+    return None, (f"no held-out {what} a MiB or more, measured and predicted, in the "
+                  f"cross-validation{_no_cv(cv)}")
+
+
+def _no_cv(cv: dict) -> str:
+    if not cv:
+        return f" (no {CV_FILE} beside the model file)"
+    return f" ({cv['note']})" if "note" in cv and len(cv) == 1 else ""
 
 
 # reconstruction.csv's columns as advise gives them (--json): numbers, yes/no, or missing
@@ -159,26 +173,26 @@ def read_rebuilt(model_path: str | os.PathLike, pipeline_file: str | os.PathLike
 
 def advise(mode: ModeModel, pipeline: Pipeline, networks: Networks, policies: list[str],
            limit_bytes: int | None, swap_bytes: int | None, device: Device | None = None,
-           quantiles: list[float] | None = None,
-           swap_quantiles: list[float] | None = None) -> list[Advice]:
+           log_pi: dict | None = None, swap_log_pi: dict | None = None) -> list[Advice]:
     """Every policy predicted under the limit (priced with ``device``'s per-page costs
     when given); ranked by predicted makespan, the ones predicted to be killed last and
     unranked, and before them, unranked too, the ones whose swapping has no price
-    (their makespan leaves it out). ``quantiles`` of the held-out log errors give each
-    makespan its interval, ``swap_quantiles`` each peak swap its own."""
+    (their makespan leaves it out). ``log_pi``, the held-out log(predicted / measured)
+    interval (``error_interval``), gives each makespan its interval, ``swap_log_pi``
+    (``swap_interval``) each peak swap its own."""
     out = []
     cost = device.swap_cost() if device is not None else None
     for name in policies:
         pred, free = predict_against_unconstrained(mode, pipeline, networks, name,
                                                    limit_bytes, swap_bytes, cost)
         interval = None
-        if quantiles is not None:
-            interval = (pred.makespan_s / math.exp(quantiles[1]),
-                        pred.makespan_s / math.exp(quantiles[0]))
+        if log_pi is not None:
+            interval = (pred.makespan_s / math.exp(log_pi["high"]),
+                        pred.makespan_s / math.exp(log_pi["low"]))
         swap = None
-        if swap_quantiles is not None and pred.peak_swap_bytes > 0:
-            swap = (pred.peak_swap_bytes / math.exp(swap_quantiles[1]),
-                    pred.peak_swap_bytes / math.exp(swap_quantiles[0]))
+        if swap_log_pi is not None and pred.peak_swap_bytes > 0:
+            swap = (pred.peak_swap_bytes / math.exp(swap_log_pi["high"]),
+                    pred.peak_swap_bytes / math.exp(swap_log_pi["low"]))
         out.append(Advice(None, pred, free, interval, swap))
     def by_time(rows: list[Advice]) -> list[Advice]:
         return sorted(rows, key=lambda a: a.prediction.makespan_s)
@@ -283,15 +297,14 @@ def format_advice(rows: list[Advice], pipeline: Pipeline, mode: ModeModel,
                      f"{a.slowdown:>13.2f}x"
                      f"{_mib(p.peak_ram_bytes):>11}{_mib(p.peak_swap_bytes):>11}"
                      f"{_swap_pi(a):>14}")
-    lines.append(f"PI: the 95 % prediction interval, the prediction divided by the "
-                 f"2.5-97.5 % range of predicted/measured on {interval_source}")
+    lines.append(f"PI: the 95 % prediction interval: the prediction over the spread of "
+                 f"predicted/measured (Student's t) on {interval_source}")
     alive = [a for a in rows if not a.prediction.oom]
     if any(a.prediction.peak_swap_bytes > 0 for a in alive):
         lines.append(f"swap PI: the same for the peak swap, on {swap_source}"
                      if any(a.swap_interval for a in alive)
                      else f"swap PI: unknown: {swap_source}")
-    short = [a for a in alive if swap_bytes is not None and a.swap_interval is not None
-             and a.swap_interval[1] > swap_bytes]
+    short = [a for a in alive if _short_of_swap(a, swap_bytes)]
     if short:
         lines.append(f"note: may run out of swap ({format_size(swap_bytes)} allowed), by the "
                      f"top of its swap PI: {', '.join(a.prediction.policy for a in short)}")
@@ -327,6 +340,12 @@ def format_advice(rows: list[Advice], pipeline: Pipeline, mode: ModeModel,
     lines += domain_lines(list(problems))
     lines.append(cv_sentence(cv, mode.key))
     return "\n".join(lines)
+
+
+def _short_of_swap(a: Advice, swap_bytes: int | None) -> bool:
+    """Predicted to fit, but the top of its swap PI is over the swap allowed."""
+    return (not a.prediction.oom and swap_bytes is not None and a.swap_interval is not None
+            and a.swap_interval[1] > swap_bytes)
 
 
 def _swap_pi(a: Advice) -> str:
@@ -389,10 +408,10 @@ def run_advise(pipeline_path: str, model_path: str, models_dir: str, limit_bytes
             return json.dumps([{"policy": p, "limit_mib": m, "makespan_s": t}
                                for p, m, t in rows], indent=1)
         return format_limits(rows, pipeline, mode, cv)
-    quantiles, source = error_quantiles(cv, mode, limit_bytes is not None)
-    swap_q, swap_source = swap_quantiles(cv, mode)
+    log_pi, source = error_interval(cv, mode, limit_bytes is not None)
+    swap_log_pi, swap_source = swap_interval(cv, mode)
     advice = advise(mode, pipeline, networks, names, limit_bytes, swap_bytes, device,
-                    quantiles, swap_q)
+                    log_pi, swap_log_pi)
     problems += unpriced_swap([a.prediction for a in advice])
     _refuse_outside(strict, mode, problems)
     if mode.mode == "native":
@@ -412,6 +431,7 @@ def run_advise(pipeline_path: str, model_path: str, models_dir: str, limit_bytes
                            "policies": [{"rank": a.rank, "slowdown": a.slowdown,
                                          "makespan_pi_95": a.interval,
                                          "peak_swap_pi_95": a.swap_interval,
+                                         "may_run_out_of_swap": _short_of_swap(a, swap_bytes),
                                          "rebuilt_from_measurements": a.rebuilt,
                                          **asdict(a.prediction)} for a in advice],
                            "cross_validation": cv.get(mode.key)}, indent=1)

@@ -503,41 +503,55 @@ def target_table(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def error_quantiles(pred: pd.DataFrame) -> dict[str, dict[str, list[float]]]:
-    """Per mode, the 2.5 and 97.5 % quantiles of log(predicted / measured makespan) of
-    the held-out cells, unconstrained and limited: advise's prediction interval."""
-    out: dict[str, dict[str, list[float]]] = {}
+def log_error_interval(log_errors: pd.Series | np.ndarray) -> dict[str, float] | None:
+    """The 95 % prediction interval of one more held-out log(predicted / measured) from n
+    of them (n >= 2): mean +- t(0.975, n - 1) s sqrt(1 + 1/n), Student's t. Honest for a
+    few cells, where the 2.5-97.5 % range of n values would cover a new one with
+    probability only (n - 1) / (n + 1). {"low", "high", "n"}; None below two."""
+    from scipy import stats
+
+    r = np.asarray(log_errors, dtype=float)
+    r = r[np.isfinite(r)]
+    if len(r) < 2:
+        return None
+    half = stats.t.ppf(0.975, len(r) - 1) * r.std(ddof=1) * np.sqrt(1 + 1 / len(r))
+    return {"low": float(r.mean() - half), "high": float(r.mean() + half), "n": len(r)}
+
+
+def makespan_error_intervals(pred: pd.DataFrame) -> dict[str, dict[str, dict]]:
+    """Per mode, ``log_error_interval`` of log(predicted / measured makespan) of the
+    held-out cells, unconstrained and limited: advise's prediction interval."""
+    out: dict[str, dict[str, dict]] = {}
     ok = pred.dropna(subset=["predicted_makespan_s", "measured_makespan_s"])
     ok = ok[(ok["measured_makespan_s"] > 0) & (ok["predicted_makespan_s"] > 0)]
     for mode, p in ok.groupby("mode"):
         for scope, part in (("unconstrained", p[p["limit"] == "none"]),
                             ("limited", p[p["limit"] != "none"])):
-            if len(part) >= 2:
-                r = np.log(part["predicted_makespan_s"] / part["measured_makespan_s"])
-                out.setdefault(mode, {})[scope] = [float(q) for q in
-                                                   np.percentile(r, [2.5, 97.5])]
+            pi = log_error_interval(np.log(part["predicted_makespan_s"]
+                                           / part["measured_makespan_s"]))
+            if pi is not None:
+                out.setdefault(mode, {})[scope] = pi
     return out
 
 
-def swap_error_quantiles(pred: pd.DataFrame) -> dict[str, list[float]]:
-    """Per mode, the 2.5 and 97.5 % quantiles of log(predicted / measured peak swap) of
-    the held-out limited cells that swapped (``_swapped``): advise's interval of a peak
+def swap_error_intervals(pred: pd.DataFrame) -> dict[str, dict]:
+    """Per mode, ``log_error_interval`` of log(predicted / measured peak swap) of the
+    held-out limited cells that swapped (``_swapped``): advise's interval of a peak
     swap."""
     if pred.empty:
         return {}
     out = {}
-    part = pred[_swapped(pred)]
-    for mode, p in part.groupby("mode"):
-        if len(p) >= 2:
-            r = np.log(pd.to_numeric(p["predicted_peak_swap_bytes"])
-                       / pd.to_numeric(p["measured_peak_swap_bytes"]))
-            out[mode] = [float(q) for q in np.percentile(r, [2.5, 97.5])]
+    for mode, p in pred[_swapped(pred)].groupby("mode"):
+        pi = log_error_interval(np.log(pd.to_numeric(p["predicted_peak_swap_bytes"])
+                                       / pd.to_numeric(p["measured_peak_swap_bytes"])))
+        if pi is not None:
+            out[mode] = pi
     return out
 
 
 def score_summary(scores_table: pd.DataFrame, pred: pd.DataFrame) -> dict[str, dict]:
-    """What advise states per mode: the headline scores of each scheme, and the error
-    quantiles of its prediction interval (from leave-pipeline-out)."""
+    """What advise states per mode: the headline scores of each scheme, and the log-error
+    intervals of its predictions (from leave-pipeline-out)."""
     out: dict[str, dict] = {}
     for r in scores_table.itertuples():
         entry = out.setdefault(r.mode, {}).setdefault(r.scheme, {})
@@ -553,10 +567,10 @@ def score_summary(scores_table: pd.DataFrame, pred: pd.DataFrame) -> dict[str, d
         elif r.metric == "makespan MAPE %" and r.scope == "unconstrained":
             entry["note"] = r.note
     base = pred[pred["scheme"] == LPO] if "scheme" in pred else pred
-    for mode, q in error_quantiles(base).items():
-        out.setdefault(mode, {})["makespan_log_error_q"] = q
-    for mode, q in swap_error_quantiles(base).items():
-        out.setdefault(mode, {})["swap_log_error_q"] = q
+    for mode, pi in makespan_error_intervals(base).items():
+        out.setdefault(mode, {})["makespan_log_error_pi"] = pi
+    for mode, pi in swap_error_intervals(base).items():
+        out.setdefault(mode, {})["swap_log_error_pi"] = pi
     return out
 
 

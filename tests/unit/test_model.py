@@ -1179,7 +1179,9 @@ def _swap_cells() -> pd.DataFrame:
 
 
 def test_the_peak_swap_is_scored_on_the_cells_that_swapped():
-    from engine.model.evaluate import _with_errors, swap_error_quantiles
+    from scipy import stats
+
+    from engine.model.evaluate import _with_errors, swap_error_intervals
 
     pred = _with_errors([_swap_cells()])
     table = scores(pred).set_index(["metric", "scope"])["value"]
@@ -1188,11 +1190,14 @@ def test_the_peak_swap_is_scored_on_the_cells_that_swapped():
     assert table[("peak swap median error % (signed)", "limited")] == pytest.approx(-25.0)
     # a, b, c and d swapped a MiB or more; d's was not predicted
     assert table[("swap predicted where measured (share)", "limited")] == pytest.approx(0.75)
-    # log(pred / measured) of a, b, c: ln 0.5, ln 0.75, ln 1.5; 2.5 % and 97.5 % by
-    # linear interpolation between the sorted three (at 0.05 and 1.95)
-    low, high = swap_error_quantiles(pred)["uml/lean"]
-    assert low == pytest.approx(np.log(0.5) + 0.05 * np.log(1.5))
-    assert high == pytest.approx(np.log(0.75) + 0.95 * np.log(2.0))
+    # log(pred / measured) of a, b, c: ln 0.5, ln 1.5, ln 0.75; the 95 % interval of a
+    # fourth from three: Student's t with 2 degrees of freedom about their mean, scaled
+    # by their sample deviation times sqrt(1 + 1/3)
+    r = np.log([0.5, 1.5, 0.75])
+    want = stats.t.interval(0.95, 2, loc=r.mean(), scale=r.std(ddof=1) * np.sqrt(4 / 3))
+    pi = swap_error_intervals(pred)["uml/lean"]
+    assert (pi["low"], pi["high"], pi["n"]) == (pytest.approx(want[0]),
+                                                pytest.approx(want[1]), 3)
 
 
 def test_advise_gives_the_peak_swap_its_held_out_interval_and_warns_of_too_little_swap(
@@ -1206,7 +1211,7 @@ def test_advise_gives_the_peak_swap_its_held_out_interval_and_warns_of_too_littl
     model = root / "model.json"
     [key] = Model.read(model).modes
     (root / "cv.json").write_text(json.dumps({
-        key: {"swap_log_error_q": [float(np.log(0.5)), 0.0]},
+        key: {"swap_log_error_pi": {"low": float(np.log(0.5)), "high": 0.0, "n": 5}},
         "model_sha256": sha256_file(model)}))
     args = ["--pipeline", str(root / "p.json"), "--model", str(model), "--models",
             str(models), "--limit", "40000500", "--policies", "linear"]
@@ -1218,5 +1223,8 @@ def test_advise_gives_the_peak_swap_its_held_out_interval_and_warns_of_too_littl
     code, out, err = _advise(capsys, *args, "--swap", str(int(1.5 * swap)))
     assert code == 0, err
     assert "may run out of swap" in out and "predicted to be killed" not in out
+    assert "5 held-out limited cells that swapped" in out
+    code, out, err = _advise(capsys, *args, "--swap", str(int(1.5 * swap)), "--json")
+    assert json.loads(out)["policies"][0]["may_run_out_of_swap"] is True
     code, out, err = _advise(capsys, *args, "--swap", str(int(2.5 * swap)))
     assert code == 0 and "may run out of swap" not in out
