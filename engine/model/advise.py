@@ -100,7 +100,8 @@ def error_interval(cv: dict, mode: ModeModel, limited: bool) -> tuple[dict | Non
         if (isinstance(entry, dict) and key.endswith(f"/{mode.runtime}")
                 and scope in entry.get("makespan_log_error_pi", {})):
             pi = entry["makespan_log_error_pi"][scope]
-            return pi, _interval_source(key, pi, f"{scope} cells")
+            return pi, (_interval_source(key, pi, f"{scope} cells")
+                        + f" (another mode's error: the {mode.key} model has none of its own)")
     return None, f"no held-out {scope} cells in the cross-validation{_no_cv(cv)}"
 
 
@@ -326,9 +327,11 @@ def format_advice(rows: list[Advice], pipeline: Pipeline, mode: ModeModel,
                 lines.append(f"      {a.prediction.policy:<18}killed in the sandbox")
             elif r["native_makespan_s"] is not None:
                 lo, hi = r["native_makespan_ci_low"], r["native_makespan_ci_high"]
-                ci = f" [{lo:.3f}-{hi:.3f}s]" if lo is not None and hi is not None else ""
+                ci = (f" [{lo:.3f}-{hi:.3f}s]" if lo is not None and hi is not None
+                      else " (no CI: one repetition of each part)")
                 lines.append(f"      {a.prediction.policy:<18}"
                              f"{r['native_makespan_s']:>9.3f}s{ci}")
+        lines += _disagreements(rebuilt)
     if limit_bytes is not None and any(a.prediction.peak_ram_bytes > limit_bytes
                                        for a in rows if not a.prediction.oom):
         lines.append(f"note: RSS counts the runtime's file-backed pages "
@@ -340,6 +343,28 @@ def format_advice(rows: list[Advice], pipeline: Pipeline, mode: ModeModel,
     lines += domain_lines(list(problems))
     lines.append(cv_sentence(cv, mode.key))
     return "\n".join(lines)
+
+
+def _disagreements(rows: list[Advice]) -> list[str]:
+    """Where this pipeline's measured (rebuilt) times say otherwise than the predictions:
+    a time outside its prediction interval, or another order of the policies."""
+    timed = [a for a in rows if not a.rebuilt["oom"]
+             and a.rebuilt["native_makespan_s"] is not None and not a.prediction.oom]
+    out = []
+    outside = [a.prediction.policy for a in timed if a.interval is not None
+               and not a.interval[0] <= a.rebuilt["native_makespan_s"] <= a.interval[1]]
+    if outside:
+        out.append(f"note: measured outside the predicted interval: {', '.join(outside)}: "
+                   f"on this pipeline the model errs by more than its held-out error")
+    measured = [a.prediction.policy for a in
+                sorted(timed, key=lambda a: a.rebuilt["native_makespan_s"])]
+    predicted = [a.prediction.policy for a in
+                 sorted(timed, key=lambda a: a.prediction.makespan_s)]
+    if measured != predicted:
+        out.append(f"note: measured, this pipeline's policies rank {', '.join(measured)} "
+                   f"(predicted: {', '.join(predicted)}); for this pipeline under this "
+                   f"limit the measured order is the better guide")
+    return out
 
 
 def _short_of_swap(a: Advice, swap_bytes: int | None) -> bool:

@@ -1228,3 +1228,45 @@ def test_advise_gives_the_peak_swap_its_held_out_interval_and_warns_of_too_littl
     assert json.loads(out)["policies"][0]["may_run_out_of_swap"] is True
     code, out, err = _advise(capsys, *args, "--swap", str(int(2.5 * swap)))
     assert code == 0 and "may run out of swap" not in out
+
+
+def test_advise_says_where_this_pipelines_measured_times_disagree_with_its_predictions(
+        advice_files, capsys):
+    """Tenth held-out pass H2: the measured (rebuilt) times of the asked pipeline lay
+    below their prediction intervals and ranked the policies otherwise, unsaid; the CI
+    the header promised was missing without a word."""
+    import csv
+
+    from engine.files import sha256_file
+    from engine.model.advise import REBUILT_FILE
+
+    root, models = advice_files
+    model = root / "model.json"
+    [key] = Model.read(model).modes
+    (root / "cv.json").write_text(json.dumps({
+        key: {"makespan_log_error_pi": {"limited": {"low": -0.1, "high": 0.1, "n": 9}}},
+        "model_sha256": sha256_file(model)}))
+    args = ["--pipeline", str(root / "p.json"), "--model", str(model), "--models",
+            str(models), "--limit", "40000500", "--policies", "linear", "bulk",
+            "--swap-cost", "nvme"]
+    code, out, err = _advise(capsys, *args, "--json")
+    assert code == 0, err
+    predicted = {p["policy"]: p for p in json.loads(out)["policies"]}
+    slower, faster = sorted(predicted, key=lambda p: -predicted[p]["makespan_s"])
+    measured = {slower: predicted[faster]["makespan_s"] / 2,  # ranks first, far below
+                faster: predicted[faster]["makespan_s"]}       # inside its interval
+    columns = ["pipeline", "pipeline_sha256", "runtime", "limit", "swap", "device", "policy",
+               "native_makespan_s", "native_makespan_ci_low", "native_makespan_ci_high",
+               "oom", "sandbox"]
+    with open(root / REBUILT_FILE, "w", newline="") as f:
+        w = csv.DictWriter(f, columns)
+        w.writeheader()
+        for policy, t in measured.items():
+            w.writerow(dict(zip(columns, ["two", sha256_file(root / "p.json"), "lean",
+                                          "40000500", "max", "nvme", policy, t, "", "",
+                                          "False", "uml"])))
+    code, out, err = _advise(capsys, *args)
+    assert code == 0, err
+    assert f"measured outside the predicted interval: {slower}:" in out
+    assert f"rank {slower}, {faster} (predicted: {faster}, {slower})" in out
+    assert out.count("(no CI: one repetition of each part)") == 2
