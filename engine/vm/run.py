@@ -79,7 +79,8 @@ def plan(cfg: VmConfig, limit: int | None, swap: int | None, guest: Guest | uml.
             raise EdgeprofError(
                 f"vm: the limit ({limit // MIB} MiB) is above the guest RAM minus what the "
                 f"guest itself needs ({ram // MIB} - {GUEST_RESERVE // MIB} MiB): raise "
-                f"EDGEPROF_VM_RAM to at least {(limit + GUEST_OVERHEAD) // MIB}M or unset it")
+                f"EDGEPROF_VM_RAM to at least {-(-(limit + GUEST_RESERVE) // MIB)}M or unset "
+                f"it")
     elif limit is None:  # a baseline: the guest's RAM must never be what limits it
         ram = BASELINE_RAM
     else:

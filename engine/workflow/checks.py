@@ -334,6 +334,11 @@ def _check_results_folder(results: str) -> None:
         raise ValueError(f"config: results {results}: write the path out; '~' is not "
                          f"expanded in a config")
     path = Path(results)
+    too_long = next((part for part in path.parts if len(part.encode()) > 255), None)
+    if too_long is not None:  # more than a filesystem takes (NAME_MAX)
+        raise ValueError(f"config: results {results}: the folder name {too_long[:40]}... is "
+                         f"{len(too_long.encode())} bytes, more than the 255 a file system "
+                         f"takes; name a shorter folder")
     if path.resolve() == Path("/"):
         raise ValueError("config: results is /; name a folder of its own")
     from engine.commands.options import is_run

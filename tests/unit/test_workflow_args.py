@@ -984,6 +984,29 @@ def test_results_a_sandbox_cannot_carry_is_refused_in_the_config_check(
     assert str(results) in str(raised.value)
 
 
+def test_a_results_folder_name_longer_than_a_file_system_takes_is_one_line(tmp_path):
+    """Tenth held-out pass L1: a 256-byte folder name ended in an OSError traceback."""
+    results = tmp_path / ("d" * 256) / "r"
+    with pytest.raises(ValueError, match="is 256 bytes, more than the 255 a file system"):
+        check_config(with_(load_config(), results=str(results)))
+    check_config(with_(load_config(), results=str(tmp_path / ("d" * 255) / "r")))
+
+
+def test_a_guest_ram_too_small_for_the_limit_names_a_ram_that_is_enough():
+    """Tenth held-out pass L3: the hint named more than was needed (816M at 48M, where
+    the check asks for the limit plus the guest's reserve)."""
+    from engine.errors import EdgeprofError
+    from engine.vm.config import VmConfig
+    from engine.vm.run import plan
+
+    with pytest.raises(EdgeprofError, match=r"to at least (\d+)M") as said:
+        plan(VmConfig(ram=200 * 2**20), 48 * 2**20, None, None)
+    enough = int(re.search(r"to at least (\d+)M", str(said.value))[1]) * 2**20
+    assert plan(VmConfig(ram=enough, accel="tcg"), 48 * 2**20, None, None).ram_bytes >= enough
+    with pytest.raises(EdgeprofError, match="to at least"):
+        plan(VmConfig(ram=enough - 2**20, accel="tcg"), 48 * 2**20, None, None)
+
+
 @pytest.mark.parametrize("uml_works, qemu, name, limits, says", [
     (True, True, "res ults", ["none", "64M"], "auto may choose uml here for a limited run "
                                                "(64M): the uml sandbox cannot share a run "
