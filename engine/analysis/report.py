@@ -95,7 +95,8 @@ def _extremes(summary: pd.DataFrame, metric: str
             out[key] = (("every policy" if not left_out else "every finished policy")
                         + said, f"{most[cols[0]] / MIB:.0f}", False, len(cell))
         else:
-            out[key] = (_mib(least, metric) + said, _mib(most, metric),
+            cut = " (at least: its runs ended early)" if not_ok[most.name] else ""
+            out[key] = (_mib(least, metric) + said, _mib(most, metric) + cut,
                         bool(least[cols[2]] < most[cols[1]]), len(cell))
     return out
 

@@ -67,6 +67,11 @@ def test_a_policy_whose_runs_were_killed_is_never_the_least_and_is_named():
     lines = extremes_table(pd.DataFrame(rows), "peak_rss_bytes").splitlines()
     assert lines[2] == ("| uml | caffe | 64M | <400MB | linear 60 [55, 65] (left out: "
                         "bulk: 3 of 3 runs ended memory) | deepeye 90 [85, 95] | yes | 3 |")
+    # killed, deepeye's is still the most, and said to be a bound (tenth pass L8)
+    rows[2].update(runs_not_ok=3, ended="memory")
+    line = extremes_table(pd.DataFrame(rows), "peak_rss_bytes").splitlines()[2]
+    assert "| deepeye 90 [85, 95] (at least: its runs ended early) |" in line
+    rows[2].update(runs_not_ok=0, ended="")
     for r in rows:
         r.update(runs_not_ok=1, ended="timeout")
     line = extremes_table(pd.DataFrame(rows), "peak_rss_bytes").splitlines()[2]
