@@ -110,25 +110,32 @@ def test_the_copy_read_destination_is_resident_before_the_copy(monkeypatch, tmp_
     assert out.tobytes() == data
 
 
-def test_uml_mode_writes_memory_before_reading_it(monkeypatch):
+_RESIDENT_SCRIPT = """
+import sys
+from engine.caffe import wire
+from engine.network import input_blob
+from tests.unit.test_hostmaps import _resident_pages
+blob = input_blob((64, 3, 227, 227), 0, wire.uml_ascending())
+print(_resident_pages(blob.ctypes.data, blob.nbytes), blob.nbytes // 4096,
+      int(blob[1:].any()))
+"""
+
+
+def test_uml_mode_writes_memory_before_reading_it():
     """Under UML (ascending) even the lean runtime's zero images of a batch are written,
     not left to the zero page; natively, and in the mode that reproduces the stall,
-    they are not."""
-    from engine.network import input_blob
-
-    def resident(blob: np.ndarray) -> int:
-        return _resident_pages(blob.ctypes.data, blob.nbytes)
-
-    shape = (64, 3, 227, 227)  # 40 MB: over glibc's largest mmap threshold, so fresh pages
+    they are not. Each in a fresh process (40 MB: over glibc's largest mmap threshold, so
+    fresh pages), whose allocator no earlier test has touched."""
     for env, written in ((None, False), (wire.UNORDERED, False), ("1", True)):
-        if env is None:
-            monkeypatch.delenv(wire.UML_READS_ENV, raising=False)
-        else:
-            monkeypatch.setenv(wire.UML_READS_ENV, env)
-        blob = input_blob(shape, 0, wire.uml_ascending())
-        pages = blob.nbytes // PAGE
-        assert (resident(blob) > 0.9 * pages) == written, env
-        assert not blob[1:].any()
+        environ = {k: v for k, v in os.environ.items() if k != wire.UML_READS_ENV}
+        if env is not None:
+            environ[wire.UML_READS_ENV] = env
+        out = subprocess.run([sys.executable, "-c", _RESIDENT_SCRIPT], env=environ,
+                             cwd=Path(__file__).resolve().parents[2], capture_output=True,
+                             text=True, check=True).stdout.split()
+        resident, pages, nonzero = map(int, out)
+        assert (resident > 0.9 * pages) == written, env
+        assert not nonzero
 
 
 def test_a_run_ended_at_the_mapping_cap_is_a_timeout_that_names_the_cap(tiny, tmp_path):
