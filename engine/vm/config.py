@@ -6,6 +6,7 @@ backends' host side."""
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from engine.units import MIB, parse_size
 
 _ENV_HELP = {"RAM": "a size such as 2G", "SWAP_DEVICE": "a size such as 2G",
              "SMP": "a CPU count > 0", "ACCEL": "auto, kvm or tcg",
-             "BOOT_TIMEOUT": "seconds > 0", "TIMEOUT": "seconds > 0",
+             "BOOT_TIMEOUT": "finite seconds > 0", "TIMEOUT": "finite seconds > 0",
              "ASCEND": "1 (on, the default) or 0 (off)",
              "SD_CARD": "1 (on) or 0 (off, the default)"}
 # a switch's words: anything else is refused (a typo such as "off" once meant on)
@@ -58,7 +59,7 @@ class VmConfig:
                 value = parse(text)
             except (ValueError, EdgeprofError):
                 value = None
-            if value is None or (check == ">0" and not value > 0):
+            if value is None or (check == ">0" and not 0 < value < math.inf):
                 raise EdgeprofError(f"EDGEPROF_VM_{name}={text!r} is not valid "
                                     f"({_ENV_HELP[name]}); fix or unset it")
             return value

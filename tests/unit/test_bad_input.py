@@ -172,6 +172,7 @@ def test_a_description_without_layers_is_refused(capsys, work):
 
 @pytest.mark.parametrize("name, value", [("SMP", "abc"), ("BOOT_TIMEOUT", "soon"),
                                          ("TIMEOUT", "-3"), ("RAM", "lots"),
+                                         ("BOOT_TIMEOUT", "inf"), ("TIMEOUT", "nan"),
                                          ("ACCEL", "warp"),
                                          # F6 (report 36): these once meant "on"
                                          ("ASCEND", "off"), ("ASCEND", "False"),
