@@ -155,6 +155,8 @@ def _report(tables_dir: str | Path, mode: str | None, peaks_only: bool) -> str:
     if mode is not None and mode not in set(summary.pipe(_modes)):
         raise EdgeprofError(f"--mode {mode}: the tables hold runs of "
                             f"{', '.join(sorted(set(summary.pipe(_modes))))} only")
+    if mode is not None:  # every table of that mode's runs alone
+        summary = summary[_modes(summary) == mode]
     parts = [f"**peak RAM and swap** per size bin and limit (median [95 % CI]; ≈: the "
              f"least's and the most's CIs overlap; {LEFT_OUT})\n\n"
              f"{peaks_table(summary, mode)}"]

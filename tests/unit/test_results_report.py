@@ -114,6 +114,7 @@ def test_a_cell_whose_runs_all_crashed_is_named_not_dropped(tmp_path):
         "| uml | caffe | 64M | <400MB | n/a (bulk: 1 of 1 runs ended error; linear: 1 of 1 "
         "runs ended error) | n/a (no policy finished) | n/a | 2 |"]
     pd.DataFrame(rows).assign(emulated=False).to_parquet(tmp_path / "summary.parquet")
+    assert "| native |" not in report(tmp_path, mode="uml")  # any table of it
     uml = report(tmp_path, mode="uml", peaks_only=True).splitlines()
     assert uml[-1] == ("| uml | caffe | 64M | <400MB | n/a (bulk: 1 of 1 runs ended error; "
                        "linear: 1 of 1 runs ended error) | n/a (no policy finished) | n/a | "
