@@ -119,6 +119,11 @@ def check_inputs(request: RunRequest) -> tuple[Policy, Pipeline, dict[str, Path]
                      request.options.batch)
     for _, desc in sorted(descs.items()):
         desc.check_reads(bulk=policy.family == "bulk")
+    estimates = request.options.estimates
+    missing = [] if estimates is None else sorted(set(descs) - set(estimates))
+    if missing:  # not an error: masa estimates them, as it does without --estimates
+        print(f"note: --estimates names no peak for {', '.join(missing)}: masa estimates "
+              f"theirs from their descriptions", file=sys.stderr)
     return policy, pipeline, models, descs
 
 

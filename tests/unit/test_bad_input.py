@@ -339,3 +339,15 @@ def test_a_memory_error_of_the_engine_itself_is_not_bad_input():
     assert done.stderr == ("error: the engine ran out of memory: its address space is "
                            "limited to 3072 MiB (ulimit -v 3145728); raise or lift that "
                            "limit\n")
+
+
+def test_estimates_without_a_pipeline_network_say_so_and_run(capsys, work):
+    """Passes 5-9 low: a network of the pipeline missing from --estimates was silently
+    admitted on masa's own estimate."""
+    (work / "e.json").write_text(json.dumps({}))
+    code = main(["run", "--pipeline", str(work / "p.json"), "--models", str(work / "s"),
+                 "--policy", "masa:2", "--out", str(work / "out" / "run"), "--backend",
+                 "none", "--batch", "1", "--estimates", str(work / "e.json")])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "note: --estimates names no peak for AgeNet: masa estimates theirs" in err
