@@ -30,11 +30,12 @@ def split_dir(zoo_split) -> Path:
 
 
 def _start(split_dir: Path, root: Path, nets: list[str], *extra: str,
-           env: dict[str, str] | None = None) -> subprocess.Popen:
+           env: dict[str, str] | None = None,
+           command: list[str] | None = None) -> subprocess.Popen:
     pipe = root / "p.json"
     save_pipeline(Pipeline("f", [Arrival(0.0, nets)]), pipe)
     return subprocess.Popen(
-        [sys.executable, "-m", "engine", "run", "--pipeline", str(pipe), "--models",
+        [*(command or [sys.executable, "-m", "engine"]), "run", "--pipeline", str(pipe), "--models",
          str(split_dir), "--policy", "linear", "--out", str(root / "run"), "--batch", "1",
          "--backend", "none", *extra], cwd=REPO, stderr=subprocess.PIPE, text=True,
         preexec_fn=default_signals, env=env)
@@ -123,13 +124,21 @@ def test_a_signal_at_any_moment_is_exit_130_without_a_traceback(split_dir, tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["imports", "p.json"]
 
 
-def test_a_ctrl_c_inside_generated_code_is_still_exit_130(split_dir, tmp_path):
-    """The Ctrl-C lands inside code a dataclass generated while the run verb imports its
-    modules (tests/ctrl_c_in_exec): CPython then marks it unhandled although the engine
-    caught it, and would kill itself with SIGINT at exit instead of exiting 130."""
+@pytest.mark.parametrize("entry, at", [("python -m engine", "engine.runner.execute"),
+                                       ("edgeprof", "engine.cli")])
+def test_a_ctrl_c_inside_generated_code_is_still_exit_130(split_dir, tmp_path, entry, at):
+    """The Ctrl-C lands inside code a dataclass generated while the engine imports its
+    modules (tests/ctrl_c_in_exec): under ``python -m`` CPython then marks it unhandled
+    although the engine caught it, and would kill itself with SIGINT at exit instead of
+    exiting 130. The console script pip installs ends the same way, even while it
+    imports the command line itself."""
+    script = Path(sys.executable).with_name("edgeprof")
+    if entry == "edgeprof" and not script.exists():
+        pytest.skip(f"no console script beside {sys.executable} (not pip-installed)")
     proc = _start(split_dir, tmp_path, ["AlexNet"],
-                  env=dict(os.environ, EDGEPROF_TEST_CTRL_C_AT="engine.runner.execute",
-                           PYTHONPATH=str(REPO / "tests" / "ctrl_c_in_exec")))
+                  env=dict(os.environ, EDGEPROF_TEST_CTRL_C_AT=at,
+                           PYTHONPATH=str(REPO / "tests" / "ctrl_c_in_exec")),
+                  command=[str(script)] if entry == "edgeprof" else None)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert err == "error: interrupted\n"
