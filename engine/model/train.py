@@ -213,7 +213,8 @@ def read_tables(tables_dir: Paths, models_dir: Paths) -> Tables:
 # what the fit reads of each table (engine.model.fit, calibrate above)
 RUN_COLUMNS = ("run_id", "pipeline", "policy", "limit", "termination", "networks",
                "makespan_s", "hwm_rss_bytes")
-TASK_COLUMNS = ("run_id", "network", "instance", "layer", "task_type", "duration_ns", "overlap")
+TASK_COLUMNS = ("run_id", "network", "instance", "layer", "task_type", "start_ns", "end_ns",
+                "duration_ns", "overlap")
 NETWORK_COLUMNS = ("run_id", "pipeline", "instance", "network", "arrival", "arrival_ns")
 
 
@@ -231,11 +232,12 @@ def _read_campaign(tables_dir: str | os.PathLike, models_dir: str | os.PathLike)
             raise EdgeprofError(f"{folder}/{name}.parquet has no {', '.join(lacking)} column: "
                                 f"not the aggregate stage's table; rerun it")
     finished = tasks[tasks["run_id"].isin(runs.loc[runs["termination"] == "ok", "run_id"])]
-    bad = finished["duration_ns"].isna() | (finished["duration_ns"] < 0)
-    if bad.any():
-        raise EdgeprofError(f"{folder}/tasks.parquet: {int(bad.sum())} task(s) of finished "
-                            f"runs have no or a negative duration_ns; rerun the tidy and "
-                            f"aggregate stages")
+    for column in ("duration_ns", "start_ns", "end_ns"):  # the times the fit reads
+        bad = finished[column].isna() | (finished[column] < 0)
+        if bad.any():
+            raise EdgeprofError(f"{folder}/tasks.parquet: {int(bad.sum())} task(s) of "
+                                f"finished runs have no or a negative {column}; rerun the "
+                                f"tidy and aggregate stages")
     _check_arrivals(networks, runs, folder)
     if runs.empty:
         raise EdgeprofError(f"{folder}/runs.parquet holds no runs to fit a model on")

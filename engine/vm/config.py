@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from engine.errors import EdgeprofError
@@ -22,6 +22,22 @@ _ENV_HELP = {"RAM": "a size such as 2G", "SWAP_DEVICE": "a size such as 2G",
 # a switch's words: anything else is refused (a typo such as "off" once meant on)
 _SWITCH = {"1": True, "0": False}
 _SD_CARD = {**_SWITCH, "true": True, "yes": True, "false": False, "no": False}
+
+
+# How UML traps its processes' system calls and faults (engine/vm/uml.py): seccomp, the
+# default, or UML's older, slower ptrace
+USERSPACE_ENV = "EDGEPROF_UML_USERSPACE"
+USERSPACE_MODES = ("seccomp", "ptrace")
+
+
+def uml_userspace(env: Mapping[str, str] | None = None) -> str:
+    """EDGEPROF_UML_USERSPACE's mode (unset or empty: seccomp); another value is an error
+    naming it (any other word once meant seccomp, silently)."""
+    text = (os.environ if env is None else env).get(USERSPACE_ENV) or USERSPACE_MODES[0]
+    if text not in USERSPACE_MODES:
+        raise EdgeprofError(f"{USERSPACE_ENV}={text!r} is not valid (seccomp, the default, "
+                            f"or ptrace); fix or unset it")
+    return text
 
 
 @dataclass

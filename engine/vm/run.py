@@ -37,7 +37,7 @@ from engine.signals import Interrupted, Signalled, ignore_signals, signals_unwin
 from engine.units import MIB
 from engine.vm import boot as vmboot
 from engine.vm import hostmaps, uml
-from engine.vm.config import VmConfig
+from engine.vm.config import VmConfig, uml_userspace
 from engine.vm.guest import CACHE_ENV, Guest, default_cache, load_guest
 from engine.vm.paths import check_share
 
@@ -93,6 +93,7 @@ def plan(cfg: VmConfig, limit: int | None, swap: int | None, guest: Guest | uml.
     device = swap_device_bytes(cfg, swap)
     if isinstance(guest, uml.Uml):
         cfg.refuse_unsupported("uml")
+        uml_userspace()  # a bad mode is refused here, before the boot
         return Plan(ram, device, "uml", f"user-mode Linux {guest.kernel_version} "
                                         f"({guest.suite}'s {guest.package})",
                     preload=guest.preload if cfg.ascend else None)

@@ -50,6 +50,7 @@ from engine.limits.umlhost import (
     recipe_hash,
     why_none,
 )
+from engine.vm.config import uml_userspace
 from engine.vm.guest import Log, _run, apt_state, download_deb
 
 PACKAGE = "user-mode-linux"
@@ -63,7 +64,6 @@ RAM_DIR = "/dev/shm"
 # ptrace: measured here (UML 7.2), first touches of fresh memory and page faults 2-15x
 # faster and steadier. An older kernel says so on its console and falls back to ptrace.
 SECCOMP_OFF = "SECCOMP userspace requested but not functional"
-USERSPACE_ENV = "EDGEPROF_UML_USERSPACE"  # "ptrace": UML's older, slower mode
 
 
 def ensure_uml(cache: Path | None = None, log: Log = print, force: bool = False) -> Uml:
@@ -166,7 +166,7 @@ def boot_argv(binary: Path, share: Path, ram_mb: int, swap_image: Path | None,
               cmd: str = "job.sh") -> list[str]:
     """The UML command line: the host's / read-only over hostfs, our init, the share,
     swap on ubd0, the console on stdout."""
-    seccomp = [] if os.environ.get(USERSPACE_ENV) == "ptrace" else ["seccomp=on"]
+    seccomp = [] if uml_userspace() == "ptrace" else ["seccomp=on"]
     argv = [str(binary), f"mem={ram_mb}M", *seccomp, "root=/dev/root",
             "rootfstype=hostfs", "rootflags=/", "ro", f"init={INIT_SCRIPT}", "con=null",
             "con0=null,fd:1",

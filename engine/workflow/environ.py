@@ -34,7 +34,6 @@ def job_environ(environ: Mapping[str, str], interpreter: str, project: str,
 # one the sandbox ignores, none). The timeouts change no measurement.
 GUEST_SETTINGS = {"uml": ("ram", "swap_device", "ascend"),
                   "vm": ("ram", "swap_device", "sd_card", "smp", "accel")}
-UML_USERSPACE = "EDGEPROF_UML_USERSPACE"
 
 
 def sandbox_settings(environ: Mapping[str, str], sandbox: str) -> dict[str, object]:
@@ -42,12 +41,12 @@ def sandbox_settings(environ: Mapping[str, str], sandbox: str) -> dict[str, obje
     than their defaults, and under uml its userspace mode if set; a bad value, or one the
     sandbox cannot honour, raises EdgeprofError naming the variable (before any job: a job
     would otherwise fail after Snakemake removed its old run)."""
-    from engine.vm.config import VmConfig
+    from engine.vm.config import USERSPACE_MODES, VmConfig, uml_userspace
 
     parsed, default = VmConfig.from_env(dict(environ)), VmConfig()
     parsed.refuse_unsupported(sandbox)
     out: dict[str, object] = {name: getattr(parsed, name) for name in GUEST_SETTINGS[sandbox]
                               if getattr(parsed, name) != getattr(default, name)}
-    if sandbox == "uml" and environ.get(UML_USERSPACE):
-        out["uml_userspace"] = environ[UML_USERSPACE]
+    if sandbox == "uml" and uml_userspace(environ) != USERSPACE_MODES[0]:
+        out["uml_userspace"] = uml_userspace(environ)
     return out

@@ -458,6 +458,12 @@ def test_damaged_tables_are_one_line_for_every_verb_that_reads_them(two_runs, zo
     rc, err = _cli(capsys, "fit-model", "--tables", str(broken), "--models", models, "--out",
                    str(tmp_path / "m2.json"))
     assert rc == 2 and "no or a negative duration_ns" in err
+    # eleventh held-out pass M1: a start without a time was a pandas traceback
+    tasks.assign(start_ns=tasks["start_ns"].where(tasks.index % 3 > 0)).to_parquet(
+        broken / "tasks.parquet")
+    rc, err = _cli(capsys, "fit-model", "--tables", str(broken), "--models", models, "--out",
+                   str(tmp_path / "m2.json"))
+    assert rc == 2 and "no or a negative start_ns" in err and len(err.splitlines()) == 1
     # M6: a column gone
     tasks.drop(columns=["duration_ns"]).to_parquet(broken / "tasks.parquet")
     rc, err = _cli(capsys, "fit-model", "--tables", str(broken), "--models", models, "--out",

@@ -1091,5 +1091,9 @@ def test_a_sandbox_runs_params_carry_the_environments_settings_of_its_measuremen
         sandbox_settings({"EDGEPROF_VM_SD_CARD": "1"}, "uml")
     with pytest.raises(EdgeprofError, match="EDGEPROF_VM_ASCEND='bogus'"):
         sandbox_settings({"EDGEPROF_VM_ASCEND": "bogus"}, "vm")
+    # eleventh pass M2: any word but ptrace once meant seccomp, silently, and reran
+    assert sandbox_settings({"EDGEPROF_UML_USERSPACE": "seccomp"}, "uml") == {}
+    with pytest.raises(EdgeprofError, match="EDGEPROF_UML_USERSPACE='junk' is not valid"):
+        sandbox_settings({"EDGEPROF_UML_USERSPACE": "junk"}, "uml")
     rules = (REPO / "workflow" / "rules" / "run.smk").read_text()
     assert rules.count("sandbox=") == 3  # the run rule, the block rules, the reconciliation
