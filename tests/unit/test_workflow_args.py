@@ -711,6 +711,9 @@ MODEL = {"fit_model", "evaluate_model", "reconstruct_model", "score_holdout"}
     ("engine/vm/uml_init.sh", "#!/bin/sh\n", "#!/bin/sh\necho edited\n", {"run"}),
     ("engine/vm/init.sh", "#!/bin/busybox sh\n", "#!/bin/busybox sh\necho edited\n", {"run"}),
     ("engine/vm/ascend.c", "#include", "static int edited;\n#include", {"run"}),
+    # ... but not their comments (eleventh held-out pass M4: one reran every run)
+    ("engine/vm/uml_init.sh", "#!/bin/sh\n", "#!/bin/sh\n  # a comment\n\n", set()),
+    ("engine/vm/ascend.c", "#include", "/* a\n comment */ // and one more\n#include", set()),
     ("engine/schedule/pipelines.py", "def size_bin(", "EDITED = 1\n\n\ndef size_bin(",
      {"pipelines", "run", *MODEL}),
     # the reconciliation runs in the aggregate alone: neither tidying a run nor the model
@@ -745,6 +748,21 @@ def test_a_code_change_changes_the_fingerprints_of_the_jobs_that_run_it(
     finally:
         target.write_text(source)
     assert {job for job in before if before[job] != after[job]} == changed
+
+
+def test_the_code_of_a_c_file_or_a_script_is_what_is_left_without_comments(tmp_path):
+    from engine.workflow.fingerprint import data_code
+
+    c = tmp_path / "a.c"
+    c.write_text('int a; /* x\n y */ // z\nchar *s = "// not a comment /* */";\n'
+                 "char q = '\"'; // quote\n")
+    assert data_code(c) == b'int a;\nchar *s = "// not a comment /* */";\nchar q = \'"\';'
+    sh = tmp_path / "a.sh"
+    sh.write_text("#!/bin/sh\n# set up\n  echo a  \n\n   # indented\necho '#b'\n")
+    assert data_code(sh) == b"#!/bin/sh\n  echo a\necho '#b'"
+    other = tmp_path / "a.json"
+    other.write_text("# kept\n")
+    assert data_code(other) == b"# kept\n"
 
 
 def test_run_jobs_import_the_whole_measured_path():
