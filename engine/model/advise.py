@@ -56,6 +56,8 @@ class Advice:
     interval: tuple[float, float] | None = None  # 95 % prediction interval of the makespan
     swap_interval: tuple[float, float] | None = None  # the same of the peak swap (bytes)
     rebuilt: dict | None = None  # this pipeline measured: its native-speed reconstruction
+    measured: dict | None = None  # this pipeline's cell among the fit's own runs
+    swap_measured_over: str = ""  # a run of it measured more swap than allowed: which
 
     @property
     def slowdown(self) -> float | None:
@@ -331,7 +333,10 @@ def format_advice(rows: list[Advice], pipeline: Pipeline, mode: ModeModel,
                       else " (no CI: one repetition of each part)")
                 lines.append(f"      {a.prediction.policy:<18}"
                              f"{r['native_makespan_s']:>9.3f}s{ci}")
-        lines += _disagreements(rebuilt)
+        lines += _disagreements([(a, a.rebuilt["native_makespan_s"]) for a in rebuilt
+                                 if not a.rebuilt["oom"]
+                                 and a.rebuilt["native_makespan_s"] is not None])
+    lines += _measured_lines(rows, swap_bytes)
     if limit_bytes is not None and any(a.prediction.peak_ram_bytes > limit_bytes
                                        for a in rows if not a.prediction.oom):
         lines.append(f"note: RSS counts the runtime's file-backed pages "
@@ -345,21 +350,20 @@ def format_advice(rows: list[Advice], pipeline: Pipeline, mode: ModeModel,
     return "\n".join(lines)
 
 
-def _disagreements(rows: list[Advice]) -> list[str]:
-    """Where this pipeline's measured (rebuilt) times say otherwise than the predictions:
-    a time outside its prediction interval, or another order of the policies."""
-    timed = [a for a in rows if not a.rebuilt["oom"]
-             and a.rebuilt["native_makespan_s"] is not None and not a.prediction.oom]
+def _disagreements(timed: list[tuple[Advice, float]]) -> list[str]:
+    """Where this pipeline's measured times (each policy's, beside its advice) say
+    otherwise than the predictions: a time outside its prediction interval, or another
+    order of the policies."""
+    timed = [(a, t) for a, t in timed if not a.prediction.oom]
     out = []
-    outside = [a.prediction.policy for a in timed if a.interval is not None
-               and not a.interval[0] <= a.rebuilt["native_makespan_s"] <= a.interval[1]]
+    outside = [a.prediction.policy for a, t in timed if a.interval is not None
+               and not a.interval[0] <= t <= a.interval[1]]
     if outside:
         out.append(f"note: measured outside the predicted interval: {', '.join(outside)}: "
                    f"on this pipeline the model errs by more than its held-out error")
-    measured = [a.prediction.policy for a in
-                sorted(timed, key=lambda a: a.rebuilt["native_makespan_s"])]
-    predicted = [a.prediction.policy for a in
-                 sorted(timed, key=lambda a: a.prediction.makespan_s)]
+    measured = [a.prediction.policy for a, t in sorted(timed, key=lambda at: at[1])]
+    predicted = [a.prediction.policy for a, _ in
+                 sorted(timed, key=lambda at: at[0].prediction.makespan_s)]
     if measured != predicted:
         out.append(f"note: measured, this pipeline's policies rank {', '.join(measured)} "
                    f"(predicted: {', '.join(predicted)}); for this pipeline under this "
@@ -367,10 +371,71 @@ def _disagreements(rows: list[Advice]) -> list[str]:
     return out
 
 
+def measured_in_fit(mode: ModeModel, pipeline_file: str | os.PathLike,
+                    limit_bytes: int | None) -> list[dict]:
+    """The fit's own cells (``ModeModel.measured``) of this pipeline file (its SHA-256,
+    not its name) under this limit, every swap allowance."""
+    from engine.files import sha256_file
+
+    sha = sha256_file(pipeline_file)
+    limit = "none" if limit_bytes is None else format_size(limit_bytes)
+    return [c for c in mode.measured if c.get("pipeline_sha256") == sha
+            and c["limit"] == limit]
+
+
+def attach_measured(advice: list[Advice], cells: list[dict], swap_bytes: int | None) -> None:
+    """Each advice's cell of the same swap; and where a run of its policy with more swap
+    allowed than ``swap_bytes`` swapped more than it, says so (it may be killed)."""
+    asked = format_swap(swap_bytes)
+    for a in advice:
+        mine = [c for c in cells if c["policy"] == a.prediction.policy]
+        a.measured = next((c for c in mine if c["swap"] == asked), None)
+        if swap_bytes is None:
+            continue
+        over = [c for c in mine if c["peak_swap_bytes"] is not None
+                and c["peak_swap_bytes"] > swap_bytes]
+        if over:
+            c = max(over, key=lambda c: c["peak_swap_bytes"])
+            a.swap_measured_over = (f"{a.prediction.policy} swapped {_mib(c['peak_swap_bytes'])}"
+                                    f" with swap {c['swap']}")
+
+
+def _measured_lines(rows: list[Advice], swap_bytes: int | None) -> list[str]:
+    """The fit's own runs of this pipeline, limit and swap, and what they contradict."""
+    lines = []
+    shown = [a for a in rows if a.measured]
+    if shown:
+        lines.append("measured: this pipeline file's own runs among those the model was "
+                     "fitted on, under this limit and swap (median [95 % CI]; peak swap):")
+        for a in shown:
+            c = a.measured
+            if c["makespan_s"] is None:
+                lines.append(f"      {a.prediction.policy:<18}killed in {c['runs']} of "
+                             f"{c['runs']} runs")
+                continue
+            ci = (f" [{c['makespan_ci'][0]:.3f}-{c['makespan_ci'][1]:.3f}s]"
+                  if c["makespan_ci"] else f" (no CI: {c['runs_ok']} finished run(s))")
+            swap = ("" if c["peak_swap_bytes"] is None
+                    else f"; swap {_mib(c['peak_swap_bytes'])}")
+            killed = (f"; {c['runs'] - c['runs_ok']} of {c['runs']} runs killed"
+                      if c["oom"] else "")
+            lines.append(f"      {a.prediction.policy:<18}{c['makespan_s']:>9.3f}s{ci}"
+                         f"{swap}{killed}")
+        lines += _disagreements([(a, a.measured["makespan_s"]) for a in shown
+                                 if a.measured["makespan_s"] is not None])
+    over = [a.swap_measured_over for a in rows if a.swap_measured_over]
+    if over:
+        lines.append(f"note: more swap than the {format_size(swap_bytes)} allowed here was "
+                     f"measured on this pipeline: {'; '.join(over)}: it may be killed")
+    return lines
+
+
 def _short_of_swap(a: Advice, swap_bytes: int | None) -> bool:
-    """Predicted to fit, but the top of its swap PI is over the swap allowed."""
-    return (not a.prediction.oom and swap_bytes is not None and a.swap_interval is not None
-            and a.swap_interval[1] > swap_bytes)
+    """Predicted to fit, but the top of its swap PI, or a run of it, is over the swap
+    allowed."""
+    return (not a.prediction.oom and swap_bytes is not None
+            and (a.swap_interval is not None and a.swap_interval[1] > swap_bytes
+                 or bool(a.swap_measured_over)))
 
 
 def _swap_pi(a: Advice) -> str:
@@ -444,6 +509,7 @@ def run_advise(pipeline_path: str, model_path: str, models_dir: str, limit_bytes
                                swap_bytes, device)
         for a in advice:
             a.rebuilt = rebuilt.get(a.prediction.policy)
+    attach_measured(advice, measured_in_fit(mode, pipeline_path, limit_bytes), swap_bytes)
     if as_json:
         return json.dumps({"pipeline": pipeline.name, "mode": mode.mode,
                            "runtime": mode.runtime, "limit_bytes": limit_bytes,
@@ -458,6 +524,8 @@ def run_advise(pipeline_path: str, model_path: str, models_dir: str, limit_bytes
                                          "peak_swap_pi_95": a.swap_interval,
                                          "may_run_out_of_swap": _short_of_swap(a, swap_bytes),
                                          "rebuilt_from_measurements": a.rebuilt,
+                                         "measured_in_fit": a.measured,
+                                         "swap_measured_over": a.swap_measured_over or None,
                                          **asdict(a.prediction)} for a in advice],
                            "cross_validation": cv.get(mode.key)}, indent=1)
     return format_advice(advice, pipeline, mode, limit_bytes, swap_bytes, cv, device,

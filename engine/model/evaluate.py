@@ -60,7 +60,13 @@ from engine.model.fit import mode_keys, pipeline_content
 from engine.model.memory import schedule_peak
 from engine.model.params import Model, ModeModel
 from engine.model.predict import Networks, predict, predict_against_unconstrained
-from engine.model.train import Paths, measured_cells, pipelines_from_networks, train
+from engine.model.train import (
+    SWAP_FLOOR_BYTES,
+    Paths,
+    measured_cells,
+    pipelines_from_networks,
+    train,
+)
 from engine.schedule.pipelines import Pipeline
 from engine.schedule.plan import plan
 from engine.schedule.policies import parse_policy
@@ -91,9 +97,7 @@ ERRORS = {
     "peak_cg_error_pct": ("predicted_peak_ram_bytes", "measured_cg_peak_bytes"),
     "peak_swap_error_pct": ("predicted_peak_swap_bytes", "measured_peak_swap_bytes"),
 }
-# Swap is scored where both the prediction and the measurement reach a MiB: below it a
-# ratio measures the instruments' resolution (a few pages), not the model.
-SWAP_FLOOR_BYTES = 2**20
+
 # the issue's targets: (metric, scope) -> (bound, "max" | "min")
 TARGETS = {
     ("makespan MAPE %", "unconstrained"): (10.0, "max"),

@@ -134,6 +134,14 @@ class ModeModel:
     # less their median (the baseline): how far a run's peak strays from the replay's
     # besides the orderings (what the allocator keeps of freed blocks varies)
     baseline_spread_bytes: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    # measured peak swap / the replay's shortfall (what does not fit under the limit),
+    # median over the training cells that swapped: the kernel reclaims ahead of the
+    # shortfall, so a run swaps more than it (engine.model.train.calibrate)
+    swap_scale: float = 1.0
+    # the training runs' own measurements, one dict a (pipeline, policy, limit, swap)
+    # cell (engine.model.train.training_cells): what advise shows of a pipeline it was
+    # fitted on
+    measured: list[dict] = field(default_factory=list)
     domain: Domain | None = None
 
     @property

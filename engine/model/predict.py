@@ -130,7 +130,7 @@ def predict(mode: ModeModel, pipeline: Pipeline, networks: Networks, policy: Pol
     # a runtime whose own anonymous memory is over the limit swaps that excess out as
     # anything else beyond it: killed only if memory + swap cannot hold the run
     over = 0 if capacity is None else max(-capacity, 0)
-    peak_swap = over + mem.peak_swapped
+    peak_swap = (over + mem.peak_swapped) * mode.swap_scale
     why = ""
     if swap_bytes is not None and peak_swap > swap_bytes:
         why = (f"needs {peak_swap / MIB:.0f} MiB of swap"

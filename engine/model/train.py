@@ -64,6 +64,9 @@ def pipelines_from_networks(networks: pd.DataFrame) -> dict[str, Pipeline]:
 
 
 CELL_KEY = ["pipeline", "policy", "limit"]
+# Swap is compared where both the prediction and the measurement reach a MiB: below it a
+# ratio measures the instruments' resolution (a few pages), not the model.
+SWAP_FLOOR_BYTES = 2**20
 
 
 def measured_cells(runs: pd.DataFrame) -> pd.DataFrame:
@@ -145,7 +148,47 @@ def calibrate(mode: ModeModel, cells: pd.DataFrame, pipelines: dict[str, Pipelin
     if len(gaps) >= 2:
         lo, mid, hi = np.percentile(gaps, [5, 50, 95])
         mode.baseline_spread_bytes = [float(min(lo - mid, 0.0)), float(max(hi - mid, 0.0))]
+    mode.swap_scale = 1.0
+    ratios = []
+    for r in cells[cells["limit"] != "none"].itertuples():
+        if not (r.measured_peak_swap_bytes >= SWAP_FLOOR_BYTES and r.pipeline in pipelines):
+            continue
+        shortfall = predict(mode, pipelines[r.pipeline], networks, r.policy,
+                            int(r.limit_bytes))[0].peak_swap_bytes
+        if shortfall >= SWAP_FLOOR_BYTES:
+            ratios.append(r.measured_peak_swap_bytes / shortfall)
+    if ratios:
+        mode.swap_scale = round(float(np.median(ratios)), 4)
     return mode
+
+
+def training_cells(runs: pd.DataFrame) -> list[dict]:
+    """One mode's runs as advise shows a pipeline the model was fitted on: per (pipeline
+    file, policy, limit, swap) the median makespan of the finished runs with its 95 % CI,
+    the median peak swap (``measured_cells``), whether any run was OOM-killed, how many
+    runs; the pipeline file by its SHA-256 (None in tables older than the record: such a
+    cell is never matched, a name says nothing across campaigns)."""
+    from engine.units import format_swap
+
+    cells = measured_cells(runs)
+    sha = (runs.assign(pipeline=runs["pipeline"].astype(str))
+           .groupby("pipeline")["pipeline_sha256"].first()
+           if "pipeline_sha256" in runs else pd.Series(dtype=object))
+
+    def number(value: float) -> float | None:
+        return float(value) if pd.notna(value) else None
+
+    return [{"pipeline": str(c.pipeline), "pipeline_sha256": sha.get(str(c.pipeline)),
+             "policy": str(c.policy), "limit": str(c.limit),
+             "swap": format_swap(None if pd.isna(c.swap_bytes) else int(c.swap_bytes)),
+             "runs": int(c.runs), "runs_ok": int(c.runs_ok), "oom": bool(c.measured_oom),
+             "makespan_s": number(c.measured_makespan_s),
+             "makespan_ci": ([float(c.measured_makespan_ci_low),
+                              float(c.measured_makespan_ci_high)]
+                             if pd.notna(c.measured_makespan_ci_low)
+                             and pd.notna(c.measured_makespan_ci_high) else None),
+             "peak_swap_bytes": number(c.measured_peak_swap_bytes)}
+            for c in cells.itertuples()]
 
 
 def train(runs: pd.DataFrame, tasks: pd.DataFrame, networks: pd.DataFrame,
@@ -158,6 +201,7 @@ def train(runs: pd.DataFrame, tasks: pd.DataFrame, networks: pd.DataFrame,
     for name, mode in model.modes.items():
         calibrate(mode, measured_cells(runs[keys == name]), pipelines,
                   Networks(descriptions, mode.batch, mode.runtime))
+        mode.measured = training_cells(runs[keys == name])
     for policy in model.policies:
         parse_policy(policy)  # a policy name this engine no longer knows fails here
     return model

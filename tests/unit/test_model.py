@@ -1270,3 +1270,80 @@ def test_advise_says_where_this_pipelines_measured_times_disagree_with_its_predi
     assert f"measured outside the predicted interval: {slower}:" in out
     assert f"rank {slower}, {faster} (predicted: {faster}, {slower})" in out
     assert out.count("(no CI: one repetition of each part)") == 2
+
+
+def test_the_swap_scale_is_the_median_of_measured_over_the_replays_shortfall(tmp_path):
+    """Eleventh held-out pass H1: the model counted only the shortfall (what does not fit
+    under the limit) where the kernel swaps more. The calibration scales it by the median
+    of measured / replayed over the training cells that swapped a MiB or more."""
+    from engine.model.train import calibrate
+    from tests.model_fixtures import TINY, write_network
+
+    big = write_network(tmp_path, TINY.replace('"Tiny"', '"Big"').replace(
+        "input_dim: 4 input_dim: 4", "input_dim: 32 input_dim: 32").replace(
+        "num_output: 8", "num_output: 2048"))  # ip1: 8 MiB of weights
+    mode = _mode(baseline=0.0)
+    nets = Networks({"Big": big}, None, "lean")
+    pipe = {"b": Pipeline("b", [Arrival(0.0, ["Big"])])}
+    limit = 2 * MIB
+    shortfall = predict(mode, pipe["b"], nets, "linear", limit)[0].peak_swap_bytes
+    assert shortfall > 4 * MIB
+    cells = pd.DataFrame([
+        {"pipeline": "b", "policy": policy, "limit": "2M", "limit_bytes": limit, "workers": 1,
+         "measured_makespan_s": 1.0, "measured_hwm_rss_bytes": np.nan,
+         "measured_peak_swap_bytes": factor * shortfall}
+        # (bulk's ratio is its own shortfall's: above 1.5 here); the last row's 0.3 MiB is
+        # below what is compared
+        for policy, factor in (("linear", 1.5), ("bulk", 2.5), ("linear", 1.2))]
+        + [{"pipeline": "b", "policy": "linear", "limit": "2M", "limit_bytes": limit,
+            "workers": 1, "measured_makespan_s": 1.0, "measured_hwm_rss_bytes": np.nan,
+            "measured_peak_swap_bytes": 0.3 * MIB}])
+    calibrate(mode, cells, pipe, nets)
+    assert mode.swap_scale == pytest.approx(1.5, rel=1e-3)
+    scaled = predict(mode, pipe["b"], nets, "linear", limit)[0].peak_swap_bytes
+    assert scaled == pytest.approx(1.5 * shortfall, rel=1e-3)
+    # a swap allowance between the shortfall and the scaled need: predicted killed
+    assert predict(mode, pipe["b"], nets, "linear", limit, int(1.2 * shortfall))[0].oom
+
+
+def test_advise_shows_this_pipelines_own_training_runs_and_what_they_contradict(
+        advice_files, capsys):
+    """Eleventh held-out pass H1 and H2: advise ranked and sized the swap of a pipeline
+    it was fitted on against what its own runs measured, unsaid, where no held-out cell
+    gave an interval."""
+    from engine.files import sha256_file
+    from engine.units import format_size
+
+    root, models = advice_files
+    path = root / "model.json"
+    limit = 40000500
+    args = ["--pipeline", str(root / "p.json"), "--model", str(path), "--models",
+            str(models), "--limit", str(limit), "--policies", "linear", "bulk", "--json"]
+    predicted = {p["policy"]: p for p in json.loads(_advise(capsys, *args)[1])["policies"]}
+    slower, faster = sorted(predicted, key=lambda p: -predicted[p]["makespan_s"])
+    model = Model.read(path)
+    [mode] = model.modes.values()
+    need = int(10 * max(p["peak_swap_bytes"] for p in predicted.values())) + 2 * MIB
+
+    def cell(policy: str, seconds: float, swap: str = "max") -> dict:
+        return {"pipeline": "two", "pipeline_sha256": sha256_file(root / "p.json"),
+                "policy": policy, "limit": format_size(limit), "swap": swap, "runs": 3,
+                "runs_ok": 3, "oom": False, "makespan_s": seconds,
+                "makespan_ci": [seconds * 0.9, seconds * 1.1], "peak_swap_bytes": need}
+
+    mode.measured = [cell(slower, 1.0), cell(faster, 2.0),
+                     # another pipeline file of the same name: never shown
+                     {**cell(faster, 9.0), "pipeline_sha256": "0" * 64}]
+    model.write(path)
+    code, out, err = _advise(capsys, *args[:-1])
+    assert code == 0, err
+    assert f"      {slower:<18}    1.000s [0.900-1.100s]; swap {need / MIB:.0f} MiB" in out
+    assert "9.000s" not in out
+    assert f"rank {slower}, {faster} (predicted: {faster}, {slower})" in out
+    # asked with less swap than its runs took: said, and may_run_out_of_swap
+    swap = str(need // 2)
+    code, out, err = _advise(capsys, *args[:-1], "--swap", swap)
+    assert code == 0, err
+    assert f"more swap than the {format_size(need // 2)} allowed here was measured" in out
+    policies = json.loads(_advise(capsys, *args, "--swap", swap)[1])["policies"]
+    assert all(p["may_run_out_of_swap"] or p["oom"] for p in policies)
