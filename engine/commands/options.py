@@ -120,16 +120,30 @@ def folder_lock(folder: Path, option: str, verb: str, what: str) -> Iterator[Non
     """An exclusive lock on ``what`` in the (existing) folder (a hidden ``.<what>.lock``
     file), held while ``verb`` writes it: a second one at the same time is refused, so two
     never leave a mixed set, while writers of other sets share the folder. The kernel
-    drops the lock when the process ends, however it ends."""
-    fd = os.open(folder / f".{what}.lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
+    drops the lock when the process ends, however it ends; one that ends normally removes
+    the lock file too."""
+    lock = folder / f".{what}.lock"
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            os.close(fd)
             raise EdgeprofError(f"{option} {folder}: another {verb} is writing {what} into "
                                 f"it; wait for it or choose another {option}") from None
+        try:  # still the file at that name, not one a writer just ended and removed
+            if os.stat(lock).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    try:
         yield
     finally:
+        # removed before unlocking: a writer that opens the name afterwards makes a new
+        # lock file, and one that opened this one finds it gone and opens again
+        with contextlib.suppress(OSError):
+            os.unlink(lock)
         os.close(fd)
 
 

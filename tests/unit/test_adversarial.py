@@ -940,6 +940,13 @@ def test_two_pipelines_at_once_into_one_folder_never_mix(split_copy, tmp_path, c
     rc, err = _cli(capsys, "pipelines", "--models", str(split_copy), "--out", str(out),
                    "--count", "2", "--length", "1", "2")
     assert rc == 0 and sorted(f.name for f in out.glob("p*.json")) == ["p000.json", "p001.json"]
+    # a writer that ended leaves no lock file behind (eleventh held-out pass L6)
+    assert sorted(f.name for f in out.glob(".*")) == []
+    # and a lock taken anew still refuses a second writer
+    with folder_lock(out, "--out", "pipelines", "pNNN.json"):
+        rc, err = _cli(capsys, "pipelines", "--models", str(split_copy), "--out", str(out),
+                       "--count", "2", "--length", "1", "2")
+        assert rc == 2 and "another pipelines is writing" in err
 
 
 def test_another_table_in_a_tables_place_is_one_line(tmp_path, capsys):
