@@ -102,10 +102,20 @@ def made_folder(path: str | os.PathLike) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """A temporary path beside ``path`` that replaces it only if the block succeeds."""
+    """A temporary path beside ``path`` that replaces it only if the block succeeds; the
+    folders it made for it go again if it does not."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    made = []  # the missing folders on the way, deepest first
+    for folder in (path.parent, *path.parent.parents):
+        if folder.exists():
+            break
+        made.append(folder)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except BaseException:
+        _remove_empty(made)
+        raise
     os.close(fd)
     normal_mode(tmp)
     try:
@@ -118,7 +128,16 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        _remove_empty(made)
         raise
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    for folder in folders:  # deepest first; one another writer filled stays
+        try:
+            folder.rmdir()
+        except OSError:
+            return
 
 
 @contextlib.contextmanager

@@ -277,3 +277,23 @@ def test_a_parquet_table_that_cannot_be_written_is_named(tmp_path):
                        text=True, timeout=120, preexec_fn=_file_size_limit(512))
     assert r.stdout == f"cannot write {out}/t.parquet: File too large (EFBIG)\n", r.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_model_file_that_cannot_be_written_leaves_no_folder(tiny, tmp_path):
+    """Eleventh held-out pass L5: fit-model under a file size limit said so and left the
+    empty folder it had made for the model file."""
+    import subprocess
+    import sys
+
+    from tests.unit.test_faults import REPO, _file_size_limit
+
+    train = _tables(tmp_path / "train", [campaign({"Tiny": tiny},
+                                                  {"p000": ["Tiny"], "p001": ["Tiny"] * 2})])
+    before = sorted(p.name for p in tmp_path.iterdir())
+    out = tmp_path / "new" / "deeper" / "model.json"
+    r = subprocess.run([sys.executable, "-m", "engine", "fit-model", "--tables", train,
+                        "--models", str(Path(tiny.path).parent), "--out", str(out)],
+                       cwd=REPO, capture_output=True, text=True, timeout=300,
+                       preexec_fn=_file_size_limit(1024))
+    assert r.returncode == 1 and "File too large (EFBIG)" in r.stderr, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no "new"
