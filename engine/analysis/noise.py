@@ -41,7 +41,10 @@ def run_warnings(runs: pd.DataFrame, noise_floor: pd.DataFrame) -> list[str]:
     if len(crashed):
         out.append(f"{len(crashed)} run(s) crashed ({', '.join(crashed[:3])}"
                    f"{', ...' if len(crashed) > 3 else ''}): recorded as ended 'error', "
-                   f"left out of the times and counted in the summaries' runs_not_ok")
+                   f"left out of the times and counted in the summaries' runs_not_ok; "
+                   f"such a run stays so (a sandbox that did not start is one): to measure "
+                   f"it anew, remove its run folder and its tidy set and run the workflow "
+                   f"again")
     if {"host_maps_peak", "host_max_map_count"} <= set(runs):
         near = runs[runs["host_maps_peak"] > NEAR_MAP_CAP * runs["host_max_map_count"]]
         if len(near):

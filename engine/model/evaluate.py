@@ -654,7 +654,9 @@ def check_held_out(model: Model, runs: pd.DataFrame, tables_dir: Paths,
     from engine.errors import EdgeprofError
     from engine.files import flat_paths
 
-    where = ", ".join(map(str, flat_paths(tables_dir)))
+    folders = flat_paths(tables_dir)
+    where = ", ".join(map(str, folders))
+    holds = "hold" if len(folders) > 1 else "holds"
     if not {"record_digests", "pipeline_contents"} <= set(model.trained_on):
         raise EdgeprofError(f"{model_path} does not record which runs it was fitted on "
                             f"(fitted by an older edgeprof): refit it with fit-model")
@@ -670,7 +672,7 @@ def check_held_out(model: Model, runs: pd.DataFrame, tables_dir: Paths,
         hit = runs[runs[column].astype(str).isin(fitted)]
         if len(hit):
             names = sorted(hit["pipeline"].astype(str).unique())
-            raise EdgeprofError(f"{where} holds {what} the model was fitted on (pipelines "
+            raise EdgeprofError(f"{where} {holds} {what} the model was fitted on (pipelines "
                                 f"{', '.join(names)}): they are not held out; give only the "
                                 f"held-out seed's tables")
 

@@ -913,6 +913,7 @@ def test_score_holdout_refuses_the_models_own_runs_however_a_read_names_them(tin
         code, err = score(*folders)
         assert code == 2 and len(err.strip().splitlines()) == 1, err
         assert "not held out" in err and ":p000" in err, err
+        assert " hold " in err, err  # two folders (eleventh held-out pass L1)
     assert not (tmp_path / "scored").exists()
     code, err = score(held)
     assert code == 0, err

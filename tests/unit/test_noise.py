@@ -100,6 +100,7 @@ def test_a_crashed_run_is_named_and_an_oom_kill_is_not():
                          "termination": ["error", "memory", "ok"]})
     warnings = run_warnings(runs, pd.DataFrame())
     assert len(warnings) == 1 and warnings[0].startswith("1 run(s) crashed (p0/bulk/1G/rep0)")
+    assert "remove its run folder and its tidy set and run the workflow again" in warnings[0]
 
 
 def test_the_hosts_map_count_is_read_and_said_with_what_it_costs_uml(tmp_path):
