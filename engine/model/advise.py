@@ -58,6 +58,8 @@ class Advice:
     rebuilt: dict | None = None  # this pipeline measured: its native-speed reconstruction
     measured: dict | None = None  # this pipeline's cell among the fit's own runs
     swap_measured_over: str = ""  # a run of it measured more swap than allowed: which
+    swap_measured_within: str = ""  # predicted killed, but its runs fit the swap: which
+    swap_unchecked: bool = False  # its swap need was never checked against a run's
 
     @property
     def slowdown(self) -> float | None:
@@ -303,14 +305,17 @@ def format_advice(rows: list[Advice], pipeline: Pipeline, mode: ModeModel,
     lines.append(f"PI: the 95 % prediction interval: the prediction over the spread of "
                  f"predicted/measured (Student's t) on {interval_source}")
     alive = [a for a in rows if not a.prediction.oom]
-    if any(a.prediction.peak_swap_bytes > 0 for a in alive):
+    if limit_bytes is not None and any(a.prediction.peak_swap_bytes > 0 for a in rows):
         lines.append(f"swap PI: the same for the peak swap, on {swap_source}"
                      if any(a.swap_interval for a in alive)
                      else f"swap PI: unknown: {swap_source}")
+        lines.append(_swap_scale_line(mode))
     short = [a for a in alive if _short_of_swap(a, swap_bytes)]
     if short:
-        lines.append(f"note: may run out of swap ({format_size(swap_bytes)} allowed), by the "
-                     f"top of its swap PI: {', '.join(a.prediction.policy for a in short)}")
+        lines.append(f"note: may run out of swap ({format_size(swap_bytes)} allowed): "
+                     f"{', '.join(a.prediction.policy for a in short)} (the top of its swap "
+                     f"PI, a run of it, or a need never checked against a run that swapped, "
+                     f"is over it)")
     unpriced = [a.prediction for a in rows if a.prediction.unpriced and not a.prediction.oom]
     if unpriced:
         lines.append("?: not ranked: predicted to swap at an unknown cost per page (swap "
@@ -371,33 +376,61 @@ def _disagreements(timed: list[tuple[Advice, float]]) -> list[str]:
     return out
 
 
-def measured_in_fit(mode: ModeModel, pipeline_file: str | os.PathLike,
-                    limit_bytes: int | None) -> list[dict]:
+def measured_in_fit(model: Model, mode: ModeModel, pipeline_file: str | os.PathLike,
+                    limit_bytes: int | None) -> tuple[list[dict], list[dict]]:
     """The fit's own cells (``ModeModel.measured``) of this pipeline file (its SHA-256,
-    not its name) under this limit, every swap allowance."""
+    not its name) under this limit, every swap allowance: this mode's, and every mode's
+    of its runtime (what a kernel paged: a native mode's swap is the sandbox's)."""
     from engine.files import sha256_file
 
     sha = sha256_file(pipeline_file)
     limit = "none" if limit_bytes is None else format_size(limit_bytes)
-    return [c for c in mode.measured if c.get("pipeline_sha256") == sha
-            and c["limit"] == limit]
+
+    def of(m: ModeModel) -> list[dict]:
+        return [c for c in m.measured if c.get("pipeline_sha256") == sha
+                and c["limit"] == limit]
+
+    paged = [c for m in model.modes.values() if m.runtime == mode.runtime for c in of(m)]
+    return of(mode), paged
 
 
-def attach_measured(advice: list[Advice], cells: list[dict], swap_bytes: int | None) -> None:
-    """Each advice's cell of the same swap; and where a run of its policy with more swap
-    allowed than ``swap_bytes`` swapped more than it, says so (it may be killed)."""
+def attach_measured(advice: list[Advice], own: list[dict], paged: list[dict],
+                    swap_bytes: int | None) -> None:
+    """Each advice's own cell of this swap (or, asked for a swap, one of unlimited swap
+    whose runs all finished within it: a larger cap changes nothing they did); where a
+    run of its policy swapped more than ``swap_bytes`` (it may be killed), or, predicted
+    killed, where its runs finished within it, says so."""
     asked = format_swap(swap_bytes)
+
+    def within(c: dict) -> bool:
+        return (swap_bytes is not None and c["swap"] == "max" and c["runs_ok"] == c["runs"]
+                and c["peak_swap_bytes"] is not None and c["peak_swap_bytes"] <= swap_bytes)
+
     for a in advice:
-        mine = [c for c in cells if c["policy"] == a.prediction.policy]
-        a.measured = next((c for c in mine if c["swap"] == asked), None)
+        policy = a.prediction.policy
+        mine = [c for c in own if c["policy"] == policy]
+        a.measured = next((c for c in mine if c["swap"] == asked),
+                          next((c for c in mine if within(c)), None))
         if swap_bytes is None:
             continue
-        over = [c for c in mine if c["peak_swap_bytes"] is not None
-                and c["peak_swap_bytes"] > swap_bytes]
+        runs = [c for c in paged if c["policy"] == policy and c["peak_swap_bytes"] is not None]
+        over = [c for c in runs if c["peak_swap_bytes"] > swap_bytes]
         if over:
             c = max(over, key=lambda c: c["peak_swap_bytes"])
-            a.swap_measured_over = (f"{a.prediction.policy} swapped {_mib(c['peak_swap_bytes'])}"
-                                    f" with swap {c['swap']}")
+            a.swap_measured_over = (f"{policy} swapped {_mib(c['peak_swap_bytes'])} with "
+                                    f"swap {c['swap']}")
+        elif a.prediction.oom and any(within(c) for c in runs):
+            c = max((c for c in runs if within(c)), key=lambda c: c["peak_swap_bytes"])
+            a.swap_measured_within = (f"{policy}'s runs finished having swapped at most "
+                                      f"{_mib(c['peak_swap_bytes'])}")
+
+
+def _ended(c: dict) -> str:
+    """How a cell's runs that did not finish ended, in words."""
+    words = {"memory": "OOM-killed", "error": "ended in error (e.g. a sandbox that did "
+             "not start)", "timeout": "timed out"}
+    parts = [f"{n} {words.get(how, how)}" for how, n in sorted(c.get("ended", {}).items())]
+    return ", ".join(parts) or f"{c['runs'] - c['runs_ok']} did not finish"
 
 
 def _measured_lines(rows: list[Advice], swap_bytes: int | None) -> list[str]:
@@ -406,36 +439,80 @@ def _measured_lines(rows: list[Advice], swap_bytes: int | None) -> list[str]:
     shown = [a for a in rows if a.measured]
     if shown:
         lines.append("measured: this pipeline file's own runs among those the model was "
-                     "fitted on, under this limit and swap (median [95 % CI]; peak swap):")
+                     "fitted on, under this limit (median [95 % CI]; peak swap):")
         for a in shown:
             c = a.measured
+            cap = "" if c["swap"] == format_swap(swap_bytes) else f" (swap {c['swap']})"
             if c["makespan_s"] is None:
-                lines.append(f"      {a.prediction.policy:<18}killed in {c['runs']} of "
-                             f"{c['runs']} runs")
+                lines.append(f"      {a.prediction.policy:<18}no run finished: "
+                             f"{_ended(c)}{cap}")
                 continue
             ci = (f" [{c['makespan_ci'][0]:.3f}-{c['makespan_ci'][1]:.3f}s]"
                   if c["makespan_ci"] else f" (no CI: {c['runs_ok']} finished run(s))")
             swap = ("" if c["peak_swap_bytes"] is None
                     else f"; swap {_mib(c['peak_swap_bytes'])}")
-            killed = (f"; {c['runs'] - c['runs_ok']} of {c['runs']} runs killed"
-                      if c["oom"] else "")
+            left = (f"; of {c['runs']} runs {_ended(c)}" if c["runs_ok"] < c["runs"] else "")
             lines.append(f"      {a.prediction.policy:<18}{c['makespan_s']:>9.3f}s{ci}"
-                         f"{swap}{killed}")
-        lines += _disagreements([(a, a.measured["makespan_s"]) for a in shown
-                                 if a.measured["makespan_s"] is not None])
+                         f"{swap}{left}{cap}")
+        timed = [(a, a.measured["makespan_s"]) for a in shown
+                 if a.measured["makespan_s"] is not None]
+        lines += _disagreements(timed)
+        lines += _unbounded(timed)
     over = [a.swap_measured_over for a in rows if a.swap_measured_over]
     if over:
         lines.append(f"note: more swap than the {format_size(swap_bytes)} allowed here was "
                      f"measured on this pipeline: {'; '.join(over)}: it may be killed")
+    within = [a.swap_measured_within for a in rows if a.swap_measured_within]
+    if within:
+        lines.append(f"note: predicted killed, but with more swap allowed "
+                     f"{'; '.join(within)}, within the {format_size(swap_bytes)} asked: "
+                     f"the prediction overstates the swap they need")
     return lines
 
 
+def _unbounded(timed: list[tuple[Advice, float]]) -> list[str]:
+    """Where a prediction beside a measured figure has no interval to hold it against:
+    how far apart they are (time, and swap where both swapped)."""
+    parts = []
+    for a, t in timed:
+        if a.prediction.oom or (a.interval is not None and (
+                a.swap_interval is not None or not a.prediction.peak_swap_bytes)):
+            continue
+        gaps = [] if a.interval is not None else [
+            f"time {100 * (a.prediction.makespan_s / t - 1):+.0f} %"]
+        measured_swap = a.measured.get("peak_swap_bytes")
+        if a.swap_interval is None and measured_swap and a.prediction.peak_swap_bytes:
+            gaps.append(f"swap {100 * (a.prediction.peak_swap_bytes / measured_swap - 1):+.0f} %")
+        if gaps:
+            parts.append(f"{a.prediction.policy} {', '.join(gaps)}")
+    if not parts:
+        return []
+    return [f"note: predicted against measured, with no held-out interval to weigh the gap: "
+            f"{'; '.join(parts)}"]
+
+
+def _swap_scale_line(mode: ModeModel) -> str:
+    """Where the predicted swap comes from: the replay's shortfall, scaled by what runs
+    that swapped measured (``engine.model.train.calibrate``), or not."""
+    if mode.swap_scale_from is None:
+        return ("note: each policy's swap is the replay's shortfall alone (what does not fit "
+                "under the limit): no run the model was fitted on swapped a MiB or more, "
+                "and a run swaps more than its shortfall (docs/model.md): allow more swap "
+                "than it says")
+    whose = ("its own runs" if mode.swap_scale_from == mode.key
+             else f"{mode.swap_scale_from}'s runs (this mode has no limited runs)")
+    return (f"swap: the replay's shortfall times {mode.swap_scale:.2f}, measured over "
+            f"replayed on {whose} that swapped")
+
+
 def _short_of_swap(a: Advice, swap_bytes: int | None) -> bool:
-    """Predicted to fit, but the top of its swap PI, or a run of it, is over the swap
+    """Predicted to fit, but the top of its swap PI, a run of it, or a swap need the
+    model never checked against a run that swapped, is over (or may be over) the swap
     allowed."""
     return (not a.prediction.oom and swap_bytes is not None
             and (a.swap_interval is not None and a.swap_interval[1] > swap_bytes
-                 or bool(a.swap_measured_over)))
+                 or bool(a.swap_measured_over)
+                 or (a.swap_unchecked and a.prediction.peak_swap_bytes > 0)))
 
 
 def _swap_pi(a: Advice) -> str:
@@ -509,7 +586,10 @@ def run_advise(pipeline_path: str, model_path: str, models_dir: str, limit_bytes
                                swap_bytes, device)
         for a in advice:
             a.rebuilt = rebuilt.get(a.prediction.policy)
-    attach_measured(advice, measured_in_fit(mode, pipeline_path, limit_bytes), swap_bytes)
+    attach_measured(advice, *measured_in_fit(model, mode, pipeline_path, limit_bytes),
+                    swap_bytes)
+    for a in advice:
+        a.swap_unchecked = limit_bytes is not None and mode.swap_scale_from is None
     if as_json:
         return json.dumps({"pipeline": pipeline.name, "mode": mode.mode,
                            "runtime": mode.runtime, "limit_bytes": limit_bytes,

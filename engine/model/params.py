@@ -138,6 +138,9 @@ class ModeModel:
     # median over the training cells that swapped: the kernel reclaims ahead of the
     # shortfall, so a run swaps more than it (engine.model.train.calibrate)
     swap_scale: float = 1.0
+    # whose cells swap_scale was fitted on: this mode's key, another mode's of the same
+    # runtime (native has no limited runs of its own), or None: no training cell swapped
+    swap_scale_from: str | None = None
     # the training runs' own measurements, one dict a (pipeline, policy, limit, swap)
     # cell (engine.model.train.training_cells): what advise shows of a pipeline it was
     # fitted on

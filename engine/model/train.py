@@ -148,7 +148,7 @@ def calibrate(mode: ModeModel, cells: pd.DataFrame, pipelines: dict[str, Pipelin
     if len(gaps) >= 2:
         lo, mid, hi = np.percentile(gaps, [5, 50, 95])
         mode.baseline_spread_bytes = [float(min(lo - mid, 0.0)), float(max(hi - mid, 0.0))]
-    mode.swap_scale = 1.0
+    mode.swap_scale, mode.swap_scale_from = 1.0, None
     ratios = []
     for r in cells[cells["limit"] != "none"].itertuples():
         if not (r.measured_peak_swap_bytes >= SWAP_FLOOR_BYTES and r.pipeline in pipelines):
@@ -159,7 +159,19 @@ def calibrate(mode: ModeModel, cells: pd.DataFrame, pipelines: dict[str, Pipelin
             ratios.append(r.measured_peak_swap_bytes / shortfall)
     if ratios:
         mode.swap_scale = round(float(np.median(ratios)), 4)
+        mode.swap_scale_from = mode.key
     return mode
+
+
+def share_swap_scale(modes: list[ModeModel]) -> None:
+    """A mode without cells that swapped (native: its runs cannot be limited here) takes
+    the swap scale of a mode of the same runtime fitted on its own (a sandbox, whose
+    kernel paged)."""
+    for mode in modes:
+        donor = next((m for m in modes if m.swap_scale_from == m.key
+                      and m.runtime == mode.runtime and m is not mode), None)
+        if mode.swap_scale_from is None and donor is not None:
+            mode.swap_scale, mode.swap_scale_from = donor.swap_scale, donor.key
 
 
 def training_cells(runs: pd.DataFrame) -> list[dict]:
@@ -171,6 +183,11 @@ def training_cells(runs: pd.DataFrame) -> list[dict]:
     from engine.units import format_swap
 
     cells = measured_cells(runs)
+    # how the runs that did not finish ended (memory: OOM-killed; error: e.g. a sandbox
+    # that never started; timeout)
+    ended = {key: {str(k): int(v) for k, v in g["termination"].value_counts().items()}
+             for key, g in runs[runs["termination"] != "ok"].assign(
+                 pipeline=lambda r: r["pipeline"].astype(str)).groupby(CELL_KEY)}
     sha = (runs.assign(pipeline=runs["pipeline"].astype(str))
            .groupby("pipeline")["pipeline_sha256"].first()
            if "pipeline_sha256" in runs else pd.Series(dtype=object))
@@ -182,6 +199,7 @@ def training_cells(runs: pd.DataFrame) -> list[dict]:
              "policy": str(c.policy), "limit": str(c.limit),
              "swap": format_swap(None if pd.isna(c.swap_bytes) else int(c.swap_bytes)),
              "runs": int(c.runs), "runs_ok": int(c.runs_ok), "oom": bool(c.measured_oom),
+             "ended": ended.get((str(c.pipeline), str(c.policy), str(c.limit)), {}),
              "makespan_s": number(c.measured_makespan_s),
              "makespan_ci": ([float(c.measured_makespan_ci_low),
                               float(c.measured_makespan_ci_high)]
@@ -202,6 +220,7 @@ def train(runs: pd.DataFrame, tasks: pd.DataFrame, networks: pd.DataFrame,
         calibrate(mode, measured_cells(runs[keys == name]), pipelines,
                   Networks(descriptions, mode.batch, mode.runtime))
         mode.measured = training_cells(runs[keys == name])
+    share_swap_scale(list(model.modes.values()))
     for policy in model.policies:
         parse_policy(policy)  # a policy name this engine no longer knows fails here
     return model

@@ -1210,7 +1210,15 @@ def test_advise_gives_the_peak_swap_its_held_out_interval_and_warns_of_too_littl
 
     root, models = advice_files
     model = root / "model.json"
-    [key] = Model.read(model).modes
+    fitted = Model.read(model)
+    [(key, mode)] = fitted.modes.items()
+    code, out, _ = _advise(capsys, "--pipeline", str(root / "p.json"), "--model", str(model),
+                           "--models", str(models), "--limit", "40000500", "--swap", "1G")
+    # no run of the fit swapped: the need is the shortfall alone, and said to be a floor
+    assert code == 0 and "no run the model was fitted on swapped" in out
+    assert "may run out of swap" in out
+    mode.swap_scale_from = key  # as if its own runs had swapped
+    fitted.write(model)
     (root / "cv.json").write_text(json.dumps({
         key: {"swap_log_error_pi": {"low": float(np.log(0.5)), "high": 0.0, "n": 5}},
         "model_sha256": sha256_file(model)}))
@@ -1341,6 +1349,10 @@ def test_advise_shows_this_pipelines_own_training_runs_and_what_they_contradict(
     assert f"      {slower:<18}    1.000s [0.900-1.100s]; swap {need / MIB:.0f} MiB" in out
     assert "9.000s" not in out
     assert f"rank {slower}, {faster} (predicted: {faster}, {slower})" in out
+    # no cv.json, so no interval: the gap itself is said (twelfth held-out pass H2)
+    gap = 100 * (predicted[slower]["makespan_s"] / 1.0 - 1)
+    assert "with no held-out interval to weigh the gap: " in out
+    assert f"{slower} time {gap:+.0f} %" in out
     # asked with less swap than its runs took: said, and may_run_out_of_swap
     swap = str(need // 2)
     code, out, err = _advise(capsys, *args[:-1], "--swap", swap)
@@ -1348,3 +1360,46 @@ def test_advise_shows_this_pipelines_own_training_runs_and_what_they_contradict(
     assert f"more swap than the {format_size(need // 2)} allowed here was measured" in out
     policies = json.loads(_advise(capsys, *args, "--swap", swap)[1])["policies"]
     assert all(p["may_run_out_of_swap"] or p["oom"] for p in policies)
+    # predicted killed for want of swap, where its runs finished within what is asked
+    # (twelfth pass H3); a run that never started is not "killed" (H4)
+    little = int(min(p["peak_swap_bytes"] for p in predicted.values()) / 4)
+    mode.measured = [{**cell(slower, 1.0), "peak_swap_bytes": little},
+                     {**cell(faster, 2.0), "makespan_s": None, "makespan_ci": None,
+                      "runs": 1, "runs_ok": 0, "ended": {"error": 1}}]
+    model.write(path)
+    code, out, err = _advise(capsys, *args[:-1], "--swap", str(2 * little))
+    assert code == 0 and f"{slower:<4}" in out and "predicted to be killed" in out, out
+    assert (f"predicted killed, but with more swap allowed {slower}'s runs finished having "
+            f"swapped at most") in out
+    code, out, err = _advise(capsys, *args[:-1])
+    assert code == 0, err
+    assert f"{faster:<18}no run finished: 1 ended in error (e.g. a sandbox that did not " \
+           f"start)" in out
+
+
+def test_a_mode_without_runs_that_swapped_takes_a_sandboxs_swap_scale_of_its_runtime():
+    """Twelfth held-out pass H1: the native fit (no limited runs of its own) kept the
+    shortfall alone while the uml fit beside it had measured a run swap 1.76 times it."""
+    from engine.model.train import share_swap_scale
+
+    native, uml, uml_caffe, native_caffe = (_mode(), _mode(), _mode(), _mode())
+    uml.mode = uml_caffe.mode = "uml"
+    uml_caffe.runtime = native_caffe.runtime = "caffe"
+    uml.swap_scale, uml.swap_scale_from = 1.76, "uml/lean"
+    share_swap_scale([native, uml, uml_caffe, native_caffe])
+    assert (native.swap_scale, native.swap_scale_from) == (1.76, "uml/lean")
+    # another runtime's scale is not this one's: none fitted, none taken
+    assert native_caffe.swap_scale_from is None and native_caffe.swap_scale == 1.0
+
+
+def test_training_cells_say_how_the_runs_that_did_not_finish_ended(tiny):
+    """Twelfth held-out pass H4: a run whose sandbox never started was shown as killed."""
+    from engine.model.train import training_cells
+
+    runs, _ = _synthetic_runs(tiny)
+    limited = runs[runs["limit"] == "1M"].assign(
+        swap_bytes=None, size_bin="small", n_networks=1, param_bytes=0,
+        policy_family="linear", termination=["error", "memory", "ok"])
+    [cell] = training_cells(limited)
+    assert cell["ended"] == {"error": 1, "memory": 1}
+    assert (cell["runs"], cell["runs_ok"], cell["oom"]) == (3, 1, True)
