@@ -151,7 +151,9 @@ def pipelines_args(config: Config, networks: Iterable[str], holdout: bool = Fals
     return " ".join(filter(None, [
         join_words(["--count", count, "--seed", seed, *prefix, "--length", *cfg["length"]]),
         arrival_args(cfg["arrival"]),
-        join_words([*bins_args(config), "--networks", *networks]),
+        # sorted: the draw sorts them (generate_pipelines), so a reordered list is the
+        # same pipelines and must rerun nothing
+        join_words([*bins_args(config), "--networks", *sorted(set(networks))]),
     ]))
 
 
@@ -169,7 +171,7 @@ def vm_pipelines_args(config: Config, holdout: bool = False) -> str:
         count, seed, prefix = hold.get("vm_pipelines", 0), hold["seed"], HOLDOUT_VM_PREFIX
     return join_words(["--count", count, "--seed", seed, "--prefix", prefix,
                        "--length", *cfg["length"], *bins_args(config),
-                       "--networks", *cfg["networks"]])
+                       "--networks", *sorted(set(cfg["networks"]))])
 
 
 def run_command(prefix: str, pipeline: str, policy: str, models: str, out: str, limit: str,

@@ -137,9 +137,14 @@ def test_pipelines_args_are_todays_command_lines(cfg):
     networks = ["AgeNet", "GenderNet", "FaceNet", "AlexNet", "GoogLeNet"]
     assert pipelines_args(cfg, networks) == (
         "--count 3 --seed 0 --length 2 4 --arrival batch --bins 150 400"
-        " --networks AgeNet GenderNet FaceNet AlexNet GoogLeNet")
+        " --networks AgeNet AlexNet FaceNet GenderNet GoogLeNet")
     assert vm_pipelines_args(cfg) == (
         "--count 2 --seed 0 --prefix v --length 1 3 --bins 150 400 --networks AgeNet GenderNet")
+    # the draw sorts the networks: another order of the list is the same pipelines, and
+    # the same arguments, so it reruns nothing (thirteenth held-out pass M1)
+    assert pipelines_args(cfg, networks[::-1]) == pipelines_args(cfg, networks)
+    assert vm_pipelines_args(with_(cfg, vm__pipelines__networks=["GenderNet", "AgeNet"])) \
+        == vm_pipelines_args(cfg)
     assert vm_pipelines_args(with_(cfg, vm__enabled=False)) == ""
 
 
@@ -1115,3 +1120,15 @@ def test_a_sandbox_runs_params_carry_the_environments_settings_of_its_measuremen
         sandbox_settings({"EDGEPROF_UML_USERSPACE": "junk"}, "uml")
     rules = (REPO / "workflow" / "rules" / "run.smk").read_text()
     assert rules.count("sandbox=") == 3  # the run rule, the block rules, the reconciliation
+
+
+def test_the_pipelines_drawn_do_not_depend_on_the_order_of_the_networks_given():
+    """What sorting pipelines_args' networks rests on."""
+    from engine.schedule.pipelines import generate_pipelines
+
+    sizes = {"AgeNet": 45 * 2**20, "GenderNet": 44 * 2**20, "AlexNet": 233 * 2**20}
+    arrival = {"mode": "batch"}
+    made = generate_pipelines(0, 4, sizes, (2, 4), arrival, [150, 400])
+    again = generate_pipelines(0, 4, dict(reversed(sizes.items())), (2, 4), arrival,
+                               [150, 400])
+    assert [p.networks() for p in made] == [p.networks() for p in again]
