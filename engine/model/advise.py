@@ -458,6 +458,13 @@ def _measured_lines(rows: list[Advice], swap_bytes: int | None) -> list[str]:
                  if a.measured["makespan_s"] is not None]
         lines += _disagreements(timed)
         lines += _unbounded(timed)
+    killed = [a.prediction.policy for a in shown if not a.prediction.oom
+              and a.measured["makespan_s"] is None
+              and set(a.measured.get("ended", {})) == {"memory"}]
+    if killed:
+        lines.append(f"note: predicted to finish, but this pipeline's runs under this limit "
+                     f"were all OOM-killed: {', '.join(killed)}: they may be killed whatever "
+                     f"the swap")
     over = [a.swap_measured_over for a in rows if a.swap_measured_over]
     if over:
         lines.append(f"note: more swap than the {format_size(swap_bytes)} allowed here was "

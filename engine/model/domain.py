@@ -83,8 +83,8 @@ def outside(mode: ModeModel, pipeline: Pipeline, layer_types: dict[str, set[str]
     elif limit_bytes is not None:
         sizes = [parse_size(x) for x in d.limits]
         if not min(sizes) <= limit_bytes <= max(sizes):
-            out.append(f"limit {format_size(limit_bytes)}: outside the limits its swap costs "
-                       f"were fitted under ({', '.join(d.limits)})")
+            out.append(f"limit {format_size(limit_bytes)}: outside the limits of the "
+                       f"finished runs its swap costs were fitted on ({', '.join(d.limits)})")
     return out
 
 

@@ -141,6 +141,10 @@ class ModeModel:
     # whose cells swap_scale was fitted on: this mode's key, another mode's of the same
     # runtime (native has no limited runs of its own), or None: no training cell swapped
     swap_scale_from: str | None = None
+    # the largest limit at which a training run was OOM-killed before its first task (the
+    # interpreter's and numpy's start-up): at or below it a run is killed whatever the
+    # swap (engine.model.train.startup_floor); None: no such run
+    startup_floor_bytes: float | None = None
     # the training runs' own measurements, one dict a (pipeline, policy, limit, swap)
     # cell (engine.model.train.training_cells): what advise shows of a pipeline it was
     # fitted on

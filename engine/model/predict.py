@@ -132,7 +132,11 @@ def predict(mode: ModeModel, pipeline: Pipeline, networks: Networks, policy: Pol
     over = 0 if capacity is None else max(-capacity, 0)
     peak_swap = (over + mem.peak_swapped) * mode.swap_scale
     why = ""
-    if swap_bytes is not None and peak_swap > swap_bytes:
+    floor = mode.startup_floor_bytes
+    if limit_bytes is not None and floor is not None and limit_bytes <= floor:
+        why = (f"at or below {floor / MIB:.0f} MiB, where the fitted runs were killed in the "
+               f"engine's own start-up (the interpreter and numpy), whatever the swap")
+    elif swap_bytes is not None and peak_swap > swap_bytes:
         why = (f"needs {peak_swap / MIB:.0f} MiB of swap"
                + (f" (the runtime's own anonymous {anon_baseline / MIB:.0f} MiB is over the "
                   f"limit by {over / MIB:.0f} MiB)" if over else "")

@@ -163,6 +163,17 @@ def calibrate(mode: ModeModel, cells: pd.DataFrame, pipelines: dict[str, Pipelin
     return mode
 
 
+def startup_floor(runs: pd.DataFrame) -> float | None:
+    """The largest limit at which a run was OOM-killed before its first task started
+    (``tasks_finished`` 0, nothing running: the engine's own start-up), or None."""
+    if not {"tasks_finished", "running_at_end", "limit_bytes"} <= set(runs):
+        return None
+    running = runs["running_at_end"].fillna("").astype(str).str.strip()
+    dead = runs[(runs["termination"] == "memory") & (runs["tasks_finished"] == 0)
+                & (running == "") & runs["limit_bytes"].notna()]
+    return float(dead["limit_bytes"].max()) if len(dead) else None
+
+
 def share_swap_scale(modes: list[ModeModel]) -> None:
     """A mode without cells that swapped (native: its runs cannot be limited here) takes
     the swap scale of a mode of the same runtime fitted on its own (a sandbox, whose
@@ -220,6 +231,7 @@ def train(runs: pd.DataFrame, tasks: pd.DataFrame, networks: pd.DataFrame,
         calibrate(mode, measured_cells(runs[keys == name]), pipelines,
                   Networks(descriptions, mode.batch, mode.runtime))
         mode.measured = training_cells(runs[keys == name])
+        mode.startup_floor_bytes = startup_floor(runs[keys == name])
     share_swap_scale(list(model.modes.values()))
     for policy in model.policies:
         parse_policy(policy)  # a policy name this engine no longer knows fails here

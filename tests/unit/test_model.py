@@ -1375,6 +1375,12 @@ def test_advise_shows_this_pipelines_own_training_runs_and_what_they_contradict(
     assert code == 0, err
     assert f"{faster:<18}no run finished: 1 ended in error (e.g. a sandbox that did not " \
            f"start)" in out
+    # every run of it OOM-killed where it is predicted to finish (thirteenth pass H1)
+    mode.measured[1]["ended"] = {"memory": 1}
+    model.write(path)
+    code, out, err = _advise(capsys, *args[:-1])
+    assert code == 0, err
+    assert (f"were all OOM-killed: {faster}: they may be killed whatever the swap") in out
 
 
 def test_a_mode_without_runs_that_swapped_takes_a_sandboxs_swap_scale_of_its_runtime():
@@ -1403,3 +1409,26 @@ def test_training_cells_say_how_the_runs_that_did_not_finish_ended(tiny):
     [cell] = training_cells(limited)
     assert cell["ended"] == {"error": 1, "memory": 1}
     assert (cell["runs"], cell["runs_ok"], cell["oom"]) == (3, 1, True)
+
+
+def test_at_or_below_the_limit_that_killed_the_runtimes_start_up_a_run_is_predicted_killed(
+        tiny):
+    """Thirteenth held-out pass H1: at 8M and 12M every run was OOM-killed before its
+    first task (the interpreter and numpy), swap or not, while advise ranked them."""
+    from engine.model.train import startup_floor
+
+    runs = pd.DataFrame({
+        "termination": ["memory", "memory", "memory", "ok", "memory"],
+        "tasks_finished": [0, 0, 3, 40, 0],
+        "running_at_end": ["", None, "Tiny LOAD ip1", "", "Tiny INIT"],
+        "limit_bytes": [12 * MIB, 8 * MIB, 40 * MIB, 40 * MIB, 30 * MIB]})
+    # killed while running a task (40M) or its INIT (30M) is no start-up kill
+    assert startup_floor(runs) == 12 * MIB
+    assert startup_floor(runs.drop(columns="tasks_finished")) is None
+    mode = _mode(baseline=0.0)
+    mode.startup_floor_bytes = 12 * MIB
+    nets = Networks({"Tiny": tiny}, None, "lean")
+    pipe = Pipeline("t", [Arrival(0.0, ["Tiny"])])
+    at = predict(mode, pipe, nets, "linear", 12 * MIB)[0]
+    assert at.oom and "killed in the engine's own start-up" in at.why
+    assert not predict(mode, pipe, nets, "linear", 13 * MIB)[0].oom
