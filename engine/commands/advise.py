@@ -15,7 +15,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        "(predicted time, peak RAM and swap), or find the smallest limit "
                        "without swap")
     p.add_argument("--pipeline", required=True, help="pipeline .json")
-    p.add_argument("--limit", help="RAM limit, e.g. 512M (default: unconstrained)")
+    p.add_argument("--limit", help="RAM limit, e.g. 512M (omit it for unconstrained)")
     p.add_argument("--swap", help="swap allowed on top of the limit: a size, 0, or max "
                    "(default max)")
     p.add_argument("--model", default="results/model/model.json",

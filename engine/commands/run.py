@@ -37,7 +37,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "execprio-inter[:k], masa[:k]")
     p.add_argument("--models", required=True, help="folder of *.description.json")
     p.add_argument("--out", required=True, help="run folder to write")
-    p.add_argument("--limit", help="RAM limit, e.g. 512M (default: none)")
+    p.add_argument("--limit", help="RAM limit, e.g. 512M (omit it for none)")
     p.add_argument("--swap", help="swap allowed on top of the limit: a size, 0, or max "
                    "(default: max, as EdgeCaffe's memsw of several GB)")
     p.add_argument("--backend", default="auto", choices=BACKENDS,
