@@ -60,6 +60,7 @@ class Advice:
     swap_measured_over: str = ""  # a run of it measured more swap than allowed: which
     swap_measured_within: str = ""  # predicted killed, but its runs fit the swap: which
     swap_unchecked: bool = False  # its swap need was never checked against a run's
+    kill_risk: bool = False  # at or below a limit at which a fitted run was OOM-killed
 
     @property
     def slowdown(self) -> float | None:
@@ -310,6 +311,12 @@ def format_advice(rows: list[Advice], pipeline: Pipeline, mode: ModeModel,
                      if any(a.swap_interval for a in alive)
                      else f"swap PI: unknown: {swap_source}")
         lines.append(_swap_scale_line(mode))
+    risky = [a.prediction.policy for a in alive if a.kill_risk]
+    if risky:
+        lines.append(f"note: may be killed whatever the prediction: {', '.join(risky)} (a run "
+                     f"the model was fitted on was OOM-killed at "
+                     f"{format_size(int(mode.kill_limit_bytes))}, at or above this limit; "
+                     f"the model does not predict such kills)")
     short = [a for a in alive if _short_of_swap(a, swap_bytes)]
     if short:
         lines.append(f"note: may run out of swap ({format_size(swap_bytes)} allowed): "
@@ -595,8 +602,11 @@ def run_advise(pipeline_path: str, model_path: str, models_dir: str, limit_bytes
             a.rebuilt = rebuilt.get(a.prediction.policy)
     attach_measured(advice, *measured_in_fit(model, mode, pipeline_path, limit_bytes),
                     swap_bytes)
+    kill = mode.kill_limit_bytes
     for a in advice:
         a.swap_unchecked = limit_bytes is not None and mode.swap_scale_from is None
+        a.kill_risk = (limit_bytes is not None and kill is not None
+                       and limit_bytes <= kill and not a.prediction.oom)
     if as_json:
         return json.dumps({"pipeline": pipeline.name, "mode": mode.mode,
                            "runtime": mode.runtime, "limit_bytes": limit_bytes,
@@ -610,6 +620,7 @@ def run_advise(pipeline_path: str, model_path: str, models_dir: str, limit_bytes
                                          "makespan_pi_95": a.interval,
                                          "peak_swap_pi_95": a.swap_interval,
                                          "may_run_out_of_swap": _short_of_swap(a, swap_bytes),
+                                         "may_be_killed": a.kill_risk,
                                          "rebuilt_from_measurements": a.rebuilt,
                                          "measured_in_fit": a.measured,
                                          "swap_measured_over": a.swap_measured_over or None,

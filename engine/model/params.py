@@ -145,6 +145,9 @@ class ModeModel:
     # interpreter's and numpy's start-up): at or below it a run is killed whatever the
     # swap (engine.model.train.startup_floor); None: no such run
     startup_floor_bytes: float | None = None
+    # the largest limit at which a training run was OOM-killed at any moment: at or below
+    # it advise warns a run may be killed whatever it predicts; None: no such run
+    kill_limit_bytes: float | None = None
     # the training runs' own measurements, one dict a (pipeline, policy, limit, swap)
     # cell (engine.model.train.training_cells): what advise shows of a pipeline it was
     # fitted on

@@ -134,7 +134,7 @@ def predict(mode: ModeModel, pipeline: Pipeline, networks: Networks, policy: Pol
     why = ""
     floor = mode.startup_floor_bytes
     if limit_bytes is not None and floor is not None and limit_bytes <= floor:
-        why = (f"at or below {floor / MIB:.0f} MiB, where the fitted runs were killed in the "
+        why = (f"at or below {floor / MIB:.0f} MiB, where a fitted run was killed in the "
                f"engine's own start-up (the interpreter and numpy), whatever the swap")
     elif swap_bytes is not None and peak_swap > swap_bytes:
         why = (f"needs {peak_swap / MIB:.0f} MiB of swap"

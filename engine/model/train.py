@@ -174,6 +174,13 @@ def startup_floor(runs: pd.DataFrame) -> float | None:
     return float(dead["limit_bytes"].max()) if len(dead) else None
 
 
+def kill_limit(runs: pd.DataFrame) -> float | None:
+    """The largest limit at which a run was OOM-killed (at any moment), or None."""
+    killed = runs.loc[runs["termination"] == "memory", "limit_bytes"].dropna() \
+        if "limit_bytes" in runs else pd.Series(dtype=float)
+    return float(killed.max()) if len(killed) else None
+
+
 def share_swap_scale(modes: list[ModeModel]) -> None:
     """A mode without cells that swapped (native: its runs cannot be limited here) takes
     the swap scale of a mode of the same runtime fitted on its own (a sandbox, whose
@@ -232,6 +239,7 @@ def train(runs: pd.DataFrame, tasks: pd.DataFrame, networks: pd.DataFrame,
                   Networks(descriptions, mode.batch, mode.runtime))
         mode.measured = training_cells(runs[keys == name])
         mode.startup_floor_bytes = startup_floor(runs[keys == name])
+        mode.kill_limit_bytes = kill_limit(runs[keys == name])
     share_swap_scale(list(model.modes.values()))
     for policy in model.policies:
         parse_policy(policy)  # a policy name this engine no longer knows fails here

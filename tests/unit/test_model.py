@@ -1432,3 +1432,31 @@ def test_at_or_below_the_limit_that_killed_the_runtimes_start_up_a_run_is_predic
     at = predict(mode, pipe, nets, "linear", 12 * MIB)[0]
     assert at.oom and "killed in the engine's own start-up" in at.why
     assert not predict(mode, pipe, nets, "linear", 13 * MIB)[0].oom
+
+
+def test_at_or_below_a_limit_that_killed_a_fitted_run_advise_says_a_run_may_be_killed(
+        advice_files, capsys):
+    """Fourteenth held-out pass H1: between the start-up floor (12M) and the smallest
+    limit its runs finished at (32M), advise ranked linear first at 16M, where real runs
+    of it were OOM-killed, and said nothing of it."""
+    from engine.model.train import kill_limit
+
+    runs = pd.DataFrame({"termination": ["memory", "ok", "memory", "error"],
+                         "limit_bytes": [12 * MIB, 32 * MIB, 8 * MIB, 64 * MIB]})
+    assert kill_limit(runs) == 12 * MIB  # an error (a sandbox that never started) is none
+    assert kill_limit(runs[runs["termination"] == "ok"]) is None
+    root, models = advice_files
+    path = root / "model.json"
+    model = Model.read(path)
+    [mode] = model.modes.values()
+    mode.kill_limit_bytes = 40000500.0
+    model.write(path)
+    args = ["--pipeline", str(root / "p.json"), "--model", str(path), "--models",
+            str(models), "--policies", "linear"]
+    code, out, err = _advise(capsys, *args, "--limit", "40000500")
+    assert code == 0, err
+    assert "note: may be killed whatever the prediction: linear" in out
+    [p] = json.loads(_advise(capsys, *args, "--limit", "40000500", "--json")[1])["policies"]
+    assert p["may_be_killed"] is True
+    [p] = json.loads(_advise(capsys, *args, "--limit", "40000501", "--json")[1])["policies"]
+    assert p["may_be_killed"] is False
