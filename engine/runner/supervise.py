@@ -45,7 +45,13 @@ from engine.runner.stall import StallWatch, wait_child
 from engine.schedule.pipelines import Pipeline, load_pipeline
 from engine.schedule.plan import one_after_another, plan, resolve_descriptions
 from engine.schedule.policies import Policy, parse_policy
-from engine.signals import Interrupted, Signalled, ignore_signals, signals_unwind
+from engine.signals import (
+    Interrupted,
+    Signalled,
+    ignore_signals,
+    signals_deferred,
+    signals_unwind,
+)
 
 # Backends under which a limit that cannot be enforced is recorded, never an error.
 RECORDS_UNENFORCED = ("none", "auto", "inherit")
@@ -178,8 +184,13 @@ def run_supervised(request: RunRequest, session: Session | None = None) -> RunMe
             load_start = hostload.snapshot()
             started_at = time.time()
             t_start = time.monotonic()
-            proc = subprocess.Popen(argv, env=env, preexec_fn=preexec(session.preexec(), pin),
-                                    start_new_session=True)
+            # held back while it starts: a signal inside Popen (after the fork, before it
+            # returns) left the child running unnamed, past the cleanup that removes its
+            # folder (GNU time then said its output file was gone)
+            with signals_deferred():
+                proc = subprocess.Popen(argv, env=env,
+                                        preexec_fn=preexec(session.preexec(), pin),
+                                        start_new_session=True)
             session.attach_pid(proc.pid)
             own_cpus = os.sched_getaffinity(0)
             affinity = {"asked": bool(options.pin_cpu), "pinned": bool(child_cpus),
