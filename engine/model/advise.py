@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -92,22 +93,32 @@ def _interval_source(key: str, pi: dict, what: str) -> str:
     return f"{key}'s {pi['n']} held-out {what}"
 
 
+def _held_out(cv: dict, mode: ModeModel, pick: Callable[[dict], dict | None]
+              ) -> tuple[dict | None, str | None]:
+    """``pick`` of the mode's own cross-validation entry, else of the first mode's of the
+    same runtime that has it, and whose it is; (None, None) when none has it."""
+    own = pick(cv.get(mode.key) or {})
+    if own:
+        return own, mode.key
+    for key, entry in cv.items():
+        if isinstance(entry, dict) and key.endswith(f"/{mode.runtime}") and pick(entry):
+            return pick(entry), key
+    return None, None
+
+
 def error_interval(cv: dict, mode: ModeModel, limited: bool) -> tuple[dict | None, str]:
     """The held-out log(predicted / measured makespan) interval that gives a prediction
     its own (``engine.model.evaluate.log_error_interval``), and whose it is: the mode's
     own (unconstrained, or limited); under a limit without limited cells of its own
     (native), a sandbox's of the same runtime."""
     scope = "limited" if limited else "unconstrained"
-    own = (cv.get(mode.key) or {}).get("makespan_log_error_pi", {})
-    if scope in own:
-        return own[scope], _interval_source(mode.key, own[scope], f"{scope} cells")
-    for key, entry in cv.items():
-        if (isinstance(entry, dict) and key.endswith(f"/{mode.runtime}")
-                and scope in entry.get("makespan_log_error_pi", {})):
-            pi = entry["makespan_log_error_pi"][scope]
-            return pi, (_interval_source(key, pi, f"{scope} cells")
-                        + f" (another mode's error: the {mode.key} model has none of its own)")
-    return None, f"no held-out {scope} cells in the cross-validation{_no_cv(cv)}"
+    pi, key = _held_out(cv, mode, lambda e: e.get("makespan_log_error_pi", {}).get(scope))
+    if pi is None:
+        return None, f"no held-out {scope} cells in the cross-validation{_no_cv(cv)}"
+    source = _interval_source(key, pi, f"{scope} cells")
+    if key != mode.key:
+        source += f" (another mode's error: the {mode.key} model has none of its own)"
+    return pi, source
 
 
 def swap_interval(cv: dict, mode: ModeModel) -> tuple[dict | None, str]:
@@ -115,16 +126,11 @@ def swap_interval(cv: dict, mode: ModeModel) -> tuple[dict | None, str]:
     its own, and whose it is: the mode's own, or (native, which never swaps under a limit
     of its own) a sandbox's of the same runtime."""
     what = "limited cells that swapped"
-    own = (cv.get(mode.key) or {}).get("swap_log_error_pi")
-    if own:
-        return own, _interval_source(mode.key, own, what)
-    for key, entry in cv.items():
-        if (isinstance(entry, dict) and key.endswith(f"/{mode.runtime}")
-                and entry.get("swap_log_error_pi")):
-            return entry["swap_log_error_pi"], _interval_source(
-                key, entry["swap_log_error_pi"], what)
-    return None, (f"no held-out {what} a MiB or more, measured and predicted, in the "
-                  f"cross-validation{_no_cv(cv)}")
+    pi, key = _held_out(cv, mode, lambda e: e.get("swap_log_error_pi"))
+    if pi is None:
+        return None, (f"no held-out {what} a MiB or more, measured and predicted, in the "
+                      f"cross-validation{_no_cv(cv)}")
+    return pi, _interval_source(key, pi, what)
 
 
 def _no_cv(cv: dict) -> str:
@@ -160,8 +166,6 @@ def read_rebuilt(model_path: str | os.PathLike, pipeline_file: str | os.PathLike
     when it has none (another pipeline, limit, swap or device: runs measured with swap
     say nothing of a run allowed none)."""
     import csv
-
-    from engine.files import sha256_file
 
     path = Path(model_path).with_name(REBUILT_FILE)
     if device is None or limit_bytes is None or not path.is_file():
@@ -388,8 +392,6 @@ def measured_in_fit(model: Model, mode: ModeModel, pipeline_file: str | os.PathL
     """The fit's own cells (``ModeModel.measured``) of this pipeline file (its SHA-256,
     not its name) under this limit, every swap allowance: this mode's, and every mode's
     of its runtime (what a kernel paged: a native mode's swap is the sandbox's)."""
-    from engine.files import sha256_file
-
     sha = sha256_file(pipeline_file)
     limit = "none" if limit_bytes is None else format_size(limit_bytes)
 
