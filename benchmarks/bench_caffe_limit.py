@@ -37,7 +37,7 @@ CELLS = [(rt, pol) for rt in ("caffe", "lean") for pol in ("bulk", "linear")]
 def _run(pipeline: Path, models: Path, out: Path, runtime: str, policy: str,
          limit: str | None) -> dict:
     cmd = [sys.executable, "-m", "engine", "run", "--pipeline", str(pipeline),
-           "--policy", policy, "--models", str(models), "--out", str(out),
+           "--policy", policy, "--split", str(models), "--out", str(out),
            "--runtime", runtime, "--force"]
     if limit is not None:
         cmd += ["--backend", "vm", "--limit", limit, "--swap", "max", "--sample-hz", "20"]
@@ -60,7 +60,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.out or tmp)
         models = zoo_split(NETWORKS, root)
-        subprocess.run([sys.executable, "-m", "engine", "pipelines", "--models", str(models),
+        subprocess.run([sys.executable, "-m", "engine", "pipelines", "--split", str(models),
                         "--out", str(root / "p"), "--count", "1", "--length", "2", "2",
                         "--networks", *NETWORKS, "--seed", "3"], check=True,
                        capture_output=True)

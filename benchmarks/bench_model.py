@@ -11,7 +11,7 @@ It needs a fitted model and the split networks: by default those of the default
 workflow (``snakemake --cores 1`` writes results/model/model.json and results/split).
 
 Usage: python benchmarks/bench_model.py [--model results/model/model.json]
-       [--models results/split] [--repeats 7]
+       [--split results/split] [--repeats 7]
 """
 
 from __future__ import annotations
@@ -36,12 +36,12 @@ TARGET_S = 1.0
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=str(REPO / "results/model/model.json"))
-    ap.add_argument("--models", default=str(REPO / "results/split"))
+    ap.add_argument("--split", default=str(REPO / "results/split"))
     ap.add_argument("--repeats", type=int, default=7)
     args = ap.parse_args()
     if not Path(args.model).is_file():
         raise SystemExit(f"no model at {args.model}: run `snakemake --cores 1` first, or "
-                         f"give --model and --models")
+                         f"give --model and --split")
     index = description_index(args.models)
     names = sorted(index)[:5]
     networks = [n for n in names for _ in range(2)]
@@ -51,7 +51,7 @@ def main() -> int:
         path = Path(tmp) / "bench10.json"
         save_pipeline(pipe, path)
         cmd = [sys.executable, "-m", "engine", "advise", "--pipeline", str(path), "--limit",
-               "512M", "--model", args.model, "--models", args.models]
+               "512M", "--model", args.model, "--split", args.models]
         walls = []
         for _ in range(args.repeats):
             t0 = time.perf_counter()

@@ -20,7 +20,7 @@ times are never compared) come after the paired rounds, whose runs they would ot
 disturb with the writeback of their ~900 dumps. Targets: all probes except heap
 profiling < 5 % of run time (median) and < 1 ms per task boundary.
 
-Usage: python benchmarks/bench_probes.py [--models DIR] [--rounds 15] [--heap-rounds 3]
+Usage: python benchmarks/bench_probes.py [--split DIR] [--rounds 15] [--heap-rounds 3]
        [--policy linear] [--json FILE]
 """
 
@@ -54,7 +54,7 @@ TARGET = "probes"
 
 
 def run_once(pipeline: Path, models: Path, policy: str, out: Path, extra: list[str]) -> dict:
-    cmd = [sys.executable, "-m", "engine", "run", "--pipeline", str(pipeline), "--models",
+    cmd = [sys.executable, "-m", "engine", "run", "--pipeline", str(pipeline), "--split",
            str(models), "--policy", policy, "--out", str(out), "--backend", "none",
            "--batch", "1", "--force", *extra]
     load = os.getloadavg()[0]
@@ -98,7 +98,7 @@ def commit() -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", help="split folder (default: generated into a temp folder)")
+    ap.add_argument("--split", help="split folder (default: generated into a temp folder)")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--heap-rounds", type=int, default=3, help="0 skips heap profiling")
     ap.add_argument("--policy", default="linear")

@@ -5,7 +5,7 @@
 2. A 5-network pipeline under ``linear`` against the sum of its layers' standalone
    LOAD + EXEC times, measured alternately in this process (target <= 1.15x).
 
-Usage: python benchmarks/bench_schedule.py [--models results/split] [--rounds 3]
+Usage: python benchmarks/bench_schedule.py [--split results/split] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def linear_pipeline(models: dict[str, Path], batch: int) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default="results/split", help="split folder (default: "
+    ap.add_argument("--split", default="results/split", help="split folder (default: "
                     "results/split; generated into a temp folder if missing)")
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--batch", type=int, default=1)

@@ -37,7 +37,7 @@ HOG = "while True: pass"
 
 def one_run(split: Path, pipeline: Path, out: Path, pin: bool) -> float:
     """The UML run's makespan (s): its networks' last end less their first arrival."""
-    argv = [sys.executable, "-m", "engine", "run", "--pipeline", str(pipeline), "--models",
+    argv = [sys.executable, "-m", "engine", "run", "--pipeline", str(pipeline), "--split",
             str(split), "--policy", "bulk", "--out", str(out), "--batch", "1",
             "--backend", "uml", *(["--pin-cpu"] if pin else [])]
     subprocess.run(argv, cwd=REPO, check=True, capture_output=True)

@@ -56,7 +56,7 @@ def inputs(out: Path) -> list[Path]:
                    "--network", net)
     pipes = out / "pipelines"
     if not pipes.is_dir():
-        engine("pipelines", "--models", str(split), "--out", str(pipes), "--count",
+        engine("pipelines", "--split", str(split), "--out", str(pipes), "--count",
                str(COUNT), "--seed", str(SEED), "--length", str(LENGTH), str(LENGTH),
                "--arrival", "batch", "--networks", *NETWORKS, "--prefix", "x")
     return sorted(pipes.glob("x*.json"))
@@ -84,7 +84,7 @@ def run_all(out: Path, sandboxes: list[str], reps: int, minutes: float | None) -
         t = time.monotonic()
         # a run that ends OOM-killed, timed out or crashed is a result too (its folder
         # is counted in the table); one that left no record is said here
-        rc = engine("run", "--pipeline", str(pipeline), "--models", str(out / "split"),
+        rc = engine("run", "--pipeline", str(pipeline), "--split", str(out / "split"),
                     "--policy", policy, "--out", str(folder), "--limit", limit,
                     "--swap", "max", "--backend", sandbox, "--runtime", "caffe",
                     "--batch", "1", "--sample-hz", "20",

@@ -67,7 +67,7 @@ PATH_OPTIONS = {"description", "dir", "estimates", "model", "models", "out", "pi
 
 def _empty_value(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str | None:
     """What to say of the first option or argument given as an empty string (a path such
-    as --models '' would name the current folder): no verb takes one."""
+    as --split '' would name the current folder): no verb takes one."""
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     for action in sub.choices[args.command]._actions:
         value = getattr(args, action.dest, None)

@@ -357,7 +357,7 @@ def _check_types(desc: Description) -> None:
 def description_index(folder: str | os.PathLike) -> dict[str, Path]:
     """Network name -> description file, for every ``*.description.json`` in ``folder``."""
     if not Path(folder).is_dir():
-        raise ModelError(f"--models {folder} is not a folder; point it at the split "
+        raise ModelError(f"--split {folder} is not a folder; point it at the split "
                          f"stage's output (the folder of *.description.json files)")
     found: dict[str, Path] = {}
     for path in sorted(Path(folder).glob("*.description.json")):

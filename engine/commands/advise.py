@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from engine.commands.options import limit_size, swap
+from engine.commands.options import add_split_option, limit_size, swap
 from engine.errors import EdgeprofError
 from engine.runtime import RUNTIMES
 
@@ -20,8 +20,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "(default max)")
     p.add_argument("--model", default="results/model/model.json",
                    help="model file (default results/model/model.json)")
-    p.add_argument("--models", default="results/split",
-                   help="folder of the networks' *.description.json (default results/split)")
+    add_split_option(p, default="results/split", help="folder of the split networks' "
+                     "*.description.json (default results/split)")
     p.add_argument("--policies", nargs="+", help="policies to rank (default: the ones the "
                    "model was fitted on)")
     p.add_argument("--mode", help="execution mode whose fit to use: native, a sandbox "
@@ -47,6 +47,6 @@ def main(args: argparse.Namespace) -> None:
     limit = None if args.limit in (None, "none") else limit_size(args.limit)
     if args.swap is not None and limit is None:
         raise EdgeprofError("--swap is the swap allowed on top of --limit; give a --limit too")
-    print(run_advise(args.pipeline, args.model, args.models, limit, swap(args.swap),
+    print(run_advise(args.pipeline, args.model, args.split, limit, swap(args.swap),
                      args.policies, args.mode, args.find_limit, args.json, args.runtime,
                      args.swap_cost, args.strict))

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from engine.commands.options import (
+    add_split_option,
     limit_size,
     not_over_inputs,
     output_dir,
@@ -27,8 +28,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--backend", choices=BACKENDS, default="auto",
                    help="how the limit is enforced (default auto; none and inherit set none)")
     p.add_argument("--network", default="AgeNet", help="the network run (default AgeNet)")
-    p.add_argument("--models", default="results/split",
-                   help="folder of the networks' *.description.json (default results/split)")
+    add_split_option(p, default="results/split", help="folder of the split networks' "
+                     "*.description.json (default results/split)")
     p.add_argument("--repetitions", type=int, default=3,
                    help="runs unconstrained and under the limit, each (default 3)")
     p.add_argument("--out", required=True, help="device file to write (.json)")
@@ -43,12 +44,12 @@ def main(args: argparse.Namespace) -> None:
     limit = limit_size(args.limit)
     positive(args.repetitions, "--repetitions", most=100)
     out = output_file(args.out, "--out")  # before any run, not after them
-    not_over_inputs(out, "--out", [args.models], "the descriptions it runs")
+    not_over_inputs(out, "--out", [args.split], "the descriptions it runs")
     work = Path(args.work) if args.work else out.with_name(out.stem + ".runs")
     output_dir(str(work), "--work")
-    not_over_inputs(work, "--work", [args.models, out], "what it reads or writes")
+    not_over_inputs(work, "--work", [args.split, out], "what it reads or writes")
     with signals_unwind():  # SIGTERM/SIGHUP end the run under way and remove --work too
-        device = calibrate(args.models, args.network, format_size(limit), args.backend,
+        device = calibrate(args.split, args.network, format_size(limit), args.backend,
                            args.repetitions, work, out, args.name or out.stem)
     print(f"{device.name}: {device.per_page_in_s * 1e6:.1f} us per page in, "
           f"{device.per_page_out_s * 1e6:.1f} us out ({device.source}) -> {out}",

@@ -34,10 +34,10 @@ def main(args: argparse.Namespace) -> None:
     positive(args.orderings, "--orderings", most=MAX_ORDERINGS)
     output_dir(args.out, "--out")  # before the work, not after it
     check_table_outputs(args.out, EVALUATE_TABLES, [CV_SUMMARY])
-    not_over_inputs(args.out, "--out", flat_paths(args.tables, args.models, args.model),
+    not_over_inputs(args.out, "--out", flat_paths(args.tables, args.split, args.model),
                     "the tables, descriptions or model it scores")
     t0 = time.perf_counter()
-    summary = evaluate_files(args.tables, args.models, args.model, args.out, args.orderings)
+    summary = evaluate_files(args.tables, args.split, args.model, args.out, args.orderings)
     for line in summary_lines(summary):
         print(line, file=sys.stderr)
     print(f"-> {args.out} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)

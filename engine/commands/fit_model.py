@@ -25,11 +25,11 @@ def main(args: argparse.Namespace) -> None:
     for policy in args.policies or ():
         parse_policy(policy)  # before the fit, not after it
     output_file(args.out, "--out")
-    not_over_inputs(args.out, "--out", [*args.tables, *args.models],
+    not_over_inputs(args.out, "--out", [*args.tables, *args.split],
                     "the tables or descriptions it fits on")
 
     t0 = time.perf_counter()
-    model = fit_model_files(args.tables, args.models, args.out, args.policies)
+    model = fit_model_files(args.tables, args.split, args.out, args.policies)
     for name, mode in model.modes.items():
         swap = ("none (no limited runs)" if mode.swap is None
                 else f"unknown where no page moved ({mode.swap.unknown_why})"

@@ -8,6 +8,7 @@ import contextlib
 import fcntl
 import math
 import os
+import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -169,14 +170,35 @@ def add_runtime_option(p: argparse.ArgumentParser) -> None:
                         "LOAD, activations kept to the network's end); default lean")
 
 
+class _OldSpelling(argparse.Action):
+    """An option under its old name: accepted, with a warning that names the new one."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        print(f"warning: {option_string} is now --{self.dest}; {option_string} will be "
+              "removed in the next release", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def add_split_option(p: argparse.ArgumentParser, help: str, default: object = None,
+                     nargs: str | None = None) -> None:
+    """--split, the folder of split networks (python -m engine split's --out), required
+    unless it has a default. Its old name --models (which read as the zoo's, or the
+    slowdown model's) is accepted with a warning for one release."""
+    group = p.add_mutually_exclusive_group(required=default is None)
+    group.add_argument("--split", nargs=nargs, default=default, help=help)
+    group.add_argument("--models", dest="split", nargs=nargs, action=_OldSpelling,
+                       default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
+
 def add_tables_options(p: argparse.ArgumentParser) -> None:
-    """--tables and --models of the model's verbs: one campaign or several."""
+    """--tables and --split of the model's verbs: one campaign or several."""
     p.add_argument("--tables", nargs="+", default=["results/tables"],
                    help="folder(s) of runs/tasks/networks.parquet, one per campaign "
                    "(default results/tables)")
-    p.add_argument("--models", nargs="+", default=["results/split"],
-                   help="folder(s) of the networks' *.description.json: one, or one per "
-                   "--tables folder (default results/split)")
+    add_split_option(p, nargs="+", default=["results/split"],
+                     help="folder(s) of the split networks' *.description.json: one, or one "
+                     "per --tables folder (default results/split)")
 
 
 def add_model_tables_parser(sub: argparse._SubParsersAction, name: str, what: str,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from engine.commands.options import (
     MAX_SEED,
+    add_split_option,
     folder_lock,
     not_over_inputs,
     output_dir,
@@ -24,7 +25,8 @@ MAX_PIPELINES = 10_000  # the config schema's pipelines.count too
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("pipelines", help="generate seeded multi-network pipelines")
-    p.add_argument("--models", required=True, help="folder of *.description.json (split stage)")
+    add_split_option(p, help="folder of the split networks' *.description.json (python -m "
+                     "engine split's --out)")
     p.add_argument("--out", required=True, help="folder for <prefix>NNN.json pipeline files")
     p.add_argument("--count", type=int, default=5,
                    help=f"pipelines to write, 1 to {MAX_PIPELINES:,} (default 5)")
@@ -52,15 +54,15 @@ def main(args: argparse.Namespace) -> None:
     from engine.schedule import pipelines
     from engine.schedule.pipelines import ARRIVAL_DEFAULTS, ARRIVAL_PARAMS
 
-    models = description_index(args.models)
+    models = description_index(args.split)
     if not models:
-        raise EdgeprofError(f"--models {args.models} holds no network descriptions; split "
-                            f"the models first (python -m engine split) or point --models "
+        raise EdgeprofError(f"--split {args.split} holds no network descriptions; split "
+                            f"the models first (python -m engine split) or point --split "
                             f"at the folder split wrote")
     names = args.networks or sorted(models)
     unknown = sorted(set(names) - set(models))
     if unknown:
-        raise EdgeprofError(f"no split model for {', '.join(unknown)} in {args.models} "
+        raise EdgeprofError(f"no split model for {', '.join(unknown)} in {args.split} "
                             f"(available: {', '.join(sorted(models)) or 'none'})")
     sizes = {n: Description.load_checked(models[n], files=False).param_bytes for n in names}
     given = {k: getattr(args, k) for k in ARRIVAL_DEFAULTS if getattr(args, k) is not None}
@@ -77,7 +79,7 @@ def main(args: argparse.Namespace) -> None:
                                         arrival, args.bins_mb or args.bins, prefix=args.prefix,
                                         bin_unit="MB" if args.bins_mb else "MiB")
     out = output_dir(args.out, "--out")
-    not_over_inputs(out, "--out", [args.models], "the split models it draws from")
+    not_over_inputs(out, "--out", [args.split], "the split models it draws from")
     for p in made:  # every file checked before the first is written: no half a set
         output_file(str(out / f"{p.name}.json"), "--out")
     out.mkdir(parents=True, exist_ok=True)

@@ -40,10 +40,10 @@ def main(args: argparse.Namespace) -> None:
                             f"bootstrap CI (the schema's model.resamples minimum too)")
     output_dir(args.out, "--out")  # before the work, not after it
     check_table_outputs(args.out, RECONSTRUCT_TABLES, ())
-    not_over_inputs(args.out, "--out", flat_paths(args.tables, args.models, args.model),
+    not_over_inputs(args.out, "--out", flat_paths(args.tables, args.split, args.model),
                     "the tables, descriptions or model it rebuilds from")
     t0 = time.perf_counter()
-    tables = reconstruct_files(args.tables, args.models, args.model, args.out,
+    tables = reconstruct_files(args.tables, args.split, args.model, args.out,
                                args.resamples)
     for row in tables["reconstruction_scores"].itertuples():
         print(f"{row.sandbox}/{row.runtime} {row.scope}: {row.metric} {row.value:.1f} "

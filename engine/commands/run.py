@@ -16,6 +16,7 @@ from engine.commands.options import (
     MAX_SEED,
     MIN_SAMPLE_HZ,
     add_runtime_option,
+    add_split_option,
     limit_size,
     positive,
     size,
@@ -35,7 +36,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--policy", required=True,
                    help="bulk, linear, partial[:k], deepeye, deepeye-frugal, execprio[:k], "
                         "execprio-inter[:k], masa[:k]")
-    p.add_argument("--models", required=True, help="folder of *.description.json")
+    add_split_option(p, help="folder of the split networks' *.description.json (python -m "
+                     "engine split's --out)")
     p.add_argument("--out", required=True, help="run folder to write")
     p.add_argument("--limit", help="RAM limit, e.g. 512M (omit it for none)")
     p.add_argument("--swap", help="swap allowed on top of the limit: a size, 0, or max "
@@ -149,7 +151,7 @@ def run_request(args: argparse.Namespace) -> RunRequest:
     probes = ProbeOptions(process=on, cgroup=on, gnu_time=on, heap_profile=args.heap_profile,
                           cpu_profile=args.cpu_profile, sample_hz=args.sample_hz if on else 0,
                           sample_uss=args.sample_uss)
-    return RunRequest(pipeline=args.pipeline, policy=policy.name, models=args.models,
+    return RunRequest(pipeline=args.pipeline, policy=policy.name, split=args.split,
                       out=args.out, options=options,
                       limits=LimitOptions(args.backend, limit, swap_bytes), probes=probes,
                       force=args.force)

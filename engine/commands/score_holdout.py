@@ -32,10 +32,10 @@ def main(args: argparse.Namespace) -> None:
     positive(args.orderings, "--orderings", most=MAX_ORDERINGS)
     output_dir(args.out, "--out")  # before the work, not after it
     check_table_outputs(args.out, HOLDOUT_TABLES, ())
-    not_over_inputs(args.out, "--out", flat_paths(args.tables, args.models, args.model),
+    not_over_inputs(args.out, "--out", flat_paths(args.tables, args.split, args.model),
                     "the tables, descriptions or model it scores")
     t0 = time.perf_counter()
-    table = score_holdout_files(args.tables, args.models, args.model, args.out,
+    table = score_holdout_files(args.tables, args.split, args.model, args.out,
                                 args.orderings)
     for row in table[table["metric"] == "cross-validation"].itertuples():
         print(f"{row.mode}: {row.note}", file=sys.stderr)  # what was left out, and why

@@ -131,7 +131,7 @@ def _measure(models_dir: str, desc, limit: str, backend: str, repetitions: int, 
             folder = work / kind / f"rep{rep}"
             print(f"calibrate: {kind} run {rep + 1}/{repetitions}", file=sys.stderr,
                   flush=True)
-            _run(["--pipeline", os.fspath(pipeline), "--policy", policy, "--models",
+            _run(["--pipeline", os.fspath(pipeline), "--policy", policy, "--split",
                   models_dir, "--out", os.fspath(folder), "--batch", "1", "--seed", str(rep),
                   "--force", *flags])
             folders.append(folder)

@@ -261,7 +261,7 @@ def read_tables(tables_dir: Paths, models_dir: Paths) -> Tables:
     models = [models_dir] if isinstance(models_dir, (str, os.PathLike)) else list(models_dir)
     models = models * len(dirs) if len(models) == 1 else models
     if len(models) != len(dirs):
-        raise EdgeprofError(f"{len(dirs)} table folders and {len(models)} --models folders: "
+        raise EdgeprofError(f"{len(dirs)} table folders and {len(models)} --split folders: "
                             f"give one split folder, or one per table folder")
     parts = [_read_campaign(d, m) for d, m in zip(dirs, models)]
     if len(parts) == 1:
@@ -332,7 +332,7 @@ def _read_campaign(tables_dir: str | os.PathLike, models_dir: str | os.PathLike)
     missing = sorted(set(runs["networks"].str.split().explode()) - set(index))
     if missing:
         raise EdgeprofError(f"no description for {', '.join(missing)} in {models_dir}: "
-                            f"point --models at the split stage's output")
+                            f"point --split at the split stage's output")
     descriptions = {n: Description.load(index[n]) for n in
                     set(runs["networks"].str.split().explode())}
     return runs, tasks, networks, descriptions

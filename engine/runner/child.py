@@ -79,7 +79,7 @@ def read_spec(spec_path: str) -> dict:
         if not isinstance(spec, dict):
             raise TypeError("not a JSON object")
         for key, kind in (("out", str), ("pipeline", str), ("policy", str),
-                          ("models", dict), ("options", dict)):
+                          ("descriptions", dict), ("options", dict)):
             if not isinstance(spec.get(key), kind):
                 raise TypeError(f"{key!r} missing or not a {kind.__name__}")
         RunOptions(**spec["options"])
@@ -110,7 +110,7 @@ def _child_main(spec_path: str) -> int:
     out = Path(spec["out"])
     pipeline = load_pipeline(spec["pipeline"])
     policy = parse_policy(spec["policy"])
-    descs = {name: Description.load(path) for name, path in spec["models"].items()}
+    descs = {name: Description.load(path) for name, path in spec["descriptions"].items()}
     options = RunOptions(**spec["options"])
     probes, probe_meta = build_probes(spec, out)
     state = PipelineRun(pipeline, policy, descs, options, probes, progress=out / "progress.jsonl")

@@ -53,7 +53,7 @@ class LimitOptions:
 class RunRequest:
     pipeline: str  # pipeline .json, absolute
     policy: str  # the policy's canonical name (parse_policy(...).name)
-    models: str  # folder of *.description.json, absolute
+    split: str  # folder of the split networks' *.description.json, absolute
     out: str  # the run folder to write
     options: RunOptions = field(default_factory=RunOptions)
     limits: LimitOptions = field(default_factory=LimitOptions)
@@ -68,7 +68,7 @@ class RunRequest:
 
     def inputs(self) -> tuple[str, ...]:
         """What the run reads, which its --out must not contain."""
-        return (self.pipeline, self.models)
+        return (self.pipeline, self.split)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)

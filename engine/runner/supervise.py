@@ -109,14 +109,14 @@ def check_inputs(request: RunRequest) -> tuple[Policy, Pipeline, dict[str, Path]
     files against their split too): bad input fails here, before anything is written."""
     policy = parse_policy(request.policy)
     pipeline = load_pipeline(request.pipeline)
-    models = description_index(request.models)
+    models = description_index(request.split)
     descs = resolve_descriptions(pipeline, models)
-    # an estimate of a network --models does not hold is a typo (masa would silently
+    # an estimate of a network --split does not hold is a typo (masa would silently
     # admit the real one on its default estimate)
     unknown = sorted(set(request.options.estimates or {}) - set(models))
     if unknown:
         raise EdgeprofError(f"--estimates names {', '.join(map(repr, unknown))}, which "
-                            f"--models {request.models} does not hold (known: "
+                            f"--split {request.split} does not hold (known: "
                             f"{', '.join(sorted(models)) or 'none'}); fix the network names")
     # the networks that can be in memory at once, by the policy's task graph
     chains = one_after_another(plan(pipeline, policy, descs).graph)
@@ -153,7 +153,7 @@ def run_supervised(request: RunRequest, session: Session | None = None) -> RunMe
             spec = {
                 "out": str(tmp), "pipeline": str(Path(request.pipeline).resolve()),
                 "policy": policy.name,
-                "models": {n: str(Path(models[n]).resolve()) for n in sorted(descs)},
+                "descriptions": {n: str(Path(models[n]).resolve()) for n in sorted(descs)},
                 "options": asdict(options) | {"timeout_s": None},
                 "cgroup_dir": str(session.cgroup_dir) if probes.cgroup and session.cgroup_dir
                 else None,
@@ -244,9 +244,9 @@ def run_supervised(request: RunRequest, session: Session | None = None) -> RunMe
             meta.exit_code, meta.oom_kills, meta.wall_s = code, oom_kills, wall_s
             meta.started_at, meta.host_load, meta.cpu_affinity = started_at, load, affinity
             meta.sampler = sampler_stats
-            meta.description_files = spec["models"]
+            meta.description_files = spec["descriptions"]
             meta.description_sha256 = {net: sha256_file(path)
-                                       for net, path in spec["models"].items()}
+                                       for net, path in spec["descriptions"].items()}
             assemble(tmp, meta)
             if meta.termination == "ok" and meta.tasks_finished != meta.child["tasks"]:
                 meta.termination = "error"

@@ -37,7 +37,7 @@ def resolve_descriptions(pipeline: Pipeline, models: dict[str, Path],
         raise EdgeprofError(
             f"pipeline '{pipeline.name}' names networks with no split model: "
             f"{', '.join(missing)} (available: {', '.join(sorted(models)) or 'none'}); "
-            "run the split stage for them or point --models at the right folder"
+            "run the split stage for them or point --split at the right folder"
         )
     descs = {net: Description.load_checked(models[net], files=check_files)
              for net in set(pipeline.networks())}

@@ -285,7 +285,7 @@ def run_in_vm(request: RunRequest, cfg: VmConfig | None = None,
             share = claim.tempdir("vm.")
             inner = request.with_changes(
                 pipeline=str(Path(request.pipeline).resolve()),
-                models=str(Path(request.models).resolve()), out=GUEST_OUT, force=False,
+                split=str(Path(request.split).resolve()), out=GUEST_OUT, force=False,
                 backend="cgroup2")
             with naming(share / GUEST_REQUEST):
                 (share / GUEST_REQUEST).write_text(inner.to_json())

@@ -174,14 +174,14 @@ def vm_pipelines_args(config: Config, holdout: bool = False) -> str:
                        "--networks", *sorted(set(cfg["networks"]))])
 
 
-def run_command(prefix: str, pipeline: str, policy: str, models: str, out: str, limit: str,
+def run_command(prefix: str, pipeline: str, policy: str, split: str, out: str, limit: str,
                 batch: str, runtime: str, seed: int, options: str, log: str) -> str:
     """The shell line of one run, ``python -m engine run ...`` after ``prefix`` (its SLURM
     job step, or the qemu guest's cache: ``common.smk``'s ``vm_env``), its stderr into
     ``log``."""
     q = shlex.quote
     return (f"{prefix}python -m engine run --pipeline {q(pipeline)} --policy {q(policy)}"
-            f" --models {q(models)} --out {q(out)} {limit} {batch} --runtime {q(runtime)}"
+            f" --split {q(split)} --out {q(out)} {limit} {batch} --runtime {q(runtime)}"
             f" --seed {int(seed)} {options} 2> {q(log)}")
 
 

@@ -73,7 +73,7 @@ def pipelines_networks(args: str, names: list[str]) -> dict[str, list[str]]:
 
     parser = argparse.ArgumentParser()
     command.add_parser(parser.add_subparsers())
-    a = parser.parse_args(["pipelines", "--models", ".", "--out", ".", *shlex.split(args)])
+    a = parser.parse_args(["pipelines", "--split", ".", "--out", ".", *shlex.split(args)])
     drawn = generate_pipelines(a.seed, a.count, dict.fromkeys(a.networks or names, 1),
                                tuple(a.length), {"mode": "batch"}, prefix=a.prefix)
     return {p.name: p.networks() for p in drawn}

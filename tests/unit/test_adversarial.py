@@ -41,7 +41,7 @@ def _run_agenet(capsys, models: Path, tmp_path: Path, *flags: str) -> tuple[int,
     """``run`` of one AgeNet arriving at 0 s into tmp_path/run, with ``flags``."""
     pipe = tmp_path / "p.json"
     save_pipeline(Pipeline("p", [Arrival(0.0, ["AgeNet"])]), pipe)
-    return _cli(capsys, "run", "--pipeline", str(pipe), "--models", str(models), "--out",
+    return _cli(capsys, "run", "--pipeline", str(pipe), "--split", str(models), "--out",
                 str(tmp_path / "run"), *flags)
 
 
@@ -79,7 +79,7 @@ def two_runs(zoo_split, tmp_path_factory) -> tuple[Path, Path]:
     for name, nets in (("gg", ["GenderNet", "GenderNet"]), ("ga", ["GenderNet", "AgeNet"])):
         pipe = root / f"{name}.json"
         save_pipeline(Pipeline(name, [Arrival(0.0, nets)]), pipe)
-        rc = main(["run", "--pipeline", str(pipe), "--models", str(models), "--policy",
+        rc = main(["run", "--pipeline", str(pipe), "--split", str(models), "--policy",
                    "linear", "--out", str(root / name), "--batch", "1", "--backend", "none",
                    "--sample-hz", "0"])
         assert rc == 0
@@ -140,7 +140,7 @@ def test_every_verb_refuses_a_description_that_contradicts_its_prototxt(split_co
     for argv in (["forward", str(desc), "--batch", "1"],
                  ["graph", "--policy", "linear", "--description", str(desc), "--out",
                   str(tmp_path / "g.dot")],
-                 ["run", "--pipeline", str(pipe), "--models", str(split_copy), "--policy",
+                 ["run", "--pipeline", str(pipe), "--split", str(split_copy), "--policy",
                   "linear", "--out", str(tmp_path / "run"), "--backend", "none"]):
         if argv[0] == "graph" and "partial" in edit:
             continue  # graph reads no model file
@@ -175,9 +175,9 @@ def test_any_changed_layer_field_is_refused(zoo_split, layer, field, value):
 
 
 def _count_cases(split_copy: Path, tmp_path: Path) -> list[list[str]]:
-    return [["pipelines", "--models", str(split_copy), "--out", str(tmp_path / "p"),
+    return [["pipelines", "--split", str(split_copy), "--out", str(tmp_path / "p"),
              "--count", "1000000000000"],
-            ["pipelines", "--models", str(split_copy), "--out", str(tmp_path / "p"),
+            ["pipelines", "--split", str(split_copy), "--out", str(tmp_path / "p"),
              "--count", "0"],
             ["graph", "--policy", "linear", "--description",
              str(split_copy / "age_net.description.json"), "--count", "100000000",
@@ -212,7 +212,7 @@ def test_a_fifo_as_any_input_is_one_line_not_a_hang(split_copy, tmp_path):
     for argv in (["graph", "--policy", "linear", "--description", str(fifo), "--out",
                   str(tmp_path / "g.dot")],
                  ["forward", str(fifo)],
-                 ["advise", "--pipeline", str(pipe), "--models", str(split_copy),
+                 ["advise", "--pipeline", str(pipe), "--split", str(split_copy),
                   "--model", str(fifo)],
                  ["child", str(fifo)], ["supervise", str(fifo)],
                  ["split", str(fifo), "--out", str(tmp_path / "s")]):
@@ -245,7 +245,7 @@ def _output_cases(split_copy: Path, tmp_path: Path) -> list[tuple[list[str], str
               str(tmp_path / "adir")], "is a folder"),
             (["graph", "--policy", "linear", "--description", desc, "--out",
               str(tmp_path / "g.png")], "DOT (.dot, .gv) or SVG"),
-            (["fit-model", "--tables", str(tmp_path), "--models", str(split_copy),
+            (["fit-model", "--tables", str(tmp_path), "--split", str(split_copy),
               "--out", str(tmp_path / "adir")], "is a folder")]
 
 
@@ -282,7 +282,7 @@ def test_a_pipeline_name_that_is_a_path_is_refused(split_copy, tmp_path, capsys)
     data = json.loads(pipe.read_text())
     data["name"] = "../../evil"
     pipe.write_text(json.dumps(data))
-    rc, err = _cli(capsys, "run", "--pipeline", str(pipe), "--models", str(split_copy),
+    rc, err = _cli(capsys, "run", "--pipeline", str(pipe), "--split", str(split_copy),
                    "--policy", "linear", "--out", str(tmp_path / "run"), "--backend", "none")
     assert rc == 2 and "letters, digits" in err
 
@@ -290,7 +290,7 @@ def test_a_pipeline_name_that_is_a_path_is_refused(split_copy, tmp_path, capsys)
 def test_a_budget_for_a_policy_without_admission_is_refused(split_copy, tmp_path, capsys):
     pipe = tmp_path / "p.json"
     save_pipeline(Pipeline("p", [Arrival(0.0, ["AgeNet"])]), pipe)
-    rc, err = _cli(capsys, "run", "--pipeline", str(pipe), "--models", str(split_copy),
+    rc, err = _cli(capsys, "run", "--pipeline", str(pipe), "--split", str(split_copy),
                    "--policy", "linear", "--out", str(tmp_path / "run"), "--budget", "1G")
     assert rc == 2 and "linear admits every network" in err
 
@@ -373,7 +373,7 @@ def test_a_pipeline_files_generator_fields_are_checked(split_copy, tmp_path, cap
     pipe = tmp_path / "p.json"
     save_pipeline(Pipeline("p", [Arrival(0.0, ["AgeNet"])]), pipe)
     pipe.write_text(json.dumps(json.loads(pipe.read_text()) | fields))
-    rc, err = _cli(capsys, "run", "--pipeline", str(pipe), "--models", str(split_copy),
+    rc, err = _cli(capsys, "run", "--pipeline", str(pipe), "--split", str(split_copy),
                    "--policy", "linear", "--out", str(tmp_path / "run"), "--backend", "none")
     assert rc == 2 and says in err and err.count("\n") == 1
     assert not (tmp_path / "run").exists()
@@ -397,7 +397,7 @@ def test_a_batch_pipeline_whose_networks_arrive_later_is_refused(tmp_path):
 def test_generated_pipelines_pass_their_own_checks(split_copy, tmp_path, capsys):
     from engine.schedule.pipelines import load_pipeline
 
-    rc, err = _cli(capsys, "pipelines", "--models", str(split_copy), "--out",
+    rc, err = _cli(capsys, "pipelines", "--split", str(split_copy), "--out",
                    str(tmp_path / "p"), "--count", "4", "--length", "1", "3", "--bins",
                    "0.00001", "50", "100")  # MN4: an edge written as 1e-05
     assert rc == 0, err
@@ -446,7 +446,7 @@ def test_damaged_tables_are_one_line_for_every_verb_that_reads_them(two_runs, zo
     tables = _tables(tmp_path, two_runs)
     models = str(Path(zoo_split["AgeNet"].path).parent)
     model = str(tmp_path / "m.json")
-    rc, err = _cli(capsys, "fit-model", "--tables", str(tables), "--models", models, "--out",
+    rc, err = _cli(capsys, "fit-model", "--tables", str(tables), "--split", models, "--out",
                    model)
     assert rc == 0, err
     # M13: a finished run's task without a duration, or with a negative one
@@ -455,18 +455,18 @@ def test_damaged_tables_are_one_line_for_every_verb_that_reads_them(two_runs, zo
     shutil.copytree(tables, broken)
     tasks.assign(duration_ns=tasks["duration_ns"].where(tasks.index % 3 > 0, -1)).to_parquet(
         broken / "tasks.parquet")
-    rc, err = _cli(capsys, "fit-model", "--tables", str(broken), "--models", models, "--out",
+    rc, err = _cli(capsys, "fit-model", "--tables", str(broken), "--split", models, "--out",
                    str(tmp_path / "m2.json"))
     assert rc == 2 and "no or a negative duration_ns" in err
     # eleventh held-out pass M1: a start without a time was a pandas traceback
     tasks.assign(start_ns=tasks["start_ns"].where(tasks.index % 3 > 0)).to_parquet(
         broken / "tasks.parquet")
-    rc, err = _cli(capsys, "fit-model", "--tables", str(broken), "--models", models, "--out",
+    rc, err = _cli(capsys, "fit-model", "--tables", str(broken), "--split", models, "--out",
                    str(tmp_path / "m2.json"))
     assert rc == 2 and "no or a negative start_ns" in err and len(err.splitlines()) == 1
     # M6: a column gone
     tasks.drop(columns=["duration_ns"]).to_parquet(broken / "tasks.parquet")
-    rc, err = _cli(capsys, "fit-model", "--tables", str(broken), "--models", models, "--out",
+    rc, err = _cli(capsys, "fit-model", "--tables", str(broken), "--split", models, "--out",
                    str(tmp_path / "m2.json"))
     assert rc == 2 and "has no duration_ns column" in err
     assert not (tmp_path / "m2.json").exists()
@@ -489,12 +489,12 @@ def test_damaged_tables_are_one_line_for_every_verb_that_reads_them(two_runs, zo
     assert rc == 2 and "no model tables in" in err
     # M23: orderings out of range
     for bad in ("0", "-5", "100000000"):
-        rc, err = _cli(capsys, "evaluate-model", "--tables", str(tables), "--models", models,
+        rc, err = _cli(capsys, "evaluate-model", "--tables", str(tables), "--split", models,
                        "--model", model, "--out", str(tmp_path / "ev"), "--orderings", bad)
         assert rc == 2 and "--orderings" in err
     assert not (tmp_path / "ev").exists()
     # M12: a swap cost no device has
-    rc, err = _cli(capsys, "advise", "--model", model, "--models", models, "--pipeline",
+    rc, err = _cli(capsys, "advise", "--model", model, "--split", models, "--pipeline",
                    str(two_runs[0] / "spec.json"), "--limit", "64M", "--swap-cost", "1e308")
     assert rc == 2 and "more than 1 s per page is no device" in err
 
@@ -537,9 +537,9 @@ def test_bad_numbers_and_paths_are_one_line(split_copy, tmp_path, capsys, argv, 
     (tmp_path / "loopA").symlink_to(tmp_path / "loopB")
     (tmp_path / "loopB").symlink_to(tmp_path / "loopA")
     argv = [a.format(**files) for a in argv]
-    defaults = {"run": ["--pipeline", str(pipe), "--models", str(split_copy), "--policy",
+    defaults = {"run": ["--pipeline", str(pipe), "--split", str(split_copy), "--policy",
                         "linear", "--out", str(tmp_path / "run"), "--backend", "none"],
-                "pipelines": ["--models", str(split_copy), "--out", str(tmp_path / "p")]}
+                "pipelines": ["--split", str(split_copy), "--out", str(tmp_path / "p")]}
     given = set(argv[1::2])
     extra = defaults.get(argv[0], [])
     extra = [x for i, x in enumerate(extra) if extra[i - i % 2] not in given]
@@ -553,7 +553,7 @@ def test_pipelines_and_models_check_every_output_before_writing_one(split_copy, 
     """M18: no half a pipeline set or half a zoo."""
     out = tmp_path / "p"
     (out / "p001.json").mkdir(parents=True)
-    rc, err = _cli(capsys, "pipelines", "--models", str(split_copy), "--out", str(out),
+    rc, err = _cli(capsys, "pipelines", "--split", str(split_copy), "--out", str(out),
                    "--count", "3", "--length", "1", "2")
     assert rc == 2 and "p001.json is a folder" in err
     assert sorted(x.name for x in out.iterdir()) == ["p001.json"]
@@ -599,7 +599,7 @@ def test_internal_verbs_answer_bad_settings_with_one_line(tmp_path):
     assert r.returncode == 2 and "is not a process id" in r.stderr
     assert "Traceback" not in r.stderr
     r = subprocess.run([sys.executable, "-m", "engine", "reconstruct-model", "--tables", ".",
-                        "--models", ".", "--model", "m.json", "--out", str(tmp_path / "o"),
+                        "--split", ".", "--model", "m.json", "--out", str(tmp_path / "o"),
                         "--resamples", "1000000000"], cwd=REPO, capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 2 and "--resamples" in r.stderr and not (tmp_path / "o").exists()
@@ -680,7 +680,7 @@ def test_a_description_reads_only_its_own_checked_files(split_copy, tmp_path, ca
     _edit(desc, edit)
     pipe = tmp_path / "p.json"
     save_pipeline(Pipeline("p", [Arrival(0.0, ["AgeNet"])]), pipe)
-    rc, err = _cli(capsys, "run", "--pipeline", str(pipe), "--models", str(split_copy),
+    rc, err = _cli(capsys, "run", "--pipeline", str(pipe), "--split", str(split_copy),
                    "--policy", "linear", "--out", str(tmp_path / "run"), "--backend", "none")
     assert rc == 2 and says in err and not (tmp_path / "run").exists()
 
@@ -690,7 +690,7 @@ def test_bulk_without_its_caffemodel_is_refused_before_the_run(split_copy, tmp_p
     (split_copy.parent / "models" / "age_net.caffemodel").unlink()
     pipe = tmp_path / "p.json"
     save_pipeline(Pipeline("p", [Arrival(0.0, ["AgeNet"])]), pipe)
-    rc, err = _cli(capsys, "run", "--pipeline", str(pipe), "--models", str(split_copy),
+    rc, err = _cli(capsys, "run", "--pipeline", str(pipe), "--split", str(split_copy),
                    "--policy", "bulk", "--out", str(tmp_path / "run"), "--backend", "none")
     assert rc == 2 and "the caffemodel bulk reads for AgeNet, is missing" in err
     assert not (tmp_path / "run").exists()
@@ -721,7 +721,7 @@ def test_outputs_are_checked_before_the_work_and_never_half_written(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["b.parquet"]
     (tmp_path / "file").write_text("x")
     r = subprocess.run([sys.executable, "-m", "engine", "evaluate-model", "--tables", ".",
-                        "--models", ".", "--model", "m.json", "--out", str(tmp_path / "file")],
+                        "--split", ".", "--model", "m.json", "--out", str(tmp_path / "file")],
                        cwd=REPO, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "is a regular file; name a folder" in r.stderr
 
@@ -735,7 +735,7 @@ def test_low_findings_of_the_second_pass(two_runs, split_copy, tmp_path, capsys)
     (gone / "tasks.csv").unlink()
     with pytest.raises(EdgeprofError, match="tasks.csv, a table this run wrote, is missing"):
         tidy_run(gone)
-    rc, err = _cli(capsys, "reconstruct-model", "--tables", ".", "--models", ".", "--model",
+    rc, err = _cli(capsys, "reconstruct-model", "--tables", ".", "--split", ".", "--model",
                    "m.json", "--out", str(tmp_path / "o"), "--resamples", "5")
     assert rc == 2 and "at least 20" in err
     rc, err = _cli(capsys, "models", "--out", str(tmp_path / "m"), "AgeNet", "AgeNet")
@@ -832,7 +832,7 @@ def test_bulk_refuses_a_caffemodel_regenerated_after_the_split(split_copy, tmp_p
     assert rc == 0, err
     pipe = tmp_path / "p.json"
     save_pipeline(Pipeline("p", [Arrival(0.0, ["AgeNet"])]), pipe)
-    rc, err = _cli(capsys, "run", "--pipeline", str(pipe), "--models", str(tmp_path / "s"),
+    rc, err = _cli(capsys, "run", "--pipeline", str(pipe), "--split", str(tmp_path / "s"),
                    "--policy", "bulk", "--out", str(tmp_path / "run"), "--backend", "none")
     assert rc == 2 and "(the file changed after AgeNet was split, or the description" in err
     assert not (tmp_path / "run").exists()
@@ -843,14 +843,14 @@ def test_limits_and_seeds_are_bounded_and_a_stale_set_is_named(split_copy, tmp_p
     rc, err = _run_agenet(capsys, split_copy, tmp_path, "--policy", "linear", "--backend",
                           "none", "--limit", "99999999999999G")
     assert rc == 2 and "at most 1 PiB" in err
-    rc, err = _cli(capsys, "pipelines", "--models", str(split_copy), "--out",
+    rc, err = _cli(capsys, "pipelines", "--split", str(split_copy), "--out",
                    str(tmp_path / "pl"), "--seed", str(2**64))
     assert rc == 2 and "--seed" in err
     out = tmp_path / "g"
-    rc, _ = _cli(capsys, "pipelines", "--models", str(split_copy), "--out", str(out),
+    rc, _ = _cli(capsys, "pipelines", "--split", str(split_copy), "--out", str(out),
                  "--count", "3", "--length", "1", "2")
     assert rc == 0
-    rc, err = _cli(capsys, "pipelines", "--models", str(split_copy), "--out", str(out),
+    rc, err = _cli(capsys, "pipelines", "--split", str(split_copy), "--out", str(out),
                    "--count", "1", "--length", "1", "1", "--seed", "9")
     assert rc == 2 and "p001.json, p002.json of an earlier set" in err
 
@@ -865,7 +865,7 @@ def test_no_verb_writes_over_what_it_reads_or_into_a_run(two_runs, split_copy, t
     tables = _tables(tmp_path, two_runs)
     for out in (tables / "runs.parquet", split_copy / "age_net.description.json"):
         before = out.read_bytes()
-        rc, err = _cli(capsys, "fit-model", "--tables", str(tables), "--models",
+        rc, err = _cli(capsys, "fit-model", "--tables", str(tables), "--split",
                        str(split_copy), "--out", str(out))
         assert rc == 2 and "would overwrite the tables or descriptions" in err, err
         assert out.read_bytes() == before
@@ -929,22 +929,22 @@ def test_two_pipelines_at_once_into_one_folder_never_mix(split_copy, tmp_path, c
     out = tmp_path / "pl"
     out.mkdir()
     with folder_lock(out, "--out", "pipelines", "pNNN.json"):
-        rc, err = _cli(capsys, "pipelines", "--models", str(split_copy), "--out", str(out),
+        rc, err = _cli(capsys, "pipelines", "--split", str(split_copy), "--out", str(out),
                        "--count", "2", "--length", "1", "2")
         assert rc == 2 and "another pipelines is writing pNNN.json into it" in err
         # another set (prefix) in the same folder at the same time is not held up
-        rc, err = _cli(capsys, "pipelines", "--models", str(split_copy), "--out", str(out),
+        rc, err = _cli(capsys, "pipelines", "--split", str(split_copy), "--out", str(out),
                        "--count", "1", "--length", "1", "2", "--prefix", "v")
         assert rc == 0, err
     assert sorted(f.name for f in out.glob("p*.json")) == []
-    rc, err = _cli(capsys, "pipelines", "--models", str(split_copy), "--out", str(out),
+    rc, err = _cli(capsys, "pipelines", "--split", str(split_copy), "--out", str(out),
                    "--count", "2", "--length", "1", "2")
     assert rc == 0 and sorted(f.name for f in out.glob("p*.json")) == ["p000.json", "p001.json"]
     # a writer that ended leaves no lock file behind (eleventh held-out pass L6)
     assert sorted(f.name for f in out.glob(".*")) == []
     # and a lock taken anew still refuses a second writer
     with folder_lock(out, "--out", "pipelines", "pNNN.json"):
-        rc, err = _cli(capsys, "pipelines", "--models", str(split_copy), "--out", str(out),
+        rc, err = _cli(capsys, "pipelines", "--split", str(split_copy), "--out", str(out),
                        "--count", "2", "--length", "1", "2")
         assert rc == 2 and "another pipelines is writing" in err
 
@@ -1038,7 +1038,7 @@ def test_the_batch_check_counts_the_networks_in_memory_at_once_against_available
     monkeypatch.setattr(psutil, "swap_memory", lambda: swap._replace(free=0))
     pipe = tmp_path / "p.json"
     save_pipeline(Pipeline("p", [Arrival(0.0, ["AgeNet", "GenderNet"])]), pipe)
-    rc, err = _cli(capsys, "run", "--pipeline", str(pipe), "--models", str(split_copy),
+    rc, err = _cli(capsys, "run", "--pipeline", str(pipe), "--split", str(split_copy),
                    "--out", str(tmp_path / "run"), "--policy", "partial:2", "--backend",
                    "none", "--batch", "100")
     assert rc == 2 and not (tmp_path / "run").exists(), err
@@ -1054,7 +1054,7 @@ def test_the_batch_check_counts_the_networks_in_memory_at_once_against_available
     check_inputs(RunRequest(str(pipe), "partial:2", str(split_copy), str(tmp_path / "run"),
                             RunOptions(batch=100)))
     monkeypatch.setattr(psutil, "swap_memory", lambda: swap._replace(free=2**27))
-    rc, err = _cli(capsys, "run", "--pipeline", str(pipe), "--models", str(split_copy),
+    rc, err = _cli(capsys, "run", "--pipeline", str(pipe), "--split", str(split_copy),
                    "--out", str(tmp_path / "run"), "--policy", "partial:2", "--backend",
                    "none", "--batch", "100")
     assert rc == 2 and "the 1.1 GiB of RAM and swap available now" in err, err
@@ -1066,7 +1066,7 @@ def test_low_findings_of_the_fourth_pass(split_copy, tmp_path, capsys):
     from engine.model.devices import parse_swap_cost
     from tests.unit.test_workflow_args import SCHEMA, load_config
 
-    rc, err = _cli(capsys, "pipelines", "--models", str(split_copy), "--out",
+    rc, err = _cli(capsys, "pipelines", "--split", str(split_copy), "--out",
                    str(tmp_path / "pl"), "--seed", str(2**40))
     assert rc == 2 and "at most 4,294,967,295" in err
     model = split_copy.parent / "models" / "age_net.caffemodel"
@@ -1103,9 +1103,9 @@ def test_calibrate_checks_its_out_limit_and_backend_before_measuring(split_copy,
     for out, says in cases:
         limit = "99999999999G" if "PiB" in says else "48M"
         rc, err = _cli(capsys, "calibrate", "--limit", limit, "--backend", "none",
-                       "--models", str(split_copy), "--out", out, "--repetitions", "1")
+                       "--split", str(split_copy), "--out", out, "--repetitions", "1")
         assert rc == 2 and says in err, (out, err)
-    rc, err = _cli(capsys, "calibrate", "--limit", "48M", "--backend", "none", "--models",
+    rc, err = _cli(capsys, "calibrate", "--limit", "48M", "--backend", "none", "--split",
                    str(split_copy), "--out", str(tmp_path / "dev.json"), "--repetitions", "1")
     assert rc == 2 and "sets no limit of its own" in err
     assert desc.read_bytes() == before and list(tmp_path.iterdir()) == [split_copy.parent]
@@ -1127,7 +1127,7 @@ def test_pipelines_never_replace_a_different_file_unasked(split_copy, tmp_path, 
     """MB: a hand-written p000.json (or another seed's) stays unless --force; the same set
     again is fine. MG: the descriptions are checked against their prototxt."""
     out = tmp_path / "pl"
-    args = ["pipelines", "--models", str(split_copy), "--out", str(out), "--count", "1",
+    args = ["pipelines", "--split", str(split_copy), "--out", str(out), "--count", "1",
             "--length", "1", "1"]
     rc, err = _cli(capsys, *args)
     assert rc == 0, err
@@ -1215,7 +1215,7 @@ def test_low_findings_of_the_fifth_pass(two_runs, split_copy, tmp_path, capsys):
     run = Path(shutil.copytree(two_runs[0], tmp_path / "run"))
     listing = sorted(p.name for p in run.iterdir())
     model = split_copy.parent / "models" / "age_net.caffemodel"
-    for argv in (["pipelines", "--models", str(split_copy), "--out", str(run), "--count", "1",
+    for argv in (["pipelines", "--split", str(split_copy), "--out", str(run), "--count", "1",
                   "--length", "1", "1"],
                  ["split", str(model), "--out", str(run / "s")],
                  ["models", "--out", str(run), "AgeNet"]):
@@ -1224,10 +1224,10 @@ def test_low_findings_of_the_fifth_pass(two_runs, split_copy, tmp_path, capsys):
     assert sorted(p.name for p in run.iterdir()) == listing
     tables = _tables(tmp_path, two_runs)
     copy_of = Path(shutil.copytree(tables, tmp_path / "again" / "tables"))
-    rc, err = _cli(capsys, "fit-model", "--tables", str(tables), str(copy_of), "--models",
+    rc, err = _cli(capsys, "fit-model", "--tables", str(tables), str(copy_of), "--split",
                    str(split_copy), "--out", str(tmp_path / "m.json"))
     assert rc == 2 and "hold the same run" in err, err
-    rc, err = _cli(capsys, "pipelines", "--models", str(split_copy), "--out",
+    rc, err = _cli(capsys, "pipelines", "--split", str(split_copy), "--out",
                    str(tmp_path / "pl"), "--count", "10001")
     assert rc == 2 and "at most 10,000" in err
 
@@ -1244,7 +1244,7 @@ def test_an_interrupted_pipelines_or_tidy_leaves_none_of_its_set(split_copy, two
 
     runs = [shutil.copytree(two_runs[i % 2], tmp_path / "many" / f"r{i:03d}")
             for i in range(40)]
-    jobs = {"pipelines": ["pipelines", "--models", str(split_copy), "--out",
+    jobs = {"pipelines": ["pipelines", "--split", str(split_copy), "--out",
                           str(tmp_path / "pl"), "--count", "10000", "--length", "1", "3"],
             "tidy": ["tidy", "--out", str(tmp_path / "td"), *map(str, runs)]}
     for verb, argv in jobs.items():
@@ -1279,7 +1279,7 @@ def test_calibrate_interrupted_ends_its_run_and_leaves_nothing(split_copy, tmp_p
             "with signals_unwind(): _run(sys.argv[1:])")
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-c", code, "--pipeline", str(pipe), "--policy",
-                             "linear", "--models", str(split_copy), "--out", str(out),
+                             "linear", "--split", str(split_copy), "--out", str(out),
                              "--backend", "none", "--sample-hz", "0"], cwd=REPO,
                             stderr=subprocess.PIPE, text=True, preexec_fn=default_signals)
     deadline = time.monotonic() + 60
@@ -1515,7 +1515,7 @@ def test_text_in_a_measured_column_and_a_campaign_with_no_finished_run(two_runs,
     tasks = pd.read_parquet(tables / "tasks.parquet")
     tasks.astype({"duration_ns": str}).to_parquet(tables / "tasks.parquet")
     out = tmp_path / "m.json"
-    rc, err = _cli(capsys, "fit-model", "--tables", str(tables), "--models", str(split_copy),
+    rc, err = _cli(capsys, "fit-model", "--tables", str(tables), "--split", str(split_copy),
                    "--out", str(out))
     assert rc == 2 and "column 'duration_ns' holds" in err and err.count("\n") == 1, err
     tasks.to_parquet(tables / "tasks.parquet")
@@ -1524,7 +1524,7 @@ def test_text_in_a_measured_column_and_a_campaign_with_no_finished_run(two_runs,
     rc, err = _cli(capsys, "doctor", "--tables", str(tables))
     assert rc == 2 and "column 'host_load1_start' holds 'high'" in err, err
     runs.assign(termination="error").to_parquet(tables / "runs.parquet")
-    rc, err = _cli(capsys, "fit-model", "--tables", str(tables), "--models", str(split_copy),
+    rc, err = _cli(capsys, "fit-model", "--tables", str(tables), "--split", str(split_copy),
                    "--out", str(out))
     assert rc == 2 and "no mode could be fitted" in err and "'error': 2" in err, err
     assert not out.exists()
@@ -1550,12 +1550,12 @@ def test_outputs_over_the_model_stages_inputs_and_messages_that_blame_the_right_
     """L2: pipelines into the split folder, the model stages into their own inputs; L1: a
     digest that does not match names the record too, a digests.json of the wrong shape
     says so."""
-    rc, err = _cli(capsys, "pipelines", "--models", str(split_copy), "--out",
+    rc, err = _cli(capsys, "pipelines", "--split", str(split_copy), "--out",
                    str(split_copy / "age_net_partials"), "--count", "1", "--length", "1", "1")
     assert rc == 2 and "would overwrite the split models it draws from" in err, err
     tables = _tables(tmp_path, two_runs)
     for verb in ("evaluate-model", "reconstruct-model"):
-        rc, err = _cli(capsys, verb, "--tables", str(tables), "--models", str(split_copy),
+        rc, err = _cli(capsys, verb, "--tables", str(tables), "--split", str(split_copy),
                        "--model", str(tmp_path / "m.json"), "--out", str(tables))
         assert rc == 2 and "would overwrite the tables, descriptions or model" in err, err
     from engine.analysis.tablefiles import TIDY_DIGESTS, tidy_run_table
@@ -1612,11 +1612,11 @@ def test_names_of_the_wrong_type_and_a_fit_on_limited_runs_only(two_runs, split_
     runs = pd.read_parquet(tables / "runs.parquet")
     runs.assign(policy=3.0).to_parquet(tables / "runs.parquet")
     out = tmp_path / "m.json"
-    rc, err = _cli(capsys, "fit-model", "--tables", str(tables), "--models", str(split_copy),
+    rc, err = _cli(capsys, "fit-model", "--tables", str(tables), "--split", str(split_copy),
                    "--out", str(out))
     assert rc == 2 and "column 'policy' holds 3.0" in err, err
     runs.assign(limit="512M", limit_enforced=True).to_parquet(tables / "runs.parquet")
-    rc, err = _cli(capsys, "fit-model", "--tables", str(tables), "--models", str(split_copy),
+    rc, err = _cli(capsys, "fit-model", "--tables", str(tables), "--split", str(split_copy),
                    "--out", str(out))
     assert rc == 2 and "no mode could be fitted" in err and "'512M': 2" in err, err
     assert not out.exists()
@@ -1628,7 +1628,7 @@ def test_evaluate_model_checks_every_output_before_the_work(two_runs, split_copy
     tables = _tables(tmp_path, two_runs)
     out = tmp_path / "ev"
     (out / "cv.json").mkdir(parents=True)
-    rc, err = _cli(capsys, "evaluate-model", "--tables", str(tables), "--models",
+    rc, err = _cli(capsys, "evaluate-model", "--tables", str(tables), "--split",
                    str(split_copy), "--model", str(tmp_path / "m.json"), "--out", str(out))
     assert rc == 2 and "cv.json is a folder" in err, err
     assert [p.name for p in out.iterdir()] == ["cv.json"]
@@ -1642,7 +1642,7 @@ def test_uml_refuses_a_space_in_the_share_path_however_it_gets_there(split_copy,
     for out in (tmp_path / "r 1", tmp_path / "lnk" / "r1"):
         pipe = tmp_path / "p.json"
         save_pipeline(Pipeline("p", [Arrival(0.0, ["AgeNet"])]), pipe)
-        rc, err = _cli(capsys, "run", "--pipeline", str(pipe), "--models", str(split_copy),
+        rc, err = _cli(capsys, "run", "--pipeline", str(pipe), "--split", str(split_copy),
                        "--policy", "linear", "--out", str(out), "--backend", "uml",
                        "--limit", "48M")
         assert rc == 2 and "has a space" in err and not out.exists(), err
@@ -1740,7 +1740,7 @@ def _blank_cell_is_one_line(capsys, tables: Path, split_copy: Path, table: str,
     df.loc[df.index[0], column] = None
     df.to_parquet(tables / f"{table}.parquet")
     out = tables.parent / "blank.json"
-    rc, err = _cli(capsys, "fit-model", "--tables", str(tables), "--models", str(split_copy),
+    rc, err = _cli(capsys, "fit-model", "--tables", str(tables), "--split", str(split_copy),
                    "--out", str(out))
     assert rc == 2 and f"column '{column}' has a row without a value" in err, err
     assert not out.exists()
@@ -1838,7 +1838,7 @@ def _workflow_run(config: dict, models: Path, pipe: Path, out: Path, limit: str,
     flags = shlex.split(" ".join([limit_args(config, limit, False), run_options(config["run"]),
                                   batch_args(config["run"]),
                                   f"--runtime {kind_runtime(config, 'runs')}"]))
-    argv = ["run", "--pipeline", str(pipe), "--models", str(models), "--policy", "linear",
+    argv = ["run", "--pipeline", str(pipe), "--split", str(models), "--policy", "linear",
             "--out", str(out), "--seed", str(config["seed"]),
             *[f for f in flags if f not in drop], *extra]
     assert main(argv) == 0
@@ -1996,7 +1996,7 @@ def test_an_infinite_rate_and_other_tunables_of_the_callers(split_copy, tmp_path
     from tests.unit.test_workflow_args import load_config, with_
 
     for rate in ("inf", "nan"):
-        rc, err = _cli(capsys, "pipelines", "--models", str(split_copy), "--out",
+        rc, err = _cli(capsys, "pipelines", "--split", str(split_copy), "--out",
                        str(tmp_path / "p"), "--arrival", "poisson", "--rate", rate)
         assert rc == 2 and "positive, finite 'rate'" in err, err
         assert not (tmp_path / "p").exists() or not any((tmp_path / "p").iterdir())
@@ -2027,7 +2027,7 @@ def test_a_run_whose_child_was_killed_passes_the_settings_it_could_not_report(
     pipe = tmp_path / "p.json"
     save_pipeline(Pipeline("p", [Arrival(0.0, ["AgeNet"]), Arrival(30.0, ["GenderNet"])],
                            arrival_mode="given"), pipe)
-    rc, err = _cli(capsys, "run", "--pipeline", str(pipe), "--models", str(split_copy),
+    rc, err = _cli(capsys, "run", "--pipeline", str(pipe), "--split", str(split_copy),
                    "--out", str(tmp_path / "run"), "--policy", "linear", "--backend", "none",
                    "--timeout", "3", "--sample-hz", "0")
     assert rc == 0, err  # a timeout is a result
@@ -2088,7 +2088,7 @@ def test_a_split_sweeps_what_a_killed_split_of_another_network_left(split_copy, 
 
 
 def test_tidy_and_pipelines_name_what_their_input_is_and_the_fix(tmp_path, capsys):
-    """L5: a FIFO given to tidy is a FIFO (not "does not exist"); an empty --models folder
+    """L5: a FIFO given to tidy is a FIFO (not "does not exist"); an empty --split folder
     says to split first."""
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
@@ -2096,7 +2096,7 @@ def test_tidy_and_pipelines_name_what_their_input_is_and_the_fix(tmp_path, capsy
     assert (rc, err.strip()) == (2, f"error: {fifo} is a FIFO, not a run folder; give the "
                                     f"folders python -m engine run wrote")
     (tmp_path / "empty").mkdir()
-    rc, err = _cli(capsys, "pipelines", "--models", str(tmp_path / "empty"), "--out",
+    rc, err = _cli(capsys, "pipelines", "--split", str(tmp_path / "empty"), "--out",
                    str(tmp_path / "p"))
     assert rc == 2 and "holds no network descriptions; split the models first" in err, err
     assert not (tmp_path / "t").exists() and not (tmp_path / "p").exists()
@@ -2105,11 +2105,11 @@ def test_tidy_and_pipelines_name_what_their_input_is_and_the_fix(tmp_path, capsy
 def test_pipelines_refuses_an_arrival_parameter_of_another_mode(zoo_split, tmp_path, capsys):
     """L4: --rate with batch arrivals was silently ignored."""
     models = str(Path(zoo_split["AgeNet"].path).parent)
-    rc, err = _cli(capsys, "pipelines", "--models", models, "--out", str(tmp_path / "p"),
+    rc, err = _cli(capsys, "pipelines", "--split", models, "--out", str(tmp_path / "p"),
                    "--arrival", "batch", "--rate", "5")
     assert (rc, err.strip()) == (2, "error: --rate is for poisson arrivals, not batch; drop "
                                     "it or give --arrival poisson")
-    rc, err = _cli(capsys, "pipelines", "--models", models, "--out", str(tmp_path / "p"),
+    rc, err = _cli(capsys, "pipelines", "--split", models, "--out", str(tmp_path / "p"),
                    "--arrival", "normal", "--mean", "2")
     assert rc == 0, err
     drawn = json.loads((tmp_path / "p" / "p000.json").read_text())["generator"]["arrival"]

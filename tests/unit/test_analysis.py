@@ -93,7 +93,7 @@ def campaign(tmp_path_factory) -> Path:
             "arrival_mode": "batch", "param_bytes": PARAM_BYTES, "size_bin": "0-100 MiB"}
     (root / "p000.json").write_text(json.dumps(pipe))
     runs = root / "runs" / "p000"
-    _wait([_engine("run", "--pipeline", "p000.json", "--policy", policy, "--models", "split",
+    _wait([_engine("run", "--pipeline", "p000.json", "--policy", policy, "--split", "split",
                    "--out", str(runs / policy / limit / "rep0"), "--backend", "none",
                    "--no-probes", "--batch", "1",
                    *([] if limit == "none" else ["--limit", limit]), cwd=root)

@@ -34,7 +34,7 @@ def work(age_net, tmp_path) -> Path:
 
 def _run(capsys, work: Path, *extra: str, pipeline: str = "p.json",
          policy: str = "linear") -> str:
-    code = main(["run", "--pipeline", str(work / pipeline), "--models", str(work / "s"),
+    code = main(["run", "--pipeline", str(work / pipeline), "--split", str(work / "s"),
                  "--policy", policy, "--out", str(work / "out" / "run"), "--backend", "none",
                  "--batch", "1", *extra])
     err = capsys.readouterr().err
@@ -111,7 +111,7 @@ def test_a_pipeline_that_is_no_regular_file_or_far_too_large_is_refused(capsys, 
 
 def test_a_bad_argument_is_one_line_too(capsys, work):
     with pytest.raises(SystemExit) as exc:
-        main(["run", "--pipeline", "p.json", "--policy", "linear", "--models", "s",
+        main(["run", "--pipeline", "p.json", "--policy", "linear", "--split", "s",
               "--out", "o", "--batch", "nan"])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and err.count("\n") == 1
@@ -125,7 +125,7 @@ def test_force_replaces_only_a_run_folder_and_never_the_working_directory(capsys
     for out in (str(work / "out" / "run"), ".", str(work / "out")):
         if out == ".":
             monkeypatch.chdir(work / "out" / "run")
-        code = main(["run", "--pipeline", str(work / "p.json"), "--models", str(work / "s"),
+        code = main(["run", "--pipeline", str(work / "p.json"), "--split", str(work / "s"),
                      "--policy", "linear", "--out", out, "--backend", "none", "--force"])
         err = capsys.readouterr().err
         assert code == 2 and err.count("\n") == 1, err
@@ -200,7 +200,7 @@ def test_the_vm_switches_take_0_and_1():
 
 def test_estimates_of_an_unknown_network_are_refused(capsys, work):
     """A misspelt network in --estimates (masa would admit AgeNet on its default
-    estimate) is refused, naming the networks --models holds."""
+    estimate) is refused, naming the networks --split holds."""
     (work / "e.json").write_text(json.dumps({"AgeNet": 2**20, "agenet": 2**20}))
     err = _run(capsys, work, "--estimates", str(work / "e.json"), policy="masa:2")
     assert "--estimates names 'agenet'" in err and "(known: AgeNet)" in err, err
@@ -223,7 +223,7 @@ def test_a_swap_past_the_free_disk_is_refused_before_a_boot(capsys, work, monkey
     (["graph", "--policy", "linear", "--count", "0"], "--count 0: must be a number > 0"),
     (["graph", "--policy", "linear", "--count", "-3"], "--count -3: must be a number > 0"),
     (["pipelines", "--count", "-1"], "--count -1: must be a number > 0"),
-    (["pipelines", "--models", "/nonexistent"], "--models /nonexistent is not a folder"),
+    (["pipelines", "--split", "/nonexistent"], "--split /nonexistent is not a folder"),
     (["pipelines", "--prefix", "../../evil"], "letters, digits, _ and - only"),
     (["pipelines", "--bins", "300", "100"], "strictly ascending"),
     (["pipelines", "--seed", "-5"], "--seed -5: must be a number >= 0"),
@@ -236,8 +236,8 @@ def test_bad_options_of_other_commands(capsys, work, args, message):
                 "pipelines": ["--out", str(work / "pp")], "models": []}[args[0]]
     if args[0] in ("graph", "models") and "--out" not in args:
         defaults += ["--out", str(work / ("g.dot" if args[0] == "graph" else "mm"))]
-    if "--models" not in args and args[0] == "pipelines":
-        defaults += ["--models", str(work / "s")]
+    if "--split" not in args and args[0] == "pipelines":
+        defaults += ["--split", str(work / "s")]
     assert main([*args, *defaults]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err, err
@@ -248,7 +248,7 @@ def test_an_out_inside_a_finished_run_is_refused(capsys, work):
     run = work / "out" / "run"
     run.mkdir(parents=True)
     (run / "meta.json").write_text("{}")
-    assert main(["run", "--pipeline", str(work / "p.json"), "--models", str(work / "s"),
+    assert main(["run", "--pipeline", str(work / "p.json"), "--split", str(work / "s"),
                  "--policy", "linear", "--out", str(run / "nested"), "--backend", "none"]) == 2
     assert "lies inside the run folder" in capsys.readouterr().err
     assert sorted(p.name for p in run.iterdir()) == ["meta.json"]
@@ -306,7 +306,7 @@ def test_a_path_the_sandbox_cannot_carry_is_refused_before_any_folder(
         monkeypatch.setattr(supervise, "open_run_session",
                             lambda request: UmlSession(LimitRequest(48 * 2**20, None)))
     parent = work / "out" / name if name else _deep(work / "out", 2850)
-    code = main(["run", "--pipeline", str(work / "p.json"), "--models", str(work / "s"),
+    code = main(["run", "--pipeline", str(work / "p.json"), "--split", str(work / "s"),
                  "--policy", "linear", "--out", str(parent / "run"), "--backend", backend,
                  "--limit", "48M", "--batch", "1"])
     err = capsys.readouterr().err
@@ -345,9 +345,30 @@ def test_estimates_without_a_pipeline_network_say_so_and_run(capsys, work):
     """Passes 5-9 low: a network of the pipeline missing from --estimates was silently
     admitted on masa's own estimate."""
     (work / "e.json").write_text(json.dumps({}))
-    code = main(["run", "--pipeline", str(work / "p.json"), "--models", str(work / "s"),
+    code = main(["run", "--pipeline", str(work / "p.json"), "--split", str(work / "s"),
                  "--policy", "masa:2", "--out", str(work / "out" / "run"), "--backend",
                  "none", "--batch", "1", "--estimates", str(work / "e.json")])
     err = capsys.readouterr().err
     assert code == 0, err
     assert "note: --estimates names no peak for AgeNet: masa estimates theirs" in err
+
+
+def test_the_old_name_of_split_still_works_with_a_warning_for_one_release(capsys, work):
+    """--models (issue 37: it read as the zoo's or the slowdown model's) draws the same
+    pipelines as --split and says the new name; both at once, or neither, is refused."""
+    drawn = {}
+    for flag in ("--split", "--models"):
+        out = work / flag.strip("-")
+        assert main(["pipelines", flag, str(work / "s"), "--out", str(out), "--count", "2",
+                     "--seed", "4"]) == 0
+        drawn[flag] = {p.name: p.read_text() for p in sorted(out.glob("*.json"))}
+        err = capsys.readouterr().err
+        said = "warning: --models is now --split; --models will be removed in the next release"
+        assert (said in err) == (flag == "--models"), err
+    assert drawn["--split"] == drawn["--models"] and len(drawn["--split"]) == 2
+    for argv in (["--split", "s", "--models", "s"], []):
+        with pytest.raises(SystemExit) as exc:
+            main(["pipelines", *argv, "--out", str(work / "o")])
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and err.count("\n") == 1 and "--split" in err, err
+    assert not (work / "o").exists()

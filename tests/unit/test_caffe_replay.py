@@ -36,7 +36,7 @@ def caffe_runs(zoo_split, tmp_path_factory) -> tuple[Path, Path]:
     for policy in ("bulk", "linear"):
         run = root / "runs" / policy
         subprocess.run([sys.executable, "-m", "engine", "run", "--pipeline", str(pipe),
-                        "--policy", policy, "--models", str(models), "--out", str(run),
+                        "--policy", policy, "--split", str(models), "--out", str(run),
                         "--backend", "none", "--batch", "1", "--runtime", "caffe",
                         "--sample-hz", "0"], cwd=REPO, check=True, capture_output=True)
         write_tidy(tidy_run(run), root / "tidy" / policy)

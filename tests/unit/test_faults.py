@@ -35,7 +35,7 @@ def _start(split_dir: Path, root: Path, nets: list[str], *extra: str,
     pipe = root / "p.json"
     save_pipeline(Pipeline("f", [Arrival(0.0, nets)]), pipe)
     return subprocess.Popen(
-        [*(command or [sys.executable, "-m", "engine"]), "run", "--pipeline", str(pipe), "--models",
+        [*(command or [sys.executable, "-m", "engine"]), "run", "--pipeline", str(pipe), "--split",
          str(split_dir), "--policy", "linear", "--out", str(root / "run"), "--batch", "1",
          "--backend", "none", *extra], cwd=REPO, stderr=subprocess.PIPE, text=True,
         preexec_fn=default_signals, env=env)
@@ -196,7 +196,7 @@ def test_an_out_that_cannot_be_a_run_folder_is_one_line_exit_2(split_dir, tmp_pa
     pipe = tmp_path / "p.json"
     save_pipeline(Pipeline("f", [Arrival(0.0, ["AgeNet"])]), pipe)
     r = subprocess.run([sys.executable, "-m", "engine", "run", "--pipeline", str(pipe),
-                        "--models", str(split_dir), "--policy", "linear", "--out", str(out),
+                        "--split", str(split_dir), "--policy", "linear", "--out", str(out),
                         "--backend", "none", "--force"], cwd=REPO, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
@@ -225,7 +225,7 @@ def test_a_run_that_cannot_write_its_files_is_no_result(split_dir, tmp_path, ext
     pipe = tmp_path / "p.json"
     save_pipeline(Pipeline("f", [Arrival(0.0, ["AgeNet"])]), pipe)
     r = subprocess.run([sys.executable, "-m", "engine", "run", "--pipeline", str(pipe),
-                        "--models", str(split_dir), "--policy", "linear", "--out",
+                        "--split", str(split_dir), "--policy", "linear", "--out",
                         str(tmp_path / "run"), "--batch", "1", "--backend", "none",
                         "--sample-hz", "0", *extra], cwd=REPO, capture_output=True,
                        text=True, timeout=300, preexec_fn=_file_size_limit(8192))
@@ -255,7 +255,7 @@ def test_a_run_on_a_disk_full_from_the_start_names_its_first_file(split_dir, tmp
     pipe = tmp_path / "p.json"
     save_pipeline(Pipeline("f", [Arrival(0.0, ["AgeNet"])]), pipe)
     r = subprocess.run([sys.executable, "-m", "engine", "run", "--pipeline", str(pipe),
-                        "--models", str(split_dir), "--policy", "linear", "--out",
+                        "--split", str(split_dir), "--policy", "linear", "--out",
                         str(tmp_path / "run"), "--batch", "1", "--backend", "none"],
                        cwd=REPO, capture_output=True, text=True, timeout=300,
                        preexec_fn=_file_size_limit(0))

@@ -145,7 +145,7 @@ def test_a_run_ended_at_the_mapping_cap_is_a_timeout_that_names_the_cap(tiny, tm
     from engine.schedule.policies import parse_policy
 
     request = run_request(build_parser().parse_args(
-        ["run", "--pipeline", str(tiny["pipeline"]), "--models", str(tiny["models"]),
+        ["run", "--pipeline", str(tiny["pipeline"]), "--split", str(tiny["models"]),
          "--policy", "linear", "--out", str(tmp_path / "out"), "--backend", "uml"]))
     res = BootResult(rc=None, accel="uml", boot_s=2.0, total_s=70.0, timed_out="maps",
                      qemu_exit=-9, console="", error=hostmaps.MapWatch(1, 65530, 60).detail(),
@@ -246,7 +246,7 @@ def test_a_run_that_failed_near_the_cap_is_said_to_have_been_there(tiny, tmp_pat
         monkeypatch.setattr(vm_run, "boot_job", fake_boot(termination, peak))
         out = tmp_path / f"{termination}-{peak}"
         request = run_request(build_parser().parse_args(
-            ["run", "--pipeline", str(tiny["pipeline"]), "--models", str(tiny["models"]),
+            ["run", "--pipeline", str(tiny["pipeline"]), "--split", str(tiny["models"]),
              "--policy", "linear", "--out", str(out), "--backend", "uml",
              "--error-is-result"]))
         vm_run.run_in_vm(request, sandbox="uml")

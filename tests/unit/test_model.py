@@ -300,7 +300,7 @@ def test_a_runtime_over_the_limit_swaps_its_excess_and_is_killed_only_without_ro
     # advise under a limit below the fitted runtime's baseline, with swap max: ranked
     root, models = advice_files
     code, out, err = _advise(capsys, "--pipeline", str(root / "p.json"), "--limit", "8M",
-                             "--model", str(root / "model.json"), "--models", str(models),
+                             "--model", str(root / "model.json"), "--split", str(models),
                              "--policies", policy)
     assert code == 0 and "OOM" not in out and "1  " + policy in out, out + err
 
@@ -491,7 +491,7 @@ def _advise(capsys, *args: str) -> tuple[int, str, str]:
 def test_advise_ranks_the_policies_and_says_what_it_cannot_know(advice_files, capsys):
     root, models = advice_files
     code, out, err = _advise(capsys, "--pipeline", str(root / "p.json"), "--limit", "512M",
-                             "--model", str(root / "model.json"), "--models", str(models),
+                             "--model", str(root / "model.json"), "--split", str(models),
                              "--policies", "linear", "bulk", "partial:2")
     assert code == 0, err
     ranked = [line.split()[1] for line in out.splitlines() if line.strip()[:1].isdigit()]
@@ -501,10 +501,10 @@ def test_advise_ranks_the_policies_and_says_what_it_cannot_know(advice_files, ca
     (root / "cv.json").write_text(json.dumps({"native": {"makespan MAPE % (unconstrained)":
                                                          1.0}, "model_sha256": "0" * 64}))
     code, out, _ = _advise(capsys, "--pipeline", str(root / "p.json"), "--model",
-                           str(root / "model.json"), "--models", str(models))
+                           str(root / "model.json"), "--split", str(models))
     assert code == 0 and "scores another model file" in out
     code, out, _ = _advise(capsys, "--pipeline", str(root / "p.json"), "--find-limit",
-                           "--model", str(root / "model.json"), "--models", str(models),
+                           "--model", str(root / "model.json"), "--split", str(models),
                            "--policies", "linear", "bulk", "--json")
     limits = {r["policy"]: r["limit_mib"] for r in json.loads(out)}
     assert code == 0 and limits["linear"] <= limits["bulk"]
@@ -512,7 +512,7 @@ def test_advise_ranks_the_policies_and_says_what_it_cannot_know(advice_files, ca
 
 @pytest.mark.parametrize("change, message", [
     ({"--policies": "nonsense"}, "unknown policy 'nonsense'"),
-    ({"--models": "EMPTY"}, "names networks with no split model: Tiny"),
+    ({"--split": "EMPTY"}, "names networks with no split model: Tiny"),
     ({"--model": "MISSING"}, "cannot read model file"),
     ({"--limit": "12Q"}, "is not a memory size"),
 ])
@@ -520,7 +520,7 @@ def test_advise_refuses_bad_input_in_one_line(advice_files, capsys, change, mess
     root, models = advice_files
     (root / "empty").mkdir()
     args = {"--pipeline": str(root / "p.json"), "--model": str(root / "model.json"),
-            "--models": str(models), "--limit": "512M"}
+            "--split": str(models), "--limit": "512M"}
     args.update({k: {"EMPTY": str(root / "empty"), "MISSING": str(root / "none.json")}.get(v, v)
                  for k, v in change.items()})
     code, out, err = _advise(capsys, *[x for kv in args.items() for x in kv])
@@ -533,7 +533,7 @@ def test_advise_answers_a_ten_network_pipeline_quickly(advice_files, tmp_path, c
     root, models = advice_files
     save_pipeline(Pipeline("ten", [Arrival(0.0, ["Tiny"] * 10)]), tmp_path / "ten.json")
     code, out, err = _advise(capsys, "--pipeline", str(tmp_path / "ten.json"), "--limit",
-                             "64M", "--model", str(root / "model.json"), "--models",
+                             "64M", "--model", str(root / "model.json"), "--split",
                              str(models), "--policies", *POLICIES)
     assert code == 0, err
     assert sum(line.strip()[:1].isdigit() for line in out.splitlines()) == len(POLICIES)
@@ -572,7 +572,7 @@ def test_a_damaged_model_file_is_one_line_never_a_hang_or_a_traceback(advice_fil
     data[DIGEST] = model_digest(data)  # resealed: what the checks behind the digest see
     (root / "bad.json").write_text(json.dumps(data))
     code, out, err = _advise(capsys, "--pipeline", str(root / "p.json"), "--model",
-                             str(root / "bad.json"), "--models", str(models))
+                             str(root / "bad.json"), "--split", str(models))
     assert code == 2 and out == "" and "model file" in err and len(err.splitlines()) == 1
 
 
@@ -742,7 +742,7 @@ def test_advise_names_what_lies_outside_its_domain_and_strict_refuses(advice_fil
     not named; --strict refuses in one line naming them."""
     root, models = advice_files
     args = ["--pipeline", str(root / "p.json"), "--model", str(root / "model.json"),
-            "--models", str(models), "--limit", "512M"]
+            "--split", str(models), "--limit", "512M"]
     code, out, err = _advise(capsys, *args, "--policies", "linear", "bulk", "partial:2")
     assert code == 0, err
     assert "outside the model's domain" in out
@@ -781,7 +781,7 @@ def test_advise_prices_the_swap_on_a_device(advice_files, capsys):
     by its predicted traffic times the difference in cost."""
     root, models = advice_files
     args = ["--pipeline", str(root / "p.json"), "--model", str(root / "model.json"),
-            "--models", str(models), "--limit", "40000500", "--policies", "linear",
+            "--split", str(models), "--limit", "40000500", "--policies", "linear",
             "--json"]
     fast = json.loads(_advise(capsys, *args, "--swap-cost", "1us")[1])
     slow = json.loads(_advise(capsys, *args, "--swap-cost", "1ms")[1])
@@ -808,7 +808,7 @@ def calibration_runs(tiny, tmp_path_factory):
     save_pipeline(Pipeline("calibrate", [Arrival(0.0, ["Tiny"])]), root / "p.json")
     free = root / "free" / "rep0"
     subprocess.run([sys.executable, "-m", "engine", "run", "--pipeline", str(root / "p.json"),
-                    "--policy", "linear", "--models", str(Path(tiny.path).parent), "--out",
+                    "--policy", "linear", "--split", str(Path(tiny.path).parent), "--out",
                     str(free), "--backend", "none", "--batch", "1"], check=True,
                    capture_output=True)
     limited = root / "limited" / "rep0"
@@ -851,11 +851,11 @@ def test_calibrate_refuses_a_limit_nothing_enforced(calibration_runs, tmp_path, 
     models = tmp_path / "split"
     models.mkdir()
     assert main(["calibrate", "--limit", "48M", "--backend", "none", "--out",
-                 str(tmp_path / "d.json"), "--models", str(models)]) == 2
+                 str(tmp_path / "d.json"), "--split", str(models)]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "sets no limit of its own" in err
     assert main(["calibrate", "--limit", "48M", "--backend", "vm", "--out",
-                 str(tmp_path / "d.json"), "--models", str(models)]) == 2
+                 str(tmp_path / "d.json"), "--split", str(models)]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "no split model of AgeNet" in err
 
@@ -901,11 +901,11 @@ def test_score_holdout_refuses_the_models_own_runs_however_a_read_names_them(tin
     held = tables("holdout", {"hp000": ["Tiny", "Tiny", "Tiny"]})
     rerun = tables("again", {"p000": ["Tiny"]}, record_digest="new run")
     model = str(tmp_path / "model.json")
-    assert main(["fit-model", "--tables", train, "--models", split, "--out", model]) == 0
+    assert main(["fit-model", "--tables", train, "--split", split, "--out", model]) == 0
     capsys.readouterr()
 
     def score(*folders: str) -> tuple[int, str]:
-        code = main(["score-holdout", "--tables", *folders, "--models", split, "--model",
+        code = main(["score-holdout", "--tables", *folders, "--split", split, "--model",
                      model, "--out", str(tmp_path / "scored"), "--orderings", "1"])
         return code, capsys.readouterr().err
 
@@ -931,7 +931,7 @@ def test_fit_model_refuses_a_measured_column_with_no_values(tiny, tmp_path, caps
     runs, tasks, networks = campaign({"Tiny": tiny}, {"p000": ["Tiny"], "p001": ["Tiny"] * 2})
     write_tables({"runs": runs.assign(**{column: np.nan, "wall_s": np.nan}), "tasks": tasks,
                   "networks": networks}, tmp_path / "tables")
-    code = main(["fit-model", "--tables", str(tmp_path / "tables"), "--models",
+    code = main(["fit-model", "--tables", str(tmp_path / "tables"), "--split",
                  str(Path(tiny.path).parent), "--out", str(tmp_path / "model.json")])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and column in err, err
@@ -1043,7 +1043,7 @@ def test_advise_never_ranks_swapping_at_an_unknown_cost_as_free(tiny, tmp_path, 
     root = _unswapped_files(tiny, tmp_path)
     models = str(Path(tiny.path).parent)
     args = ["--pipeline", str(root / "p.json"), "--model", str(root / "model.json"),
-            "--models", models, "--limit", "40000500", "--policies", "linear", "bulk"]
+            "--split", models, "--limit", "40000500", "--policies", "linear", "bulk"]
     code, out, err = _advise(capsys, *args)
     assert code == 0, err
     rows = [line.split() for line in out.splitlines() if line.split()[:1] in (["?"], ["1"])]
@@ -1086,7 +1086,7 @@ def test_advise_names_a_sandboxs_fit_by_the_sandbox(advice_files, capsys):
     (root / "model.json").write_text(json.dumps(data))
     for extra in (["--limit", "512M"], ["--find-limit"]):
         code, out, err = _advise(capsys, "--pipeline", str(root / "p.json"), "--model",
-                                 str(root / "model.json"), "--models", str(models),
+                                 str(root / "model.json"), "--split", str(models),
                                  "--mode", "uml", *extra)
         assert code == 0, err
         assert "; uml model, lean runtime" in out.splitlines()[0] and "emulated" not in out
@@ -1100,7 +1100,7 @@ def test_fit_model_on_runs_without_probes_says_to_run_with_them(tiny, tmp_path, 
     runs, tasks, networks = campaign({"Tiny": tiny}, {"p000": ["Tiny"], "p001": ["Tiny"] * 2})
     write_tables({"runs": runs.assign(hwm_rss_bytes=np.nan, probed=False), "tasks": tasks,
                   "networks": networks}, tmp_path / "tables")
-    code = main(["fit-model", "--tables", str(tmp_path / "tables"), "--models",
+    code = main(["fit-model", "--tables", str(tmp_path / "tables"), "--split",
                  str(Path(tiny.path).parent), "--out", str(tmp_path / "model.json")])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1, err
@@ -1213,7 +1213,7 @@ def test_advise_gives_the_peak_swap_its_held_out_interval_and_warns_of_too_littl
     fitted = Model.read(model)
     [(key, mode)] = fitted.modes.items()
     code, out, _ = _advise(capsys, "--pipeline", str(root / "p.json"), "--model", str(model),
-                           "--models", str(models), "--limit", "40000500", "--swap", "1G")
+                           "--split", str(models), "--limit", "40000500", "--swap", "1G")
     # no run of the fit swapped: the need is the shortfall alone, and said to be a floor
     assert code == 0 and "no run the model was fitted on swapped" in out
     assert "may run out of swap" in out
@@ -1222,7 +1222,7 @@ def test_advise_gives_the_peak_swap_its_held_out_interval_and_warns_of_too_littl
     (root / "cv.json").write_text(json.dumps({
         key: {"swap_log_error_pi": {"low": float(np.log(0.5)), "high": 0.0, "n": 5}},
         "model_sha256": sha256_file(model)}))
-    args = ["--pipeline", str(root / "p.json"), "--model", str(model), "--models",
+    args = ["--pipeline", str(root / "p.json"), "--model", str(model), "--split",
             str(models), "--limit", "40000500", "--policies", "linear"]
     code, out, err = _advise(capsys, *args, "--json")
     assert code == 0, err
@@ -1255,7 +1255,7 @@ def test_advise_says_where_this_pipelines_measured_times_disagree_with_its_predi
     (root / "cv.json").write_text(json.dumps({
         key: {"makespan_log_error_pi": {"limited": {"low": -0.1, "high": 0.1, "n": 9}}},
         "model_sha256": sha256_file(model)}))
-    args = ["--pipeline", str(root / "p.json"), "--model", str(model), "--models",
+    args = ["--pipeline", str(root / "p.json"), "--model", str(model), "--split",
             str(models), "--limit", "40000500", "--policies", "linear", "bulk",
             "--swap-cost", "nvme"]
     code, out, err = _advise(capsys, *args, "--json")
@@ -1326,7 +1326,7 @@ def test_advise_shows_this_pipelines_own_training_runs_and_what_they_contradict(
     root, models = advice_files
     path = root / "model.json"
     limit = 40000500
-    args = ["--pipeline", str(root / "p.json"), "--model", str(path), "--models",
+    args = ["--pipeline", str(root / "p.json"), "--model", str(path), "--split",
             str(models), "--limit", str(limit), "--policies", "linear", "bulk", "--json"]
     predicted = {p["policy"]: p for p in json.loads(_advise(capsys, *args)[1])["policies"]}
     slower, faster = sorted(predicted, key=lambda p: -predicted[p]["makespan_s"])
@@ -1451,7 +1451,7 @@ def test_at_or_below_a_limit_that_killed_a_fitted_run_advise_says_a_run_may_be_k
     [mode] = model.modes.values()
     mode.kill_limit_bytes = 40000500.0
     model.write(path)
-    args = ["--pipeline", str(root / "p.json"), "--model", str(path), "--models",
+    args = ["--pipeline", str(root / "p.json"), "--model", str(path), "--split",
             str(models), "--policies", "linear"]
     code, out, err = _advise(capsys, *args, "--limit", "40000500")
     assert code == 0, err

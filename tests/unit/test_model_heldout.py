@@ -33,7 +33,7 @@ def never_started(tiny: splitter.Description, root: Path, name: str) -> dict[str
     never came up (the boot faked as timed out, as test_sandbox_failures does)."""
     save_pipeline(Pipeline(name, [Arrival(0.0, ["Tiny", "Tiny"])]), root / f"{name}.json")
     request = run_request(build_parser().parse_args(
-        ["run", "--pipeline", str(root / f"{name}.json"), "--models",
+        ["run", "--pipeline", str(root / f"{name}.json"), "--split",
          str(Path(tiny.path).parent), "--policy", "linear", "--out", str(root / "failed"),
          "--backend", "vm", "--limit", "256M", "--batch", "1"]))
     with pytest.MonkeyPatch.context() as mp:
@@ -77,14 +77,14 @@ def test_a_run_that_never_started_never_stops_the_model(tiny, tmp_path, capsys):
     assert kept["termination"].tolist().count("error") == 1  # the tables still hold it
 
     for tables, out in ((clean, "clean.json"), (dirty, "dirty.json")):
-        code = main(["fit-model", "--tables", tables, "--models", split, "--out",
+        code = main(["fit-model", "--tables", tables, "--split", split, "--out",
                      str(tmp_path / out)])
         assert code == 0, capsys.readouterr().err
     with_failed, without = (Model.read(tmp_path / f) for f in ("dirty.json", "clean.json"))
     assert with_failed.modes == without.modes  # the native fit: none of the failed run
 
     def score(tables: str, out: str) -> pd.DataFrame:
-        code = main(["score-holdout", "--tables", tables, "--models", split, "--model",
+        code = main(["score-holdout", "--tables", tables, "--split", split, "--model",
                      str(tmp_path / "clean.json"), "--out", str(tmp_path / out),
                      "--orderings", "1"])
         err = capsys.readouterr().err
@@ -97,7 +97,7 @@ def test_a_run_that_never_started_never_stops_the_model(tiny, tmp_path, capsys):
     assert set(scored["pipeline"]) == {"hp000"} and len(scored) == len(alone) == 2
     pd.testing.assert_series_equal(scored["predicted_makespan_s"],
                                    alone["predicted_makespan_s"])
-    code = main(["evaluate-model", "--tables", dirty, "--models", split, "--model",
+    code = main(["evaluate-model", "--tables", dirty, "--split", split, "--model",
                  str(tmp_path / "dirty.json"), "--out", str(tmp_path / "cv"),
                  "--orderings", "1"])
     assert code == 0, capsys.readouterr().err
@@ -116,10 +116,10 @@ def test_a_held_out_twin_of_a_training_pipeline_is_left_out_and_named(tiny, tmp_
                                                       "hp001": ["Tiny"] * 3})
     held = _tables(tmp_path / "held", [(runs.assign(record_digest=runs["run_id"] + " held"),
                                         tasks, networks)])
-    assert main(["fit-model", "--tables", train, "--models", split, "--out",
+    assert main(["fit-model", "--tables", train, "--split", split, "--out",
                  str(tmp_path / "m.json")]) == 0
     capsys.readouterr()
-    code = main(["score-holdout", "--tables", held, "--models", split, "--model",
+    code = main(["score-holdout", "--tables", held, "--split", split, "--model",
                  str(tmp_path / "m.json"), "--out", str(tmp_path / "s"), "--orderings", "1"])
     err = capsys.readouterr().err
     assert code == 0, err
@@ -138,7 +138,7 @@ def test_a_model_file_edited_by_hand_is_refused(tiny, tmp_path, capsys, edit):
     train = _tables(tmp_path / "train", [campaign({"Tiny": tiny},
                                                   {"p000": ["Tiny"], "p001": ["Tiny"] * 2})])
     model = tmp_path / "m.json"
-    assert main(["fit-model", "--tables", train, "--models", split, "--out", str(model)]) == 0
+    assert main(["fit-model", "--tables", train, "--split", split, "--out", str(model)]) == 0
     data = json.loads(model.read_text())
     if edit == "no digest":
         del data["model_digest"]
@@ -147,7 +147,7 @@ def test_a_model_file_edited_by_hand_is_refused(tiny, tmp_path, capsys, edit):
                                   pipeline_contents={})
     model.write_text(json.dumps(data, indent=1))
     capsys.readouterr()
-    code = main(["score-holdout", "--tables", train, "--models", split, "--model",
+    code = main(["score-holdout", "--tables", train, "--split", split, "--model",
                  str(model), "--out", str(tmp_path / "s"), "--orderings", "1"])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1, err
@@ -166,7 +166,7 @@ def test_a_finished_run_without_an_arrival_is_a_damaged_table(tiny, tmp_path, ca
     split = str(Path(tiny.path).parent)
     runs, tasks, networks = campaign({"Tiny": tiny}, {"p000": ["Tiny"], "p001": ["Tiny"] * 2})
     good = _tables(tmp_path / "good", [(runs, tasks, networks)])
-    assert main(["fit-model", "--tables", good, "--models", split, "--out",
+    assert main(["fit-model", "--tables", good, "--split", split, "--out",
                  str(tmp_path / "m.json")]) == 0
     capsys.readouterr()
     hit = networks["run_id"] == "p001/linear/none/rep1"  # finished (termination ok)
@@ -180,7 +180,7 @@ def test_a_finished_run_without_an_arrival_is_a_damaged_table(tiny, tmp_path, ca
                                str(tmp_path / "ev")],
             "score-holdout": ["--model", str(tmp_path / "m.json"), "--out",
                               str(tmp_path / "sh")]}[verb]
-    code = main([verb, "--tables", bad, "--models", split, *args])
+    code = main([verb, "--tables", bad, "--split", split, *args])
     err = capsys.readouterr().err
     assert code == 2, err
     lines = err.strip().splitlines()
@@ -200,9 +200,9 @@ def test_a_fold_of_twins_holding_every_pipeline_says_why_in_words(tiny, tmp_path
                                                                 "p001": ["Tiny"] * 2})])
     model = tmp_path / "model" / "m.json"
     model.parent.mkdir()
-    assert main(["fit-model", "--tables", tables, "--models", split, "--out", str(model)]) == 0
+    assert main(["fit-model", "--tables", tables, "--split", split, "--out", str(model)]) == 0
     capsys.readouterr()
-    code = main(["evaluate-model", "--tables", tables, "--models", split, "--model",
+    code = main(["evaluate-model", "--tables", tables, "--split", split, "--model",
                  str(model), "--out", str(model.parent), "--orderings", "1"])
     err = capsys.readouterr().err
     assert code == 0, err
@@ -217,7 +217,7 @@ def test_a_fold_of_twins_holding_every_pipeline_says_why_in_words(tiny, tmp_path
     assert "native/lean leave-pipeline-out: fold p000+p001: not cross-validated" in err, err
     save_pipeline(Pipeline("q", [Arrival(0.0, ["Tiny", "Tiny"])]), tmp_path / "q.json")
     assert main(["advise", "--pipeline", str(tmp_path / "q.json"), "--model", str(model),
-                 "--models", split]) == 0
+                 "--split", split]) == 0
     out = capsys.readouterr().out
     assert "leave-pipeline-out: unknown (fold p000+p001: not cross-validated" in out, out
     assert "None" not in out, out
@@ -239,13 +239,13 @@ def test_tables_that_cannot_be_written_name_the_file_and_leave_no_out(tiny, tmp_
     train = _tables(tmp_path / "train", [campaign({"Tiny": tiny},
                                                   {"p000": ["Tiny"], "p001": ["Tiny"] * 2})])
     held = _tables(tmp_path / "held", [campaign({"Tiny": tiny}, {"hp000": ["Tiny"] * 3})])
-    assert main(["fit-model", "--tables", train, "--models", split, "--out",
+    assert main(["fit-model", "--tables", train, "--split", split, "--out",
                  str(tmp_path / "m.json")]) == 0
     before = sorted(p.name for p in tmp_path.iterdir())
     out = tmp_path / "new" / "out"
     # 1 KiB: below every table either verb writes (a parquet file's footer alone is more)
     r = subprocess.run([sys.executable, "-m", "engine", verb, "--tables",
-                        held if verb == "score-holdout" else train, "--models", split,
+                        held if verb == "score-holdout" else train, "--split", split,
                         "--model", str(tmp_path / "m.json"), "--out", str(out),
                         "--orderings", "1"], cwd=REPO, capture_output=True, text=True,
                        timeout=300, preexec_fn=_file_size_limit(1024))
@@ -292,7 +292,7 @@ def test_a_model_file_that_cannot_be_written_leaves_no_folder(tiny, tmp_path):
     before = sorted(p.name for p in tmp_path.iterdir())
     out = tmp_path / "new" / "deeper" / "model.json"
     r = subprocess.run([sys.executable, "-m", "engine", "fit-model", "--tables", train,
-                        "--models", str(Path(tiny.path).parent), "--out", str(out)],
+                        "--split", str(Path(tiny.path).parent), "--out", str(out)],
                        cwd=REPO, capture_output=True, text=True, timeout=300,
                        preexec_fn=_file_size_limit(1024))
     assert r.returncode == 1 and "File too large (EFBIG)" in r.stderr, r.stderr

@@ -888,7 +888,7 @@ def test_meta_json_whose_pipeline_is_not_an_object(tmp_path):
 
 requests = st.builds(
     RunRequest, pipeline=st.text(max_size=8), policy=st.sampled_from(["linear", "masa:2"]),
-    models=st.text(max_size=8), out=st.text(max_size=8),
+    split=st.text(max_size=8), out=st.text(max_size=8),
     options=st.builds(RunOptions, blas_threads=st.integers(1, 4), seed=st.integers(0, 9),
                       batch=st.none() | st.integers(1, 4),
                       budget=st.none() | st.integers(1, 2**40),
@@ -1190,7 +1190,7 @@ def test_malformed_estimates_file_is_one_line_error(tmp_path, text):
 
     est = _write(tmp_path / "est.json", text)
     args = build_parser().parse_args(["run", "--pipeline", "p.json", "--policy", "masa",
-                                      "--models", "m", "--out", "o", "--estimates", str(est)])
+                                      "--split", "m", "--out", "o", "--estimates", str(est)])
     with pytest.raises(EdgeprofError):
         run_request(args)
 

@@ -163,7 +163,7 @@ def test_run_cli_refuses_to_overwrite_and_reports_bad_input(models, tmp_path):
     pipe = tmp_path / "p.json"
     save_pipeline(_pipeline(["AgeNet"]), pipe)
     split_dir = str(models["AgeNet"].parent)
-    args = ["run", "--pipeline", str(pipe), "--models", split_dir, "--batch", "1"]
+    args = ["run", "--pipeline", str(pipe), "--split", split_dir, "--batch", "1"]
     r = _cli(*args, "--policy", "linear", "--out", str(tmp_path / "out"))
     assert r.returncode == 0, r.stderr
     assert "t under linear (unlimited): ok" in r.stderr
@@ -174,7 +174,7 @@ def test_run_cli_refuses_to_overwrite_and_reports_bad_input(models, tmp_path):
     r = _cli(*args, "--policy", "roundrobin", "--out", str(tmp_path / "o2"))
     assert r.returncode == 2 and "unknown policy 'roundrobin'" in r.stderr
     save_pipeline(_pipeline(["AgeNet", "ResNet"]), tmp_path / "bad.json")
-    r = _cli("run", "--pipeline", str(tmp_path / "bad.json"), "--models", split_dir,
+    r = _cli("run", "--pipeline", str(tmp_path / "bad.json"), "--split", split_dir,
              "--policy", "bulk", "--out", str(tmp_path / "o3"))
     assert r.returncode == 2
     assert "names networks with no split model: ResNet (available: AgeNet," in r.stderr
@@ -187,7 +187,7 @@ def test_forward_and_run_give_the_same_arrays_under_the_same_keys(models, tmp_pa
     BLAS thread changes the rounding)."""
     pipe = tmp_path / "p.json"
     save_pipeline(_pipeline(["AlexNet"]), pipe)
-    r = _cli("run", "--pipeline", str(pipe), "--models", str(models["AlexNet"].parent),
+    r = _cli("run", "--pipeline", str(pipe), "--split", str(models["AlexNet"].parent),
              "--policy", "linear", "--backend", "none", "--no-probes", "--seed", "3",
              "--out", str(tmp_path / "run"))
     assert r.returncode == 0, r.stderr
@@ -220,7 +220,7 @@ def _corrupt_fc6(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_a_failing_task_is_recorded_as_error(tmp_path):
     partial, pipe = _corrupt_fc6(tmp_path)
-    r = _cli("run", "--pipeline", str(pipe), "--models", str(tmp_path / "s"), "--policy",
+    r = _cli("run", "--pipeline", str(pipe), "--split", str(tmp_path / "s"), "--policy",
              "partial:2", "--out", str(tmp_path / "run"), "--batch", "1")
     assert r.returncode == 1
     assert "task 0:AgeNet LOAD_12 failed: CorruptModelError" in r.stderr
@@ -230,7 +230,7 @@ def test_a_failing_task_is_recorded_as_error(tmp_path):
         "termination_detail"]
     assert meta["child"]["failed_task"] == "0:AgeNet LOAD_12"
     # --error-is-result (the workflow's sandbox runs): the same record, exit 0
-    r = _cli("run", "--pipeline", str(pipe), "--models", str(tmp_path / "s"), "--policy",
+    r = _cli("run", "--pipeline", str(pipe), "--split", str(tmp_path / "s"), "--policy",
              "partial:2", "--out", str(tmp_path / "run2"), "--batch", "1",
              "--error-is-result")
     assert r.returncode == 0 and "task 0:AgeNet LOAD_12 failed" in r.stderr
@@ -244,11 +244,11 @@ def test_force_keeps_the_earlier_run_when_the_new_one_fails(models, tmp_path):
     out = tmp_path / "run"
     args = ["run", "--pipeline", str(pipe), "--policy", "linear", "--out", str(out),
             "--batch", "1", "--sample-hz", "0"]
-    r = _cli(*args, "--models", str(models["AgeNet"].parent))
+    r = _cli(*args, "--split", str(models["AgeNet"].parent))
     assert r.returncode == 0, r.stderr
     good = (out / "meta.json").read_bytes()
     for extra in ([], ["--error-is-result"]):
-        r = _cli(*args, "--models", str(tmp_path / "s"), "--force", *extra)
+        r = _cli(*args, "--split", str(tmp_path / "s"), "--force", *extra)
         assert r.returncode == 1 and "the earlier run in" in r.stderr, r.stderr
         assert (out / "meta.json").read_bytes() == good
         failed = [p for p in tmp_path.iterdir() if p.name.startswith("run.failed.")]
@@ -264,7 +264,7 @@ def test_a_signal_stops_the_run_and_writes_nothing(models, tmp_path, sig, code):
     pipe = tmp_path / "p.json"
     save_pipeline(_pipeline(["AlexNet"] * 30), pipe)
     proc = subprocess.Popen([sys.executable, "-m", "engine", "run", "--pipeline", str(pipe),
-                             "--models", str(models["AlexNet"].parent), "--policy", "linear",
+                             "--split", str(models["AlexNet"].parent), "--policy", "linear",
                              "--out", str(tmp_path / "run")], cwd=REPO,
                             stderr=subprocess.PIPE, text=True, preexec_fn=default_signals)
     time.sleep(2.0)
@@ -289,7 +289,7 @@ def test_graph_command_writes_dot(models, tmp_path):
 def test_a_timed_out_run_keeps_the_networks_that_finished_before_it(models, tmp_path):
     pipe = tmp_path / "p.json"
     save_pipeline(_pipeline(["AgeNet", "GenderNet"], times=[0.0, 30.0]), pipe)
-    r = _cli("run", "--pipeline", str(pipe), "--models", str(models["AgeNet"].parent),
+    r = _cli("run", "--pipeline", str(pipe), "--split", str(models["AgeNet"].parent),
              "--policy", "linear", "--out", str(tmp_path / "run"), "--batch", "1",
              "--backend", "none", "--timeout", "4")
     assert r.returncode == 0, r.stderr

@@ -33,7 +33,7 @@ MiB = 2**20
 
 def _parse(*extra: str, policy: str = "partial") -> RunRequest:
     return run_request(build_parser().parse_args(
-        ["run", "--pipeline", "p.json", "--policy", policy, "--models", "m", "--out", "o",
+        ["run", "--pipeline", "p.json", "--policy", policy, "--split", "m", "--out", "o",
          *extra]))
 
 

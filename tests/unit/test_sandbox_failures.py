@@ -47,7 +47,7 @@ def test_a_guest_that_never_booted_is_counted_not_ok_and_passes_the_settings_che
     monkeypatch.setattr(vmrun, "boot_job", boot_timeout)
     out = tmp_path / "runs" / "rep0"
     request = run_request(build_parser().parse_args(
-        ["run", "--pipeline", str(tiny["pipeline"]), "--models", str(tiny["models"]),
+        ["run", "--pipeline", str(tiny["pipeline"]), "--split", str(tiny["models"]),
          "--policy", "linear", "--out", str(out), "--seed", str(config["seed"]), *flags]))
     meta = run_in_vm(request)
     assert meta.termination == "error" and "did not start" in meta.termination_detail
@@ -67,7 +67,7 @@ def test_force_keeps_the_earlier_run_when_the_guest_never_boots(tiny, tmp_path, 
 
     def request(*extra: str):
         return run_request(build_parser().parse_args(
-            ["run", "--pipeline", str(tiny["pipeline"]), "--models", str(tiny["models"]),
+            ["run", "--pipeline", str(tiny["pipeline"]), "--split", str(tiny["models"]),
              "--policy", "linear", "--out", str(out), "--batch", "1", "--backend", "vm",
              "--limit", "256M", *extra]))
 

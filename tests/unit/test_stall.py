@@ -105,7 +105,7 @@ def _run(zoo_split, tmp_path, times, *flags, stop_child_at=None):
                            arrival_mode="given"), pipe)
     models = Path(zoo_split["AgeNet"].path).parent
     proc = subprocess.Popen([sys.executable, "-m", "engine", "run", "--pipeline", str(pipe),
-                             "--models", str(models), "--policy", "linear", "--batch", "1",
+                             "--split", str(models), "--policy", "linear", "--batch", "1",
                              "--out", str(tmp_path / "run"), "--backend", "none", *flags],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if stop_child_at is not None:
@@ -134,7 +134,7 @@ def test_run_whose_child_stands_still_ends_as_a_stalled_timeout(zoo_split, tmp_p
 
 def test_run_with_a_bad_stall_timeout_is_refused(tmp_path):
     r = subprocess.run([sys.executable, "-m", "engine", "run", "--pipeline", "p.json",
-                        "--models", ".", "--policy", "linear", "--out", str(tmp_path / "r"),
+                        "--split", ".", "--policy", "linear", "--out", str(tmp_path / "r"),
                         "--stall-timeout", "-1"], cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 2 and "--stall-timeout -1.0: must be a number > 0" in r.stderr
     assert not (tmp_path / "r").exists()

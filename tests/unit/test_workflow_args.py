@@ -306,7 +306,7 @@ def test_the_plan_draws_the_networks_the_pipelines_command_writes(zoo_split, tmp
     names = sorted(zoo_split)
     args = pipelines_args(with_(cfg, pipelines__count=12), names) + " " + " ".join(arrival)
     models = Path(next(iter(zoo_split.values())).path).parent
-    assert main(["pipelines", "--models", str(models), "--out", str(tmp_path),
+    assert main(["pipelines", "--split", str(models), "--out", str(tmp_path),
                  *shlex.split(args)]) == 0
     written = {f.stem: load_pipeline(f).networks() for f in tmp_path.glob("p*.json")}
     assert len(written) == 12
@@ -351,7 +351,7 @@ def test_an_unconstrained_runs_ask_covers_what_the_kernel_measured(tiny, tmp_pat
     for policy, workers in (("bulk", 1), ("linear", 1), ("partial:2", 2)):
         out = tmp_path / policy.replace(":", "_")
         assert main(["run", "--pipeline", str(tiny["pipeline"]), "--policy", policy,
-                     "--models", str(tiny["models"]), "--out", str(out), "--backend", "none",
+                     "--split", str(tiny["models"]), "--out", str(out), "--backend", "none",
                      "--runtime", runtime]) == 0
         bounds = [network_bound_bytes(n, None, runtime) for n in nets]
         need = (sum(h for h, _ in bounds)
@@ -980,8 +980,8 @@ def test_the_model_stages_get_every_campaign_as_its_own_argument(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     line = next(x for x in (r.stdout + r.stderr).splitlines() if "engine fit-model" in x)
     words = shlex.split(line.split("Shell command: ", 1)[-1])
-    tables = words[words.index("--tables") + 1:words.index("--models")]
-    models = words[words.index("--models") + 1:words.index("--out")]
+    tables = words[words.index("--tables") + 1:words.index("--split")]
+    models = words[words.index("--split") + 1:words.index("--out")]
     assert tables == [str(tmp_path / "r" / "tables"), str(other / "tables")]
     assert models == [str(tmp_path / "r" / "split"), str(other / "split")]
 

@@ -18,11 +18,11 @@ rule fit_model:
         "../../envs/analysis.yaml"
     params:
         tables=tables_dir,
-        models=model_splits,
+        split=model_splits,
         policies=" ".join(POLICIES.values()),
         code=CODE_FIT_MODEL,
     shell:
-        "python -m engine fit-model --tables {params.tables:q} --models {params.models:q}"
+        "python -m engine fit-model --tables {params.tables:q} --split {params.split:q}"
         " --out {output:q} --policies {params.policies} 2> {log:q}"
 
 
@@ -39,11 +39,11 @@ rule evaluate_model:
         "../../envs/analysis.yaml"
     params:
         tables=tables_dir,
-        models=model_splits,
+        split=model_splits,
         out=output_dir,
         code=CODE_EVALUATE_MODEL,
     shell:
-        "python -m engine evaluate-model --tables {params.tables:q} --models {params.models:q}"
+        "python -m engine evaluate-model --tables {params.tables:q} --split {params.split:q}"
         " --model {input.model:q} --out {params.out:q} 2> {log:q}"
 
 
@@ -60,12 +60,12 @@ rule reconstruct_model:
         "../../envs/analysis.yaml"
     params:
         tables=tables_dir,
-        models=model_splits,
+        split=model_splits,
         out=output_dir,
         resamples=MODEL_CONFIG["resamples"],
         code=CODE_RECONSTRUCT_MODEL,
     shell:
-        "python -m engine reconstruct-model --tables {params.tables:q} --models {params.models:q}"
+        "python -m engine reconstruct-model --tables {params.tables:q} --split {params.split:q}"
         " --model {input.model:q} --out {params.out:q} --resamples {params.resamples} 2> {log:q}"
 
 
@@ -101,11 +101,11 @@ rule score_holdout:
         "../../envs/analysis.yaml"
     params:
         tables=tables_dir,
-        models=split_dir,
+        split=split_dir,
         out=output_dir,
         code=CODE_SCORE_HOLDOUT,
     shell:
-        "python -m engine score-holdout --tables {params.tables:q} --models {params.models:q}"
+        "python -m engine score-holdout --tables {params.tables:q} --split {params.split:q}"
         " --model {input.model:q} --out {params.out:q} 2> {log:q}"
 
 

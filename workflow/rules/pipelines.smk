@@ -11,12 +11,12 @@ rule pipelines:
     conda:
         "../../envs/run.yaml"
     params:
-        models=split_dir,
+        split=split_dir,
         out=output_dir,
         args=PIPELINES_ARGS,
         code=CODE_PIPELINES,
     shell:
-        "python -m engine pipelines --models {params.models:q} --out {params.out:q} {params.args}"
+        "python -m engine pipelines --split {params.split:q} --out {params.out:q} {params.args}"
         " 2> {log:q}"
 
 
@@ -31,12 +31,12 @@ rule vm_pipelines:
     conda:
         "../../envs/run.yaml"
     params:
-        models=split_dir,
+        split=split_dir,
         out=output_dir,
         args=VM_PIPELINES_ARGS,
         code=CODE_PIPELINES,
     shell:
-        "python -m engine pipelines --models {params.models:q} --out {params.out:q} {params.args}"
+        "python -m engine pipelines --split {params.split:q} --out {params.out:q} {params.args}"
         " 2> {log:q}"
 
 
@@ -52,12 +52,12 @@ rule holdout_pipelines:
     conda:
         "../../envs/run.yaml"
     params:
-        models=split_dir,
+        split=split_dir,
         out=output_dir,
         args=HOLDOUT_PIPELINES_ARGS,
         code=CODE_PIPELINES,
     shell:
-        "python -m engine pipelines --models {params.models:q} --out {params.out:q} {params.args}"
+        "python -m engine pipelines --split {params.split:q} --out {params.out:q} {params.args}"
         " 2> {log:q}"
 
 
@@ -71,10 +71,10 @@ rule holdout_vm_pipelines:
     conda:
         "../../envs/run.yaml"
     params:
-        models=split_dir,
+        split=split_dir,
         out=output_dir,
         args=HOLDOUT_VM_PIPELINES_ARGS,
         code=CODE_PIPELINES,
     shell:
-        "python -m engine pipelines --models {params.models:q} --out {params.out:q} {params.args}"
+        "python -m engine pipelines --split {params.split:q} --out {params.out:q} {params.args}"
         " 2> {log:q}"

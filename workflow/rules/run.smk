@@ -31,7 +31,7 @@ if PER_JOB == "run":
         params:
             # what the results depend on, compared for a rerun (the command is derived)
             policy=run_policy,
-            models=SPLIT_DIR,
+            split=SPLIT_DIR,
             limit=run_limit_args,
             batch=BATCH_ARGS,
             runtime=run_runtime,
@@ -97,7 +97,7 @@ rule reconcile_run:
         runtime=RUN_RUNTIME,
     params:
         policy=REC["policy"],
-        models=split_dir,
+        split=split_dir,
         limit=REC_LIMIT_ARGS,
         batch=BATCH_ARGS,
         runtime=f"--runtime {RUN['runtime']}",
@@ -108,6 +108,6 @@ rule reconcile_run:
         vm_env=vm_env,
     shell:
         "{params.vm_env}python -m engine run --pipeline {input.pipeline:q}"
-        " --policy {params.policy:q} --models {params.models:q} --out {output:q} {params.limit}"
+        " --policy {params.policy:q} --split {params.split:q} --out {output:q} {params.limit}"
         " {params.batch} {params.runtime} --seed {params.seed} {params.options} --heap-profile"
         " 2> {log:q}"

@@ -110,7 +110,7 @@ def test_a_limited_run_and_its_baseline_give_the_host_outputs(uml_kernel, tiny, 
     through a locked buffer (engine.caffe.wire)."""
     host = tmp_path / "host"
     r = subprocess.run([sys.executable, "-m", "engine", "run", "--pipeline",
-                        str(tiny["pipeline"]), "--models", str(tiny["models"]), "--policy",
+                        str(tiny["pipeline"]), "--split", str(tiny["models"]), "--policy",
                         "linear", "--out", str(host), "--batch", "1", "--backend", "none"],
                        cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
@@ -139,7 +139,7 @@ def test_a_limited_run_and_its_baseline_give_the_host_outputs(uml_kernel, tiny, 
 def test_sigkill_of_the_supervisor_takes_every_uml_process_along(uml_kernel, tiny, tmp_path):
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "engine", "run", "--pipeline",
-                             str(tiny["pipeline"]), "--models", str(tiny["models"]),
+                             str(tiny["pipeline"]), "--split", str(tiny["models"]),
                              "--policy", "linear", "--out", str(out), "--backend", "uml",
                              "--limit", "64M"], cwd=REPO, stderr=subprocess.DEVNULL)
     try:
@@ -169,7 +169,7 @@ def test_sigkill_of_the_supervisor_takes_every_uml_process_along(uml_kernel, tin
 def test_an_interrupted_run_kills_uml_and_leaves_nothing(uml_kernel, tiny, tmp_path, sig):
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "engine", "run", "--pipeline",
-                             str(tiny["pipeline"]), "--models", str(tiny["models"]),
+                             str(tiny["pipeline"]), "--split", str(tiny["models"]),
                              "--policy", "linear", "--out", str(out), "--backend", "uml",
                              "--limit", "64M"], cwd=REPO, stderr=subprocess.PIPE, text=True,
                             preexec_fn=default_signals)
@@ -213,7 +213,7 @@ def test_a_double_sigint_in_the_first_seconds_leaves_no_swap_image(uml_kernel, t
     out = tmp_path / "run"
     for delay in (0.3, 0.8, 1.5):
         proc = subprocess.Popen([sys.executable, "-m", "engine", "run", "--pipeline",
-                                 str(tiny["pipeline"]), "--models", str(tiny["models"]),
+                                 str(tiny["pipeline"]), "--split", str(tiny["models"]),
                                  "--policy", "linear", "--out", str(out), "--backend", "uml",
                                  "--limit", "64M"], cwd=REPO, stderr=subprocess.PIPE,
                                 text=True, preexec_fn=default_signals)
@@ -232,7 +232,7 @@ def test_calibrate_measures_the_sandboxes_per_page_costs(uml_kernel, tiny, tmp_p
     counters."""
     out = tmp_path / "uml.json"
     r = subprocess.run([sys.executable, "-m", "engine", "calibrate", "--backend", "uml",
-                        "--limit", "48M", "--models", str(tiny["models"]), "--repetitions",
+                        "--limit", "48M", "--split", str(tiny["models"]), "--repetitions",
                         "2", "--out", str(out)], cwd=REPO, capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -320,7 +320,7 @@ def test_a_uml_run_that_cannot_write_its_files_names_the_file(uml_kernel, tiny, 
 
     out = tmp_path / "w" / "run"
     r = subprocess.run([sys.executable, "-m", "engine", "run", "--pipeline",
-                        str(tiny["pipeline"]), "--models", str(tiny["models"]), "--policy",
+                        str(tiny["pipeline"]), "--split", str(tiny["models"]), "--policy",
                         "linear", "--out", str(out), "--batch", "1", "--backend", "uml",
                         "--limit", "64M"], cwd=REPO, capture_output=True, text=True,
                        timeout=300, preexec_fn=_file_size_limit(4096))

@@ -95,7 +95,7 @@ def _no_guest_files(folder: Path) -> None:
 def _request(tiny: dict[str, Path], policy: str, out: Path, *extra: str,
              backend: str = "vm") -> RunRequest:
     return run_request(build_parser().parse_args(
-        ["run", "--pipeline", str(tiny["pipeline"]), "--models", str(tiny["models"]),
+        ["run", "--pipeline", str(tiny["pipeline"]), "--split", str(tiny["models"]),
          "--policy", policy, "--out", str(out), "--batch", "1", "--backend", backend,
          *extra]))
 
@@ -140,7 +140,7 @@ def test_no_swap_run_is_oom_killed_and_recorded_as_memory(vm_guest, tiny, tmp_pa
 def _host_run(tiny: dict[str, Path], policy: str, out: Path) -> None:
     """The same run natively, with the guest's OpenBLAS kernels."""
     r = subprocess.run([sys.executable, "-m", "engine", "run", "--pipeline",
-                        str(tiny["pipeline"]), "--models", str(tiny["models"]), "--policy",
+                        str(tiny["pipeline"]), "--split", str(tiny["models"]), "--policy",
                         policy, "--out", str(out), "--batch", "1", "--backend", "none"],
                        cwd=REPO, env=dict(os.environ, OPENBLAS_CORETYPE="Nehalem"),
                        capture_output=True, text=True)
@@ -184,7 +184,7 @@ def test_an_interrupted_run_kills_qemu_and_leaves_nothing(vm_guest, tiny, tmp_pa
               "except Interrupted as exc:\n    print(exc, file=sys.stderr)\n    sys.exit(130)\n")
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-c", script, "run", "--pipeline",
-                             str(tiny["pipeline"]), "--models", str(tiny["models"]),
+                             str(tiny["pipeline"]), "--split", str(tiny["models"]),
                              "--policy", "linear", "--out", str(out)],
                             cwd=REPO, stderr=subprocess.PIPE, text=True,
                             preexec_fn=default_signals)
@@ -275,7 +275,7 @@ def test_sigkill_of_the_supervisor_takes_qemu_along_and_the_next_run_sweeps(vm_g
                                                                           tmp_path):
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "engine", "run", "--pipeline",
-                             str(tiny["pipeline"]), "--models", str(tiny["models"]),
+                             str(tiny["pipeline"]), "--split", str(tiny["models"]),
                              "--policy", "linear", "--out", str(out), "--backend", "vm",
                              "--limit", "256M"], cwd=REPO, stderr=subprocess.DEVNULL)
     try:

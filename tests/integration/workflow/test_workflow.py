@@ -393,7 +393,7 @@ def test_a_run_redone_by_hand_is_refused_and_the_printed_fix_recovers(workflow):
     redo = subprocess.run(
         [sys.executable, "-m", "engine", "run", "--pipeline", str(results / "pipelines" /
                                                                   "p000.json"),
-         "--models", str(results / "split"), "--policy", "bulk", "--out", str(run), "--force",
+         "--split", str(results / "split"), "--policy", "bulk", "--out", str(run), "--force",
          "--backend", "none", "--batch", "1", "--seed", "1", "--sample-hz", "50",
          "--pin-cpu", "--runtime", "caffe"],
         cwd=workflow.root, env=dict(os.environ, PYTHONPATH=str(workflow.root)),
