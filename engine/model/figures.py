@@ -171,7 +171,7 @@ def swap_cost(tables: dict[str, pd.DataFrame], style: dict,
     if curves.empty:
         return no_data("Speed-up over Bulk against the swap cost",
                        "no sandbox limited runs with native unconstrained twins to rebuild "
-                       "(vm.native_baseline, docs/model.md)")
+                       "(sandbox.native_baseline, docs/model.md)")
     curves = curves.assign(row=curves["runtime"] + " runtime, " + curves["sandbox"]
                            + " traffic, limit " + curves["limit"])
     rows = sorted(curves["row"].unique(), key=lambda r: (

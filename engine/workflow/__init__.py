@@ -14,7 +14,7 @@ concern per module:
 Pure functions: validated config dicts in, argument strings, job lists and resource numbers
 out. Nothing else here imports Snakemake, probes the host (no systemctl, no qemu) or writes a
 file, so building the DAG stays cheap on a submit host and the rules stay thin. Which runs
-go to a sandbox is a config choice (``vm.enabled``), never decided by probing the machine.
+go to a sandbox is a config choice (``sandbox.enabled``), never decided by probing the machine.
 
 This file imports none of its modules: a job that imports one of them depends on that
 module's code only (``fingerprint.job_modules`` follows imports, package ``__init__``s

@@ -9,16 +9,16 @@ from collections.abc import Iterable
 from engine.units import parse_size
 from engine.workflow.plan import (
     HOLDOUT_PREFIX,
-    HOLDOUT_VM_PREFIX,
+    HOLDOUT_SANDBOX_PREFIX,
     SANDBOXES,
     UNLIMITED,
     Config,
     holdout_config,
     kind_runtime,
-    reconcile_in_vm,
+    reconcile_in_sandbox,
     run_backend,
-    vm_enabled,
-    vm_runs_main,
+    sandbox_enabled,
+    sandbox_runs_main,
 )
 
 
@@ -47,7 +47,7 @@ def canonical(value: object) -> object:
 def reconcile_limit_args(config: Config) -> str:
     """The reconciliation run's limit flags: as any run's, or the guest's (``--backend vm``,
     with or without a limit: the guest's cgroup is measured either way)."""
-    return limit_args(config, config["run"]["reconcile"]["limit"], reconcile_in_vm(config))
+    return limit_args(config, config["run"]["reconcile"]["limit"], reconcile_in_sandbox(config))
 
 
 def swap_arg(config: Config, limit: str) -> str:
@@ -60,10 +60,10 @@ def swap_arg(config: Config, limit: str) -> str:
     return str(parse_size(str(total)) - parse_size(limit))
 
 
-def limit_args(config: Config, limit: str, in_vm: bool) -> str:
+def limit_args(config: Config, limit: str, in_sandbox: bool) -> str:
     """``python -m engine run``'s limit, swap and backend flags for a run under ``limit``
-    (``in_vm``: a run of a vm pipeline)."""
-    backend = run_backend(config, limit, in_vm)
+    (``in_sandbox``: a run of a sandbox pipeline)."""
+    backend = run_backend(config, limit, in_sandbox)
     # a sandbox's crash (user-mode Linux under heavy swap, docs/sandboxes.md) is a result
     # the tables count and name, never a hole that stops the campaign; natively, a crash
     # is a bug and fails the workflow
@@ -88,7 +88,7 @@ def run_options(run: Config) -> str:
                        *stall, "--sample-hz", run["sample_hz"], *pin])
 
 
-def run_settings(config: Config, kind: str, limit: str, in_vm: bool,
+def run_settings(config: Config, kind: str, limit: str, in_sandbox: bool,
                  probed: bool = True) -> dict[str, object]:
     """What each run of a run set records of the settings its flags set (the runs table's
     columns: ``engine.analysis.provenance.check_settings`` compares them), as ``limit_args``,
@@ -100,7 +100,7 @@ def run_settings(config: Config, kind: str, limit: str, in_vm: bool,
     from engine.runner.meta import MMAP_THRESHOLD
 
     run = config["run"]
-    backend = run_backend(config, limit, in_vm)
+    backend = run_backend(config, limit, in_sandbox)
     settings: dict[str, object] = {
         "batch": run["batch"], "blas_threads": run["blas_threads"],
         "sample_hz": run["sample_hz"] if probed else 0, "seed": config["seed"],
@@ -157,18 +157,18 @@ def pipelines_args(config: Config, networks: Iterable[str], holdout: bool = Fals
     ]))
 
 
-def vm_pipelines_args(config: Config, holdout: bool = False) -> str:
-    """The same for the vm block's smaller pipelines (``vNNN``, batch arrival, its own
-    networks; ``holdout``: ``hvNNN``); empty when the vm block is not enabled or runs the
+def sandbox_pipelines_args(config: Config, holdout: bool = False) -> str:
+    """The same for the sandbox block's smaller pipelines (``vNNN``, batch arrival, its own
+    networks; ``holdout``: ``hvNNN``); empty when the sandbox block is not enabled or runs the
     main pipelines."""
-    if (not vm_enabled(config) or vm_runs_main(config)
+    if (not sandbox_enabled(config) or sandbox_runs_main(config)
             or (holdout and not holdout_config(config))):
         return ""
-    cfg = config["vm"]["pipelines"]
+    cfg = config["sandbox"]["pipelines"]
     count, seed, prefix = cfg["count"], config["seed"], "v"
     if holdout:
         hold = holdout_config(config)
-        count, seed, prefix = hold.get("vm_pipelines", 0), hold["seed"], HOLDOUT_VM_PREFIX
+        count, seed, prefix = hold.get("sandbox_pipelines", 0), hold["seed"], HOLDOUT_SANDBOX_PREFIX
     return join_words(["--count", count, "--seed", seed, "--prefix", prefix,
                        "--length", *cfg["length"], *bins_args(config),
                        "--networks", *sorted(set(cfg["networks"]))])

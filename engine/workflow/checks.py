@@ -18,14 +18,14 @@ from engine.workflow.plan import (
     Config,
     holdout_config,
     pipeline_names,
-    reconcile_in_vm,
+    reconcile_in_sandbox,
     run_backend,
     run_sets,
+    sandbox_enabled,
+    sandbox_kernel,
+    sandbox_pipeline_names,
+    sandbox_runs_main,
     unprobed_runs,
-    vm_enabled,
-    vm_pipeline_names,
-    vm_runs_main,
-    vm_sandbox,
 )
 
 # the workflow's JSON schema (common.smk validates the config against it)
@@ -136,6 +136,26 @@ def check_config_batch(config: Config) -> None:
                              f"batch")
 
 
+# keys renamed (issue 37: "vm" meant either sandbox, where --backend vm means qemu):
+# (where, old key, new key), refused with the new name before the schema says "unknown"
+RENAMED_KEYS = (((), "vm", "sandbox"), (("sandbox",), "sandbox", "kernel"),
+                (("run", "reconcile"), "vm", "sandbox"),
+                (("model", "holdout"), "vm_pipelines", "sandbox_pipelines"))
+
+
+def check_renamed_keys(config: Config) -> None:
+    """A key under its old name: ValueError with one line giving the new one."""
+    for where, old, new in RENAMED_KEYS:
+        block: object = config
+        for key in where:
+            block = block.get(key) if isinstance(block, dict) else None
+        if isinstance(block, dict) and old in block:
+            path = ".".join(where)
+            where_new = f"{path}.{new}" if path else new
+            raise ValueError(f"config: the key {'.'.join([*where, old])} is now {where_new}; "
+                             "rename it in your config file")
+
+
 def check_config(config: Config) -> None:
     """Checks of the final, merged config that JSON schema cannot express; ValueError with
     one line naming the key and the fix."""
@@ -180,7 +200,7 @@ def check_config(config: Config) -> None:
         if palette not in colormaps:
             raise ValueError(f"config: plots.palette {palette!r} is not a matplotlib colormap "
                              f"(e.g. tab10, viridis)")
-        policies = {*config["run"]["policies"], *config.get("vm", {}).get("policies", [])}
+        policies = {*config["run"]["policies"], *config.get("sandbox", {}).get("policies", [])}
         if colormaps[palette].N < len(policies):  # two policies would share a colour
             raise ValueError(f"config: plots.palette {palette} has {colormaps[palette].N} "
                              f"colours for {len(policies)} policies; choose one with more "
@@ -198,9 +218,9 @@ def check_config(config: Config) -> None:
 
     from engine.commands.options import MAX_LIMIT, MAX_SEED
 
-    vm = config.get("vm") or {}
-    named = [*config["run"]["limits"], *vm.get("limits", []),
-             *(lim for extra in vm.get("also") or [] for lim in extra.get("limits", []))]
+    box = config.get("sandbox") or {}
+    named = [*config["run"]["limits"], *box.get("limits", []),
+             *(lim for extra in box.get("also") or [] for lim in extra.get("limits", []))]
     huge = [lim for lim in named if lim != UNLIMITED and _size_or_zero(lim) > MAX_LIMIT]
     if huge:
         raise ValueError(f"config: limit {huge[0]}: at most {MAX_LIMIT >> 50} PiB")
@@ -234,12 +254,12 @@ def check_config(config: Config) -> None:
                                  f"model's {stem}.caffemodel and {stem}.prototxt in "
                                  f"models.user_dir or drop the stem")
     blocks = [("pipelines", config["pipelines"])]
-    if vm_enabled(config) and not vm_runs_main(config):
-        blocks.append(("vm.pipelines", config["vm"]["pipelines"]))
-        unknown = sorted(set(config["vm"]["pipelines"]["networks"])
+    if sandbox_enabled(config) and not sandbox_runs_main(config):
+        blocks.append(("sandbox.pipelines", config["sandbox"]["pipelines"]))
+        unknown = sorted(set(config["sandbox"]["pipelines"]["networks"])
                          - set(models["zoo"]) - set(models["user"]))
         if unknown:
-            raise ValueError(f"config: vm.pipelines.networks {', '.join(unknown)} not in "
+            raise ValueError(f"config: sandbox.pipelines.networks {', '.join(unknown)} not in "
                              f"models.zoo or models.user; add them there so they are "
                              f"generated and split")
     for key, block in blocks:
@@ -253,10 +273,10 @@ def check_config(config: Config) -> None:
                          f"ascending upper edges")
     lists = [("run.limits", config["run"]["limits"]),
              ("run.reconcile.limit", [config["run"]["reconcile"]["limit"]])]
-    if vm_enabled(config):
-        lists.append(("vm.limits", config["vm"]["limits"]))
-        lists += [(f"vm.also[{i}].limits", extra["limits"])
-                  for i, extra in enumerate(config["vm"].get("also") or [])]
+    if sandbox_enabled(config):
+        lists.append(("sandbox.limits", config["sandbox"]["limits"]))
+        lists += [(f"sandbox.also[{i}].limits", extra["limits"])
+                  for i, extra in enumerate(config["sandbox"].get("also") or [])]
     for key, limits in lists:
         seen: dict[int, str] = {}
         for limit in map(str, limits):
@@ -281,10 +301,10 @@ def check_config(config: Config) -> None:
                          f"seed: the held-out pipelines must be drawn with a seed never "
                          f"used in fitting; choose another")
     reconcile = config["run"]["reconcile"]
-    if reconcile_in_vm(config) and not vm_enabled(config):
-        raise ValueError("config: run.reconcile.vm is true (config/config.yaml's default, "
-                         "merged into yours) but vm.enabled is false: set run.reconcile to "
-                         "{pipeline: p000, policy: linear, limit: none, vm: false}")
+    if reconcile_in_sandbox(config) and not sandbox_enabled(config):
+        raise ValueError("config: run.reconcile.sandbox is true (config/config.yaml's default, "
+                         "merged into yours) but sandbox.enabled is false: set run.reconcile to "
+                         "{pipeline: p000, policy: linear, limit: none, sandbox: false}")
     from engine.schedule.policies import PolicyError, parse_policy
 
     try:
@@ -295,11 +315,12 @@ def check_config(config: Config) -> None:
     if policy not in policies:
         raise ValueError(f"config: run.reconcile.policy {reconcile['policy']!r} is not one of "
                          f"run.policies ({', '.join(sorted(policies))}); choose one of them")
-    names = (vm_pipeline_names(config) if reconcile_in_vm(config) and not vm_runs_main(config)
+    in_own = reconcile_in_sandbox(config) and not sandbox_runs_main(config)
+    names = (sandbox_pipeline_names(config) if in_own
              else pipeline_names(config["pipelines"]["count"]))
     if reconcile["pipeline"] not in names:
         raise ValueError(f"config: run.reconcile.pipeline {reconcile['pipeline']!r} is not one "
-                         f"of the {'vm ' if reconcile_in_vm(config) else ''}pipelines "
+                         f"of the {'sandbox ' if reconcile_in_sandbox(config) else ''}pipelines "
                          f"({', '.join(names[:3])}, ...)")
 
 
@@ -381,10 +402,11 @@ def _check_results_sandboxes(config: Config) -> None:
 
     # each sandbox a run may land in -> how it comes to (said in the refusal)
     sandboxes = {b: "" for b in {config["run"]["backend"]} & set(SANDBOXES)}
-    if vm_enabled(config):
-        sandboxes.setdefault(vm_sandbox(config), "")
+    if sandbox_enabled(config):
+        sandboxes.setdefault(sandbox_kernel(config), "")
     auto_limited = sorted({lim for rs in run_sets(config) for lim in rs.limits
-                           if lim != UNLIMITED and run_backend(config, lim, rs.in_vm) == "auto"},
+                           if lim != UNLIMITED
+                           and run_backend(config, lim, rs.in_sandbox) == "auto"},
                           key=parse_size)
     if auto_limited:
         for sandbox in _auto_sandboxes():

@@ -27,32 +27,33 @@ def policy_ids(policies: Iterable[str]) -> dict[str, str]:
     return {name.replace(":", "_"): name for name in names}
 
 
-def vm_enabled(config: Config) -> bool:
-    """Whether the limited runs go to the vm backend, on the ``vm:`` block's pipelines and
-    limits (``vm.enabled``; a config without a ``vm:`` block runs none in the VM)."""
-    return bool((config.get("vm") or {}).get("enabled", False))
+def sandbox_enabled(config: Config) -> bool:
+    """Whether the limited runs go to the vm backend, on the ``sandbox:`` block's pipelines and
+    limits (``sandbox.enabled``; a config without a ``sandbox:`` block runs none in the VM)."""
+    return bool((config.get("sandbox") or {}).get("enabled", False))
 
 
-def vm_runs_main(config: Config) -> bool:
-    """Whether the ``vm:`` block runs the main pipelines themselves (``vm.pipelines:
+def sandbox_runs_main(config: Config) -> bool:
+    """Whether the ``sandbox:`` block runs the main pipelines themselves (``sandbox.pipelines:
     main``) in the sandbox, beside their native runs, instead of pipelines of its own."""
-    return vm_enabled(config) and config["vm"].get("pipelines") == "main"
+    return sandbox_enabled(config) and config["sandbox"].get("pipelines") == "main"
 
 
-def vm_pipeline_names(config: Config, holdout: bool = False) -> list[str]:
-    """The ``vNNN`` pipelines of the ``vm:`` block, when it is enabled with its own
+def sandbox_pipeline_names(config: Config, holdout: bool = False) -> list[str]:
+    """The ``vNNN`` pipelines of the ``sandbox:`` block, when it is enabled with its own
     (``holdout``: the model's held-out ``hvNNN`` ones)."""
-    if not vm_enabled(config) or vm_runs_main(config):
+    if not sandbox_enabled(config) or sandbox_runs_main(config):
         return []
     if holdout:
-        return pipeline_names(holdout_config(config).get("vm_pipelines", 0), HOLDOUT_VM_PREFIX)
-    return pipeline_names(config["vm"]["pipelines"]["count"], "v")
+        return pipeline_names(holdout_config(config).get("sandbox_pipelines", 0),
+                              HOLDOUT_SANDBOX_PREFIX)
+    return pipeline_names(config["sandbox"]["pipelines"]["count"], "v")
 
 
 # The kind of a run: its folder under results/ and its tidy tables' (runs/p000/...):
-# "runs"; "sandbox" for a main pipeline's runs in the sandbox (vm.pipelines: main), and
-# "sandbox_<runtime>" for those of a vm.also entry with a runtime of its own; "native"
-# for a vm pipeline's native unconstrained twins (vm.native_baseline: the same pipeline,
+# "runs"; "sandbox" for a main pipeline's runs in the sandbox (sandbox.pipelines: main), and
+# "sandbox_<runtime>" for those of a sandbox.also entry with a runtime of its own; "native"
+# for a sandbox pipeline's native unconstrained twins (sandbox.native_baseline: the same pipeline,
 # policy and limit as its guest baseline); "unprobed" for the probe-overhead twins.
 RUNS, SANDBOX, NATIVE = "runs", "sandbox", "native"
 
@@ -67,71 +68,71 @@ def kind_runtime(config: Config, kind: str) -> str:
 @dataclass(frozen=True)
 class RunSet:
     """Runs whose product is every run of a config (times the repetitions): these
-    pipelines under these policies and limits, all in the guest (``in_vm``) or none.
+    pipelines under these policies and limits, all in the guest (``in_sandbox``) or none.
     ``holdout``: the model's held-out pipelines (``model.holdout``), never fitted on."""
 
     pipelines: list[str]
     policies: list[str]  # canonical names
     limits: list[str]
-    in_vm: bool
+    in_sandbox: bool
     repetitions: int
     kind: str = RUNS
     holdout: bool = False
 
 
-def vm_policies(config: Config) -> list[str]:
-    """The policies of the runs in the guest: ``vm.policies``, else ``run.policies``."""
-    return list((config.get("vm") or {}).get("policies") or config["run"]["policies"])
+def sandbox_policies(config: Config) -> list[str]:
+    """The policies of the runs in the guest: ``sandbox.policies``, else ``run.policies``."""
+    return list((config.get("sandbox") or {}).get("policies") or config["run"]["policies"])
 
 
 def run_sets(config: Config) -> list[RunSet]:
     """Every run, as run sets; the first is the main pipelines'.
 
-    With ``vm.enabled`` the main pipelines run only unconstrained (natively) and the vm
-    pipelines run in the guest under ``vm.limits`` and, as their like-for-like baseline,
+    With ``sandbox.enabled`` the main pipelines run only unconstrained (natively) and the vm
+    pipelines run in the guest under ``sandbox.limits`` and, as their like-for-like baseline,
     unconstrained in the same guest (emulated runs are 15-60x slower: their slowdowns are
-    taken over emulated baselines, never native ones); with ``vm.native_baseline`` the
-    vm pipelines also run unconstrained natively (kind ``native``: the model's
+    taken over emulated baselines, never native ones); with ``sandbox.native_baseline`` the
+    sandbox pipelines also run unconstrained natively (kind ``native``: the model's
     native-speed reconstruction pairs them with the guest's page traffic). Otherwise the
     main pipelines run under every limit of ``run.limits`` with ``run.backend``. The
     model's held-out pipelines (``model.holdout``) run the same sets under their own
     names."""
     holdout = holdout_config(config)
     sets = _run_sets(config, pipeline_names(config["pipelines"]["count"]),
-                     vm_pipeline_names(config), False)
+                     sandbox_pipeline_names(config), False)
     if holdout:
         sets += _run_sets(config, pipeline_names(holdout["pipelines"], HOLDOUT_PREFIX),
-                          vm_pipeline_names(config, holdout=True), True)
+                          sandbox_pipeline_names(config, holdout=True), True)
     return [rs for rs in sets if rs.pipelines]
 
 
-def _run_sets(config: Config, main: list[str], vm_pipes: list[str],
+def _run_sets(config: Config, main: list[str], box_pipes: list[str],
               holdout: bool) -> list[RunSet]:
     policies = [parse_policy(p).name for p in config["run"]["policies"]]
     reps = config["run"]["repetitions"]
-    if vm_enabled(config):
-        vm = config["vm"]
-        vm_limits = [UNLIMITED, *(str(lim) for lim in vm["limits"] if str(lim) != UNLIMITED)]
-        vm_reps = vm.get("repetitions") or reps
-        vm_pols = [parse_policy(p).name for p in vm_policies(config)]
-        on_main = vm_runs_main(config)
-        pipelines, kind = (main, SANDBOX) if on_main else (vm_pipes, RUNS)
+    if sandbox_enabled(config):
+        box = config["sandbox"]
+        box_limits = [UNLIMITED, *(str(lim) for lim in box["limits"] if str(lim) != UNLIMITED)]
+        box_reps = box.get("repetitions") or reps
+        box_pols = [parse_policy(p).name for p in sandbox_policies(config)]
+        on_main = sandbox_runs_main(config)
+        pipelines, kind = (main, SANDBOX) if on_main else (box_pipes, RUNS)
         sets = [RunSet(main, policies, [UNLIMITED], False, reps, holdout=holdout),
-                RunSet(pipelines, vm_pols, vm_limits, True, vm_reps, kind, holdout)]
+                RunSet(pipelines, box_pols, box_limits, True, box_reps, kind, holdout)]
         # further policies under some limits only (the workers experiment), or another
         # runtime on the first few pipelines
-        for extra in vm.get("also") or []:
+        for extra in box.get("also") or []:
             runtime = extra.get("runtime", config["run"]["runtime"])
             own = runtime != config["run"]["runtime"]
             if own and not on_main:
-                raise ValueError("config: vm.also[].runtime needs vm.pipelines: main")
+                raise ValueError("config: sandbox.also[].runtime needs sandbox.pipelines: main")
             sets.append(RunSet(pipelines[:extra.get("pipelines", len(pipelines))],
                                [parse_policy(p).name for p in extra["policies"]],
-                               [str(lim) for lim in extra["limits"]], True, vm_reps,
+                               [str(lim) for lim in extra["limits"]], True, box_reps,
                                f"{SANDBOX}_{runtime}" if own else kind, holdout))
         # a main pipeline's native runs are its own baseline already
-        if vm.get("native_baseline") and not on_main:
-            sets.append(RunSet(vm_pipes, vm_pols, [UNLIMITED], False, vm_reps, NATIVE,
+        if box.get("native_baseline") and not on_main:
+            sets.append(RunSet(box_pipes, box_pols, [UNLIMITED], False, box_reps, NATIVE,
                                holdout))
         return sets
     limits = [str(limit) for limit in config["run"]["limits"]]
@@ -141,8 +142,8 @@ def _run_sets(config: Config, main: list[str], vm_pipes: list[str],
 
 
 # The model's held-out pipelines: hp000, ... drawn as the main pipelines are, hv000, ...
-# as the vm pipelines, both with model.holdout.seed instead of the campaign's seed.
-HOLDOUT_PREFIX, HOLDOUT_VM_PREFIX = "hp", "hv"
+# as the sandbox pipelines, both with model.holdout.seed instead of the campaign's seed.
+HOLDOUT_PREFIX, HOLDOUT_SANDBOX_PREFIX = "hp", "hv"
 
 
 def holdout_config(config: Config) -> dict:
@@ -153,11 +154,11 @@ def holdout_config(config: Config) -> dict:
 SANDBOXES = ("uml", "vm")
 
 
-def vm_sandbox(config: Config) -> str:
-    """The sandbox of the ``vm:`` block's runs: ``vm.sandbox``, where ``auto`` is uml if
+def sandbox_kernel(config: Config) -> str:
+    """The kernel of the ``sandbox:`` block's runs: ``sandbox.kernel``, where ``auto`` is uml if
     a user-mode Linux kernel was built and works on this host (its build record says so:
     nothing is booted while the DAG is built), else the qemu guest."""
-    choice = (config.get("vm") or {}).get("sandbox", "auto")
+    choice = (config.get("sandbox") or {}).get("kernel", "auto")
     if choice != "auto":
         return choice
     from engine.limits.vm import uml_status
@@ -165,22 +166,22 @@ def vm_sandbox(config: Config) -> str:
     return "uml" if uml_status()[0] else "vm"
 
 
-def run_backend(config: Config, limit: str, in_vm: bool) -> str:
-    """The ``--backend`` of a run under ``limit``: the sandbox (``vm_sandbox``) for every
-    run of a vm pipeline (``in_vm``: its baseline too); for the main pipelines,
+def run_backend(config: Config, limit: str, in_sandbox: bool) -> str:
+    """The ``--backend`` of a run under ``limit``: the sandbox (``sandbox_kernel``) for every
+    run of a sandbox pipeline (``in_sandbox``: its baseline too); for the main pipelines,
     ``run.backend``, with ``none`` for the unconstrained runs where that is a sandbox."""
     backend = config["run"]["backend"]
-    if in_vm:  # a vm pipeline, or every run where run.backend names a sandbox
-        return vm_sandbox(config) if vm_enabled(config) else backend
+    if in_sandbox:  # a sandbox pipeline, or every run where run.backend names a sandbox
+        return sandbox_kernel(config) if sandbox_enabled(config) else backend
     if limit == UNLIMITED and backend in SANDBOXES:
         return "none"
     return backend
 
 
-def needs_vm_guest(config: Config, limit: str, in_vm: bool) -> bool:
+def needs_vm_guest(config: Config, limit: str, in_sandbox: bool) -> bool:
     """Whether a run under ``limit`` boots the qemu guest, so needs the guest the workflow
     builds (a user-mode Linux run uses the kernel ``python -m engine.vm build`` cached)."""
-    return run_backend(config, limit, in_vm) == "vm"
+    return run_backend(config, limit, in_sandbox) == "vm"
 
 
 # Runs that measure the probes' own cost: the same pipeline and repetition as a probed
@@ -196,12 +197,12 @@ def unprobed_runs(config: Config) -> list[tuple[str, str]]:
     if policy is None:
         return []
     main = run_sets(config)[0]
-    if UNLIMITED not in main.limits or main.in_vm:
+    if UNLIMITED not in main.limits or main.in_sandbox:
         return []
     return [(pipeline, parse_policy(policy).name) for pipeline in main.pipelines]
 
 
-# A block of runs: (kind, in_vm, pipeline, limit, rep); its kind is its first run set's
+# A block of runs: (kind, in_sandbox, pipeline, limit, rep); its kind is its first run set's
 # (the unprobed twins join their pipeline's "runs" block)
 BlockKey = tuple[str, bool, str, str, int]
 
@@ -226,17 +227,17 @@ def run_blocks(config: Config) -> dict[BlockKey, list[tuple[str, str]]]:
             if rep < rs.repetitions:
                 for pipeline in rs.pipelines:
                     for limit in rs.limits:
-                        members.setdefault((rs.kind, rs.in_vm, pipeline, limit), []).extend(
+                        members.setdefault((rs.kind, rs.in_sandbox, pipeline, limit), []).extend(
                             (rs.kind, policy) for policy in rs.policies)
         keys = list(members)
         rng = np.random.default_rng([config["seed"], rep])
         for b in rng.permutation(len(keys)):
-            kind, in_vm, pipeline, limit = keys[b]
+            kind, in_sandbox, pipeline, limit = keys[b]
             runs = members[keys[b]]
-            if limit == UNLIMITED and not in_vm and kind == RUNS:
+            if limit == UNLIMITED and not in_sandbox and kind == RUNS:
                 runs += [(UNPROBED, pol) for pipe, pol in twins if pipe == pipeline]
             order = np.random.default_rng([config["seed"], rep, int(b)]).permutation(len(runs))
-            blocks[(kind, in_vm, pipeline, limit, rep)] = [runs[m] for m in order]
+            blocks[(kind, in_sandbox, pipeline, limit, rep)] = [runs[m] for m in order]
     return blocks
 
 
@@ -254,7 +255,7 @@ class BlockShape:
     place, limit and runs (their outputs), on exactly these pipelines times these
     repetitions."""
 
-    in_vm: bool
+    in_sandbox: bool
     limit: str
     runs: tuple[tuple[str, str], ...]  # (kind, policy), sorted
     pipelines: tuple[str, ...]
@@ -266,15 +267,15 @@ def block_shapes(config: Config) -> list[BlockShape]:
     until each shape's blocks are its pipelines times its repetitions, so a rule's
     wildcards (pipeline, rep) match its own blocks' folders and no other rule's."""
     alike: dict[tuple, dict[int, list[str]]] = {}
-    for (_, in_vm, pipeline, limit, rep), runs in run_blocks(config).items():
-        alike.setdefault((in_vm, limit, tuple(sorted(runs))), {}).setdefault(
+    for (_, in_sandbox, pipeline, limit, rep), runs in run_blocks(config).items():
+        alike.setdefault((in_sandbox, limit, tuple(sorted(runs))), {}).setdefault(
             rep, []).append(pipeline)
     shapes = []
-    for (in_vm, limit, runs), by_rep in alike.items():
+    for (in_sandbox, limit, runs), by_rep in alike.items():
         reps_of: dict[tuple[str, ...], list[int]] = {}
         for rep, pipelines in by_rep.items():
             reps_of.setdefault(tuple(sorted(pipelines)), []).append(rep)
-        shapes += [BlockShape(in_vm, limit, runs, pipelines, tuple(sorted(reps)))
+        shapes += [BlockShape(in_sandbox, limit, runs, pipelines, tuple(sorted(reps)))
                    for pipelines, reps in reps_of.items()]
     return shapes
 
@@ -287,6 +288,6 @@ def run_priorities(config: Config) -> dict[tuple[str, str, str, str, int], int]:
             for i, (kind, pipeline, policy, limit, rep) in enumerate(order)}
 
 
-def reconcile_in_vm(config: Config) -> bool:
-    """Whether the reconciliation run goes to the guest (``run.reconcile.vm``)."""
-    return bool(config["run"]["reconcile"].get("vm", False))
+def reconcile_in_sandbox(config: Config) -> bool:
+    """Whether the reconciliation run goes to the guest (``run.reconcile.sandbox``)."""
+    return bool(config["run"]["reconcile"].get("sandbox", False))

@@ -103,7 +103,7 @@ def job_reserve_mb(workflow_rss_bytes: int) -> int:
     return math.ceil(RESERVE_MARGIN * 2 * workflow_rss_bytes / 2**20) + SLURM_JOB_SHELLS_MB
 
 
-def run_step_mem_mb(config: Config, limit: str, in_vm: bool,
+def run_step_mem_mb(config: Config, limit: str, in_sandbox: bool,
                     unconstrained_mb: int = UNLIMITED_MEM_MB) -> int | None:
     """MiB of the run's own SLURM job step (``srun --mem``) under ``inherit``: exactly its
     limit (``unconstrained_mb``, its networks' bound, for an unconstrained run), so the
@@ -111,12 +111,12 @@ def run_step_mem_mb(config: Config, limit: str, in_vm: bool,
     processes alone under exactly that limit, and the workflow's own processes stay
     outside it. None for the other backends, which set (or emulate) the limit
     themselves."""
-    if run_backend(config, limit, in_vm) != "inherit":
+    if run_backend(config, limit, in_sandbox) != "inherit":
         return None
     return unconstrained_mb if limit == UNLIMITED else parse_size(limit) // 2**20
 
 
-def run_mem_mb(config: Config, limit: str, in_vm: bool, reserve_mb: int,
+def run_mem_mb(config: Config, limit: str, in_sandbox: bool, reserve_mb: int,
                unconstrained_mb: int = UNLIMITED_MEM_MB) -> int:
     """Memory (MiB) a run job asks for: the run's own and, whatever the backend, the
     workflow's own processes beside it (``reserve_mb``: ``job_reserve_mb``). Under
@@ -125,11 +125,11 @@ def run_mem_mb(config: Config, limit: str, in_vm: bool, reserve_mb: int,
     sampler (``ENGINE_BASELINE_MB``); an unconstrained run its networks' bound
     (``unconstrained_mb``: ``unconstrained_mem_mb``, the engine's baseline included); a VM
     its guest RAM (limit + 768 MiB, at least 1 GiB) and qemu's own ~300 MiB."""
-    step = run_step_mem_mb(config, limit, in_vm, unconstrained_mb)
+    step = run_step_mem_mb(config, limit, in_sandbox, unconstrained_mb)
     if step is not None:
         return step + reserve_mb
     mib = None if limit == UNLIMITED else parse_size(limit) // 2**20
-    if run_backend(config, limit, in_vm) in SANDBOXES:
+    if run_backend(config, limit, in_sandbox) in SANDBOXES:
         guest = 4096 if mib is None else max(1024, mib + 768)  # engine.vm.run.plan's RAM
         return guest + 512 + reserve_mb
     return reserve_mb + (unconstrained_mb if mib is None else mib + ENGINE_BASELINE_MB)

@@ -39,7 +39,7 @@ def test_a_guest_that_never_booted_is_counted_not_ok_and_passes_the_settings_che
     """H2 (new-user pass): the record the host writes for a guest that never started must
     carry every setting the workflow's aggregate checks (it lacked cpu_affinity, and the
     campaign stopped with 'made with cpu_pin_asked unset ... (redone by hand?)')."""
-    config = with_(load_config(), run__backend="vm", vm__sandbox="vm")
+    config = with_(load_config(), run__backend="vm", sandbox__kernel="vm")
     assert config["run"]["pin_cpu"] is True  # the setting the record lacked
     limit = "256M"
     flags = " ".join([limit_args(config, limit, True), run_options(config["run"]),

@@ -23,9 +23,9 @@ from engine.workflow.args import (
     pipelines_args,
     reconcile_limit_args,
     run_options,
-    vm_pipelines_args,
+    sandbox_pipelines_args,
 )
-from engine.workflow.checks import check_config
+from engine.workflow.checks import check_config, check_renamed_keys
 from engine.workflow.environ import job_environ
 from engine.workflow.fingerprint import JOB_ENTRIES, code_fingerprint, job_modules
 from engine.workflow.plan import (
@@ -33,13 +33,13 @@ from engine.workflow.plan import (
     kind_runtime,
     needs_vm_guest,
     policy_ids,
-    reconcile_in_vm,
+    reconcile_in_sandbox,
     run_blocks,
     run_order,
     run_sets,
-    vm_enabled,
-    vm_pipeline_names,
-    vm_sandbox,
+    sandbox_enabled,
+    sandbox_kernel,
+    sandbox_pipeline_names,
 )
 from engine.workflow.resources import (
     ENGINE_BASELINE_MB,
@@ -138,14 +138,14 @@ def test_pipelines_args_are_todays_command_lines(cfg):
     assert pipelines_args(cfg, networks) == (
         "--count 3 --seed 0 --length 2 4 --arrival batch --bins 150 400"
         " --networks AgeNet AlexNet FaceNet GenderNet GoogLeNet")
-    assert vm_pipelines_args(cfg) == (
+    assert sandbox_pipelines_args(cfg) == (
         "--count 2 --seed 0 --prefix v --length 1 3 --bins 150 400 --networks AgeNet GenderNet")
     # the draw sorts the networks: another order of the list is the same pipelines, and
     # the same arguments, so it reruns nothing (thirteenth held-out pass M1)
     assert pipelines_args(cfg, networks[::-1]) == pipelines_args(cfg, networks)
-    assert vm_pipelines_args(with_(cfg, vm__pipelines__networks=["GenderNet", "AgeNet"])) \
-        == vm_pipelines_args(cfg)
-    assert vm_pipelines_args(with_(cfg, vm__enabled=False)) == ""
+    swapped = with_(cfg, sandbox__pipelines__networks=["GenderNet", "AgeNet"])
+    assert sandbox_pipelines_args(swapped) == sandbox_pipelines_args(cfg)
+    assert sandbox_pipelines_args(with_(cfg, sandbox__enabled=False)) == ""
 
 
 def test_policy_ids_are_path_safe():
@@ -158,16 +158,16 @@ def test_policy_ids_are_path_safe():
 
 
 def test_vm_enabled_runs_limited_runs_in_the_vm_on_its_pipelines(cfg):
-    cfg = with_(cfg, vm__sandbox="vm")
-    assert vm_enabled(cfg)
-    main, vm, *_ = run_sets(cfg)
-    assert (main.pipelines, main.limits, main.in_vm) == (["p000", "p001", "p002"], ["none"],
+    cfg = with_(cfg, sandbox__kernel="vm")
+    assert sandbox_enabled(cfg)
+    main, sandboxed, *_ = run_sets(cfg)
+    assert (main.pipelines, main.limits, main.in_sandbox) == (["p000", "p001", "p002"], ["none"],
                                                          False)
     assert len(main.policies) == 10
-    # the vm pipelines run under the vm limits and, as their baseline, in the guest unlimited
-    assert (vm.pipelines, vm.policies, vm.limits, vm.in_vm) == (
+    # the sandbox pipelines run under the vm limits and, as their baseline, in the guest unlimited
+    assert (sandboxed.pipelines, sandboxed.policies, sandboxed.limits, sandboxed.in_sandbox) == (
         ["v000", "v001"], ["bulk", "linear", "partial:2", "deepeye"], ["none", "48M"], True)
-    # the main pipelines' unconstrained runs stay native; every vm pipeline run goes to the
+    # the main pipelines' unconstrained runs stay native; every sandbox pipeline run goes to the
     # vm whatever run.backend says, its baseline too
     assert limit_args(cfg, "none", False) == "--backend auto"
     assert limit_args(cfg, "none", True) == "--backend vm --error-is-result"
@@ -176,17 +176,17 @@ def test_vm_enabled_runs_limited_runs_in_the_vm_on_its_pipelines(cfg):
     assert not needs_vm_guest(cfg, "none", False)
     explicit = with_(cfg, run__backend="vm")
     assert limit_args(explicit, "none", False) == "--backend none"
-    # without vm.policies the guest runs every policy
-    assert run_sets(with_(cfg, vm__policies=None))[1].policies == main.policies
+    # without sandbox.policies the guest runs every policy
+    assert run_sets(with_(cfg, sandbox__policies=None))[1].policies == main.policies
 
 
 def test_the_vm_blocks_sandbox_is_uml_where_it_was_built_else_the_qemu_guest(cfg,
                                                                              monkeypatch):
     from engine.limits import vm as vm_limits
 
-    assert limit_args(with_(cfg, vm__sandbox="uml"), "48M", True) == (
+    assert limit_args(with_(cfg, sandbox__kernel="uml"), "48M", True) == (
         "--limit 48M --swap max --backend uml --error-is-result")
-    auto = with_(cfg, vm__sandbox="auto")
+    auto = with_(cfg, sandbox__kernel="auto")
     monkeypatch.setattr(vm_limits, "uml_status", lambda: (True, "Linux 7.2.7 (sid)"))
     assert limit_args(auto, "none", True) == "--backend uml --error-is-result"
     # a uml run boots setup.sh's kernel: the workflow builds no qemu guest for it
@@ -198,23 +198,24 @@ def test_the_vm_blocks_sandbox_is_uml_where_it_was_built_else_the_qemu_guest(cfg
 
 
 def test_vm_disabled_runs_every_limit_with_run_backend(cfg):
-    cfg = with_(cfg, vm__enabled=False, model={})
-    assert not vm_enabled(cfg) and vm_pipeline_names(cfg) == []
+    cfg = with_(cfg, sandbox__enabled=False, model={})
+    assert not sandbox_enabled(cfg) and sandbox_pipeline_names(cfg) == []
     [main] = run_sets(cfg)
-    assert (main.pipelines, main.limits, main.in_vm) == (
+    assert (main.pipelines, main.limits, main.in_sandbox) == (
         ["p000", "p001", "p002"], ["none", "1G", "512M", "256M"], False)
     assert limit_args(cfg, "1G", False) == "--limit 1G --swap max --backend auto"
     assert not needs_vm_guest(cfg, "1G", False)
     inherit = with_(cfg, run__backend="inherit", run__swap=0)
     assert limit_args(inherit, "512M", False) == "--limit 512M --swap 0 --backend inherit"
     assert limit_args(inherit, "none", False) == "--backend inherit"
-    # backend vm without the vm block: every main run goes to the guest, the
+    # backend vm without the sandbox block: every main run goes to the guest, the
     # unconstrained baseline too (an emulated limit never compares with a native run)
-    in_vm = with_(cfg, run__backend="vm")
-    [main] = run_sets(in_vm)
-    assert main.in_vm and limit_args(in_vm, "none", main.in_vm) == "--backend vm --error-is-result"
+    in_sandbox = with_(cfg, run__backend="vm")
+    [main] = run_sets(in_sandbox)
+    assert main.in_sandbox
+    assert limit_args(in_sandbox, "none", main.in_sandbox) == "--backend vm --error-is-result"
     with pytest.raises(ValueError, match="probe_overhead_policy needs native"):
-        check_config(with_(in_vm, run__reconcile__vm=False,
+        check_config(with_(in_sandbox, run__reconcile__sandbox=False,
                               run__reconcile__pipeline="p000"))
     # memory + swap capped together: the swap is what the total leaves above the limit
     capped = with_(cfg, run__swap_total="8G")
@@ -224,43 +225,43 @@ def test_vm_disabled_runs_every_limit_with_run_backend(cfg):
 
 
 def test_vm_native_baseline_runs_the_vm_pipelines_natively_too(cfg):
-    """The model's native-speed reconstruction needs the vm pipelines' native task times:
-    vm.native_baseline adds them as their own kind (same pipeline, policy and limit as
+    """The model's native-speed reconstruction needs the sandbox pipelines' native task times:
+    sandbox.native_baseline adds them as their own kind (same pipeline, policy and limit as
     the guest's baseline, another folder), started in the same blocks."""
-    twin = with_(cfg, vm__native_baseline=True, model={})
-    main, vm, native = run_sets(twin)
-    assert (native.pipelines, native.policies, native.limits, native.in_vm, native.kind) == (
-        vm.pipelines, vm.policies, ["none"], False, "native")
-    assert limit_args(twin, "none", native.in_vm) == "--backend auto"
+    twin = with_(cfg, sandbox__native_baseline=True, model={})
+    main, sandboxed, native = run_sets(twin)
+    assert (native.pipelines, native.policies, native.limits, native.in_sandbox, native.kind) == (
+        sandboxed.pipelines, sandboxed.policies, ["none"], False, "native")
+    assert limit_args(twin, "none", native.in_sandbox) == "--backend auto"
     kinds = {(kind, pipeline) for kind, pipeline, *_ in run_order(twin)}
     assert ("native", "v000") in kinds and ("runs", "v000") in kinds
     assert ("native", "p000") not in kinds
-    assert len(run_sets(with_(twin, vm__native_baseline=False))) == 2
+    assert len(run_sets(with_(twin, sandbox__native_baseline=False))) == 2
 
 
 def test_the_model_holdout_runs_like_the_campaign_under_names_and_a_seed_of_its_own(cfg):
-    held = with_(cfg, vm__native_baseline=True,
-                 model__holdout={"seed": 1000, "pipelines": 2, "vm_pipelines": 1})
+    held = with_(cfg, sandbox__native_baseline=True,
+                 model__holdout={"seed": 1000, "pipelines": 2, "sandbox_pipelines": 1})
     sets = run_sets(held)
     assert [(rs.pipelines, rs.kind, rs.holdout) for rs in sets] == [
         (["p000", "p001", "p002"], "runs", False), (["v000", "v001"], "runs", False),
         (["v000", "v001"], "native", False), (["hp000", "hp001"], "runs", True),
         (["hv000"], "runs", True), (["hv000"], "native", True)]
     assert "--seed 1000 --prefix hp" in pipelines_args(held, ["AgeNet"], holdout=True)
-    assert "--seed 1000 --prefix hv" in vm_pipelines_args(held, holdout=True)
+    assert "--seed 1000 --prefix hv" in sandbox_pipelines_args(held, holdout=True)
     assert "--seed 0 " in pipelines_args(held, ["AgeNet"])
     with pytest.raises(ValueError, match="seed never used in fitting"):
         check_config(with_(held, model__holdout={"seed": 0, "pipelines": 1}))
-    off = with_(held, vm__enabled=False, run__reconcile__vm=False,
+    off = with_(held, sandbox__enabled=False, run__reconcile__sandbox=False,
                 run__reconcile__pipeline="p000")
-    check_config(off)  # without the vm block no held-out vm pipeline runs
+    check_config(off)  # without the sandbox block no held-out sandbox pipeline runs
     assert [rs.pipelines for rs in run_sets(off) if rs.holdout] == [["hp000", "hp001"]]
 
 
 def test_a_config_without_a_vm_block_runs_nothing_in_the_vm(cfg):
-    del cfg["vm"]
+    del cfg["sandbox"]
     cfg["model"] = {}
-    assert not vm_enabled(cfg)
+    assert not sandbox_enabled(cfg)
     assert run_sets(cfg)[0].limits == ["none", "1G", "512M", "256M"]
 
 
@@ -274,7 +275,7 @@ def test_run_mem_mb(cfg):
     assert run_mem_mb(cfg, "256M", True, RESERVE) == 1024 + 512 + RESERVE  # guest >= 1 GiB, qemu
     assert run_mem_mb(cfg, "1G", True, RESERVE) == 1024 + 768 + 512 + RESERVE
     assert run_mem_mb(cfg, "none", True, RESERVE) == 4096 + 512 + RESERVE  # a baseline guest
-    native = with_(cfg, vm__enabled=False)
+    native = with_(cfg, sandbox__enabled=False)
     # auto: the limit, the supervisor and sampler outside it
     assert run_mem_mb(native, "512M", False, RESERVE) == 512 + ENGINE_BASELINE_MB + RESERVE
     assert run_step_mem_mb(native, "512M", False) is None  # auto sets its own cgroup
@@ -405,7 +406,7 @@ def test_the_slurm_step_prefix_runs_the_engine_in_a_step_of_its_limit(tmp_path):
 
 def test_paper_config_runs_nothing_in_the_vm():
     paper = load_config("paper.yaml")
-    assert not vm_enabled(paper) and paper["run"]["backend"] == "inherit"
+    assert not sandbox_enabled(paper) and paper["run"]["backend"] == "inherit"
     main, held = run_sets(paper)
     assert len(main.pipelines) == 100 and main.limits == ["none", "1G", "512M", "256M"]
     # config.yaml's held-out seed: two more pipelines, run as the main ones, never fitted
@@ -467,15 +468,15 @@ def test_both_configs_validate_and_vm_needs_its_pipelines_when_enabled(cfg):
     from snakemake.exceptions import WorkflowError
     from snakemake.utils import validate
 
-    assert cfg["vm"]["enabled"] is True
+    assert cfg["sandbox"]["enabled"] is True
     schema = str(REPO / "workflow" / "schemas" / "config.schema.yaml")
-    enabled_without_pipelines = with_(cfg, vm={"enabled": True, "limits": ["256M"]})
+    enabled_without_pipelines = with_(cfg, sandbox={"enabled": True, "limits": ["256M"]})
     with pytest.raises(WorkflowError, match="pipelines"):
         validate(enabled_without_pipelines, schema)
     no_vm = copy.deepcopy(cfg)
-    del no_vm["vm"]
+    del no_vm["sandbox"]
     validate(no_vm, schema)  # fills in the default
-    assert no_vm["vm"] == {"enabled": False, "sandbox": "auto", "native_baseline": False}
+    assert no_vm["sandbox"] == {"enabled": False, "kernel": "auto", "native_baseline": False}
 
 
 def _resolved(node: dict) -> dict:
@@ -501,7 +502,7 @@ def _schema_keys(node: dict, prefix: str = "") -> list[str]:
 def test_config_readme_documents_every_schema_key_and_no_other():
     text = (REPO / "config" / "README.md").read_text()
     keys = _schema_keys(SCHEMA)
-    assert "vm.enabled" in keys and "run.reconcile.limit" in keys
+    assert "sandbox.enabled" in keys and "run.reconcile.limit" in keys
     documented = set(re.findall(r"^\| `([a-z_.]+)` \|", text, re.M))
     assert documented == set(keys)
 
@@ -564,20 +565,21 @@ def test_the_shipped_configs_pass_the_checks_the_schema_cannot_make():
 @pytest.mark.parametrize("changes, message", [
     ({"models__zoo": [], "models__user": []}, "models.zoo and models.user are both empty"),
     ({"pipelines__length": [4, 2]}, "pipelines.length [4, 2] must be [fewest, most]"),
-    ({"vm__pipelines__length": [3, 2]}, "vm.pipelines.length [3, 2]"),
+    ({"sandbox__pipelines__length": [3, 2]}, "sandbox.pipelines.length [3, 2]"),
     ({"pipelines__bins": [400, 150]}, "strictly ascending"),
     ({"run__limits": ["none", "0"]}, "memory limit '0': memory size '0' must be at least"),
-    ({"vm__limits": ["0M"]}, "memory limit '0M'"),
+    ({"sandbox__limits": ["0M"]}, "memory limit '0M'"),
     ({"run__reconcile__pipeline": "p099"}, "run.reconcile.pipeline 'p099' is not one"),
     ({"results": ""}, "results is empty"),
     ({"run__timeout_s": float("nan")}, "run.timeout_s nan must be a finite number"),
     ({"run__sample_hz": float("inf")}, "run.sample_hz inf must be a finite number"),
     ({"pipelines__bins": [float("nan")]}, "strictly ascending"),
     ({"run__limits": ["512M", "524288K"]}, "run.limits '512M' and '524288K' are the same size"),
-    ({"vm__enabled": False, "run__swap_total": "512M", "run__reconcile__vm": False,
+    ({"sandbox__enabled": False, "run__swap_total": "512M", "run__reconcile__vm": False,
       "run__reconcile__pipeline": "p000"}, "run.swap_total 512M is below the limit(s) 1G"),
     ({"run__probe_overhead_policy": "masa:3"}, "run.probe_overhead_policy 'masa:3' is not"),
-    ({"vm__pipelines__networks": ["SoS-AlexNet"]}, "vm.pipelines.networks SoS-AlexNet not in"),
+    ({"sandbox__pipelines__networks": ["SoS-AlexNet"]},
+     "sandbox.pipelines.networks SoS-AlexNet not in"),
     # twentieth pass H1: the zoo's AgeNet files would be split under the user's stem
     ({"models__user": ["age_net"]}, "models.user age_net is the file stem of the zoo's "
                                     "AgeNet (in models.zoo)"),
@@ -607,15 +609,15 @@ INTEGER_KEYS = [
     ({"run__repetitions": 2.0}, "run.repetitions 2.0"),
     ({"run__batch": 1.0}, "run.batch 1.0"),
     ({"run__blas_threads": 1.0}, "run.blas_threads 1.0"),
-    ({"vm__pipelines__count": 2.0}, "vm.pipelines.count 2.0"),
-    ({"vm__pipelines__length": [1, 3.0]}, "vm.pipelines.length[1] 3.0"),
-    ({"vm__also": [{"policies": ["linear"], "limits": ["48M"], "pipelines": 1.0}]},
-     "vm.also[0].pipelines 1.0"),
-    ({"vm__repetitions": 6.0}, "vm.repetitions 6.0"),
+    ({"sandbox__pipelines__count": 2.0}, "sandbox.pipelines.count 2.0"),
+    ({"sandbox__pipelines__length": [1, 3.0]}, "sandbox.pipelines.length[1] 3.0"),
+    ({"sandbox__also": [{"policies": ["linear"], "limits": ["48M"], "pipelines": 1.0}]},
+     "sandbox.also[0].pipelines 1.0"),
+    ({"sandbox__repetitions": 6.0}, "sandbox.repetitions 6.0"),
     ({"model__resamples": 200.0}, "model.resamples 200.0"),
     ({"model__holdout__seed": 1000.0}, "model.holdout.seed 1000.0"),
     ({"model__holdout__pipelines": 2.0}, "model.holdout.pipelines 2.0"),
-    ({"model__holdout__vm_pipelines": 1.0}, "model.holdout.vm_pipelines 1.0"),
+    ({"model__holdout__sandbox_pipelines": 1.0}, "model.holdout.sandbox_pipelines 1.0"),
     ({"plots__dpi": 120.0}, "plots.dpi 120.0"),
 ]
 
@@ -780,16 +782,18 @@ def test_run_jobs_import_the_whole_measured_path():
 
 
 def test_the_default_reconciliation_runs_in_the_guest_and_the_paper_one_natively(cfg):
-    assert reconcile_in_vm(cfg) and cfg["run"]["reconcile"]["pipeline"] == "v000"
-    assert reconcile_limit_args(cfg) == f"--backend {vm_sandbox(cfg)} --error-is-result"
-    assert reconcile_limit_args(with_(cfg, vm__sandbox="vm")) == "--backend vm --error-is-result"
-    limited = with_(cfg, run__reconcile__limit="256M", vm__sandbox="vm")
+    assert reconcile_in_sandbox(cfg) and cfg["run"]["reconcile"]["pipeline"] == "v000"
+    assert reconcile_limit_args(cfg) == f"--backend {sandbox_kernel(cfg)} --error-is-result"
+    qemu = with_(cfg, sandbox__kernel="vm")
+    assert reconcile_limit_args(qemu) == "--backend vm --error-is-result"
+    limited = with_(cfg, run__reconcile__limit="256M", sandbox__kernel="vm")
     assert reconcile_limit_args(limited) == "--limit 256M --swap max --backend vm --error-is-result"
     paper = load_config("paper.yaml")
-    assert not reconcile_in_vm(paper)
+    assert not reconcile_in_sandbox(paper)
     assert reconcile_limit_args(paper) == "--backend inherit"
-    with pytest.raises(ValueError, match="run.reconcile.vm is true .* vm.enabled is false"):
-        check_config(with_(cfg, vm__enabled=False))
+    with pytest.raises(ValueError,
+                       match="run.reconcile.sandbox is true .* sandbox.enabled is false"):
+        check_config(with_(cfg, sandbox__enabled=False))
 
 
 # --- profiles ----------------------------------------------------------------------------------
@@ -902,13 +906,13 @@ def test_block_shapes_are_exact_products_that_never_overlap(name):
     cfg = load_config(name)
     blocks = run_blocks(cfg)
     by_place: dict[tuple, set] = {}  # blocks of another kind may share a place (fidelity)
-    for (_, in_vm, pipeline, limit, rep), runs in blocks.items():
-        by_place.setdefault((in_vm, pipeline, limit, rep), set()).add(tuple(sorted(runs)))
+    for (_, in_sandbox, pipeline, limit, rep), runs in blocks.items():
+        by_place.setdefault((in_sandbox, pipeline, limit, rep), set()).add(tuple(sorted(runs)))
     outputs = []
     for shape in block_shapes(cfg):
         for pipeline in shape.pipelines:
             for rep in shape.reps:
-                assert shape.runs in by_place[(shape.in_vm, pipeline, shape.limit, rep)]
+                assert shape.runs in by_place[(shape.in_sandbox, pipeline, shape.limit, rep)]
                 outputs += [(kind, pipeline, policy, shape.limit, rep)
                             for kind, policy in shape.runs]
     assert sorted(outputs) == sorted(run_order(cfg))
@@ -997,8 +1001,8 @@ def test_results_a_sandbox_cannot_carry_is_refused_in_the_config_check(
     """M2 (new-user pass): results with a space passed the dry run, then the first uml
     job failed; the config check names the path and the character."""
     results = tmp_path / name if name else tmp_path.joinpath(*["d" * 200] * 10)
-    config = with_(load_config(), results=str(results), vm__enabled=True,
-                   vm__sandbox=sandbox, run__backend=backend)
+    config = with_(load_config(), results=str(results), sandbox__enabled=True,
+                   sandbox__kernel=sandbox, run__backend=backend)
     if says is None:
         check_config(config)
         return
@@ -1044,15 +1048,15 @@ def test_a_guest_ram_too_small_for_the_limit_names_a_ram_that_is_enough():
 ])
 def test_results_a_sandbox_cannot_carry_is_refused_under_backend_auto(
         tmp_path, monkeypatch, uml_works, qemu, name, limits, says):
-    """F5 (report 36): with vm.enabled false and run.backend auto, results with a space
+    """F5 (report 36): with sandbox.enabled false and run.backend auto, results with a space
     passed the dry run, then every limited run failed (exit 2): auto chose uml."""
     from engine.limits import vm as limits_vm
 
     monkeypatch.setattr(limits_vm, "uml_status", lambda: (uml_works, "faked"))
     monkeypatch.setattr(limits_vm, "qemu_installed", lambda: qemu)
     results = tmp_path / name
-    config = with_(load_config(), results=str(results), vm__enabled=False,
-                   run__backend="auto", run__limits=limits, run__reconcile__vm=False,
+    config = with_(load_config(), results=str(results), sandbox__enabled=False,
+                   run__backend="auto", run__limits=limits, run__reconcile__sandbox=False,
                    run__reconcile__pipeline="p000")
     if says is None:
         check_config(config)
@@ -1132,3 +1136,17 @@ def test_the_pipelines_drawn_do_not_depend_on_the_order_of_the_networks_given():
     again = generate_pipelines(0, 4, dict(reversed(sizes.items())), (2, 4), arrival,
                                [150, 400])
     assert [p.networks() for p in made] == [p.networks() for p in again]
+
+
+@pytest.mark.parametrize("old, message", [
+    ({"vm": {"enabled": True}}, "the key vm is now sandbox;"),
+    ({"sandbox__sandbox": "uml"}, "the key sandbox.sandbox is now sandbox.kernel;"),
+    ({"run__reconcile__vm": True}, "the key run.reconcile.vm is now run.reconcile.sandbox;"),
+    ({"model__holdout__vm_pipelines": 1},
+     "the key model.holdout.vm_pipelines is now model.holdout.sandbox_pipelines;"),
+])
+def test_a_renamed_key_is_refused_with_its_new_name(cfg, old, message):
+    """Issue 37: the sandbox block was vm: (either sandbox, where --backend vm is qemu)."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        check_renamed_keys(with_(cfg, **old))
+    check_renamed_keys(cfg)  # the shipped config uses the new names only

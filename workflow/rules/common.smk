@@ -25,9 +25,14 @@ from engine.workflow.args import (
     run_command,
     run_options,
     run_settings,
-    vm_pipelines_args,
+    sandbox_pipelines_args,
 )
-from engine.workflow.checks import check_config, check_config_batch, check_config_files
+from engine.workflow.checks import (
+    check_config,
+    check_config_batch,
+    check_config_files,
+    check_renamed_keys,
+)
 from engine.workflow.environ import job_environ, sandbox_settings
 from engine.workflow.fingerprint import code_fingerprint, content_digest, policy_fingerprint
 from engine.workflow.interrupt import forward_interrupts
@@ -39,13 +44,13 @@ from engine.workflow.plan import (
     needs_vm_guest,
     pipeline_names,
     policy_ids,
-    reconcile_in_vm,
+    reconcile_in_sandbox,
     run_blocks,
     run_priorities,
     run_sets,
     unprobed_runs,
-    vm_pipeline_names,
-    vm_sandbox,
+    sandbox_pipeline_names,
+    sandbox_kernel,
 )
 from engine.workflow.resources import (
     UNLIMITED_MEM_MB,
@@ -82,6 +87,7 @@ configfile: "config/config.yaml"
 
 
 check_config_files(workflow.configfiles)  # a key given twice, which YAML drops unseen
+check_renamed_keys(config)  # an old key's new name, before the schema calls it unknown
 validate(config, "../schemas/config.schema.yaml")
 check_config(config)  # what the schema cannot say: ordered ranges, limits > 0, ...
 if workflow.is_main_process:  # builds the zoo's graphs: once, not in every job
@@ -126,20 +132,20 @@ NETWORKS = {**ZOO_STEMS, **USER_STEMS}
 DESCRIPTIONS = expand(f"{SPLIT_DIR}/{{stem}}.description.json", stem=NETWORKS)
 
 PIPELINES = pipeline_names(config["pipelines"]["count"])
-# With vm.enabled the limited runs go to the VM on the vm block's smaller pipelines (vNNN)
+# With sandbox.enabled the limited runs go to the VM on the sandbox block's smaller pipelines (vNNN)
 # and limits, beside their unconstrained baseline in the same guest (and, with
-# vm.native_baseline, natively unconstrained: kind "native"); the main pipelines run
+# sandbox.native_baseline, natively unconstrained: kind "native"); the main pipelines run
 # unconstrained, natively (engine.workflow.plan.run_sets).
-VM_PIPELINES = vm_pipeline_names(config)
+VM_PIPELINES = sandbox_pipeline_names(config)
 # The model's held-out pipelines (model.holdout): drawn with a seed of their own, run as
 # the main (hpNNN) and vm (hvNNN) pipelines are, aggregated apart, never fitted on.
 HOLDOUT = holdout_config(config)
 HOLDOUT_PIPELINES = pipeline_names(HOLDOUT.get("pipelines", 0), "hp") if HOLDOUT else []
-HOLDOUT_VM_PIPELINES = vm_pipeline_names(config, holdout=True) if HOLDOUT else []
+HOLDOUT_VM_PIPELINES = sandbox_pipeline_names(config, holdout=True) if HOLDOUT else []
 RUN_SETS = run_sets(config)
 # path-safe id ("partial_2") -> name ("partial:2"), of every run set's policies
 POLICIES = policy_ids([p for rs in RUN_SETS for p in rs.policies])
-# kind: "runs"; "sandbox" for the main pipelines' runs in the sandbox (vm.pipelines:
+# kind: "runs"; "sandbox" for the main pipelines' runs in the sandbox (sandbox.pipelines:
 # main); "unprobed" for the probe-overhead twins (--no-probes)
 RUN_PATTERN = "{pipeline}/{policy}/{limit}/rep{rep}"
 KIND_PATTERN = f"{{kind}}/{RUN_PATTERN}"
@@ -163,12 +169,12 @@ RUN_SET_REPS.update(
 # (kind, limit, in the sandbox) -> what its runs record of their flags, which each
 # aggregate checks (engine.workflow.args.run_settings: a run redone by hand is refused)
 _SETTINGS = {
-    (rs.kind, limit, rs.in_vm): run_settings(config, rs.kind, limit, rs.in_vm)
+    (rs.kind, limit, rs.in_sandbox): run_settings(config, rs.kind, limit, rs.in_sandbox)
     for rs in RUN_SETS
     for limit in rs.limits
 }
 _SET_SETTINGS = {
-    (rs.kind, pipeline, pid, limit): _SETTINGS[rs.kind, limit, rs.in_vm]
+    (rs.kind, pipeline, pid, limit): _SETTINGS[rs.kind, limit, rs.in_sandbox]
     for rs in RUN_SETS
     for pipeline in rs.pipelines
     for pid in policy_ids(rs.policies)
@@ -230,7 +236,7 @@ BLOCK_SHAPES = block_shapes(config) if PER_JOB == "block" else []
 BLOCK_RUNS = {}
 if BLOCK_SHAPES:
     _SHAPE_INDEX = {
-        (s.in_vm, s.limit, s.runs, p, r): i
+        (s.in_sandbox, s.limit, s.runs, p, r): i
         for i, s in enumerate(BLOCK_SHAPES)
         for p in s.pipelines
         for r in s.reps
@@ -246,7 +252,7 @@ REC_SETTINGS = {
     "pipeline": REC["pipeline"],
     "policy": parse_policy(REC["policy"]).name,
     "limit": str(REC["limit"]),
-    **run_settings(config, "runs", str(REC["limit"]), reconcile_in_vm(config)),
+    **run_settings(config, "runs", str(REC["limit"]), reconcile_in_sandbox(config)),
     "heap_profile": True,
 }
 
@@ -346,9 +352,9 @@ wildcard_constraints:
 
 # Argument strings the rules pass to `python -m engine` (engine.workflow builds them).
 PIPELINES_ARGS = pipelines_args(config, NETWORKS.values())
-VM_PIPELINES_ARGS = vm_pipelines_args(config)
+SANDBOX_PIPELINES_ARGS = sandbox_pipelines_args(config)
 HOLDOUT_PIPELINES_ARGS = pipelines_args(config, NETWORKS.values(), holdout=True)
-HOLDOUT_VM_PIPELINES_ARGS = vm_pipelines_args(config, holdout=True)
+HOLDOUT_SANDBOX_PIPELINES_ARGS = sandbox_pipelines_args(config, holdout=True)
 BATCH_ARGS = batch_args(RUN)
 # Only the settings a run depends on, so editing e.g. the limit list reruns only new runs.
 RUN_OPTIONS = run_options(RUN)
@@ -359,8 +365,8 @@ RUN_RUNTIME = run_runtime_min(RUN)
 # its job asks for and what goes before its `python -m engine run` (under inherit, a
 # SLURM job step of its own: engine.workflow.resources.slurm_step_prefix).
 _LIMITS = sorted(
-    {(rs.in_vm, limit) for rs in RUN_SETS for limit in rs.limits}
-    | {(reconcile_in_vm(config), str(REC["limit"]))}
+    {(rs.in_sandbox, limit) for rs in RUN_SETS for limit in rs.limits}
+    | {(reconcile_in_sandbox(config), str(REC["limit"]))}
 )
 LIMIT_ARGS = {key: limit_args(config, key[1], key[0]) for key in _LIMITS}
 # An unconstrained run asks for what its pipeline's networks may hold (drawn here as the
@@ -371,8 +377,8 @@ _DRAWN = {
     for args in (
         PIPELINES_ARGS,
         HOLDOUT_PIPELINES_ARGS,
-        VM_PIPELINES_ARGS,
-        HOLDOUT_VM_PIPELINES_ARGS,
+        SANDBOX_PIPELINES_ARGS,
+        HOLDOUT_SANDBOX_PIPELINES_ARGS,
     )
     for name, nets in pipelines_networks(args, list(NETWORKS.values())).items()
 }
@@ -382,8 +388,8 @@ _UNCONSTRAINED_MB = {
     for name, nets in _DRAWN.items()
 }
 _MEM_KEYS = [
-    (in_vm, limit, name)
-    for in_vm, limit in _LIMITS
+    (in_sandbox, limit, name)
+    for in_sandbox, limit in _LIMITS
     for name in ([None] if limit != UNLIMITED else [*_DRAWN, None])
 ]
 # what a run job's own Snakemake interpreters need: measured on this one, which has
@@ -403,14 +409,14 @@ STEP_PREFIX = {
 }
 
 
-def mem_key(in_vm, limit, pipeline):
+def mem_key(in_sandbox, limit, pipeline):
     """RUN_MEM_MB's and STEP_PREFIX's key of a run."""
-    return (in_vm, limit, pipeline if limit == UNLIMITED and pipeline in _DRAWN else None)
+    return (in_sandbox, limit, pipeline if limit == UNLIMITED and pipeline in _DRAWN else None)
 
 
 # Run jobs take the built qemu guest as input only where some run boots it (a uml run's
 # kernel is setup.sh's: python -m engine.vm build).
-ANY_RUN_IN_QEMU = any(needs_vm_guest(config, limit, in_vm) for in_vm, limit in _LIMITS)
+ANY_RUN_IN_QEMU = any(needs_vm_guest(config, limit, in_sandbox) for in_sandbox, limit in _LIMITS)
 VM_SET = set(VM_PIPELINES) | set(HOLDOUT_VM_PIPELINES)
 
 
@@ -479,10 +485,10 @@ def user_model_digest(wildcards):
 
 
 def _limit_key(wildcards):
-    """(in_vm, limit) of a run job, or of the reconciliation run (no limit wildcard)."""
+    """(in_sandbox, limit) of a run job, or of the reconciliation run (no limit wildcard)."""
     if not hasattr(wildcards, "limit"):
-        return (reconcile_in_vm(config), str(REC["limit"]))
-    # a vm pipeline's native twins (kind "native") run natively
+        return (reconcile_in_sandbox(config), str(REC["limit"]))
+    # a sandbox pipeline's native twins (kind "native") run natively
     return (
         wildcards.kind.startswith("sandbox")
         or (wildcards.pipeline in VM_SET and wildcards.kind != "native"),
@@ -492,8 +498,8 @@ def _limit_key(wildcards):
 
 def run_vm_guest(wildcards):
     """The built qemu guest, for a run that boots it."""
-    in_vm, limit = _limit_key(wildcards)
-    return VM_GUEST if needs_vm_guest(config, limit, in_vm) else []
+    in_sandbox, limit = _limit_key(wildcards)
+    return VM_GUEST if needs_vm_guest(config, limit, in_sandbox) else []
 
 
 # no input function at all (one call per job) when no run boots the qemu guest
@@ -501,8 +507,8 @@ RUN_VM_GUEST = run_vm_guest if ANY_RUN_IN_QEMU else []
 
 
 def reconcile_vm_guest(wildcards):
-    in_vm, limit = _limit_key(wildcards)
-    return VM_GUEST if needs_vm_guest(config, limit, in_vm) else []
+    in_sandbox, limit = _limit_key(wildcards)
+    return VM_GUEST if needs_vm_guest(config, limit, in_sandbox) else []
 
 
 def vm_env(wildcards, input):
@@ -517,7 +523,7 @@ def vm_env(wildcards, input):
     ]
 
 
-def _run_line(kind, pipeline, policy, limit, rep, in_vm, prefix):
+def _run_line(kind, pipeline, policy, limit, rep, in_sandbox, prefix):
     """The shell line of one run (policy: its canonical name)."""
     names = dict(
         kind=kind, pipeline=pipeline, policy=policy.replace(":", "_"), limit=limit, rep=rep
@@ -528,7 +534,7 @@ def _run_line(kind, pipeline, policy, limit, rep, in_vm, prefix):
         policy,
         SPLIT_DIR,
         RUN_DIR.format(**names),
-        _limit_flags(kind, (in_vm, limit)),
+        _limit_flags(kind, (in_sandbox, limit)),
         BATCH_ARGS,
         kind_runtime(config, kind),
         config["seed"] + rep,
@@ -555,7 +561,7 @@ def run_line(wildcards, input):
 # the environment's settings of a sandbox's measurement, compared for a rerun of its runs
 # (checked here: a bad one would fail each sandbox job after Snakemake removed its run)
 SANDBOX_SETTINGS = (
-    sandbox_settings(os.environ, vm_sandbox(config)) if config["vm"]["enabled"] else {}
+    sandbox_settings(os.environ, sandbox_kernel(config)) if config["sandbox"]["enabled"] else {}
 )
 
 
@@ -655,13 +661,13 @@ def block_shell(i):
     """Params function of shape i: its block's runs one after the other in their order,
     each in a SLURM job step of its own (or booting the workflow's guest)."""
     shape = BLOCK_SHAPES[i]
-    in_qemu = needs_vm_guest(config, shape.limit, shape.in_vm)
+    in_qemu = needs_vm_guest(config, shape.limit, shape.in_sandbox)
 
     def runs(wildcards):
         prefix = (
             f"EDGEPROF_VM_CACHE={shlex.quote(VM_CACHE)} "
             if in_qemu
-            else STEP_PREFIX[mem_key(shape.in_vm, shape.limit, wildcards.pipeline)]
+            else STEP_PREFIX[mem_key(shape.in_sandbox, shape.limit, wildcards.pipeline)]
         )
         order, _ = BLOCK_RUNS[(i, wildcards.pipeline, int(wildcards.rep))]
         return block_command(
@@ -671,7 +677,7 @@ def block_shell(i):
                 policy,
                 shape.limit,
                 int(wildcards.rep),
-                shape.in_vm,
+                shape.in_sandbox,
                 prefix,
             )
             for kind, policy in order
@@ -693,7 +699,7 @@ def block_resources(i):
     shape = BLOCK_SHAPES[i]
 
     def mem_mb(wildcards):
-        return RUN_MEM_MB[mem_key(shape.in_vm, shape.limit, wildcards.pipeline)]
+        return RUN_MEM_MB[mem_key(shape.in_sandbox, shape.limit, wildcards.pipeline)]
 
     declare_signatures([mem_mb])
     return {"mem_mb": mem_mb, "runtime": block_runtime_min(RUN, len(shape.runs))}

@@ -20,20 +20,20 @@ rule pipelines:
         " 2> {log:q}"
 
 
-# The smaller pipelines that the limited runs use when they go to the VM (vm.enabled).
-rule vm_pipelines:
+# The smaller pipelines that the limited runs use when they go to the VM (sandbox.enabled).
+rule sandbox_pipelines:
     input:
         descriptions=DESCRIPTIONS,
     output:
         expand(f"{PIPELINES_DIR}/{{name}}.json", name=VM_PIPELINES),
     log:
-        f"{RESULTS}/logs/vm_pipelines.log",
+        f"{RESULTS}/logs/sandbox_pipelines.log",
     conda:
         "../../envs/run.yaml"
     params:
         split=split_dir,
         out=output_dir,
-        args=VM_PIPELINES_ARGS,
+        args=SANDBOX_PIPELINES_ARGS,
         code=CODE_PIPELINES,
     shell:
         "python -m engine pipelines --split {params.split:q} --out {params.out:q} {params.args}"
@@ -61,19 +61,19 @@ rule holdout_pipelines:
         " 2> {log:q}"
 
 
-rule holdout_vm_pipelines:
+rule holdout_sandbox_pipelines:
     input:
         descriptions=DESCRIPTIONS,
     output:
         expand(f"{PIPELINES_DIR}/{{name}}.json", name=HOLDOUT_VM_PIPELINES),
     log:
-        f"{RESULTS}/logs/holdout_vm_pipelines.log",
+        f"{RESULTS}/logs/holdout_sandbox_pipelines.log",
     conda:
         "../../envs/run.yaml"
     params:
         split=split_dir,
         out=output_dir,
-        args=HOLDOUT_VM_PIPELINES_ARGS,
+        args=HOLDOUT_SANDBOX_PIPELINES_ARGS,
         code=CODE_PIPELINES,
     shell:
         "python -m engine pipelines --split {params.split:q} --out {params.out:q} {params.args}"

@@ -53,7 +53,7 @@ else:
                 f"run_block_{_i}"
             input:
                 pipeline=f"{PIPELINES_DIR}/{{pipeline}}.json",
-                vm_guest=VM_GUEST if needs_vm_guest(config, _shape.limit, _shape.in_vm) else [],
+                vm_guest=VM_GUEST if needs_vm_guest(config, _shape.limit, _shape.in_sandbox) else [],
             output:
                 [directory(path) for path in block_paths(_i, RUN_DIR)],
             log:
@@ -71,7 +71,7 @@ else:
             params:
                 # compared for a rerun: every run's line, and the code of its policies
                 runs=block_shell(_i),
-                sandbox=SANDBOX_SETTINGS if _shape.in_vm else {},
+                sandbox=SANDBOX_SETTINGS if _shape.in_sandbox else {},
                 code="-".join(sorted({RUN_CODE[p.replace(":", "_")] for _, p in _shape.runs})),
             shell:
                 "{params.runs}"
@@ -93,7 +93,7 @@ rule reconcile_run:
     conda:
         "../../envs/run.yaml"
     resources:
-        mem_mb=RUN_MEM_MB[mem_key(reconcile_in_vm(config), str(REC["limit"]), REC["pipeline"])],
+        mem_mb=RUN_MEM_MB[mem_key(reconcile_in_sandbox(config), str(REC["limit"]), REC["pipeline"])],
         runtime=RUN_RUNTIME,
     params:
         policy=REC["policy"],
@@ -104,7 +104,7 @@ rule reconcile_run:
         seed=config["seed"],
         options=RUN_OPTIONS,
         code=REC_CODE,
-        sandbox=SANDBOX_SETTINGS if reconcile_in_vm(config) else {},
+        sandbox=SANDBOX_SETTINGS if reconcile_in_sandbox(config) else {},
         vm_env=vm_env,
     shell:
         "{params.vm_env}python -m engine run --pipeline {input.pipeline:q}"

@@ -1,5 +1,5 @@
 # The vm backend's guest: a Debian backports kernel and a busybox initramfs, built once
-# into VM_CACHE, only when some run goes to the VM (vm.enabled, or run.backend vm). The
+# into VM_CACHE, only when some run goes to the VM (sandbox.enabled, or run.backend vm). The
 # recipe hash (init script, builder, pinned kernel package) is a param, so editing the
 # recipe rebuilds the guest and nothing else does.
 

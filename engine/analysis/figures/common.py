@@ -252,7 +252,7 @@ def summary_cells(df: pd.DataFrame, metric: str, scale: float = 1.0,
             n_failed = int(r.get(f"{prefix}pairs_missing") or 0)
             why = why_short(r.get(f"{prefix}missing_why"))
             if why == "no bulk" and np.isnan(num(r, f"{metric}_median")):
-                return None  # a run set without Bulk (vm.policies): nothing to compare
+                return None  # a run set without Bulk (sandbox.policies): nothing to compare
         else:
             n_failed, why = int(r.get("runs_not_ok") or 0), short_end(r.get("ended") or "")
         return Cell(num(r, f"{metric}_median") / scale, num(r, f"{metric}_ci_low") / scale,

@@ -115,34 +115,34 @@ def test_limited_runs_go_to_the_vm_with_its_smaller_pipelines(tmp_path):
     cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     cfg["results"] = str(tmp_path / "r")
     cfg["run"]["backend"] = "vm"
-    # the model's runs (the vm pipelines' native twins, the held-out pipelines) are
+    # the model's runs (the sandbox pipelines' native twins, the held-out pipelines) are
     # counted in tests/unit/test_workflow_args.py
-    cfg["vm"]["native_baseline"] = False
-    cfg["model"]["holdout"].update(pipelines=0, vm_pipelines=0)
-    cfg["vm"]["sandbox"] = "vm"  # the qemu guest, wherever user-mode Linux works
+    cfg["sandbox"]["native_baseline"] = False
+    cfg["model"]["holdout"].update(pipelines=0, sandbox_pipelines=0)
+    cfg["sandbox"]["kernel"] = "vm"  # the qemu guest, wherever user-mode Linux works
     path = tmp_path / "vm.yaml"
     path.write_text(yaml.safe_dump(cfg))
     r = _snakemake("--configfile", str(path), "--dry-run", "--printshellcmds")
     assert r.returncode == 0, r.stderr[-3000:]
     jobs = job_counts(r.stdout)
-    policies, vm = len(cfg["run"]["policies"]), cfg["vm"]
+    policies, vm = len(cfg["run"]["policies"]), cfg["sandbox"]
     reps, vm_reps = cfg["run"]["repetitions"], vm["repetitions"]
-    assert jobs["vm_guest"] == jobs["vm_pipelines"] == 1
+    assert jobs["vm_guest"] == jobs["sandbox_pipelines"] == 1
     # native: every main pipeline x policy x repetition unconstrained, and the unprobed
-    # twins; in the guest: every vm pipeline x vm policy under each vm limit and, as the
-    # baseline, unconstrained, with the vm block's repetitions
+    # twins; in the guest: every sandbox pipeline x vm policy under each vm limit and, as the
+    # baseline, unconstrained, with the sandbox block's repetitions
     in_guest = vm["pipelines"]["count"] * len(vm["policies"]) * (len(vm["limits"]) + 1)
     assert jobs["run"] == (reps * (policies + 1) * cfg["pipelines"]["count"]
                            + vm_reps * in_guest)
     runs = [line.removeprefix("Shell command: ") for line in r.stdout.splitlines()
             if " -m engine run " in line]
-    in_vm = [line for line in runs if "/pipelines/v0" in line]
+    in_sandbox = [line for line in runs if "/pipelines/v0" in line]
     # and the heap-profiled reconciliation run
-    assert len(in_vm) == vm_reps * in_guest + 1
+    assert len(in_sandbox) == vm_reps * in_guest + 1
     assert sum("--no-probes" in line for line in runs) == reps * cfg["pipelines"]["count"]
-    assert sum("--heap-profile" in line for line in in_vm) == 1
+    assert sum("--heap-profile" in line for line in in_sandbox) == 1
     assert all("--backend vm" in line and line.startswith("EDGEPROF_VM_CACHE=")
-               for line in in_vm)
+               for line in in_sandbox)
     # the unconstrained baseline stays native
     native = [line for line in runs if "/pipelines/p0" in line]
     assert native and all("--backend none" in line and "--limit" not in line
@@ -157,16 +157,16 @@ def _shell_commands(text: str) -> list[str]:
 def test_with_the_vm_disabled_every_limit_runs_natively_with_run_backend(tmp_path):
     cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     cfg["results"] = str(tmp_path / "r")
-    cfg["vm"]["enabled"] = False
+    cfg["sandbox"]["enabled"] = False
     cfg["run"]["reconcile"] = {"pipeline": "p000", "policy": "linear", "limit": "none",
-                               "vm": False}
+                               "sandbox": False}
     cfg["model"]["holdout"].update(pipelines=0)  # the model's: tests/unit/test_workflow_args.py
     path = tmp_path / "native.yaml"
     path.write_text(yaml.safe_dump(cfg))
     r = _snakemake("--configfile", str(path), "--dry-run", "--printshellcmds")
     assert r.returncode == 0, r.stderr[-3000:]
     jobs = job_counts(r.stdout)
-    assert "vm_guest" not in jobs and "vm_pipelines" not in jobs
+    assert "vm_guest" not in jobs and "sandbox_pipelines" not in jobs
     run = cfg["run"]
     assert jobs["run"] == (len(run["policies"]) * cfg["pipelines"]["count"]
                            * len(run["limits"]) + cfg["pipelines"]["count"]
@@ -179,7 +179,7 @@ def test_with_the_vm_disabled_every_limit_runs_natively_with_run_backend(tmp_pat
 
 
 def test_building_the_dag_probes_nothing_on_the_host(tmp_path):
-    """Where the limited runs go is config (vm.enabled): planning the default workflow,
+    """Where the limited runs go is config (sandbox.enabled): planning the default workflow,
     whose limited runs go to the VM, runs no systemctl or qemu and does not import the
     vm backend's host side (engine.vm.run, which probes both)."""
     fake = tmp_path / "bin"
@@ -196,11 +196,11 @@ def test_building_the_dag_probes_nothing_on_the_host(tmp_path):
     r = _snakemake("--configfile", str(path), "--dry-run", "--printshellcmds",
                    python_args=("-X", "importtime"), env=env)
     assert r.returncode == 0, r.stderr[-3000:]
-    # vm.sandbox auto: uml where its build record (read, not booted) says it works here,
+    # sandbox.kernel auto: uml where its build record (read, not booted) says it works here,
     # and the workflow builds the qemu guest only for the qemu guest's runs
     in_uml = uml_status()[0]
     assert job_counts(r.stdout).get("vm_guest", 0) == (0 if in_uml else 1)
-    # (the vm pipelines' native twins, vm.native_baseline, run natively)
+    # (the sandbox pipelines' native twins, sandbox.native_baseline, run natively)
     runs = [c for c in _shell_commands(r.stdout) if "/pipelines/v0" in c and "/native/" not in c]
     assert runs and all(f"--backend {'uml' if in_uml else 'vm'}" in c for c in runs)
     assert not marker.exists(), marker.read_text()
@@ -225,9 +225,9 @@ def test_a_user_model_replaced_by_an_older_file_is_split_again(tmp_path):
         shutil.copy2(tmp_path / "a" / f"age_net.{ext}", models / f"mynet.{ext}")
     cfg = tmp_path / "user.yaml"
     cfg.write_text(yaml.safe_dump({"results": str(tmp_path / "r"),
-                                   "vm": {"enabled": False}, "run": {"reconcile": {
+                                   "sandbox": {"enabled": False}, "run": {"reconcile": {
                                        "pipeline": "p000", "policy": "linear", "limit": "none",
-                                       "vm": False}},
+                                       "sandbox": False}},
                                    "models": {"zoo": ["GenderNet"], "user": ["mynet"],
                                               "user_dir": str(models)}}))
     target = str(tmp_path / "r" / "split" / "mynet.description.json")

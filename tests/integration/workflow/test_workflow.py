@@ -45,11 +45,11 @@ def tiny_config(results: Path) -> dict:
                 "timeout_s": 300, "sample_hz": 50, "pin_cpu": True,
                 "probe_overhead_policy": "linear",
                 "reconcile": {"pipeline": "p000", "policy": "linear", "limit": "none",
-                              "vm": False}},
-        # merged into config/config.yaml, whose vm block is enabled: run the limits natively
-        "vm": {"enabled": False},
+                              "sandbox": False}},
+        # merged into config/config.yaml, whose sandbox block is enabled: run the limits natively
+        "sandbox": {"enabled": False},
         # config/config.yaml holds out two pipelines for the model: none here
-        "model": {"holdout": {"seed": 1000, "pipelines": 0, "vm_pipelines": 0}},
+        "model": {"holdout": {"seed": 1000, "pipelines": 0, "sandbox_pipelines": 0}},
         "plots": {"dpi": 80, "font_size": 9, "palette": "tab10"},
     }
 
@@ -438,11 +438,11 @@ def test_a_held_out_run_removed_as_the_aggregate_says_is_measured_anew(tmp_path)
 
 
 def test_a_guest_setting_the_sandbox_cannot_honour_is_refused_when_planning(tmp_path):
-    """Tenth held-out pass H3: EDGEPROF_VM_SD_CARD=1 under vm.sandbox uml passed the
+    """Tenth held-out pass H3: EDGEPROF_VM_SD_CARD=1 under sandbox.kernel uml passed the
     planning; each sandbox job then failed after Snakemake had removed its finished run."""
     wf = Workflow(tmp_path)
     cfg = tiny_config(wf.results)
-    cfg["vm"] = {"enabled": True, "sandbox": "uml"}
+    cfg["sandbox"] = {"enabled": True, "kernel": "uml"}
     wf.write_config(cfg)
     r = wf.snakemake("--dry-run", EDGEPROF_VM_SD_CARD="1")
     said = r.stdout + r.stderr  # Snakemake prints an error of its planning on stdout
