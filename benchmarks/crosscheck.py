@@ -28,6 +28,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from engine.analysis import crosscheck  # noqa: E402
+from engine.schedule.names import policy_id  # noqa: E402
 from engine.units import parse_size  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -64,7 +65,7 @@ def inputs(out: Path) -> list[Path]:
 
 def run_folder(out: Path, sandbox: str, pipeline: Path, policy: str, limit: str,
                rep: int) -> Path:
-    return (out / "runs" / sandbox / pipeline.stem / policy.replace(":", "_") / limit
+    return (out / "runs" / sandbox / pipeline.stem / policy_id(policy) / limit
             / f"rep{rep}")
 
 

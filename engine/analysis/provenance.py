@@ -20,6 +20,7 @@ import pandas as pd
 from engine.analysis.tablefiles import check_tidy
 from engine.analysis.tidy import record_digest, tidy_run
 from engine.errors import EdgeprofError
+from engine.schedule.names import policy_id
 
 
 def set_folders(set_dir: str | os.PathLike, reps: int, probed: bool = True,
@@ -52,7 +53,7 @@ def set_folders(set_dir: str | os.PathLike, reps: int, probed: bool = True,
                                        stray and f"{', '.join(stray)} is not one of its "
                                                  f"{reps} runs"]))
         raise EdgeprofError(f"{folder}: {said}; {fix}")
-    pipeline, policy_id, limit = folder.parts[-3:]
+    pipeline, folder_policy, limit = folder.parts[-3:]
     for i, name in enumerate(expected):
         check_tidy(folder / name, fix)
         runs = pd.read_parquet(folder / name / "runs.parquet")
@@ -63,13 +64,13 @@ def set_folders(set_dir: str | os.PathLike, reps: int, probed: bool = True,
         redo = (f"remove {run if run else 'its run folder'} and {folder}, and run the "
                 f"workflow again: it measures the run anew")
         if (row is None or row["pipeline"] != pipeline or row["limit"] != limit
-                or str(row["policy"]).replace(":", "_") != policy_id or row["rep"] != i):
+                or policy_id(str(row["policy"])) != folder_policy or row["rep"] != i):
             held = "no single run" if row is None else row["run_id"]
             # tidied from the run folder of its place: the run there is another (a redo)
             redone = (row is not None and run is not None
                       and row.get("record_digest") == record_digest(run))
             raise EdgeprofError(f"{folder / name} holds {held}, not "
-                                f"{pipeline}/{policy_id}/{limit}/rep{i}: "
+                                f"{pipeline}/{folder_policy}/{limit}/rep{i}: "
                                 + (f"the run in {run} is another run (redone by hand?); "
                                    f"{redo}" if redone else
                                    f"another run's tables copied into its place; {fix}"))

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.schedule.names import policy_id
 from engine.schedule.policies import parse_policy
 
 Config = Mapping[str, Any]
@@ -24,7 +25,7 @@ def pipeline_names(count: int, prefix: str = "p") -> list[str]:
 def policy_ids(policies: Iterable[str]) -> dict[str, str]:
     """Path-safe policy id -> canonical policy name (``partial:2`` -> ``partial_2``)."""
     names = [parse_policy(p).name for p in policies]
-    return {name.replace(":", "_"): name for name in names}
+    return {policy_id(name): name for name in names}
 
 
 def sandbox_enabled(config: Config) -> bool:
@@ -284,7 +285,7 @@ def run_priorities(config: Config) -> dict[tuple[str, str, str, str, int], int]:
     """(kind, pipeline, policy id, limit, rep) -> Snakemake priority (higher starts
     first) that makes the scheduler start the runs in ``run_order``."""
     order = run_order(config)
-    return {(kind, pipeline, policy.replace(":", "_"), limit, rep): len(order) - i
+    return {(kind, pipeline, policy_id(policy), limit, rep): len(order) - i
             for i, (kind, pipeline, policy, limit, rep) in enumerate(order)}
 
 

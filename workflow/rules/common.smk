@@ -14,6 +14,7 @@ import psutil
 from snakemake.utils import validate
 
 from engine.caffe.zoo import ZOO
+from engine.schedule.names import policy_id
 from engine.schedule.policies import parse_policy
 from engine.workflow.args import (
     batch_args,
@@ -162,7 +163,7 @@ RUN_SET_REPS = {
 }
 RUN_SET_REPS.update(
     {
-        ("unprobed", pipeline, policy.replace(":", "_"), "none"): RUN_SETS[0].repetitions
+        ("unprobed", pipeline, policy_id(policy), "none"): RUN_SETS[0].repetitions
         for pipeline, policy in unprobed_runs(config)
     }
 )
@@ -182,7 +183,7 @@ _SET_SETTINGS = {
 }
 _SET_SETTINGS.update(
     {
-        ("unprobed", pipeline, policy.replace(":", "_"), "none"): run_settings(
+        ("unprobed", pipeline, policy_id(policy), "none"): run_settings(
             config, "unprobed", "none", False, probed=False
         )
         for pipeline, policy in unprobed_runs(config)
@@ -245,7 +246,7 @@ if BLOCK_SHAPES:
     for _at, ((_, _in_vm, _pipe, _limit, _rep), _runs) in enumerate(_BLOCKS):
         _i = _SHAPE_INDEX[(_in_vm, _limit, tuple(sorted(_runs)), _pipe, _rep)]
         BLOCK_RUNS[(_i, _pipe, _rep)] = (_runs, len(_BLOCKS) - _at)
-REC_ID = REC["policy"].replace(":", "_")
+REC_ID = policy_id(REC["policy"])
 REC_DIR = f"{RESULTS}/reconcile/{REC['pipeline']}/{REC_ID}/{REC['limit']}"
 # what the aggregate checks the reconciliation run was made with (as a run set's runs)
 REC_SETTINGS = {
@@ -525,9 +526,7 @@ def vm_env(wildcards, input):
 
 def _run_line(kind, pipeline, policy, limit, rep, in_sandbox, prefix):
     """The shell line of one run (policy: its canonical name)."""
-    names = dict(
-        kind=kind, pipeline=pipeline, policy=policy.replace(":", "_"), limit=limit, rep=rep
-    )
+    names = dict(kind=kind, pipeline=pipeline, policy=policy_id(policy), limit=limit, rep=rep)
     return run_command(
         prefix,
         f"{PIPELINES_DIR}/{pipeline}.json",
@@ -649,7 +648,7 @@ def block_paths(i, pattern):
         pattern.format(
             kind=kind,
             pipeline="{pipeline}",
-            policy=policy.replace(":", "_"),
+            policy=policy_id(policy),
             limit=shape.limit,
             rep="{rep}",
         )

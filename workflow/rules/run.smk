@@ -72,7 +72,7 @@ else:
                 # compared for a rerun: every run's line, and the code of its policies
                 runs=block_shell(_i),
                 sandbox=SANDBOX_SETTINGS if _shape.in_sandbox else {},
-                code="-".join(sorted({RUN_CODE[p.replace(":", "_")] for _, p in _shape.runs})),
+                code="-".join(sorted({RUN_CODE[policy_id(p)] for _, p in _shape.runs})),
             shell:
                 "{params.runs}"
 
