@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # the options and arguments that name a file or folder, where '.' is the way to say "here"
-PATH_OPTIONS = {"description", "dir", "estimates", "model", "models", "out", "pipeline",
+PATH_OPTIONS = {"description", "dir", "estimates", "model", "out", "pipeline", "split",
                 "prototxt", "request", "runs", "spec", "tables", "work"}
 
 

@@ -58,6 +58,7 @@ def _run(capsys, work: Path, *extra: str, pipeline: str = "p.json",
     (["--swap", "1G"], "--swap is the swap allowed on top of --limit; give a --limit too"),
     (["--limit", ""], "--limit is empty; give a value\n"),  # L3: no folder hint for a size
     (["--out", ""], "--out is empty; give a value (for a folder, '.' names this one)"),
+    (["--split", ""], "--split is empty; give a value (for a folder, '.' names this one)"),
     (["--limit", "0"], "must be at least one byte"),
 ])
 def test_bad_run_options(capsys, work, flags, message):
