@@ -36,6 +36,7 @@ from engine.commands import (
 )
 from engine.errors import EdgeprofError, RunFailed
 from engine.files import is_write_failure, write_failure
+from engine.log import configure as configure_log
 from engine.signals import Signalled
 
 # Every verb, in the order --help lists them; each module adds its own parser
@@ -57,6 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for command in COMMANDS:
         command.add_parser(sub)
+    for verb in sub.choices.values():  # every verb's messages (engine.log)
+        loudness = verb.add_mutually_exclusive_group()
+        loudness.add_argument("-v", "--verbose", dest="verbosity", action="store_const",
+                              const=1, default=0, help="details too")
+        loudness.add_argument("-q", "--quiet", dest="verbosity", action="store_const",
+                              const=-1, help="warnings only (errors always)")
     return parser
 
 
@@ -105,8 +112,10 @@ def out_of_memory() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    configure_log(0)  # an option's warning while parsing shows, whatever the verbosity
     parser = build_parser()
     args = parser.parse_args(argv)
+    configure_log(args.verbosity)
     empty = _empty_value(parser, args)
     if empty is not None:
         print(f"error: {empty}", file=sys.stderr)

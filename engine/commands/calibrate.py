@@ -4,7 +4,7 @@ limited runs (for ``advise --swap-cost``)."""
 from __future__ import annotations
 
 import argparse
-import sys
+import logging
 from pathlib import Path
 
 from engine.commands.options import (
@@ -18,6 +18,8 @@ from engine.commands.options import (
 from engine.limits import BACKENDS
 from engine.signals import signals_unwind
 from engine.units import format_size
+
+log = logging.getLogger(__name__)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -51,6 +53,5 @@ def main(args: argparse.Namespace) -> None:
     with signals_unwind():  # SIGTERM/SIGHUP end the run under way and remove --work too
         device = calibrate(args.split, args.network, format_size(limit), args.backend,
                            args.repetitions, work, out, args.name or out.stem)
-    print(f"{device.name}: {device.per_page_in_s * 1e6:.1f} us per page in, "
-          f"{device.per_page_out_s * 1e6:.1f} us out ({device.source}) -> {out}",
-          file=sys.stderr)
+    log.info(f"{device.name}: {device.per_page_in_s * 1e6:.1f} us per page in, "
+             f"{device.per_page_out_s * 1e6:.1f} us out ({device.source}) -> {out}")

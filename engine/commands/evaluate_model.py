@@ -4,7 +4,7 @@ leave networks out) and tabulate its per-layer residuals."""
 from __future__ import annotations
 
 import argparse
-import sys
+import logging
 import time
 
 from engine.commands.options import (
@@ -15,6 +15,8 @@ from engine.commands.options import (
     positive,
 )
 from engine.files import flat_paths
+
+log = logging.getLogger(__name__)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -39,8 +41,8 @@ def main(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     summary = evaluate_files(args.tables, args.split, args.model, args.out, args.orderings)
     for line in summary_lines(summary):
-        print(line, file=sys.stderr)
-    print(f"-> {args.out} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+        log.info(line)
+    log.info(f"-> {args.out} in {time.perf_counter() - t0:.1f} s")
 
 
 def summary_lines(summary: dict) -> list[str]:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import sys
+import logging
 import time
 
 from engine.commands.options import add_tables_options, not_over_inputs, output_file
+
+log = logging.getLogger(__name__)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -35,7 +37,7 @@ def main(args: argparse.Namespace) -> None:
                 else f"unknown where no page moved ({mode.swap.unknown_why})"
                 if mode.swap.unknown_why
                 else "fitted")
-        print(f"{name}: {mode.runs} runs of {len(mode.pipelines)} pipelines; baseline "
-              f"{mode.baseline_bytes / 2**20:.1f} MiB, parallel CPUs {mode.parallel_cpus:.2f} "
-              f"of {mode.cpus:g}, swap cost {swap}", file=sys.stderr)
-    print(f"-> {args.out} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+        log.info(f"{name}: {mode.runs} runs of {len(mode.pipelines)} pipelines; baseline "
+                 f"{mode.baseline_bytes / 2**20:.1f} MiB, parallel CPUs {mode.parallel_cpus:.2f} "
+                 f"of {mode.cpus:g}, swap cost {swap}")
+    log.info(f"-> {args.out} in {time.perf_counter() - t0:.1f} s")

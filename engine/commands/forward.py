@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import sys
+import logging
 import time
 from pathlib import Path
 
@@ -17,6 +17,8 @@ from engine.commands.options import (
     positive,
 )
 from engine.errors import EdgeprofError
+
+log = logging.getLogger(__name__)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -69,7 +71,7 @@ def main(args: argparse.Namespace) -> None:
         top = np.argsort(flat)[::-1][:5]
         print(f"{name} {tuple(value.shape)}: top-5 of image 0 "
               + ", ".join(f"{i}={flat[i]:.4f}" for i in top))
-    print(f"load+forward took {elapsed:.3f} s", file=sys.stderr)
+    log.info(f"load+forward took {elapsed:.3f} s")
     if args.out:
         from engine.files import atomic_path
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import sys
+import logging
 
 from engine.commands.options import not_over_inputs, output_file, positive
 from engine.errors import EdgeprofError
 from engine.files import write_text_atomic
+
+log = logging.getLogger(__name__)
 
 # Far above any graph one reads, low enough that a typo is refused at once (in --help)
 MAX_GRAPH_INSTANCES = 1_000
@@ -55,4 +57,4 @@ def main(args: argparse.Namespace) -> None:
         write_text_atomic(out, svg)
     else:
         write_text_atomic(out, dot)
-    print(f"{len(graph.tasks)} tasks, {len(graph.edges())} edges -> {out}", file=sys.stderr)
+    log.info(f"{len(graph.tasks)} tasks, {len(graph.edges())} edges -> {out}")

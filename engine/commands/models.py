@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 import filecmp
-import sys
+import logging
 import time
 from pathlib import Path
 
 from engine.commands.options import MAX_SEED, output_dir, output_file, positive
 from engine.errors import EdgeprofError
 from engine.files import made_folder, staged
+
+log = logging.getLogger(__name__)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -54,5 +56,5 @@ def main(args: argparse.Namespace) -> None:
     for name, f, took in made:
         if f.suffix == ".caffemodel":
             size = (out / f.name).stat().st_size
-            print(f"{name}: wrote {out / f.name} ({size / 2**20:.1f} MiB) and its prototxt "
-                  f"in {took:.2f} s", file=sys.stderr)
+            log.info(f"{name}: wrote {out / f.name} ({size / 2**20:.1f} MiB) and its prototxt "
+                     f"in {took:.2f} s")

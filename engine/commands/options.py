@@ -6,14 +6,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import logging
 import math
 import os
-import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from engine.errors import EdgeprofError
 from engine.runtime import DEFAULT_RUNTIME, RUNTIMES
+
+log = logging.getLogger(__name__)
 
 # bounds shared by the verbs and the config schema (workflow/schemas/config.schema.yaml)
 MAX_BATCH = 10_000
@@ -175,8 +177,8 @@ class _OldSpelling(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
                  values: object, option_string: str | None = None) -> None:
-        print(f"warning: {option_string} is now --{self.dest}; {option_string} will be "
-              "removed in the next release", file=sys.stderr)
+        log.warning(f"warning: {option_string} is now --{self.dest}; {option_string} will be "
+                    "removed in the next release")
         setattr(namespace, self.dest, values)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import sys
+import logging
 from pathlib import Path
 
 from engine.commands.options import (
@@ -17,6 +17,8 @@ from engine.commands.options import (
 )
 from engine.errors import EdgeprofError
 from engine.files import staged
+
+log = logging.getLogger(__name__)
 
 # Far above any sweep this project runs, low enough that a typo (1e12) is refused at once,
 # not after an hour (documented in --help)
@@ -109,5 +111,5 @@ def _write(args: argparse.Namespace, made: list, out: Path) -> None:
         for p in made:
             pipelines.save_pipeline(p, tmp / f"{p.name}.json")
     for p in made:
-        print(f"{p.name}: {len(p.networks())} networks, {p.param_bytes / 2**20:.0f} MiB "
-              f"({p.size_bin}), {args.arrival}", file=sys.stderr)
+        log.info(f"{p.name}: {len(p.networks())} networks, {p.param_bytes / 2**20:.0f} MiB "
+                 f"({p.size_bin}), {args.arrival}")

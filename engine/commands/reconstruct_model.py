@@ -5,7 +5,7 @@ axis."""
 from __future__ import annotations
 
 import argparse
-import sys
+import logging
 import time
 
 from engine.commands.options import (
@@ -18,6 +18,8 @@ from engine.commands.options import (
 )
 from engine.errors import EdgeprofError
 from engine.files import flat_paths
+
+log = logging.getLogger(__name__)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -46,7 +48,7 @@ def main(args: argparse.Namespace) -> None:
     tables = reconstruct_files(args.tables, args.split, args.model, args.out,
                                args.resamples)
     for row in tables["reconstruction_scores"].itertuples():
-        print(f"{row.sandbox}/{row.runtime} {row.scope}: {row.metric} {row.value:.1f} "
-              f"[{row.ci_low:.1f}, {row.ci_high:.1f}] over {row.n} values of "
-              f"{row.pipelines} pipelines", file=sys.stderr)
-    print(f"-> {args.out} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+        log.info(f"{row.sandbox}/{row.runtime} {row.scope}: {row.metric} {row.value:.1f} "
+                 f"[{row.ci_low:.1f}, {row.ci_high:.1f}] over {row.n} values of "
+                 f"{row.pipelines} pipelines")
+    log.info(f"-> {args.out} in {time.perf_counter() - t0:.1f} s")

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import json
+import logging
 import math
 import os
 import sys
 import time
+from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 from engine.commands.options import (
@@ -25,6 +28,8 @@ from engine.commands.options import (
 from engine.errors import EdgeprofError
 from engine.limits import BACKENDS
 from engine.units import format_size
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from engine.runner.request import RunRequest
@@ -166,6 +171,9 @@ def execute(request: RunRequest, error_is_result: bool = False) -> int:
     t0 = time.perf_counter()
     try:
         session = open_run_session(request)
+        where = "in a sandbox" if session.runs_elsewhere else "here"
+        log.debug(f"backend {session.backend}, {where} ({session.notes or 'no notes'}); the "
+                  f"request: {json.dumps(asdict(request))}")
         if session.runs_elsewhere:
             from engine.vm import run_in_vm
 
@@ -179,12 +187,11 @@ def execute(request: RunRequest, error_is_result: bool = False) -> int:
     enforced = f"enforced by {meta.backend}" if meta.limit_enforced else "NOT enforced"
     limit = request.limits.ram_bytes
     limit_text = "unlimited" if limit is None else f"{format_size(limit)} {enforced}"
-    print(f"{meta.pipeline.name} under {meta.policy} ({limit_text}): "
-          f"{meta.termination} in {time.perf_counter() - t0:.2f} s -> "
-          f"{os.path.normpath(request.out)}",
-          file=sys.stderr)
+    log.info(f"{meta.pipeline.name} under {meta.policy} ({limit_text}): "
+             f"{meta.termination} in {time.perf_counter() - t0:.2f} s -> "
+             f"{os.path.normpath(request.out)}")
     if meta.termination == "memory":
-        print(f"  {_oom_moment(meta.running_at_end, meta.tasks_finished)}", file=sys.stderr)
+        log.info(f"  {_oom_moment(meta.running_at_end, meta.tasks_finished)}")
     if meta.termination == "error":
         print(f"error: {meta.termination_detail}", file=sys.stderr)
         return 0 if error_is_result else 1

@@ -4,7 +4,7 @@ seed never used in fitting."""
 from __future__ import annotations
 
 import argparse
-import sys
+import logging
 import time
 
 from engine.commands.options import (
@@ -15,6 +15,8 @@ from engine.commands.options import (
     positive,
 )
 from engine.files import flat_paths
+
+log = logging.getLogger(__name__)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -38,8 +40,8 @@ def main(args: argparse.Namespace) -> None:
     table = score_holdout_files(args.tables, args.split, args.model, args.out,
                                 args.orderings)
     for row in table[table["metric"] == "cross-validation"].itertuples():
-        print(f"{row.mode}: {row.note}", file=sys.stderr)  # what was left out, and why
+        log.info(f"{row.mode}: {row.note}")  # what was left out, and why
     for row in table.dropna(subset=["value"]).itertuples():
         if "," not in row.scope:
-            print(f"{row.mode} {row.metric} ({row.scope}): {row.value:.3g}", file=sys.stderr)
-    print(f"-> {args.out} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+            log.info(f"{row.mode} {row.metric} ({row.scope}): {row.value:.3g}")
+    log.info(f"-> {args.out} in {time.perf_counter() - t0:.1f} s")

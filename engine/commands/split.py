@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import re
-import sys
 import time
 from pathlib import Path
 
 from engine.commands.options import output_dir
 from engine.errors import EdgeprofError
 from engine.signals import signals_unwind
+
+log = logging.getLogger(__name__)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -73,6 +75,6 @@ def main(args: argparse.Namespace) -> None:
         path = splitter.split_model(model, prototxt, args.out, network=network,
                                     fc_start=fc_start)
     desc = splitter.Description.load(path)
-    print(f"{desc.network}: {len(desc.layers)} layers, {desc.num_conv_layers}|"
-          f"{desc.num_fc_layers} conv|fc, {desc.param_count:,} parameters -> {path} "
-          f"in {time.perf_counter() - t0:.2f} s", file=sys.stderr)
+    log.info(f"{desc.network}: {len(desc.layers)} layers, {desc.num_conv_layers}|"
+             f"{desc.num_fc_layers} conv|fc, {desc.param_count:,} parameters -> {path} "
+             f"in {time.perf_counter() - t0:.2f} s")

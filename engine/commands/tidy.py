@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import os
-import sys
 import time
 from pathlib import Path
 
 from engine.commands.options import not_over_inputs, output_dir
 from engine.errors import EdgeprofError
 from engine.files import file_kind, staged
+
+log = logging.getLogger(__name__)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -78,6 +80,6 @@ def main(args: argparse.Namespace) -> None:
                 out.rmdir()
         raise
     for run, name, tidy in tables:
-        print(f"{run}: {len(tidy['tasks'])} tasks, {len(tidy['samples'])} samples -> "
-              f"{out / name}", file=sys.stderr)
-    print(f"{len(tables)} runs tidied in {time.perf_counter() - t0:.2f} s", file=sys.stderr)
+        log.info(f"{run}: {len(tidy['tasks'])} tasks, {len(tidy['samples'])} samples -> "
+                 f"{out / name}")
+    log.info(f"{len(tables)} runs tidied in {time.perf_counter() - t0:.2f} s")

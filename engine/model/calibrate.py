@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
 import os
 import shutil
 import signal
@@ -26,6 +27,8 @@ from engine.errors import EdgeprofError
 from engine.files import write_text_atomic
 from engine.model.devices import Device
 from engine.model.fit import fit_swap_cost
+
+log = logging.getLogger(__name__)
 
 FREE, LIMITED = "free", "limited"
 
@@ -129,8 +132,7 @@ def _measure(models_dir: str, desc, limit: str, backend: str, repetitions: int, 
                                        "--swap", "max"]),
                             (FREE, ["--backend", "none"])):
             folder = work / kind / f"rep{rep}"
-            print(f"calibrate: {kind} run {rep + 1}/{repetitions}", file=sys.stderr,
-                  flush=True)
+            log.info(f"calibrate: {kind} run {rep + 1}/{repetitions}")
             _run(["--pipeline", os.fspath(pipeline), "--policy", policy, "--split",
                   models_dir, "--out", os.fspath(folder), "--batch", "1", "--seed", str(rep),
                   "--force", *flags])

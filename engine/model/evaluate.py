@@ -40,6 +40,7 @@ and per fold the same errors (``cv_folds``):
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -70,6 +71,8 @@ from engine.model.train import (
 from engine.schedule.pipelines import Pipeline
 from engine.schedule.plan import plan
 from engine.schedule.policies import parse_policy
+
+log = logging.getLogger(__name__)
 
 LPO, LNO, HELD_OUT_SEED = "leave-pipeline-out", "leave-network-out", "held-out seed"
 SCHEMES = (LPO, LNO)
@@ -610,12 +613,6 @@ def layer_residuals(model: Model, runs: pd.DataFrame, tasks: pd.DataFrame,
     return pd.DataFrame(rows)
 
 
-def _progress(message: str) -> None:
-    import sys
-
-    print(message, file=sys.stderr, flush=True)
-
-
 def evaluate_files(tables_dir: Paths, models_dir: Paths,
                    model_path: str | os.PathLike, out_dir: str | os.PathLike,
                    orderings: int = ORDERINGS) -> dict:
@@ -628,7 +625,7 @@ def evaluate_files(tables_dir: Paths, models_dir: Paths,
 
     runs, tasks, networks, descriptions = read_tables(tables_dir, models_dir)
     pred, notes = cross_validate(runs, tasks, networks, descriptions, orderings=orderings,
-                                 progress=_progress)
+                                 progress=log.info)
     table = scores(pred, notes)
     resid = layer_residuals(Model.read(model_path), runs, tasks, descriptions)
     summary = score_summary(table, pred)

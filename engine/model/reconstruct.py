@@ -41,6 +41,7 @@ the costs where it crosses 1 or where the fastest policy changes (bisected).
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -61,6 +62,8 @@ from engine.schedule.pipelines import Pipeline
 from engine.schedule.plan import plan
 from engine.schedule.policies import parse_policy
 from engine.units import PAGE_SIZE, format_swap
+
+log = logging.getLogger(__name__)
 
 COST_GRID = np.logspace(-6, -2, 17)  # seconds per 4 KiB page: 1 us .. 10 ms, 4 per decade
 WORK_KEY = ["instance", "layer", "task_type"]
@@ -621,12 +624,6 @@ def cost_curves(campaign: Campaign, model: Model, grid: np.ndarray = COST_GRID,
     return pd.DataFrame(curves), pd.DataFrame(crossings, columns=cols)
 
 
-def _progress(message: str) -> None:
-    import sys
-
-    print(message, file=sys.stderr, flush=True)
-
-
 def reconstruct_files(tables_dir: Paths, models_dir: Paths, model_path: str, out_dir: str,
                       resamples: int = 200) -> dict[str, pd.DataFrame]:
     """``reconstruct-model``: the native-speed reconstruction on every named device
@@ -643,9 +640,9 @@ def reconstruct_files(tables_dir: Paths, models_dir: Paths, model_path: str, out
     model = Model.read(model_path)
     campaign = Campaign.of(runs, tasks, networks, descriptions)
     table = reconstruct_native(campaign, model, list(PROFILES.values()), resamples,
-                               _progress)
-    check = validate(campaign, model, resamples, _progress)
-    curves, crossovers = cost_curves(campaign, model, progress=_progress)
+                               log.info)
+    check = validate(campaign, model, resamples, log.info)
+    curves, crossovers = cost_curves(campaign, model, progress=log.info)
     tables = dict(zip(RECONSTRUCT_TABLES, (
         table, check, validation_scores(check, repetition_noise(campaign.runs)), curves,
         crossovers), strict=True))

@@ -10,6 +10,7 @@ place. SIGINT, SIGTERM and SIGHUP end the child tree and leave nothing behind.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -52,6 +53,8 @@ from engine.signals import (
     signals_deferred,
     signals_unwind,
 )
+
+log = logging.getLogger(__name__)
 
 # Backends under which a limit that cannot be enforced is recorded, never an error.
 RECORDS_UNENFORCED = ("none", "auto", "inherit")
@@ -128,8 +131,8 @@ def check_inputs(request: RunRequest) -> tuple[Policy, Pipeline, dict[str, Path]
     estimates = request.options.estimates
     missing = [] if estimates is None else sorted(set(descs) - set(estimates))
     if missing:  # not an error: masa estimates them, as it does without --estimates
-        print(f"note: --estimates names no peak for {', '.join(missing)}: masa estimates "
-              f"theirs from their descriptions", file=sys.stderr)
+        log.warning(f"note: --estimates names no peak for {', '.join(missing)}: masa estimates "
+                    f"theirs from their descriptions")
     return policy, pipeline, models, descs
 
 

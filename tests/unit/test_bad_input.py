@@ -373,3 +373,38 @@ def test_the_old_name_of_split_still_works_with_a_warning_for_one_release(capsys
         err = capsys.readouterr().err
         assert exc.value.code == 2 and err.count("\n") == 1 and "--split" in err, err
     assert not (work / "o").exists()
+
+
+def test_every_verb_takes_verbose_and_quiet():
+    from engine.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    for name, verb in sub.choices.items():
+        flags = {s for a in verb._actions for s in a.option_strings}
+        assert {"-v", "--verbose", "-q", "--quiet"} <= flags, name
+
+
+def test_quiet_keeps_warnings_and_errors_verbose_adds_details(capsys, work):
+    """Issue 37: messages go through logging; -q leaves warnings and the error line, the
+    default adds progress, -v the run's backend and request."""
+    said = {}
+    for flag in ("-q", None, "-v"):
+        out = work / f"p{flag}"
+        argv = ["pipelines", "--models", str(work / "s"), "--out", str(out), "--count", "1"]
+        assert main(argv + ([flag] if flag else [])) == 0
+        said[flag] = capsys.readouterr().err
+    assert "warning: --models is now --split" in said["-q"]
+    assert "p000:" not in said["-q"] and "p000:" in said[None] and "p000:" in said["-v"]
+    argv = ["run", "--pipeline", str(work / "p.json"), "--split", str(work / "s"), "--policy",
+            "linear", "--backend", "none", "--batch", "1"]
+    assert main([*argv, "--out", str(work / "r1"), "-v"]) == 0
+    verbose = capsys.readouterr().err
+    assert "backend none, here" in verbose and '"policy": "linear"' in verbose
+    assert "p under linear (unlimited): ok" in verbose
+    assert main([*argv, "--out", str(work / "r2")]) == 0
+    plain = capsys.readouterr().err
+    assert "p under linear (unlimited): ok" in plain and "backend none, here" not in plain
+    assert main([*argv, "--out", str(work / "r2"), "-q"]) == 2  # it exists: an error
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err

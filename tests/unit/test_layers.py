@@ -21,7 +21,7 @@ ENGINE = Path(__file__).resolve().parents[2] / "engine"
 # other. A part may import only parts of layers below its own.
 LAYERS: list[tuple[str, ...]] = [
     ("",),  # engine/__init__.py: the version, nothing else
-    ("errors",),
+    ("errors", "log"),
     ("units", "procs", "signals"),
     ("files",),
     ("ops",),
