@@ -62,6 +62,9 @@ class Advice:
     swap_measured_within: str = ""  # predicted killed, but its runs fit the swap: which
     swap_unchecked: bool = False  # its swap need was never checked against a run's
     kill_risk: bool = False  # at or below a limit at which a fitted run was OOM-killed
+    # predicted to finish, but this pipeline's runs under this limit in the sandbox whose
+    # kills this mode takes (ModeModel.kills_from) were all OOM-killed: that sandbox
+    killed_in: str | None = None
 
     @property
     def slowdown(self) -> float | None:
@@ -316,11 +319,13 @@ def format_advice(rows: list[Advice], pipeline: Pipeline, mode: ModeModel,
                      else f"swap PI: unknown: {swap_source}")
         lines.append(_swap_scale_line(mode))
     risky = [a.prediction.policy for a in alive if a.kill_risk]
-    if risky:
-        lines.append(f"note: may be killed whatever the prediction: {', '.join(risky)} (a run "
-                     f"the model was fitted on was OOM-killed at "
-                     f"{format_size(int(mode.kill_limit_bytes))}, at or above this limit; "
-                     f"the model does not predict such kills)")
+    if risky and mode.kill_limit_bytes is not None:
+        whose = (f"a run in the {' or '.join(mode.kills_from)} sandbox (this model has no "
+                 f"limited runs of its own)" if mode.kills_from
+                 else "a run the model was fitted on")
+        lines.append(f"note: may be killed whatever the prediction: {', '.join(risky)} "
+                     f"({whose} was OOM-killed at {format_size(int(mode.kill_limit_bytes))}, "
+                     f"at or above this limit; the model does not predict such kills)")
     short = [a for a in alive if _short_of_swap(a, swap_bytes)]
     if short:
         lines.append(f"note: may run out of swap ({format_size(swap_bytes)} allowed): "
@@ -388,10 +393,11 @@ def _disagreements(timed: list[tuple[Advice, float]]) -> list[str]:
 
 
 def measured_in_fit(model: Model, mode: ModeModel, pipeline_file: str | os.PathLike,
-                    limit_bytes: int | None) -> tuple[list[dict], list[dict]]:
+                    limit_bytes: int | None) -> tuple[list[dict], list[dict], list[dict]]:
     """The fit's own cells (``ModeModel.measured``) of this pipeline file (its SHA-256,
-    not its name) under this limit, every swap allowance: this mode's, and every mode's
-    of its runtime (what a kernel paged: a native mode's swap is the sandbox's)."""
+    not its name) under this limit, every swap allowance: this mode's, every mode's of
+    its runtime (what a kernel paged: a native mode's swap is the sandbox's), and those of
+    the modes whose kills this one takes (``kills_from``), each with its ``mode``."""
     sha = sha256_file(pipeline_file)
     limit = "none" if limit_bytes is None else format_size(limit_bytes)
 
@@ -400,15 +406,19 @@ def measured_in_fit(model: Model, mode: ModeModel, pipeline_file: str | os.PathL
                 and c["limit"] == limit]
 
     paged = [c for m in model.modes.values() if m.runtime == mode.runtime for c in of(m)]
-    return of(mode), paged
+    lent = [{**c, "mode": key} for key in mode.kills_from if key in model.modes
+            for c in of(model.modes[key])]
+    return of(mode), paged, lent
 
 
 def attach_measured(advice: list[Advice], own: list[dict], paged: list[dict],
-                    swap_bytes: int | None) -> None:
+                    lent: list[dict], swap_bytes: int | None) -> None:
     """Each advice's own cell of this swap (or, asked for a swap, one of unlimited swap
     whose runs all finished within it: a larger cap changes nothing they did); where a
     run of its policy swapped more than ``swap_bytes`` (it may be killed), or, predicted
-    killed, where its runs finished within it, says so."""
+    killed, where its runs finished within it, says so; predicted to finish where every
+    run of it in a sandbox whose kills the mode takes (``lent``) was OOM-killed, names
+    that sandbox."""
     asked = format_swap(swap_bytes)
 
     def within(c: dict) -> bool:
@@ -417,6 +427,8 @@ def attach_measured(advice: list[Advice], own: list[dict], paged: list[dict],
 
     for a in advice:
         policy = a.prediction.policy
+        a.killed_in = next((c["mode"] for c in lent if c["policy"] == policy
+                            and _all_killed(c) and not a.prediction.oom), None)
         mine = [c for c in own if c["policy"] == policy]
         a.measured = next((c for c in mine if c["swap"] == asked),
                           next((c for c in mine if within(c)), None))
@@ -432,6 +444,11 @@ def attach_measured(advice: list[Advice], own: list[dict], paged: list[dict],
             c = max((c for c in runs if within(c)), key=lambda c: c["peak_swap_bytes"])
             a.swap_measured_within = (f"{policy}'s runs finished having swapped at most "
                                       f"{_mib(c['peak_swap_bytes'])}")
+
+
+def _all_killed(c: dict) -> bool:
+    """No run of the cell finished, and every one was OOM-killed."""
+    return c["runs_ok"] == 0 and set(c.get("ended", {})) == {"memory"}
 
 
 def _ended(c: dict) -> str:
@@ -468,12 +485,17 @@ def _measured_lines(rows: list[Advice], swap_bytes: int | None) -> list[str]:
         lines += _disagreements(timed)
         lines += _unbounded(timed)
     killed = [a.prediction.policy for a in shown if not a.prediction.oom
-              and a.measured["makespan_s"] is None
-              and set(a.measured.get("ended", {})) == {"memory"}]
+              and _all_killed(a.measured)]
     if killed:
         lines.append(f"note: predicted to finish, but this pipeline's runs under this limit "
                      f"were all OOM-killed: {', '.join(killed)}: they may be killed whatever "
                      f"the swap")
+    for sandbox in sorted({a.killed_in for a in rows if a.killed_in}):
+        lent = [a.prediction.policy for a in rows if a.killed_in == sandbox]
+        lines.append(f"note: predicted to finish, but this pipeline's runs under this limit "
+                     f"in the {sandbox} sandbox (whose kills this model takes: it has no "
+                     f"limited runs of its own) were all OOM-killed: {', '.join(lent)}: they "
+                     f"may be killed whatever the swap")
     over = [a.swap_measured_over for a in rows if a.swap_measured_over]
     if over:
         lines.append(f"note: more swap than the {format_size(swap_bytes)} allowed here was "
@@ -608,7 +630,7 @@ def run_advise(pipeline_path: str, model_path: str, models_dir: str, limit_bytes
     for a in advice:
         a.swap_unchecked = limit_bytes is not None and mode.swap_scale_from is None
         a.kill_risk = (limit_bytes is not None and kill is not None
-                       and limit_bytes <= kill and not a.prediction.oom)
+                       and limit_bytes <= kill and not a.prediction.oom) or bool(a.killed_in)
     if as_json:
         return json.dumps({"pipeline": pipeline.name, "mode": mode.mode,
                            "runtime": mode.runtime, "limit_bytes": limit_bytes,
@@ -623,6 +645,7 @@ def run_advise(pipeline_path: str, model_path: str, models_dir: str, limit_bytes
                                          "peak_swap_pi_95": a.swap_interval,
                                          "may_run_out_of_swap": _short_of_swap(a, swap_bytes),
                                          "may_be_killed": a.kill_risk,
+                                         "all_killed_in": a.killed_in,
                                          "rebuilt_from_measurements": a.rebuilt,
                                          "measured_in_fit": a.measured,
                                          "swap_measured_over": a.swap_measured_over or None,

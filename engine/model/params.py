@@ -18,9 +18,9 @@ from engine.errors import EdgeprofError
 from engine.files import parse_json, read_regular, write_text_atomic
 from engine.model.memory import description_graph
 
-MODEL_VERSION = 2  # 2: keyed by execution mode and runtime; the domain; duration spread;
-# the swap cost's page size
-
+MODEL_VERSION = 3  # 2: keyed by execution mode and runtime; the domain; duration spread;
+# the swap cost's page size; 3: a mode without limited runs takes its runtime's sandbox
+# kills (kills_from)
 
 DIGEST = "model_digest"
 
@@ -148,6 +148,9 @@ class ModeModel:
     # the largest limit at which a training run was OOM-killed at any moment: at or below
     # it advise warns a run may be killed whatever it predicts; None: no such run
     kill_limit_bytes: float | None = None
+    # the modes whose runs the two above come from, where this mode has no limited runs
+    # of its own (native: a sandbox's of its runtime; engine.model.train.share_sandbox_facts)
+    kills_from: list[str] = field(default_factory=list)
     # the training runs' own measurements, one dict a (pipeline, policy, limit, swap)
     # cell (engine.model.train.training_cells): what advise shows of a pipeline it was
     # fitted on

@@ -181,15 +181,28 @@ def kill_limit(runs: pd.DataFrame) -> float | None:
     return float(killed.max()) if len(killed) else None
 
 
-def share_swap_scale(modes: list[ModeModel]) -> None:
-    """A mode without cells that swapped (native: its runs cannot be limited here) takes
-    the swap scale of a mode of the same runtime fitted on its own (a sandbox, whose
-    kernel paged)."""
+def share_sandbox_facts(modes: list[ModeModel]) -> None:
+    """A mode without limited runs of its own (native: its runs cannot be limited here)
+    answers for a limit from what the kernel did to the modes of its runtime that had
+    them (a sandbox, whose kernel paged and killed): the swap scale of one fitted on its
+    own, and the largest start-up floor and kill limit among them (``kills_from`` names
+    them)."""
+    def limited(mode: ModeModel) -> bool:
+        return any(c["limit"] != "none" for c in mode.measured)
+
     for mode in modes:
-        donor = next((m for m in modes if m.swap_scale_from == m.key
-                      and m.runtime == mode.runtime and m is not mode), None)
-        if mode.swap_scale_from is None and donor is not None:
-            mode.swap_scale, mode.swap_scale_from = donor.swap_scale, donor.key
+        if limited(mode):
+            continue
+        donors = [m for m in modes if m is not mode and m.runtime == mode.runtime
+                  and limited(m)]
+        scaled = next((m for m in donors if m.swap_scale_from == m.key), None)
+        if mode.swap_scale_from is None and scaled is not None:
+            mode.swap_scale, mode.swap_scale_from = scaled.swap_scale, scaled.key
+        mode.kills_from = [m.key for m in donors if m.kill_limit_bytes is not None]
+        for name in ("startup_floor_bytes", "kill_limit_bytes"):
+            known = [getattr(m, name) for m in donors if getattr(m, name) is not None]
+            if known:
+                setattr(mode, name, max([*known, getattr(mode, name) or 0.0]))
 
 
 def training_cells(runs: pd.DataFrame) -> list[dict]:
@@ -240,7 +253,7 @@ def train(runs: pd.DataFrame, tasks: pd.DataFrame, networks: pd.DataFrame,
         mode.measured = training_cells(runs[keys == name])
         mode.startup_floor_bytes = startup_floor(runs[keys == name])
         mode.kill_limit_bytes = kill_limit(runs[keys == name])
-    share_swap_scale(list(model.modes.values()))
+    share_sandbox_facts(list(model.modes.values()))
     for policy in model.policies:
         parse_policy(policy)  # a policy name this engine no longer knows fails here
     return model

@@ -1383,19 +1383,76 @@ def test_advise_shows_this_pipelines_own_training_runs_and_what_they_contradict(
     assert (f"were all OOM-killed: {faster}: they may be killed whatever the swap") in out
 
 
-def test_a_mode_without_runs_that_swapped_takes_a_sandboxs_swap_scale_of_its_runtime():
+def test_a_mode_without_limited_runs_takes_its_runtimes_sandbox_swap_scale_and_kills():
     """Twelfth held-out pass H1: the native fit (no limited runs of its own) kept the
-    shortfall alone while the uml fit beside it had measured a run swap 1.76 times it."""
-    from engine.model.train import share_swap_scale
+    shortfall alone while the uml fit beside it had measured a run swap 1.76 times it.
+    Fifteenth pass H1: it ranked, at 8M, policies every uml run of which was killed in the
+    engine's start-up, and said nothing of the kills at 16M."""
+    from engine.model.train import share_sandbox_facts
 
     native, uml, uml_caffe, native_caffe = (_mode(), _mode(), _mode(), _mode())
     uml.mode = uml_caffe.mode = "uml"
     uml_caffe.runtime = native_caffe.runtime = "caffe"
+    for sandbox in (uml, uml_caffe):
+        sandbox.measured = [{"limit": "16M"}, {"limit": "none"}]
+    native.measured = native_caffe.measured = [{"limit": "none"}]
     uml.swap_scale, uml.swap_scale_from = 1.76, "uml/lean"
-    share_swap_scale([native, uml, uml_caffe, native_caffe])
+    uml.startup_floor_bytes, uml.kill_limit_bytes = 8 * MIB, 16 * MIB
+    share_sandbox_facts([native, uml, uml_caffe, native_caffe])
     assert (native.swap_scale, native.swap_scale_from) == (1.76, "uml/lean")
-    # another runtime's scale is not this one's: none fitted, none taken
+    assert (native.startup_floor_bytes, native.kill_limit_bytes) == (8 * MIB, 16 * MIB)
+    assert native.kills_from == ["uml/lean"]
+    # another runtime's are not this one's: none fitted, none taken; a mode with limited
+    # runs of its own keeps its own
     assert native_caffe.swap_scale_from is None and native_caffe.swap_scale == 1.0
+    assert native_caffe.kill_limit_bytes is None and native_caffe.kills_from == []
+    assert uml_caffe.kill_limit_bytes is None and uml_caffe.kills_from == []
+
+
+def test_native_advise_says_what_its_sandbox_runs_of_the_pipeline_were_killed_at(
+        advice_files, capsys):
+    """Fifteenth held-out pass H1: native advise (the default) ranked policies whose uml
+    runs of this very pipeline were all OOM-killed at the limit, may_be_killed false, and
+    below the uml runs' start-up floor ranked what every uml run was killed at."""
+    import copy
+
+    from engine.files import sha256_file
+    from engine.model.train import share_sandbox_facts
+    from engine.units import format_size
+
+    root, models = advice_files
+    path = root / "model.json"
+    model = Model.read(path)
+    [native] = model.modes.values()
+    limit, floor = 40000500, 20000000
+    uml = copy.deepcopy(native)
+    uml.mode = "uml"
+    uml.measured = [{"pipeline": "two", "pipeline_sha256": sha256_file(root / "p.json"),
+                     "policy": "linear", "limit": format_size(limit), "swap": "max",
+                     "runs": 2, "runs_ok": 0, "oom": True, "ended": {"memory": 2},
+                     "makespan_s": None, "makespan_ci": None, "peak_swap_bytes": None}]
+    uml.startup_floor_bytes, uml.kill_limit_bytes = float(floor), float(limit)
+    model.modes[uml.key] = uml
+    share_sandbox_facts(list(model.modes.values()))
+    model.write(path)
+    args = ["--pipeline", str(root / "p.json"), "--model", str(path), "--split",
+            str(models), "--policies", "linear", "bulk", "--mode", "native"]
+    code, out, err = _advise(capsys, *args, "--limit", str(limit))
+    assert code == 0, err
+    assert ("in the uml/lean sandbox (whose kills this model takes: it has no limited runs "
+            "of its own) were all OOM-killed: linear: they may be killed") in out
+    [risky] = [line for line in out.splitlines()
+               if line.startswith("note: may be killed whatever the prediction: ")]
+    assert "bulk" in risky and "linear" in risky and "(a run in the uml/lean sandbox" in risky
+    policies = {p["policy"]: p for p in
+                json.loads(_advise(capsys, *args, "--limit", str(limit), "--json")[1])[
+                    "policies"]}
+    assert policies["linear"]["all_killed_in"] == "uml/lean"
+    assert policies["bulk"]["all_killed_in"] is None
+    assert policies["linear"]["may_be_killed"] and policies["bulk"]["may_be_killed"]
+    # at the sandbox's start-up floor every policy is predicted killed
+    below = json.loads(_advise(capsys, *args, "--limit", str(floor), "--json")[1])
+    assert all(p["oom"] for p in below["policies"])
 
 
 def test_training_cells_say_how_the_runs_that_did_not_finish_ended(tiny):
