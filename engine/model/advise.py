@@ -570,13 +570,24 @@ def page_size_note(mode: ModeModel, page_size: int = PAGE_SIZE) -> str | None:
             f"slowdowns assume a swapped byte costs here what it cost there")
 
 
+def _killed_at(mode: ModeModel, mib: int) -> bool:
+    """A limit of ``mib`` MiB at or below one a run the model knows was OOM-killed at."""
+    return mode.kill_limit_bytes is not None and mib * MIB <= mode.kill_limit_bytes
+
+
 def format_limits(rows: list[tuple[str, int, float]], pipeline: Pipeline, mode: ModeModel,
-                  cv: dict) -> str:
+                  cv: dict, problems: list[str]) -> str:
     lines = [f"pipeline {pipeline.name}: {' '.join(pipeline.networks())}; "
              f"{mode.mode} model, {mode.runtime} runtime: the smallest limit "
              f"at which each policy is predicted not to swap",
              f"{'policy':<18}{'limit':>10}{'makespan':>11}"]
-    lines += [f"{policy:<18}{mib:>7} MiB{makespan:>10.3f}s" for policy, mib, makespan in rows]
+    lines += [f"{policy:<18}{mib:>7} MiB{makespan:>10.3f}s{' !' if _killed_at(mode, mib) else ''}"
+              for policy, mib, makespan in rows]
+    if any(_killed_at(mode, mib) for _, mib, _ in rows):
+        lines.append(f"!: may be killed at that limit: a run was OOM-killed at "
+                     f"{format_size(int(mode.kill_limit_bytes))}, at or above it (the model "
+                     f"does not predict such kills)")
+    lines += domain_lines(problems)
     lines.append(cv_sentence(cv, mode.key))
     return "\n".join(lines)
 
@@ -610,9 +621,12 @@ def run_advise(pipeline_path: str, model_path: str, models_dir: str, limit_bytes
         _refuse_outside(strict, mode, problems)
         rows = find_limits(mode, pipeline, networks, names)
         if as_json:
-            return json.dumps([{"policy": p, "limit_mib": m, "makespan_s": t}
-                               for p, m, t in rows], indent=1)
-        return format_limits(rows, pipeline, mode, cv)
+            return json.dumps({"pipeline": pipeline.name, "mode": mode.mode,
+                               "runtime": mode.runtime, "outside_domain": problems,
+                               "limits": [{"policy": p, "limit_mib": m, "makespan_s": t,
+                                           "may_be_killed": _killed_at(mode, m)}
+                                          for p, m, t in rows]}, indent=1)
+        return format_limits(rows, pipeline, mode, cv, problems)
     log_pi, source = error_interval(cv, mode, limit_bytes is not None)
     swap_log_pi, swap_source = swap_interval(cv, mode)
     advice = advise(mode, pipeline, networks, names, limit_bytes, swap_bytes, device,

@@ -19,7 +19,7 @@ from engine.model import fit as fitting
 from engine.model.advise import page_size_note
 from engine.model.evaluate import scores
 from engine.model.memory import Memory, network_memory
-from engine.model.params import Linear, Model, ModelFileError, ModeModel, SwapCost
+from engine.model.params import MODEL_VERSION, Linear, Model, ModelFileError, ModeModel, SwapCost
 from engine.model.predict import Networks, predict
 from engine.model.simulate import simulate
 from engine.schedule.dispatch import Dispatcher
@@ -428,7 +428,7 @@ def test_the_model_file_round_trips_and_refuses_other_versions(tiny, tmp_path):
     data = json.loads((tmp_path / "model.json").read_text())
     data["version"] = 99
     (tmp_path / "model.json").write_text(json.dumps(data))
-    with pytest.raises(ModelFileError, match="not a version 2 model file"):
+    with pytest.raises(ModelFileError, match=f"not a version {MODEL_VERSION} model file"):
         Model.read(tmp_path / "model.json")
 
 
@@ -506,8 +506,22 @@ def test_advise_ranks_the_policies_and_says_what_it_cannot_know(advice_files, ca
     code, out, _ = _advise(capsys, "--pipeline", str(root / "p.json"), "--find-limit",
                            "--model", str(root / "model.json"), "--split", str(models),
                            "--policies", "linear", "bulk", "--json")
-    limits = {r["policy"]: r["limit_mib"] for r in json.loads(out)}
+    answer = json.loads(out)
+    limits = {r["policy"]: r["limit_mib"] for r in answer["limits"]}
     assert code == 0 and limits["linear"] <= limits["bulk"]
+    # the domain check as under --limit (fifteenth held-out pass M2): here INIT's fit
+    same = ["--pipeline", str(root / "p.json"), "--model", str(root / "model.json"),
+            "--split", str(models), "--policies", "linear", "--json"]
+    found = json.loads(_advise(capsys, *same, "--find-limit")[1])["outside_domain"]
+    limited = json.loads(_advise(capsys, *same, "--limit", "512M")[1])["outside_domain"]
+    assert found and set(found) <= set(limited)
+    # a policy never run is outside the domain, as under --limit (fifteenth pass M2)
+    args = ["--pipeline", str(root / "p.json"), "--find-limit", "--model",
+            str(root / "model.json"), "--split", str(models), "--policies", "masa:2"]
+    code, out, _ = _advise(capsys, *args)
+    assert code == 0 and "outside the model's domain" in out and "masa:2" in out
+    assert any("masa:2" in p for p in json.loads(_advise(capsys, *args, "--json")[1])[
+        "outside_domain"])
 
 
 @pytest.mark.parametrize("change, message", [
@@ -1517,3 +1531,11 @@ def test_at_or_below_a_limit_that_killed_a_fitted_run_advise_says_a_run_may_be_k
     assert p["may_be_killed"] is True
     [p] = json.loads(_advise(capsys, *args, "--limit", "40000501", "--json")[1])["policies"]
     assert p["may_be_killed"] is False
+    # --find-limit flags a limit at or below the kill too
+    for kill, flagged in ((64 * MIB, True), (MIB, False)):
+        mode.kill_limit_bytes = float(kill)
+        model.write(path)
+        [row] = json.loads(_advise(capsys, *args, "--find-limit", "--json")[1])["limits"]
+        assert row["may_be_killed"] is flagged and MIB < row["limit_mib"] * MIB <= 64 * MIB
+        code, out, _ = _advise(capsys, *args, "--find-limit")
+        assert code == 0 and ("!: may be killed at that limit" in out) is flagged
