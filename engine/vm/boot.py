@@ -9,6 +9,7 @@ card); it is deleted when the boot ends, however it ends.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shlex
@@ -129,6 +130,8 @@ def boot(guest: Guest | uml.Uml, share: Path, *, accel: str = "tcg", ram_mb: int
     timed_out = error = None
     t0 = time.monotonic()
     try:
+        if isinstance(guest, uml.Uml):
+            uml.check_memory_file(ram_mb)
         swap_image = None
         if swap_bytes > 0:
             # beside the share, not in it: the guest must not see its own swap as a file;
@@ -200,6 +203,10 @@ def boot(guest: Guest | uml.Uml, share: Path, *, accel: str = "tcg", ram_mb: int
     if proc is not None:
         lines.append(f"[{total:9.3f}] host: {name} (pid {proc.pid}) ended with "
                      f"{proc.returncode}{', killed: ' + error if timed_out else ''}")
+    if proc is not None and proc.returncode == -signal.SIGXFSZ:  # not the guest's result
+        raise OSError(errno.EFBIG, os.strerror(errno.EFBIG),
+                      f"a file of the {name} process (killed by SIGXFSZ: over this shell's "
+                      f"file-size limit, ulimit -f)")
     rc_file = share / "rc"
     rc = int(rc_file.read_text()) if rc_file.is_file() and timed_out is None else None
     if rc is None and error is None:

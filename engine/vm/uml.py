@@ -22,9 +22,11 @@ their runs. Every run records the sandbox and its kernel.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
+import resource
 import shlex
 import shutil
 import signal
@@ -180,6 +182,17 @@ def boot_argv(binary: Path, share: Path, ram_mb: int, swap_image: Path | None,
 def userspace_mode(console: str) -> str:
     """How the UML kernel ran its processes, from its console: seccomp or ptrace."""
     return "ptrace" if SECCOMP_OFF in console else "seccomp"
+
+
+def check_memory_file(ram_mb: int) -> None:
+    """UML keeps the guest's RAM in a file under RAM_DIR, as large as the RAM: a host
+    file-size limit (``ulimit -f``) below it kills UML with SIGXFSZ as it boots. Said
+    before the boot as a file that could not be written (EFBIG: no run folder)."""
+    soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if soft != resource.RLIM_INFINITY and soft < ram_mb * 2**20:
+        raise OSError(errno.EFBIG, os.strerror(errno.EFBIG),
+                      f"{RAM_DIR}/ (the {ram_mb} MiB file user-mode Linux keeps the guest's "
+                      f"RAM in, over this shell's file-size limit: ulimit -f {soft // 1024})")
 
 
 def environ() -> dict[str, str]:

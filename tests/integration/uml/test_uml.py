@@ -328,3 +328,26 @@ def test_a_uml_run_that_cannot_write_its_files_names_the_file(uml_kernel, tiny, 
     line = r.stderr.strip().splitlines()[-1]
     assert line.startswith("error: cannot write /") and "File too large (EFBIG)" in line, line
     assert not out.exists()
+
+
+@pytest.mark.parametrize("kib", [4096, 500_000])
+def test_a_file_size_limit_below_the_guests_ram_is_no_result_without_swap_too(
+        uml_kernel, tiny, tmp_path, kib):
+    """Fifteenth held-out pass M3: with --swap 0 (no swap image to fail first) a host
+    file-size limit below the guest's RAM killed UML with SIGXFSZ as it booted (its RAM
+    file), and the run was kept as an `error` result the workflow never redid: now no run
+    folder, exit 1 naming the file, with or without --error-is-result."""
+    from tests.unit.test_faults import _file_size_limit
+
+    for extra in ([], ["--error-is-result"]):
+        out = tmp_path / f"w{len(extra)}" / "run"
+        r = subprocess.run([sys.executable, "-m", "engine", "run", "--pipeline",
+                            str(tiny["pipeline"]), "--split", str(tiny["models"]), "--policy",
+                            "linear", "--out", str(out), "--batch", "1", "--backend", "uml",
+                            "--limit", "64M", "--swap", "0", *extra], cwd=REPO,
+                           capture_output=True, text=True, timeout=300,
+                           preexec_fn=_file_size_limit(kib * 1024))
+        assert r.returncode == 1, r.stderr
+        line = r.stderr.strip().splitlines()[-1]
+        assert line.startswith("error: cannot write /dev/shm/") and "(EFBIG)" in line, line
+        assert f"ulimit -f {kib}" in line and not out.exists()
