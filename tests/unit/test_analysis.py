@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.patches import Rectangle
 from PIL import Image
 
 from engine.analysis import plots
@@ -347,7 +348,15 @@ def test_failed_runs_and_unenforced_limits_are_labelled(agg):
     text = _texts(plots.make_figure("speedup", agg, STYLE, CONTEXT))
     assert "256M (not enforced)" in text and "unconstrained\nemulated" in text
     assert "128M" in text and "OOM" in text and "bulk OOM" in text
-    assert "OOM" in _texts(plots.make_figure("memory", agg, STYLE, CONTEXT))
+    memory = plots.make_figure("memory", agg, STYLE, CONTEXT)
+    assert "OOM" in _texts(memory)
+    # the killed bulk run's memory is data (up to the kill): its bars are drawn, hatched,
+    # as the legend says (fifteenth held-out pass L1: solid, against the legend)
+    hatched = [b for ax in memory.axes for b in ax.patches
+               if isinstance(b, Rectangle) and b.get_hatch() and b.get_height() > 0]
+    assert hatched, "no bar counting the OOM-killed run is hatched"
+    assert any("counts runs that did not finish" in t.get_text() for leg in memory.legends
+               for t in leg.get_texts())
     over_time = _texts(plots.make_figure("memory_over_time", agg, STYLE, CONTEXT))
     assert "limit 128M" in over_time and "bulk — OOM" in over_time
 

@@ -136,6 +136,11 @@ def failed_legend() -> Patch:
                  label="did not finish (OOM / timeout / error)")
 
 
+def counted_failed_legend() -> Patch:
+    return Patch(facecolor="0.8", edgecolor="0.3", hatch=FAILED_HATCH,
+                 label="counts runs that did not finish (their memory until the end)")
+
+
 def short_end(termination: str) -> str:
     return SHORT_END.get(termination, termination)
 
@@ -179,11 +184,13 @@ NOT_SIGNIFICANT_ALPHA = 0.35
 
 def grouped_bars(ax: Axes, groups: list[str], policies: list[str], colors: dict,
                   value: Callable[[str, str], Cell | None], width_scale: float = 1.0,
-                  alpha: float = 1.0, notes: bool = True) -> None:
+                  alpha: float = 1.0, notes: bool = True, counts_failed: bool = False
+                  ) -> None:
     """Bars of ``policies`` side by side in each group at the median, with the 95 % CI as
     an error bar. A ratio whose CI contains 1 is drawn pale and marked "n.s."; a cell
     whose runs all failed is a hatched slot named after their end. ``notes``: False for
-    bars drawn over others' (their notes would repeat)."""
+    bars drawn over others' (their notes would repeat). ``counts_failed``: the values
+    count the runs that did not finish too (memory up to a kill): such a bar is hatched."""
     width = 0.8 / max(len(policies), 1)
     for i, policy in enumerate(policies):
         for g, group in enumerate(groups):
@@ -196,9 +203,12 @@ def grouped_bars(ax: Axes, groups: list[str], policies: list[str], colors: dict,
                     mark_failed(ax, x, width, cell.failed, colors[policy])
                 continue
             faded = cell.significant is False
+            hatched = counts_failed and cell.n_failed > 0
             ax.bar(x, cell.median, width * width_scale, color=colors[policy],
                    alpha=alpha * (NOT_SIGNIFICANT_ALPHA if faded else 1.0),
-                   edgecolor=colors[policy] if faded else "none")
+                   edgecolor="0.3" if hatched else colors[policy] if faded else "none",
+                   hatch=FAILED_HATCH if hatched else None,
+                   linewidth=0.5 if hatched else None)
             if np.isfinite(cell.lo) and np.isfinite(cell.hi):
                 ax.errorbar(x, cell.median, yerr=[[cell.median - cell.lo],
                                                   [cell.hi - cell.median]],

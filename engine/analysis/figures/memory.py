@@ -14,6 +14,7 @@ from engine.analysis.figures.common import (
     campaign_policies,
     ci_handles,
     colors_for,
+    counted_failed_legend,
     drop_if_empty,
     failed_legend,
     grouped_bars,
@@ -50,10 +51,11 @@ def draw(tables: Tables, style: dict, context: dict) -> Figure:
         for r, (quantity, ylabel) in enumerate(rows):
             ax = axes[r, c]
             grouped_bars(ax, panel_bins, policies, colors,
-                          summary_cells(sub, f"peak_{quantity}_bytes", MIB), alpha=0.4)
+                          summary_cells(sub, f"peak_{quantity}_bytes", MIB), alpha=0.4,
+                          counts_failed=True)
             grouped_bars(ax, panel_bins, policies, colors,
                           summary_cells(sub, f"mean_{quantity}_bytes", MIB),
-                          width_scale=0.5, notes=False)
+                          width_scale=0.5, notes=False, counts_failed=True)
             if drop_if_empty(ax, "sampler not run: no RSS/swap series"):
                 continue
             ax.set_ylabel(ylabel, fontsize="small")
@@ -74,5 +76,7 @@ def draw(tables: Tables, style: dict, context: dict) -> Figure:
                ci_handles()[0],
                Line2D([], [], color="firebrick", linestyle="--", label="memory limit"),
                failed_legend()]
+    if (summary.get("runs_not_ok", pd.Series(dtype=float)).fillna(0) > 0).any():
+        handles.append(counted_failed_legend())
     add_legend(fig, policy_handles(policies, colors) + handles, ncols=6)
     return fig
