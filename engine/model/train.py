@@ -150,7 +150,8 @@ def calibrate(mode: ModeModel, cells: pd.DataFrame, pipelines: dict[str, Pipelin
         mode.baseline_spread_bytes = [float(min(lo - mid, 0.0)), float(max(hi - mid, 0.0))]
     mode.swap_scale, mode.swap_scale_from = 1.0, None
     ratios = []
-    for r in cells[cells["limit"] != "none"].itertuples():
+    # a cell no run of which finished swapped only until its kill: a need cut short
+    for r in cells[(cells["limit"] != "none") & (cells["runs_ok"] > 0)].itertuples():
         if not (r.measured_peak_swap_bytes >= SWAP_FLOOR_BYTES and r.pipeline in pipelines):
             continue
         shortfall = predict(mode, pipelines[r.pipeline], networks, r.policy,

@@ -1314,13 +1314,15 @@ def test_the_swap_scale_is_the_median_of_measured_over_the_replays_shortfall(tmp
     cells = pd.DataFrame([
         {"pipeline": "b", "policy": policy, "limit": "2M", "limit_bytes": limit, "workers": 1,
          "measured_makespan_s": 1.0, "measured_hwm_rss_bytes": np.nan,
-         "measured_peak_swap_bytes": factor * shortfall}
+         "measured_peak_swap_bytes": factor * shortfall, "runs_ok": ok}
         # (bulk's ratio is its own shortfall's: above 1.5 here); the last row's 0.3 MiB is
-        # below what is compared
-        for policy, factor in (("linear", 1.5), ("bulk", 2.5), ("linear", 1.2))]
+        # below what is compared; a cell whose runs were all killed swapped only until the
+        # kill (fifteenth held-out pass): not compared
+        for policy, factor, ok in (("linear", 1.5, 1), ("bulk", 2.5, 1), ("linear", 1.2, 1),
+                                   ("linear", 0.2, 0), ("linear", 0.3, 0))]
         + [{"pipeline": "b", "policy": "linear", "limit": "2M", "limit_bytes": limit,
             "workers": 1, "measured_makespan_s": 1.0, "measured_hwm_rss_bytes": np.nan,
-            "measured_peak_swap_bytes": 0.3 * MIB}])
+            "measured_peak_swap_bytes": 0.3 * MIB, "runs_ok": 1}])
     calibrate(mode, cells, pipe, nets)
     assert mode.swap_scale == pytest.approx(1.5, rel=1e-3)
     scaled = predict(mode, pipe["b"], nets, "linear", limit)[0].peak_swap_bytes
