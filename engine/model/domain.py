@@ -77,9 +77,9 @@ def outside(mode: ModeModel, pipeline: Pipeline, layer_types: dict[str, set[str]
         out.append(f"{what}: fitted with an intercept alone, the same time whatever the "
                    f"size ({line.intercept:.3f} s)")
     if limit_bytes is not None and not d.limits:
-        out.append(f"limit {format_size(limit_bytes)}: the fitted campaign has no finished "
-                   f"limited runs, so what it predicts swapping was never checked against "
-                   f"a run under a limit")
+        out.append(f"limit {format_size(limit_bytes)}: the {mode.key} fit has no finished "
+                   f"limited runs of its own, so what it predicts swapping was never checked "
+                   f"against a run of its own under a limit")
     elif limit_bytes is not None:
         sizes = [parse_size(x) for x in d.limits]
         if not min(sizes) <= limit_bytes <= max(sizes):

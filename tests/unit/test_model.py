@@ -785,7 +785,7 @@ def test_a_limit_on_a_model_without_limited_runs_is_outside_its_domain(advice_fi
     assert not any("limit" in line for line in outside(mode, pipe, {}, ["linear"], 2**20))
     mode.domain.limits = []
     [line] = [x for x in outside(mode, pipe, {}, ["linear"], 2**20) if "limit" in x]
-    assert "no finished limited runs" in line
+    assert "the native/lean fit has no finished limited runs of its own" in line
     assert not any("limit" in x for x in outside(mode, pipe, {}, ["linear"], None))
 
 
