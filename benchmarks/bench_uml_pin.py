@@ -44,7 +44,7 @@ def one_run(split: Path, pipeline: Path, out: Path, pin: bool) -> float:
     meta = json.loads((out / "meta.json").read_text())
     if meta["termination"] != "ok":
         raise SystemExit(f"{out}: {meta['termination']}: {meta['termination_detail']}")
-    if pin and not meta["vm"]["host_affinity"]["pinned"]:
+    if pin and not meta["sandbox"]["host_affinity"]["pinned"]:
         raise SystemExit(f"{out}: not pinned: {meta['vm']['host_affinity']['why_not']}")
     nets = pd.read_csv(out / "networks.csv")
     return float((nets["end_ns"].max() - nets["arrival_ns"].min()) / 1e9)

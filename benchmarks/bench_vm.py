@@ -109,7 +109,7 @@ def _sandbox(sandbox: str, argv: list[str], limit: int | None, cfg: VmConfig) ->
                             sandbox=sandbox)
     if not res["guest"] or res["guest"]["exit_code"] != 0:
         sys.exit(f"{sandbox} workload failed:\n{res['job_log'][-2000:]}")
-    return _parse(res["job_log"]), res["vm"]
+    return _parse(res["job_log"]), res["sandbox"]
 
 
 def main() -> None:

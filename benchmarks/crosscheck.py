@@ -125,7 +125,7 @@ def guest_facts(sandboxes: list[str]) -> None:
                                 timeout_s=600)
         facts[sb] = dict(line.split("=", 1) for line in res["job_log"].splitlines()
                          if "=" in line)
-        facts[sb]["kernel"] = res["vm"].get("guest_kernel", "?")
+        facts[sb]["kernel"] = res["sandbox"].get("guest_kernel", "?")
     keys = sorted({k for f in facts.values() for k in f})
     print("| setting | " + " | ".join(sandboxes) + " |\n|---|" + "---|" * len(sandboxes))
     for k in keys:

@@ -8,7 +8,7 @@ sampler at 20 Hz sees a TCG run 10-100x more often per unit of work than a UML o
 - peak swap: the run cgroup's largest ``memory.swap.peak`` window
   (``cg_window_swap_peak_bytes``);
 - pages swapped in and out: the guest's ``/proc/vmstat`` ``pswpin``/``pswpout`` over the
-  job (``vm.vmstat_delta`` in meta.json: the whole guest, the run's process nearly all).
+  job (``sandbox.vmstat_delta`` in meta.json: the whole guest, the run's process nearly all).
 
 A cell's value in a sandbox is the median over its runs that ended ``ok``; the others
 are counted in its termination column, never silently dropped, and a cell one sandbox
@@ -16,7 +16,6 @@ lacks is shown as missing there (``docs/sandboxes.md``, benchmarks/crosscheck.py
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -40,12 +39,12 @@ RECORD_COLUMNS = ["sandbox", *CELL, "rep", "termination", "termination_detail",
 def run_record(folder: str | Path) -> dict:
     """One run folder's record for the cross-check (its tidy row plus the guest's swap
     counters, which the tidy table does not carry in full)."""
-    from engine.analysis.tables import tidy_run
+    from engine.analysis.tidy import tidy_run
+    from engine.runner.meta import RunMeta
 
     folder = Path(folder)
     row = tidy_run(folder)["runs"].iloc[0]
-    meta = json.loads((folder / "meta.json").read_text())
-    vmstat = (meta.get("vm") or {}).get("vmstat_delta") or {}
+    vmstat = (RunMeta.read(folder).sandbox or {}).get("vmstat_delta") or {}
     return {"sandbox": row["sandbox"], "pipeline": row["pipeline"], "policy": row["policy"],
             "limit": row["limit"], "rep": row["rep"], "termination": row["termination"],
             "termination_detail": row["termination_detail"] or "",

@@ -63,8 +63,8 @@ def _identity(meta: RunMeta, folder: Path) -> dict:
 
 def sandbox_of(meta: RunMeta) -> str:
     """Which sandbox kernel ran the run: uml, vm (qemu), or none (the host's)."""
-    if meta.vm:
-        return meta.vm.get("sandbox", "vm")  # vm records from before uml existed
+    if meta.sandbox:
+        return meta.sandbox.get("kernel", "vm")  # records from before uml existed: qemu
     return "none"
 
 
@@ -211,11 +211,12 @@ def _run_row(meta: RunMeta, folder: Path, tasks: pd.DataFrame, networks: pd.Data
         "cg_window_peak_bytes": _col_max(tasks, "cg_peak_bytes"),
         "cg_window_swap_peak_bytes": _col_max(tasks, "cg_swap_peak_bytes"),
         "proc_hwm_bytes": _col_max(tasks, "proc_hwm_bytes"),
-        "guest_pswpout": _known(((meta.vm or {}).get("vmstat_delta") or {}).get("pswpout")),
+        "guest_pswpout": _known(((meta.sandbox or {}).get("vmstat_delta") or {}).get(
+            "pswpout")),
         # uml: the most host mappings a guest process held, against the host's cap
         # (docs/sandboxes.md); NaN for other runs and records from before it was counted
-        "host_maps_peak": _known((meta.vm or {}).get("host_maps_peak")),
-        "host_max_map_count": _known((meta.vm or {}).get("host_max_map_count")),
+        "host_maps_peak": _known((meta.sandbox or {}).get("host_maps_peak")),
+        "host_max_map_count": _known((meta.sandbox or {}).get("host_max_map_count")),
         "page_bytes": page_bytes(meta),
     }
 
@@ -229,7 +230,8 @@ def page_bytes(meta: RunMeta) -> float:
     """Bytes of a page of the kernel that counted the run's swap and fault counters (the
     tasks' ``*_pswpin_delta`` and ``*_pgmajfault_delta``, ``guest_pswpout``): the
     sandbox's guest for a run in one, else the host. NaN if the record cannot tell."""
-    facts = ((meta.vm or {}).get("guest") if meta.vm is not None else meta.host) or {}
+    facts = ((meta.sandbox or {}).get("guest") if meta.sandbox is not None
+             else meta.host) or {}
     if facts.get("page_size"):
         return float(facts["page_size"])
     return 4096.0 if facts.get("machine") in FOUR_KIB_MACHINES else np.nan

@@ -23,9 +23,10 @@ from engine.errors import EdgeprofError
 from engine.files import atomic_path, parse_json, read_regular
 from engine.units import PAGE_SIZE
 
-SCHEMA_VERSION = 6  # 2: started_at, host_load, cpu_affinity; 3: runtime; 4: table_digests;
+SCHEMA_VERSION = 7  # 2: started_at, host_load, cpu_affinity; 3: runtime; 4: table_digests;
 # 5: record_digest; 6: pipeline.sha256, timeout_s, stall_s, estimates,
-# description_sha256
+# description_sha256; 7: the sandbox's facts under sandbox (was vm), its kernel as kernel
+# (was sandbox)
 FILE = "meta.json"
 MAX_RECORD_BYTES = 16 * 2**20  # a record is a few kB; a vm run's console tail included
 
@@ -114,7 +115,8 @@ class RunMeta:
                                    "and every window's VmHWM")
     table_digests: dict = _f("SHA-256 of each table the run wrote (tasks.csv, networks.csv, "
                              "samples.csv): the tables refuse one that differs", {})
-    vm: dict | None = _f("the sandbox backends only (vm, uml): accelerator, guest kernel and "
+    sandbox: dict | None = _f("the sandbox backends only (uml, vm): which kernel (`kernel`: "
+                              "uml or vm, the qemu guest), accelerator, guest kernel and "
                          "RAM, swap device, boot time, guest-wide vmstat deltas, a boot "
                          "retried after an emulation fault (retried_boot: why, the first "
                          "console's tail); under uml also how its processes were trapped "
@@ -144,6 +146,9 @@ class RunMeta:
         if data.get("record_digest") != record_digest(data):
             raise EdgeprofError(f"{source} was edited after the run (its content no longer "
                                 f"matches its record_digest); restore it or re-run the run")
+        if version < 7 and "vm" in data:  # the sandbox's facts under their old names
+            data = {k: v for k, v in data.items() if k != "vm"} | {"sandbox": _renamed(
+                data["vm"], "sandbox", "kernel")}
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - names)
         if unknown:
@@ -181,6 +186,13 @@ class RunMeta:
 
 _SCALARS = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,),
             "dict": (dict,), "list": (list,)}
+
+
+def _renamed(value: object, old: str, new: str) -> object:
+    """A dict with its key ``old`` named ``new`` (anything else as it is)."""
+    if not isinstance(value, dict) or old not in value:
+        return value
+    return {new if k == old else k: v for k, v in value.items()}
 
 
 def _check_types(cls: type, values: dict, source: str) -> None:

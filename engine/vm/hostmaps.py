@@ -6,7 +6,7 @@ guest pages that lie in ascending order in its physmem file; the host caps a pro
 UML spins, printing nothing, and nothing inside the guest sees it (its memory, swap and
 tasks stand still, or creep). So the host counts, for every process of the UML session,
 the lines of its /proc/<pid>/maps: the peak goes into the run's record
-(``vm.host_maps_peak``), and a session whose largest process sits at the cap for a whole
+(``sandbox.host_maps_peak``), and a session whose largest process sits at the cap for a whole
 window is ended as a timeout that names the cap (docs/sandboxes.md).
 """
 

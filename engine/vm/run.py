@@ -214,8 +214,8 @@ def run_command_in_vm(argv: list[str], limit: int | None, swap: int | None,
                       workdir: Path | None = None, sandbox: str = "vm",
                       stall_s: float | None = None) -> dict:
     """ARGV in the guest under a cgroup2 session with memory.max=limit and memory.swap.max=
-    swap (None: no limit). Returns {"guest": guest.json, "boot": boot facts, "vm": the
-    meta.json "vm" facts, "job_log", "console"}. Nothing is left behind. ``stall_s``: how
+    swap (None: no limit). Returns {"guest": guest.json, "boot": boot facts, "sandbox":
+    the meta.json "sandbox" facts, "job_log", "console"}. Nothing is left behind. ``stall_s``: how
     long a UML guest process may sit at the host's mapping cap."""
     share = Path(tempfile.mkdtemp(prefix=".edgeprof-vm.", dir=workdir))
     try:
@@ -227,15 +227,16 @@ def run_command_in_vm(argv: list[str], limit: int | None, swap: int | None,
         log = share / "job.log"
         boot_facts = asdict(res)
         boot_facts.pop("console")
-        return {"guest": facts, "boot": boot_facts, "vm": vm_facts(res, p, guest, facts),
+        return {"guest": facts, "boot": boot_facts,
+                "sandbox": sandbox_facts(res, p, guest, facts),
                 "job_log": log.read_text() if log.is_file() else "", "console": res.console}
     finally:
         shutil.rmtree(share, ignore_errors=True)
 
 
-def vm_facts(res: vmboot.BootResult, p: Plan, guest: Guest | uml.Uml,
-             facts: dict | None) -> dict:
-    """What meta.json records under "vm"."""
+def sandbox_facts(res: vmboot.BootResult, p: Plan, guest: Guest | uml.Uml,
+                  facts: dict | None) -> dict:
+    """What meta.json records under "sandbox"."""
     facts = facts or {}
     start = facts.get("job_start_uptime_s")
     cmd_start = res.guest_marks.get("guest_VM_CMD_START")
@@ -244,7 +245,7 @@ def vm_facts(res: vmboot.BootResult, p: Plan, guest: Guest | uml.Uml,
     in_uml = isinstance(guest, uml.Uml)
     device = ("ubd /dev/ubda (sparse file on the host)" if in_uml
               else "virtio-blk /dev/vda (sparse file on the host)")
-    return {"sandbox": "uml" if in_uml else "vm",
+    return {"kernel": "uml" if in_uml else "vm",
             "uml_userspace": uml.userspace_mode(res.console) if in_uml else None,
             "host_max_map_count": uml.max_map_count() if in_uml else None,
             "host_maps_peak": res.host_maps_peak,
@@ -321,9 +322,9 @@ def run_in_vm(request: RunRequest, cfg: VmConfig | None = None,
                 run = _salvage(share)
                 read = {net: models[net] for net in descs}
                 meta = _error_meta(request, pipeline, policy, res, run, read)
-            _add_vm_facts(meta, vm_facts(res, p, guest, facts) | {"retried_boot": retried,
-                                                                  "host_affinity": pin.facts},
-                          load, started_at)
+            _add_sandbox_facts(meta, sandbox_facts(res, p, guest, facts)
+                               | {"retried_boot": retried, "host_affinity": pin.facts},
+                               load, started_at)
             if auto is not None:
                 meta.limits["auto"] = auto | {"chosen": sandbox}
             with naming(Path(request.out) / "console.log"):  # the name it is published under
@@ -390,18 +391,19 @@ def _preload_facts(preload: Path | None) -> dict | None:
     return {"path": str(preload), "sha256": digest, "source": uml.PRELOAD_SOURCE.name}
 
 
-def _add_vm_facts(meta: RunMeta, vm: dict, host_load: dict, started_at: float) -> None:
+def _add_sandbox_facts(meta: RunMeta, facts: dict, host_load: dict,
+                       started_at: float) -> None:
     """The guest's meta.json describes the guest as its host; the real host goes to
-    "host" (its load over the whole VM run to "host_load", the boot's start on its clock
-    to "started_at"), the guest and the VM to "vm"."""
-    vm["guest"] = meta.host or None
-    vm["guest_host_load"], meta.host_load = meta.host_load, host_load
-    vm["guest_started_at"], meta.started_at = meta.started_at, started_at
-    meta.vm = vm
+    "host" (its load over the whole sandbox run to "host_load", the boot's start on its
+    clock to "started_at"), the guest and the machine to "sandbox"."""
+    facts["guest"] = meta.host or None
+    facts["guest_host_load"], meta.host_load = meta.host_load, host_load
+    facts["guest_started_at"], meta.started_at = meta.started_at, started_at
+    meta.sandbox = facts
     meta.host = host_facts()
     meta.limits["guest_backend"] = meta.limits.get("backend")
-    meta.limits["backend"] = meta.backend = vm["sandbox"]
-    meta.emulated = vm["emulated"]
+    meta.limits["backend"] = meta.backend = facts["kernel"]
+    meta.emulated = facts["emulated"]
 
 
 # A measured child killed by one of these under emulation: a fault of the emulated CPU

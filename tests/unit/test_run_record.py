@@ -86,9 +86,9 @@ def test_the_page_size_of_the_kernel_that_counted_a_runs_pages():
     meta = _meta()
     meta.host = {"machine": "aarch64", "page_size": 16384}
     assert page_bytes(meta) == 16384
-    meta.vm = {"guest": {"machine": "aarch64", "page_size": 65536}}
+    meta.sandbox = {"guest": {"machine": "aarch64", "page_size": 65536}}
     assert page_bytes(meta) == 65536
-    meta.vm, meta.host = None, {"machine": "x86_64"}
+    meta.sandbox, meta.host = None, {"machine": "x86_64"}
     assert page_bytes(meta) == 4096
     meta.host = {"machine": "aarch64"}
     assert math.isnan(page_bytes(meta))
@@ -233,4 +233,25 @@ def test_a_record_edited_by_hand_is_refused(tmp_path, field, value):
     del data["record_digest"]
     (tmp_path / "meta.json").write_text(json.dumps(data))
     with pytest.raises(EdgeprofError, match="carries no record_digest"):
+        RunMeta.read(tmp_path)
+
+
+def test_a_record_from_before_the_sandbox_block_reads_under_the_new_names(tmp_path):
+    """Schema 7 (issue 37): the sandbox's facts were "vm" (either sandbox), their kernel
+    "sandbox"; an older record, sealed as it was written, reads under the new names."""
+    from engine.analysis.tidy import sandbox_of
+
+    data = _meta().to_dict() | {"schema_version": 6}
+    data.pop("sandbox")
+    data["vm"] = {"sandbox": "uml", "host_maps_peak": 4000}
+    data["record_digest"] = record_digest(data)
+    (tmp_path / "meta.json").write_text(json.dumps(data))
+    meta = RunMeta.read(tmp_path)
+    assert meta.sandbox == {"kernel": "uml", "host_maps_peak": 4000}
+    assert sandbox_of(meta) == "uml"
+    # a record of this schema with the old name is no record of this edgeprof
+    data = _meta().to_dict() | {"vm": {"sandbox": "uml"}}
+    data["record_digest"] = record_digest(data)
+    (tmp_path / "meta.json").write_text(json.dumps(data))
+    with pytest.raises(EdgeprofError, match="unknown field"):
         RunMeta.read(tmp_path)

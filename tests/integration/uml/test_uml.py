@@ -75,7 +75,7 @@ def _members(pgid: int) -> set[int]:
 def test_swap_allowed_run_swaps_out_and_peaks_at_the_limit(uml_kernel, tmp_path):
     res = run_command_in_vm([sys.executable, "-c", ALLOC_200MB], 64 * MiB, 512 * MiB,
                             timeout_s=240, workdir=tmp_path, sandbox="uml")
-    facts, vm = res["guest"], res["vm"]
+    facts, vm = res["guest"], res["sandbox"]
     assert facts is not None, res["console"][-2000:]
     assert facts["exit_code"] == 0 and "sum 230400.0" in res["job_log"]
     cg = facts["cgroup"]
@@ -83,7 +83,7 @@ def test_swap_allowed_run_swaps_out_and_peaks_at_the_limit(uml_kernel, tmp_path)
     assert cg["memory.swap.peak"] > 100 * MiB
     assert facts["vmstat_delta"]["pswpout"] > 100 * MiB // 4096
     assert facts["limits"]["features"]["peak_fd_reset"]
-    assert vm["sandbox"] == "uml" and vm["accelerator"] == "uml" and vm["emulated"]
+    assert vm["kernel"] == "uml" and vm["accelerator"] == "uml" and vm["emulated"]
     assert vm["guest_kernel"] == uml_kernel.kernel_version
     assert vm["uml_userspace"] in ("seccomp", "ptrace")
     assert "ubd" in vm["swap_device"]["device"]
@@ -98,7 +98,7 @@ def test_no_swap_run_is_oom_killed_and_recorded_as_memory(uml_kernel, tiny, tmp_
     assert meta["oom_kills"] > 0 and meta["limit_enforced"]
     assert meta["backend"] == "uml" and meta["limits"]["guest_backend"] == "cgroup2"
     assert meta["running_at_end"]
-    assert json.loads((out / "meta.json").read_text())["vm"]["vmstat_delta"]["oom_kill"] > 0
+    assert json.loads((out / "meta.json").read_text())["sandbox"]["vmstat_delta"]["oom_kill"] > 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["oom"]
 
 
@@ -122,12 +122,12 @@ def test_a_limited_run_and_its_baseline_give_the_host_outputs(uml_kernel, tiny, 
         meta = run_in_vm(_request(tiny, policy, out, *limit, backend="uml"),
                          sandbox="uml").to_dict()
         assert meta["termination"] == "ok", meta["termination_detail"]
-        assert meta["emulated"] and meta["vm"]["sandbox"] == "uml"
+        assert meta["emulated"] and meta["sandbox"]["kernel"] == "uml"
         assert meta["limit_enforced"] == bool(limit)
         if limit:
             assert meta["limits"]["memory_max"] == parse_size(limit[1])
         if policy == "bulk":  # both networks' 91 MB of weights held at once
-            assert meta["vm"]["vmstat_delta"]["pswpout"] > 0
+            assert meta["sandbox"]["vmstat_delta"]["pswpout"] > 0
         host_blas = json.loads((host / "meta.json").read_text())["child"]["blas"]
         assert meta["child"]["blas"] == host_blas
         a, b = np.load(host / "outputs.npz"), np.load(out / "outputs.npz")
@@ -261,7 +261,7 @@ def test_the_engines_copy_read_reaches_1_gib_under_the_hosts_mapping_cap(uml_ker
     assert res["guest"]["exit_code"] == 0, res["job_log"][-2000:]
     resident = int(res["job_log"].split("resident MiB")[1].split()[0])
     assert resident >= 1024
-    vm = res["vm"]
+    vm = res["sandbox"]
     # 1 GiB page by page would be 262,144 mappings; ascending faults merge them
     assert vm["host_max_map_count"] and vm["host_maps_peak"] < 0.25 * vm["host_max_map_count"]
     assert vm["uml_preload"]["sha256"]
@@ -287,7 +287,7 @@ def test_a_guest_process_at_the_mapping_cap_is_ended_naming_the_cap(uml_kernel, 
                             sandbox="uml", stall_s=10)
     assert res["boot"]["timed_out"] == "maps", res["boot"]["error"]
     assert "vm.max_map_count" in res["boot"]["error"] and str(cap) in res["boot"]["error"]
-    assert res["vm"]["host_maps_peak"] >= cap - 64
+    assert res["sandbox"]["host_maps_peak"] >= cap - 64
     assert "never here" not in res["job_log"]
     assert time.monotonic() - t0 < 300  # the window, not the 600 s timeout, ended it
     assert list(tmp_path.iterdir()) == []
@@ -307,10 +307,10 @@ def test_a_swap_heavy_run_at_512m_completes_and_records_its_peak_mappings(uml_ke
     meta = run_in_vm(_request({**tiny, "pipeline": big}, "deepeye", out, "--limit", "512M",
                               backend="uml"), sandbox="uml").to_dict()
     assert meta["termination"] == "ok", meta["termination_detail"]
-    assert meta["vm"]["vmstat_delta"]["pswpout"] > 64 * MiB // 4096
-    peak, cap = meta["vm"]["host_maps_peak"], meta["vm"]["host_max_map_count"]
+    assert meta["sandbox"]["vmstat_delta"]["pswpout"] > 64 * MiB // 4096
+    peak, cap = meta["sandbox"]["host_maps_peak"], meta["sandbox"]["host_max_map_count"]
     assert peak is not None and 0 < peak < cap, (peak, cap)
-    assert json.loads((out / "meta.json").read_text())["vm"]["host_maps_peak"] == peak
+    assert json.loads((out / "meta.json").read_text())["sandbox"]["host_maps_peak"] == peak
 
 
 def test_a_uml_run_that_cannot_write_its_files_names_the_file(uml_kernel, tiny, tmp_path):

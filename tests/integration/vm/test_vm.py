@@ -103,7 +103,7 @@ def _request(tiny: dict[str, Path], policy: str, out: Path, *extra: str,
 def test_swap_allowed_run_completes_swaps_out_and_peaks_at_the_limit(vm_guest, tmp_path):
     res = run_command_in_vm([sys.executable, "-c", ALLOC_200MB], 64 * MiB, 512 * MiB,
                             timeout_s=240, workdir=tmp_path)
-    facts, vm = res["guest"], res["vm"]
+    facts, vm = res["guest"], res["sandbox"]
     assert facts is not None, res["console"][-2000:]
     assert facts["exit_code"] == 0 and "sum 230400.0" in res["job_log"]
     cg = facts["cgroup"]
@@ -128,10 +128,10 @@ def test_no_swap_run_is_oom_killed_and_recorded_as_memory(vm_guest, tiny, tmp_pa
     assert meta["oom_kills"] > 0 and meta["limit_enforced"]
     assert meta["backend"] == "vm" and meta["limits"]["guest_backend"] == "cgroup2"
     assert meta["limits"]["memory_swap_max"] == 0
-    assert meta["vm"]["swap_device"]["size_bytes"] == 0
+    assert meta["sandbox"]["swap_device"]["size_bytes"] == 0
     assert meta["running_at_end"]  # which task the OOM hit
     on_disk = json.loads((out / "meta.json").read_text())
-    assert on_disk["termination"] == "memory" and on_disk["vm"]["vmstat_delta"]["oom_kill"] > 0
+    assert on_disk["termination"] == "memory" and on_disk["sandbox"]["vmstat_delta"]["oom_kill"] > 0
     for name in ("tasks.csv", "networks.csv", "console.log"):
         assert (out / name).is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["oom"]
@@ -163,8 +163,8 @@ def test_a_multi_worker_run_in_the_guest_gives_the_host_outputs(vm_guest, tiny, 
     meta = run_in_vm(_request(tiny, "partial:2", guest_out, "--limit", "256M")).to_dict()
     assert meta["termination"] == "ok", meta["termination_detail"]
     assert meta["limit_enforced"] and meta["limits"]["memory_max"] == 256 * MiB
-    assert meta["emulated"] == meta["vm"]["emulated"]
-    assert meta["vm"]["boot_s"] > 0 and meta["vm"]["guest"]["kernel"].startswith("6.12")
+    assert meta["emulated"] == meta["sandbox"]["emulated"]
+    assert meta["sandbox"]["boot_s"] > 0 and meta["sandbox"]["guest"]["kernel"].startswith("6.12")
     _same_outputs(host, guest_out)
     header = (guest_out / "tasks.csv").read_text().splitlines()[0].split(",")
     assert "cg_workingset_refault_anon_delta" in header and "cg_peak_bytes" in header
@@ -225,7 +225,7 @@ def test_a_guest_that_does_not_come_up_is_killed_and_recorded(vm_guest, tiny, tm
     meta = run_in_vm(_request(tiny, "linear", out), VmConfig(boot_timeout_s=1.0)).to_dict()
     assert meta["termination"] == "error"
     assert "did not start the job within 1 s" in meta["termination_detail"]
-    assert meta["vm"]["error"] and not meta["limit_enforced"]
+    assert meta["sandbox"]["error"] and not meta["limit_enforced"]
     console = (out / "console.log").read_text()  # kept for the post-mortem
     assert "host: qemu (pid" in console and "killed: the guest did not start" in console
     assert json.loads((out / "meta.json").read_text())["termination"] == "error"
@@ -372,7 +372,7 @@ def test_a_guest_that_stops_before_the_first_task_is_booted_once_more(
     meta = run_in_vm(_request(tiny, "linear", tmp_path / "run", "--limit", "256M"))
     assert len(calls) == boots and meta.termination == "error"
     assert all(c == [run_mod.GUEST_REQUEST] for c in calls)  # each boot from a clean share
-    retried = meta.vm["retried_boot"]
+    retried = meta.sandbox["retried_boot"]
     assert (retried is not None) == (boots == 2)
     if retried:
         assert retried["qemu_exit"] == 0 and retried["console_tail"] == ["[0.1] boom"]
@@ -388,4 +388,4 @@ def test_a_child_killed_by_sigsegv_under_emulation_is_booted_once_more(tiny, tmp
                                                         segfault=True))
     meta = run_in_vm(_request(tiny, "linear", tmp_path / "run", "--limit", "256M"))
     assert len(calls) == 2 and calls[1] == [run_mod.GUEST_REQUEST]
-    assert meta.vm["retried_boot"]["why"] == "the measured child died of SIGSEGV in the guest"
+    assert meta.sandbox["retried_boot"]["why"] == "the measured child died of SIGSEGV in the guest"
