@@ -311,6 +311,12 @@ def test_a_swap_heavy_run_at_512m_completes_and_records_its_peak_mappings(uml_ke
     peak, cap = meta["sandbox"]["host_maps_peak"], meta["sandbox"]["host_max_map_count"]
     assert peak is not None and 0 < peak < cap, (peak, cap)
     assert json.loads((out / "meta.json").read_text())["sandbox"]["host_maps_peak"] == peak
+    # the cross-check's record of it (benchmarks/crosscheck.py) reads the same counters
+    from engine.analysis.crosscheck import run_record
+
+    record = run_record(out)
+    assert record["sandbox"] == "uml" and record["host_maps_peak"] == peak
+    assert record["pswpout"] == meta["sandbox"]["vmstat_delta"]["pswpout"]
 
 
 def test_a_uml_run_that_cannot_write_its_files_names_the_file(uml_kernel, tiny, tmp_path):
