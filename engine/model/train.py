@@ -183,22 +183,22 @@ def kill_limit(runs: pd.DataFrame) -> float | None:
 
 
 def share_sandbox_facts(modes: list[ModeModel]) -> None:
-    """A mode without limited runs of its own (native: its runs cannot be limited here)
-    answers for a limit from what the kernel did to the modes of its runtime that had
-    them (a sandbox, whose kernel paged and killed): the swap scale of one fitted on its
-    own, and the largest start-up floor and kill limit among them (``kills_from`` names
-    them)."""
+    """What a mode could not measure itself, from the modes of its runtime whose kernel
+    did (a sandbox, which paged and killed): a mode without cells that swapped (native:
+    its runs cannot be limited here; a sandbox's with swap 0) takes the swap scale of one
+    fitted on its own; a mode without limited runs of its own takes the largest start-up
+    floor and kill limit among them (``kills_from`` names them)."""
     def limited(mode: ModeModel) -> bool:
         return any(c["limit"] != "none" for c in mode.measured)
 
     for mode in modes:
-        if limited(mode):
-            continue
-        donors = [m for m in modes if m is not mode and m.runtime == mode.runtime
-                  and limited(m)]
-        scaled = next((m for m in donors if m.swap_scale_from == m.key), None)
+        kin = [m for m in modes if m is not mode and m.runtime == mode.runtime]
+        scaled = next((m for m in kin if m.swap_scale_from == m.key), None)
         if mode.swap_scale_from is None and scaled is not None:
             mode.swap_scale, mode.swap_scale_from = scaled.swap_scale, scaled.key
+        if limited(mode):
+            continue
+        donors = [m for m in kin if limited(m)]
         mode.kills_from = [m.key for m in donors if m.kill_limit_bytes is not None]
         for name in ("startup_floor_bytes", "kill_limit_bytes"):
             known = [getattr(m, name) for m in donors if getattr(m, name) is not None]

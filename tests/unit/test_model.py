@@ -1423,6 +1423,12 @@ def test_a_mode_without_limited_runs_takes_its_runtimes_sandbox_swap_scale_and_k
     assert native_caffe.swap_scale_from is None and native_caffe.swap_scale == 1.0
     assert native_caffe.kill_limit_bytes is None and native_caffe.kills_from == []
     assert uml_caffe.kill_limit_bytes is None and uml_caffe.kills_from == []
+    # a sandbox whose limited runs never swapped (swap 0) takes the scale, not the kills
+    vm_lean = _mode()
+    vm_lean.mode, vm_lean.measured = "vm", [{"limit": "16M"}]
+    share_sandbox_facts([vm_lean, uml])
+    assert vm_lean.swap_scale_from == "uml/lean" and vm_lean.kills_from == []
+    assert vm_lean.kill_limit_bytes is None
 
 
 def test_native_advise_says_what_its_sandbox_runs_of_the_pipeline_were_killed_at(
