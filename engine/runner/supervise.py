@@ -133,6 +133,10 @@ def check_inputs(request: RunRequest) -> tuple[Policy, Pipeline, dict[str, Path]
     if missing:  # not an error: masa estimates them, as it does without --estimates
         log.warning(f"note: --estimates names no peak for {', '.join(missing)}: masa estimates "
                     f"theirs from their descriptions")
+    unused = [] if estimates is None else sorted(set(estimates) - set(descs))
+    if unused:  # a split network this pipeline does not run: the estimate is not used
+        log.warning(f"note: --estimates names {', '.join(unused)}, which this pipeline does "
+                    f"not run: not used")
     return policy, pipeline, models, descs
 
 

@@ -354,6 +354,21 @@ def test_estimates_without_a_pipeline_network_say_so_and_run(capsys, work):
     assert "note: --estimates names no peak for AgeNet: masa estimates theirs" in err
 
 
+def test_an_estimate_of_a_network_the_pipeline_does_not_run_is_said_unused(capsys, work):
+    """Fifteenth held-out pass, a low: masa's --estimates naming a split network the
+    pipeline does not run was accepted and silently ignored."""
+    prototxt, model = generate.write_zoo_model("GenderNet", work / "m2", 1)
+    splitter.split_model(model, prototxt, work / "s", network="GenderNet")
+    (work / "e.json").write_text(json.dumps({"AgeNet": 30_000_000, "GenderNet": 30_000_000}))
+    code = main(["run", "--pipeline", str(work / "p.json"), "--split", str(work / "s"),
+                 "--policy", "masa:2", "--out", str(work / "out" / "run"), "--backend",
+                 "none", "--batch", "1", "--estimates", str(work / "e.json")])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "note: --estimates names GenderNet, which this pipeline does not run" in err
+    assert "AgeNet, which" not in err
+
+
 def test_the_old_name_of_split_still_works_with_a_warning_for_one_release(capsys, work):
     """--models (issue 37: it read as the zoo's or the slowdown model's) draws the same
     pipelines as --split and says the new name; both at once, or neither, is refused."""
