@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from engine.analysis.summaries import summary_table
 from engine.errors import EdgeprofError
 from engine.files import read_table
 from engine.units import MIB, parse_size
@@ -148,10 +149,15 @@ def report(tables_dir: str | Path, mode: str | None = None, peaks_only: bool = F
 
 
 def _report(tables_dir: str | Path, mode: str | None, peaks_only: bool) -> str:
-    summary = read_table(Path(tables_dir) / "summary.parquet",
-                         "run the workflow's aggregate stage first",
-                         ["level", "limit", "runtime", "size_bin", "policy", "emulated",
-                          "sandbox", "peak_rss_bytes_median"])
+    folder = Path(tables_dir)
+    if not (folder / "summary.parquet").exists() and (folder / "runs.parquet").exists():
+        # tables the workflow writes without a summary (the held-out runs'): from the runs
+        summary = summary_table(read_table(folder / "runs.parquet"))
+    else:
+        summary = read_table(folder / "summary.parquet",
+                             "run the workflow's aggregate stage first",
+                             ["level", "limit", "runtime", "size_bin", "policy", "emulated",
+                              "sandbox", "peak_rss_bytes_median"])
     if mode is not None and mode not in set(summary.pipe(_modes)):
         raise EdgeprofError(f"--mode {mode}: the tables hold runs of "
                             f"{', '.join(sorted(set(summary.pipe(_modes))))} only")

@@ -409,3 +409,17 @@ def test_every_figure_is_drawn_without_bulk_runs(agg, name, tmp_path):
         labels = [ax.get_ylabel() for ax in fig.axes]
         assert "median inference time (s)" in labels
         assert not any("speed-up" in label for label in labels)
+
+
+def test_results_report_reads_a_tables_folder_without_a_summary(agg, tmp_path):
+    """Fifteenth held-out pass, a low: on the held-out runs' tables (runs, tasks and
+    networks, no summary) results-report asked for an aggregate stage that never writes
+    one there; it summarizes the runs itself, as the aggregate stage would."""
+    from engine.analysis.report import report
+
+    whole, runs_only = tmp_path / "whole", tmp_path / "runs_only"
+    for folder in (whole, runs_only):
+        folder.mkdir()
+        agg["runs"].to_parquet(folder / "runs.parquet")
+    summary_table(agg["runs"]).to_parquet(whole / "summary.parquet")
+    assert report(runs_only) == report(whole)
