@@ -494,6 +494,8 @@ def target_table(table: pd.DataFrame) -> pd.DataFrame:
     the score meets it, and n (a target without cells to score says so)."""
     rows = []
     for (mode, scheme), g in table.groupby(["mode", "scheme"], sort=True):
+        # why a mode's scheme has no cells (no fit of it, every pipeline left out)
+        why = "; ".join(g.loc[g["metric"] == "cross-validation", "note"].dropna())
         for (metric, scope), (bound, kind) in TARGETS.items():
             hit = g[(g["metric"] == metric) & (g["scope"] == scope)]
             r = hit.iloc[0] if len(hit) else None
@@ -506,7 +508,7 @@ def target_table(table: pd.DataFrame) -> pd.DataFrame:
                          "ci_high": np.nan if r is None else r["ci_high"],
                          "n": 0 if r is None else int(r["n"]),
                          "met": "no cells" if met is None else ("met" if met else "missed"),
-                         "note": "" if r is None else r["note"]})
+                         "note": why if r is None else r["note"]})
     return pd.DataFrame(rows)
 
 

@@ -297,3 +297,14 @@ def test_a_model_file_that_cannot_be_written_leaves_no_folder(tiny, tmp_path):
                        preexec_fn=_file_size_limit(1024))
     assert r.returncode == 1 and "File too large (EFBIG)" in r.stderr, r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # no "new"
+
+
+def test_a_target_without_cells_says_why():
+    """Fifteenth held-out pass, a low: score-holdout on tables of a mode the model has no
+    fit of marked every target "no cells" with an empty note."""
+    from engine.model.evaluate import HELD_OUT_SEED, scores, target_table
+
+    why = "the model has no uml/lean fit"
+    targets = target_table(scores(pd.DataFrame(), [("uml/lean", HELD_OUT_SEED, why)]))
+    assert len(targets) > 0 and (targets["met"] == "no cells").all()
+    assert (targets["note"] == why).all()
