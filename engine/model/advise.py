@@ -65,6 +65,9 @@ class Advice:
     # predicted to finish, but this pipeline's runs under this limit in the sandbox whose
     # kills this mode takes (ModeModel.kills_from) were all OOM-killed: that sandbox
     killed_in: str | None = None
+    # predicted killed, but runs of it under this limit (and the swap asked) finished, in
+    # the fit's own cells or a sandbox's whose kills it takes: how many, where
+    finished_anyway: str = ""
 
     @property
     def slowdown(self) -> float | None:
@@ -425,10 +428,21 @@ def attach_measured(advice: list[Advice], own: list[dict], paged: list[dict],
         return (swap_bytes is not None and c["swap"] == "max" and c["runs_ok"] == c["runs"]
                 and c["peak_swap_bytes"] is not None and c["peak_swap_bytes"] <= swap_bytes)
 
+    def fits_swap(c: dict) -> bool:  # runs under the swap asked, or that swapped within it
+        return c["swap"] == asked or (c["swap"] == "max" and swap_bytes is not None
+                                      and c["peak_swap_bytes"] is not None
+                                      and c["peak_swap_bytes"] <= swap_bytes)
+
     for a in advice:
         policy = a.prediction.policy
         a.killed_in = next((c["mode"] for c in lent if c["policy"] == policy
                             and _all_killed(c) and not a.prediction.oom), None)
+        if a.prediction.oom:
+            done = [f"{c['runs_ok']} of {c['runs']}"
+                    + (f" in the {c['mode']} sandbox" if "mode" in c else "")
+                    for c in [*own, *lent] if c["policy"] == policy and c["runs_ok"] > 0
+                    and fits_swap(c)]
+            a.finished_anyway = f"{policy} ({'; '.join(done)})" if done else ""
         mine = [c for c in own if c["policy"] == policy]
         a.measured = next((c for c in mine if c["swap"] == asked),
                           next((c for c in mine if within(c)), None))
@@ -500,6 +514,11 @@ def _measured_lines(rows: list[Advice], swap_bytes: int | None) -> list[str]:
     if over:
         lines.append(f"note: more swap than the {format_size(swap_bytes)} allowed here was "
                      f"measured on this pipeline: {'; '.join(over)}: it may be killed")
+    finished = [a.finished_anyway for a in rows if a.finished_anyway]
+    if finished:
+        lines.append(f"note: predicted killed, but runs of this pipeline under this limit "
+                     f"finished: {', '.join(finished)}: kills there are a matter of chance "
+                     f"(the start-up's, or the swap's); read these as may be killed")
     within = [a.swap_measured_within for a in rows if a.swap_measured_within]
     if within:
         lines.append(f"note: predicted killed, but with more swap allowed "
@@ -660,6 +679,7 @@ def run_advise(pipeline_path: str, model_path: str, models_dir: str, limit_bytes
                                          "may_run_out_of_swap": _short_of_swap(a, swap_bytes),
                                          "may_be_killed": a.kill_risk,
                                          "all_killed_in": a.killed_in,
+                                         "finished_anyway": a.finished_anyway or None,
                                          "rebuilt_from_measurements": a.rebuilt,
                                          "measured_in_fit": a.measured,
                                          "swap_measured_over": a.swap_measured_over or None,

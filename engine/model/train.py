@@ -166,13 +166,21 @@ def calibrate(mode: ModeModel, cells: pd.DataFrame, pipelines: dict[str, Pipelin
 
 def startup_floor(runs: pd.DataFrame) -> float | None:
     """The largest limit at which a run was OOM-killed before its first task started
-    (``tasks_finished`` 0, nothing running: the engine's own start-up), or None."""
+    (``tasks_finished`` 0, nothing running: the engine's own start-up) and no run at it
+    or below got past its start-up (finished, timed out, or was killed in a task): near
+    the floor such kills are a matter of chance (sixteenth held-out pass M1), so only
+    where none got through is a run killed whatever the swap. None: no such limit."""
     if not {"tasks_finished", "running_at_end", "limit_bytes"} <= set(runs):
         return None
-    running = runs["running_at_end"].fillna("").astype(str).str.strip()
-    dead = runs[(runs["termination"] == "memory") & (runs["tasks_finished"] == 0)
-                & (running == "") & runs["limit_bytes"].notna()]
-    return float(dead["limit_bytes"].max()) if len(dead) else None
+    limited = runs[runs["limit_bytes"].notna()]
+    running = limited["running_at_end"].fillna("").astype(str).str.strip()
+    at_start = ((limited["termination"] == "memory") & (limited["tasks_finished"] == 0)
+                & (running == ""))
+    # a run that ended in error (its sandbox never started) says nothing either way
+    through = limited[~at_start & (limited["termination"] != "error")]["limit_bytes"]
+    lowest_through = through.min() if len(through) else np.inf
+    dead = limited.loc[at_start & (limited["limit_bytes"] < lowest_through), "limit_bytes"]
+    return float(dead.max()) if len(dead) else None
 
 
 def kill_limit(runs: pd.DataFrame) -> float | None:

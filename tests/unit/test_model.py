@@ -1504,6 +1504,17 @@ def test_at_or_below_the_limit_that_killed_the_runtimes_start_up_a_run_is_predic
     # killed while running a task (40M) or its INIT (30M) is no start-up kill
     assert startup_floor(runs) == 12 * MIB
     assert startup_floor(runs.drop(columns="tasks_finished")) is None
+    # sixteenth held-out pass M1: a run that got past its start-up at a limit (it
+    # finished, timed out, or was killed in a task) puts the floor below that limit; a
+    # run whose sandbox never started (error) says nothing
+    mixed = pd.concat([runs, pd.DataFrame({
+        "termination": ["ok", "error"], "tasks_finished": [40, 0],
+        "running_at_end": ["", ""], "limit_bytes": [12 * MIB, 6 * MIB]})])
+    assert startup_floor(mixed) == 8 * MIB
+    timed_out = pd.concat([runs, pd.DataFrame({
+        "termination": ["timeout"], "tasks_finished": [2], "running_at_end": [""],
+        "limit_bytes": [8 * MIB]})])
+    assert startup_floor(timed_out) is None
     mode = _mode(baseline=0.0)
     mode.startup_floor_bytes = 12 * MIB
     nets = Networks({"Tiny": tiny}, None, "lean")
@@ -1547,3 +1558,37 @@ def test_at_or_below_a_limit_that_killed_a_fitted_run_advise_says_a_run_may_be_k
         assert row["may_be_killed"] is flagged and MIB < row["limit_mib"] * MIB <= 64 * MIB
         code, out, _ = _advise(capsys, *args, "--find-limit")
         assert code == 0 and ("!: may be killed at that limit" in out) is flagged
+
+
+def test_predicted_killed_where_runs_of_the_pipeline_finished_says_so(advice_files, capsys):
+    """Sixteenth held-out pass M1: at the start-up floor advise said "killed whatever the
+    swap" while the fit's own runs of that pipeline at that limit had finished, with no
+    note (and with --swap nothing of them at all)."""
+    from engine.files import sha256_file
+    from engine.units import format_size
+
+    root, models = advice_files
+    path = root / "model.json"
+    model = Model.read(path)
+    [mode] = model.modes.values()
+    limit = 12 * MIB
+    mode.startup_floor_bytes = float(limit)
+    mode.measured = [{"pipeline": "two", "pipeline_sha256": sha256_file(root / "p.json"),
+                      "policy": "linear", "limit": format_size(limit), "swap": "max",
+                      "runs": 2, "runs_ok": 1, "oom": True, "ended": {"memory": 1},
+                      "makespan_s": 3.1, "makespan_ci": None, "peak_swap_bytes": 5 * MIB}]
+    model.write(path)
+    args = ["--pipeline", str(root / "p.json"), "--model", str(path), "--split",
+            str(models), "--policies", "linear", "bulk", "--limit", str(limit)]
+    said = ("note: predicted killed, but runs of this pipeline under this limit finished: "
+            "linear (1 of 2)")
+    for swap in ([], ["--swap", "200M"]):
+        code, out, err = _advise(capsys, *args, *swap)
+        assert code == 0 and "predicted to be killed" in out and said in out, out
+    # asked for less swap than those runs used: they say nothing of it
+    code, out, _ = _advise(capsys, *args, "--swap", "1M")
+    assert code == 0 and said not in out
+    policies = {p["policy"]: p for p in json.loads(_advise(capsys, *args, "--json")[1])[
+        "policies"]}
+    assert policies["linear"]["finished_anyway"] == "linear (1 of 2)"
+    assert policies["bulk"]["finished_anyway"] is None
