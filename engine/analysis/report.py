@@ -80,8 +80,9 @@ def _extremes(summary: pd.DataFrame, metric: str
         if len(cell) < 2 and not not_ok.any():
             continue  # one policy that finished: nothing to compare
         left_out = "; ".join(
-            f"{r['policy']}: {int(r['runs_not_ok'])} of {int(r['runs'])} runs ended "
-            f"{r.get('ended') or 'early'}" for _, r in cell[not_ok].iterrows())
+            f"{r['policy']}: {int(r['runs_not_ok'])} of {int(r['runs'])} runs "
+            + (f"did not finish ({r['ended']})" if "," in str(r.get("ended") or "")
+               else f"ended {r.get('ended') or 'early'}") for _, r in cell[not_ok].iterrows())
         measured = cell[cell[cols[0]].notna()]  # crashed runs measured nothing
         finished = measured[~not_ok[measured.index]]
         if finished.empty or len(cell) < 2:

@@ -423,3 +423,22 @@ def test_results_report_reads_a_tables_folder_without_a_summary(agg, tmp_path):
         agg["runs"].to_parquet(folder / "runs.parquet")
     summary_table(agg["runs"]).to_parquet(whole / "summary.parquet")
     assert report(runs_only) == report(whole)
+
+
+def test_a_cell_of_runs_that_ended_in_different_ways_names_each_way(agg, tmp_path):
+    """Sixteenth held-out pass M2: a cell of 2 OOM kills and 2 timeouts was reported
+    "4 of 4 runs ended memory" (the most frequent way, ties by name), in the summary, in
+    results-report and as "OOM" on the figures."""
+    from engine.analysis.figures.common import short_end
+    from engine.analysis.report import report
+
+    base = agg["runs"].iloc[[0]]
+    runs = pd.concat([base.assign(run_id=f"{base['run_id'].iloc[0]}/x{i}", rep=i,
+                                  termination=how)
+                      for i, how in enumerate(["memory", "timeout", "memory", "ok"])])
+    summary = summary_table(runs)
+    row = summary[summary["level"] == "pipeline"]
+    assert list(row["ended"]) == ["2 memory, 1 timeout"]
+    assert short_end("2 memory, 1 timeout") == "2 OOM, 1 timeout" and short_end("memory") == "OOM"
+    summary.to_parquet(tmp_path / "summary.parquet")
+    assert "runs did not finish (2 memory, 1 timeout)" in report(tmp_path)

@@ -4,6 +4,7 @@ order, bars with their CIs, failed-run marks, legends, instrument notes, saving.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -142,7 +143,9 @@ def counted_failed_legend() -> Patch:
 
 
 def short_end(termination: str) -> str:
-    return SHORT_END.get(termination, termination)
+    """A termination, or several with their counts ("2 memory, 1 timeout"), in a
+    label's words ("2 OOM, 1 timeout")."""
+    return re.sub(r"[a-z]+", lambda m: SHORT_END.get(m.group(0), m.group(0)), termination)
 
 
 def add_legend(fig: Figure, handles: list, ncols: int | None = None,
