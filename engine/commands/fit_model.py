@@ -33,7 +33,7 @@ def main(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     model = fit_model_files(args.tables, args.split, args.out, args.policies)
     for name, mode in model.modes.items():
-        swap = ("none (no limited runs)" if mode.swap is None
+        swap = ("none (no finished limited runs)" if mode.swap is None
                 else f"unknown where no page moved ({mode.swap.unknown_why})"
                 if mode.swap.unknown_why
                 else "fitted")
