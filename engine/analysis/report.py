@@ -22,6 +22,8 @@ METRICS = {"peak RAM": "peak_rss_bytes", "mean RAM": "mean_rss_bytes",
            "peak swap": "peak_swap_bytes"}
 LEFT_OUT = ("a policy with runs that did not finish (OOM-killed, timed out, crashed) is "
             "never the least: it is named beside it as left out")
+# the most of a cell no policy of which had every run finish (a kill cuts a peak short)
+NONE_FINISHED = "n/a (no policy whose runs all finished)"
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:
@@ -59,7 +61,8 @@ def _extremes(summary: pd.DataFrame, metric: str
     ``metric`` over the size bins' rows, in mode, runtime, limit and size order; a cell
     where every policy has the same median says so (e.g. none swapped). A policy with
     runs that did not finish is never the least: named beside it as left out. When no
-    policy of a cell finished, neither least nor most is known and CIs apart is None."""
+    policy of a cell had all its runs finish, neither least nor most is known and CIs apart
+    is None."""
     bins = summary[summary["level"] == "size_bin"].copy()
     bins["mode"] = _modes(bins)
     cols = [f"{metric}_median", f"{metric}_ci_low", f"{metric}_ci_high"]
@@ -88,7 +91,7 @@ def _extremes(summary: pd.DataFrame, metric: str
         if finished.empty or len(cell) < 2:
             # what killed runs measured is cut short: no bound on the most either, and
             # no two CIs to hold apart
-            out[key] = (f"n/a ({left_out})", "n/a (no policy finished)", None, len(cell))
+            out[key] = (f"n/a ({left_out})", NONE_FINISHED, None, len(cell))
             continue
         most = measured.loc[measured[cols[0]].idxmax()]
         least = finished.loc[finished[cols[0]].idxmin()]

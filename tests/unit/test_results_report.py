@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from engine.analysis.report import extremes_table
+from engine.analysis.report import NONE_FINISHED, extremes_table
 
 MIB = 2**20
 
@@ -77,7 +77,7 @@ def test_a_policy_whose_runs_were_killed_is_never_the_least_and_is_named():
     line = extremes_table(pd.DataFrame(rows), "peak_rss_bytes").splitlines()[2]
     assert line == ("| uml | caffe | 64M | <400MB | n/a (bulk: 1 of 3 runs ended timeout; "
                     "linear: 1 of 3 runs ended timeout; deepeye: 1 of 3 runs ended timeout) | "
-                    "n/a (no policy finished) | n/a | 3 |")
+                    f"{NONE_FINISHED} | n/a | 3 |")
 
 
 def test_the_report_says_killed_policies_are_left_out(tmp_path):
@@ -112,12 +112,12 @@ def test_a_cell_whose_runs_all_crashed_is_named_not_dropped(tmp_path):
     assert lines[2:] == [
         "| native | caffe | none | <400MB | linear 60 [55, 65] | bulk 90 [85, 95] | yes | 2 |",
         "| uml | caffe | 64M | <400MB | n/a (bulk: 1 of 1 runs ended error; linear: 1 of 1 "
-        "runs ended error) | n/a (no policy finished) | n/a | 2 |"]
+        f"runs ended error) | {NONE_FINISHED} | n/a | 2 |"]
     pd.DataFrame(rows).assign(emulated=False).to_parquet(tmp_path / "summary.parquet")
     assert "| native |" not in report(tmp_path, mode="uml")  # any table of it
     uml = report(tmp_path, mode="uml", peaks_only=True).splitlines()
     assert uml[-1] == ("| uml | caffe | 64M | <400MB | n/a (bulk: 1 of 1 runs ended error; "
-                       "linear: 1 of 1 runs ended error) | n/a (no policy finished) | n/a | "
+                       f"linear: 1 of 1 runs ended error) | {NONE_FINISHED} | n/a | "
                        "n/a |")
     # one policy crashed beside one that finished: the finished one is the least, and the
     # crashed one is named
@@ -143,15 +143,15 @@ def test_a_cell_no_policy_of_which_finished_has_no_most_and_no_cis_apart(tmp_pat
     left = "bulk: 2 of 2 runs ended memory; partial:2: 2 of 2 runs ended memory"
     for metric in ("peak_rss_bytes", "peak_swap_bytes"):
         assert extremes_table(pd.DataFrame(rows), metric).splitlines()[2:] == [
-            f"| uml | caffe | 48M | 0-150 MiB | n/a ({left}) | n/a (no policy finished) | "
+            f"| uml | caffe | 48M | 0-150 MiB | n/a ({left}) | {NONE_FINISHED} | "
             f"n/a | 2 |"]
     assert peaks_table(pd.DataFrame(rows)).splitlines()[2] == (
-        f"| uml | caffe | 48M | 0-150 MiB | n/a ({left}) | n/a (no policy finished) | "
-        f"n/a ({left}) | n/a (no policy finished) |")
+        f"| uml | caffe | 48M | 0-150 MiB | n/a ({left}) | {NONE_FINISHED} | "
+        f"n/a ({left}) | {NONE_FINISHED} |")
     pd.DataFrame(rows).to_parquet(tmp_path / "summary.parquet")
     text = report(tmp_path)
     assert "42" not in text and "| yes |" not in text and "| no |" not in text, text
     # one policy, killed: the same (nothing to compare, nothing known)
     line = extremes_table(pd.DataFrame(rows[1:]), "peak_rss_bytes").splitlines()[2]
     assert line == ("| uml | caffe | 48M | 0-150 MiB | n/a (partial:2: 2 of 2 runs ended "
-                    "memory) | n/a (no policy finished) | n/a | 1 |")
+                    f"memory) | {NONE_FINISHED} | n/a | 1 |")
