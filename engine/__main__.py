@@ -18,6 +18,10 @@ def main() -> NoReturn:
         if signal.getsignal(sig) is signal.SIG_DFL:
             signal.signal(sig, _interrupted)
     try:
+        from engine.signals import redeliver_lost_signals
+
+        # logging's callbacks around every fork (and finalizers) drop a signal's exception
+        sys.unraisablehook = redeliver_lost_signals
         from engine.cli import main as cli_main
         from engine.cli import reader_gone
 

@@ -11,6 +11,7 @@ starts: the run is ending anyway, so a second Ctrl-C must not cut the cleanup sh
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,6 +19,8 @@ from contextlib import contextmanager
 from engine.errors import EdgeprofError
 
 UNWIND_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# after the callback that dropped a signal has returned (they take microseconds)
+LOST_SIGNAL_DELAY_S = 0.01
 
 
 class Interrupted(EdgeprofError):
@@ -44,6 +47,25 @@ def _raise(signum: int, frame: object) -> None:
     # cleanup code could say so, must not cut that cleanup short
     ignore_signals()
     raise Signalled(signal.Signals(signum).name, _committed)
+
+
+def redeliver_lost_signals(unraisable: object) -> None:
+    """``sys.unraisablehook``: a signal's exception raised where Python can only print
+    and drop it (a callback it runs around every fork, such as ``logging``'s lock release;
+    a finalizer) would leave the signal unanswered, the handlers set to ignore the next
+    one: the signal is sent again a moment later, to the handler it reached, where it can
+    unwind the command. Anything else goes to Python's own hook."""
+    exc = getattr(unraisable, "exc_value", None)
+    if isinstance(exc, Signalled | KeyboardInterrupt):
+        signum = (signal.Signals[exc.name] if isinstance(exc, Signalled)
+                  else signal.SIGINT)
+        if isinstance(exc, Signalled):
+            signal.signal(signum, _raise)  # _raise ignored the rest before it raised
+        resend = threading.Timer(LOST_SIGNAL_DELAY_S, signal.raise_signal, (signum,))
+        resend.daemon = True
+        resend.start()
+        return
+    sys.__unraisablehook__(unraisable)
 
 
 def committed() -> None:
