@@ -327,8 +327,11 @@ def _with_errors(preds: list[pd.DataFrame]) -> pd.DataFrame:
 
 def _swapped(pred: pd.DataFrame) -> pd.Series:
     """The limited cells whose peak swap is scored: predicted and measured to reach
-    SWAP_FLOOR_BYTES."""
+    SWAP_FLOOR_BYTES, with a run that finished (a killed run swapped only until its
+    kill: its peak is cut short, and a right prediction of a kill read as a large
+    error; seventeenth held-out pass H1)."""
     return ((pred["limit"] != "none")
+            & (pd.to_numeric(pred["runs_ok"]) > 0)
             & (pd.to_numeric(pred["predicted_peak_swap_bytes"]) >= SWAP_FLOOR_BYTES)
             & (pd.to_numeric(pred["measured_peak_swap_bytes"]) >= SWAP_FLOOR_BYTES))
 
