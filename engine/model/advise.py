@@ -357,6 +357,8 @@ def format_advice(rows: list[Advice], pipeline: Pipeline, mode: ModeModel,
                       else " (no CI: one repetition of each part)")
                 lines.append(f"      {a.prediction.policy:<18}"
                              f"{r['native_makespan_s']:>9.3f}s{ci}")
+            elif r.get("note"):
+                lines.append(f"      {a.prediction.policy:<18}{r['note']}")
         lines += _disagreements([(a, a.rebuilt["native_makespan_s"]) for a in rebuilt
                                  if not a.rebuilt["oom"]
                                  and a.rebuilt["native_makespan_s"] is not None])

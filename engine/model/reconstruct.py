@@ -252,16 +252,17 @@ class Campaign:
 
     def limited_cells(self) -> pd.DataFrame:
         """The sandboxes' limited cells: mode, runtime, pipeline, policy, limit, its
-        limit bytes, swap bytes (missing: unlimited), runs, finished runs."""
+        limit bytes, swap bytes (missing: unlimited), runs, finished runs, OOM-killed runs."""
         r = self.runs[(self.runs["mode"] != "native") & (self.runs["limit"] != "none")]
         if "pipeline_sha256" not in r:  # tables of runs older than the record
             r = r.assign(pipeline_sha256=None)
-        return (r.assign(ok=r["termination"] == "ok")
+        return (r.assign(ok=r["termination"] == "ok", oom=r["termination"] == "memory")
                 .groupby(["mode", "runtime", "pipeline", "policy", "limit"])
                 .agg(limit_bytes=("limit_bytes", "first"),
                      pipeline_sha256=("pipeline_sha256", "first"),
                      swap_bytes=("swap_bytes", "first"), runs=("run_id", "size"),
-                     runs_ok=("ok", "sum"), size_bin=("size_bin", "first"))
+                     runs_ok=("ok", "sum"), runs_oom=("oom", "sum"),
+                     size_bin=("size_bin", "first"))
                 .reset_index())
 
     def cell(self, row, compute_mode: str, mode_model: ModeModel) -> Cell | str:
@@ -339,10 +340,10 @@ def reconstruct_native(campaign: Campaign, model: Model, devices: list[Device],
             continue
         free = campaign.free("native", row.runtime, row.pipeline)
         measured_free = _free_median(free, row.policy)
-        if row.runs_ok == 0:
-            rows += [{**base, "device": d.name, "oom": True,
-                      "native_unconstrained_s": measured_free,
-                      "note": "every sandbox run under this limit was OOM-killed"}
+        if row.runs_ok == 0:  # killed only where every run was (seventeenth pass M2)
+            killed = row.runs_oom == row.runs
+            rows += [{**base, "device": d.name, "oom": killed,
+                      "native_unconstrained_s": measured_free, "note": _none_finished(row)}
                      for d in devices]
             continue
         cell = campaign.cell(row, "native", native)
@@ -413,7 +414,7 @@ def validate(campaign: Campaign, model: Model, resamples: int,
         sandbox = model.modes.get(mode_key(row.mode, row.runtime))
         if sandbox is None or row.runs_ok == 0:
             rows.append({**base, "note": "no sandbox model" if sandbox is None
-                         else "every run was OOM-killed"})
+                         else _none_finished(row)})
             continue
         ckey = (row.mode, row.runtime, row.pipeline)
         if ckey not in costs:
@@ -622,6 +623,15 @@ def cost_curves(campaign: Campaign, model: Model, grid: np.ndarray = COST_GRID,
                                   "from": b0, "to": b1, "per_page_s": at})
     cols = ["sandbox", "runtime", "limit", "size_bin", "what", "from", "to", "per_page_s"]
     return pd.DataFrame(curves), pd.DataFrame(crossings, columns=cols)
+
+
+def _none_finished(row: object) -> str:
+    """Why a sandbox cell has nothing to rebuild: its runs were all OOM-killed, or none
+    finished for another reason too (a timeout is no kill: on a device it might end)."""
+    if row.runs_oom == row.runs:
+        return "every sandbox run under this limit was OOM-killed"
+    return (f"no sandbox run under this limit finished ({int(row.runs_oom)} of "
+            f"{int(row.runs)} OOM-killed; the others timed out or ended in error)")
 
 
 def reconstruct_files(tables_dir: Paths, models_dir: Paths, model_path: str, out_dir: str,

@@ -1596,3 +1596,35 @@ def test_predicted_killed_where_runs_of_the_pipeline_finished_says_so(advice_fil
         "policies"]}
     assert policies["linear"]["finished_anyway"] == "linear (1 of 2)"
     assert policies["bulk"]["finished_anyway"] is None
+
+
+def test_a_sandbox_cell_whose_runs_all_timed_out_is_not_rebuilt_as_killed(advice_files):
+    """Seventeenth held-out pass M2: a cell of sandbox runs that all timed out (none
+    OOM-killed) was rebuilt as "every sandbox run under this limit was OOM-killed"
+    (oom True): a timeout is no kill, and on a device the run might end."""
+    from engine.model.devices import PROFILES
+    from engine.model.reconstruct import Campaign, reconstruct_native, validate
+
+    root, _ = advice_files
+    model = Model.read(root / "model.json")
+    ends = {"p_timeout": ["timeout", "timeout"], "p_mixed": ["memory", "timeout"],
+            "p_killed": ["memory", "memory"]}
+    runs = pd.DataFrame([
+        {"mode": "uml", "runtime": "lean", "pipeline": pipe, "policy": "linear",
+         "limit": "32M", "limit_bytes": 32 * MIB, "swap_bytes": np.nan, "size_bin": "x",
+         "run_id": f"{pipe}/{i}", "termination": how, "pipeline_sha256": None,
+         "makespan_s": np.nan}
+        for pipe, hows in ends.items() for i, how in enumerate(hows)])
+    campaign = Campaign(runs, pd.DataFrame(columns=["run_id", "duration_ns"]), {}, {},
+                        pd.DataFrame())
+    cells = campaign.limited_cells().set_index("pipeline")
+    assert list(cells.loc[list(ends), "runs_oom"]) == [0, 1, 2]
+    device = PROFILES["nvme"]
+    rebuilt = reconstruct_native(campaign, model, [device], 20).set_index("pipeline")
+    assert list(rebuilt.loc[list(ends), "oom"]) == [False, False, True]
+    assert rebuilt.loc["p_timeout", "note"] == ("no sandbox run under this limit finished "
+                                                "(0 of 2 OOM-killed; the others timed out "
+                                                "or ended in error)")
+    assert rebuilt.loc["p_killed", "note"] == "every sandbox run under this limit was OOM-killed"
+    checked = validate(campaign, model, 20, lambda _: None).set_index("pipeline")
+    assert "OOM-killed" not in checked.loc["p_timeout", "note"]
