@@ -1188,7 +1188,9 @@ def _swap_cells() -> pd.DataFrame:
                      "measured_makespan_ci_low": 0.9, "measured_makespan_ci_high": 1.1,
                      "predicted_makespan_s": 1.0, "measured_slowdown": 1.0,
                      "predicted_slowdown": 1.0, "predicted_peak_ram_bytes": 1.0,
-                     "measured_hwm_rss_bytes": 1.0, "measured_cg_peak_bytes": 1.0,
+                     # k's peak too stopped at its kill (half the prediction)
+                     "measured_hwm_rss_bytes": 0.5 if name == "k" else 1.0,
+                     "measured_cg_peak_bytes": 1.0,
                      "predicted_peak_swap_bytes": pred * MIB,
                      "measured_peak_swap_bytes": meas * MIB, "runs": 2,
                      "runs_ok": 0 if name == "k" else 2,
@@ -1206,6 +1208,10 @@ def test_the_peak_swap_is_scored_on_the_cells_that_swapped():
     # a, b, c: -50 %, +50 %, -25 %; d and e are below a MiB on one side
     assert table[("peak swap median abs error %", "limited")] == pytest.approx(50.0)
     assert table[("peak swap median error % (signed)", "limited")] == pytest.approx(-25.0)
+    # the peak RSS too is scored on cells with a finished run (eighteenth held-out pass M2)
+    rss = scores(pred).set_index(["metric", "scope"]).loc[("peak RSS median abs error %",
+                                                            "limited")]
+    assert (rss["value"], rss["n"]) == (pytest.approx(0.0), 5)  # a-e, never k
     # a, b, c, d and k swapped a MiB or more (k until its kill: it did swap); d's was not
     # predicted
     assert table[("swap predicted where measured (share)", "limited")] == pytest.approx(0.8)
