@@ -65,6 +65,10 @@ class Advice:
     # predicted to finish, but this pipeline's runs under this limit in the sandbox whose
     # kills this mode takes (ModeModel.kills_from) were all OOM-killed: that sandbox
     killed_in: str | None = None
+    # with no swap, a peak over the limit only by the runtime's file-backed pages: the
+    # kernel must keep dropping and re-reading them (eighteenth held-out pass H1: such
+    # runs were OOM-killed), which the model does not predict
+    file_pressed: bool = False
     # predicted killed, but runs of it under this limit (and the swap asked) finished, in
     # the fit's own cells or a sandbox's whose kills it takes: how many, where
     finished_anyway: str = ""
@@ -368,6 +372,13 @@ def format_advice(rows: list[Advice], pipeline: Pipeline, mode: ModeModel,
         lines.append(f"note: RSS counts the runtime's file-backed pages "
                      f"({_mib(mode.baseline_file_bytes)}: libraries), which the limit "
                      f"reclaims and the process maps again: it can exceed the limit by them")
+    pressed = [a.prediction.policy for a in rows if a.file_pressed]
+    if pressed:
+        lines.append(f"note: may be killed with no swap: {', '.join(pressed)} (its peak "
+                     f"exceeds the limit by the runtime's file-backed pages, which the "
+                     f"kernel must keep dropping and reading again; runs like it were "
+                     f"OOM-killed, which the model does not predict; --find-limit gives "
+                     f"the limit without that pressure)")
     note = page_size_note(mode) if limit_bytes is not None else None
     if note:
         lines.append(note)
@@ -664,8 +675,12 @@ def run_advise(pipeline_path: str, model_path: str, models_dir: str, limit_bytes
     kill = mode.kill_limit_bytes
     for a in advice:
         a.swap_unchecked = limit_bytes is not None and mode.swap_scale_from is None
+        a.file_pressed = (swap_bytes == 0 and limit_bytes is not None
+                          and not a.prediction.oom
+                          and a.prediction.peak_ram_bytes > limit_bytes)
         a.kill_risk = (limit_bytes is not None and kill is not None
-                       and limit_bytes <= kill and not a.prediction.oom) or bool(a.killed_in)
+                       and limit_bytes <= kill and not a.prediction.oom) \
+            or bool(a.killed_in) or a.file_pressed
     if as_json:
         return json.dumps({"pipeline": pipeline.name, "mode": mode.mode,
                            "runtime": mode.runtime, "limit_bytes": limit_bytes,

@@ -1634,3 +1634,28 @@ def test_a_sandbox_cell_whose_runs_all_timed_out_is_not_rebuilt_as_killed(advice
     assert rebuilt.loc["p_killed", "note"] == "every sandbox run under this limit was OOM-killed"
     checked = validate(campaign, model, 20, lambda _: None).set_index("pipeline")
     assert "OOM-killed" not in checked.loc["p_timeout", "note"]
+
+
+def test_with_no_swap_a_peak_over_the_limit_by_file_pages_may_be_killed(advice_files, capsys):
+    """Eighteenth held-out pass H1: with --swap 0 advise ranked bulk with no swap where
+    its peak exceeded the limit only by the runtime's file-backed pages (the model takes
+    them as reclaimable), and real runs there were OOM-killed, with no flag."""
+    root, models = advice_files
+    path = root / "model.json"
+    model = Model.read(path)
+    [mode] = model.modes.values()
+    mode.baseline_bytes = mode.baseline_file_bytes = 8.0 * MIB  # all of it file pages
+    mode.start_rss_bytes = 8.0 * MIB
+    model.write(path)
+    args = ["--pipeline", str(root / "p.json"), "--model", str(path), "--split",
+            str(models), "--policies", "linear"]
+    [row] = json.loads(_advise(capsys, *args, "--find-limit", "--json")[1])["limits"]
+    limit = str(row["limit_mib"] * MIB - 4 * MIB)  # under the peak by half the file pages
+    [p] = json.loads(_advise(capsys, *args, "--limit", limit, "--swap", "0", "--json")[1])[
+        "policies"]
+    assert not p["oom"] and p["peak_ram_bytes"] > int(limit) and p["may_be_killed"]
+    code, out, _ = _advise(capsys, *args, "--limit", limit, "--swap", "0")
+    assert code == 0 and "note: may be killed with no swap: linear" in out
+    # with swap allowed the kernel can move anonymous pages instead: no such note
+    [p] = json.loads(_advise(capsys, *args, "--limit", limit, "--json")[1])["policies"]
+    assert not p["may_be_killed"]
