@@ -22,11 +22,11 @@ from pathlib import Path
 import pandas as pd
 
 from engine.analysis.report import markdown_table
+from engine.limits import SANDBOXES
 from engine.units import MIB, parse_size
 
 CELL = ["pipeline", "policy", "limit"]
 MAPS_WARN = 0.8  # of vm.max_map_count: the share past which tables flag a UML run
-SANDBOXES = ("uml", "vm")
 # metric -> (label, unit divisor, target: largest |uml/vm - 1| that counts as agreeing)
 METRICS = {"peak_ram_bytes": ("peak RAM (MiB)", MIB, 0.05),
            "peak_swap_bytes": ("peak swap (MiB)", MIB, 0.10),

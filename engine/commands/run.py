@@ -129,7 +129,8 @@ def check_numbers(batch: int | None, blas_threads: int, timeout_s: float | None,
 
 def run_request(args: argparse.Namespace) -> RunRequest:
     """The RunRequest of ``run``'s arguments, checked (sizes, ranges, the policy)."""
-    from engine.runner.request import LimitOptions, ProbeOptions, RunOptions, RunRequest
+    from engine.limits import LimitRequest
+    from engine.runner.request import ProbeOptions, RunOptions, RunRequest
     from engine.schedule.policies import parse_policy
     from engine.vm.paths import check_share
 
@@ -158,8 +159,16 @@ def run_request(args: argparse.Namespace) -> RunRequest:
                           sample_uss=args.sample_uss)
     return RunRequest(pipeline=args.pipeline, policy=policy.name, split=args.split,
                       out=args.out, options=options,
-                      limits=LimitOptions(args.backend, limit, swap_bytes), probes=probes,
+                      limits=LimitRequest(limit, swap_bytes, args.backend), probes=probes,
                       force=args.force)
+
+
+def parse_request(words: list[str]) -> RunRequest:
+    """The request ``python -m engine run`` makes of ``words`` (its arguments): how the
+    workflow learns what its run rules' flags ask for, from this parser, not a copy."""
+    parser = argparse.ArgumentParser(prog="python -m engine", exit_on_error=False)
+    add_parser(parser.add_subparsers())
+    return run_request(parser.parse_args(["run", *words]))
 
 
 def execute(request: RunRequest, error_is_result: bool = False) -> int:
@@ -185,7 +194,7 @@ def execute(request: RunRequest, error_is_result: bool = False) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 130
     enforced = f"enforced by {meta.backend}" if meta.limit_enforced else "NOT enforced"
-    limit = request.limits.ram_bytes
+    limit = request.limits.limit_bytes
     limit_text = "unlimited" if limit is None else f"{format_size(limit)} {enforced}"
     log.info(f"{meta.pipeline.name} under {meta.policy} ({limit_text}): "
              f"{meta.termination} in {time.perf_counter() - t0:.2f} s -> "

@@ -1,7 +1,8 @@
 """Memory-limit backends: each opens a ``Session`` that confines one run's process tree.
 
-``open_session(backend, request, run_id)`` returns a session for ``cgroup2``, ``cgroup1``,
-``systemd``, ``inherit``, ``none``, ``uml``, ``vm`` or ``auto`` (the first that works here). A
+``open_session(request, run_id)`` returns a session for ``request.backend``: ``cgroup2``,
+``cgroup1``, ``systemd``, ``inherit``, ``none``, ``uml``, ``vm`` or ``auto`` (the first that
+works here). A
 limit that cannot be enforced is an error unless ``allow_unenforced`` (``none``/``auto``/
 ``inherit``: runner.supervise.RECORDS_UNENFORCED), and then the session says
 ``enforced = False``. A ``uml`` or ``vm`` session ``runs_elsewhere``: the caller hands the
@@ -16,13 +17,15 @@ from engine.limits.none import NoneSession
 
 # The one list of backends: the CLI's choices and the workflow schema's enum follow it.
 BACKENDS = ("auto", "cgroup2", "cgroup1", "systemd", "inherit", "none", "uml", "vm")
+# the backends that run the whole run in a kernel of their own (engine.vm)
+SANDBOXES = ("uml", "vm")
 
-__all__ = ["BACKENDS", "LimitRequest", "Session", "open_session"]
+__all__ = ["BACKENDS", "SANDBOXES", "LimitRequest", "Session", "open_session"]
 
 
-def open_session(backend: str, request: LimitRequest, run_id: str,
-                 allow_unenforced: bool = False) -> Session:
-    """A session for one run under ``backend``."""
+def open_session(request: LimitRequest, run_id: str, allow_unenforced: bool = False) -> Session:
+    """A session for one run under ``request``, by its backend."""
+    backend = request.backend
     if backend not in BACKENDS:
         from engine.errors import EdgeprofError
 
@@ -30,7 +33,7 @@ def open_session(backend: str, request: LimitRequest, run_id: str,
                             f"{', '.join(BACKENDS)}")
     if backend == "none":
         return NoneSession(request)
-    if backend in ("vm", "uml"):
+    if backend in SANDBOXES:
         from engine.limits.vm import sandbox_session
 
         return sandbox_session(backend, request)

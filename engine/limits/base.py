@@ -9,8 +9,13 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class LimitRequest:
-    ram_bytes: int | None = None  # None: no RAM limit asked for
-    swap_bytes: int | None = None  # swap allowed on top of RAM; None: backend default
+    """A run's memory limit as ``run --limit/--swap/--backend`` asked for it: parsed once,
+    by the argument parser (engine.commands.run), and carried under these names to the
+    cgroup's files and into the run record (``limit_bytes``, ``swap_bytes``, ``backend``)."""
+
+    limit_bytes: int | None = None  # None: no RAM limit asked for
+    swap_bytes: int | None = None  # swap allowed on top of the limit; None: unlimited ("max")
+    backend: str = "none"  # how it is enforced (engine.limits.BACKENDS)
 
 
 class Session:
@@ -57,5 +62,5 @@ class Session:
         return {"backend": self.backend, "enforced": self.enforced,
                 "cgroup_dir": None if self.cgroup_dir is None else str(self.cgroup_dir),
                 "cgroup_version": self.cgroup_version,
-                "ram_bytes": self.request.ram_bytes, "swap_bytes": self.request.swap_bytes,
+                "limit_bytes": self.request.limit_bytes, "swap_bytes": self.request.swap_bytes,
                 **self.notes}

@@ -44,23 +44,23 @@ class Cgroup1Session(Session):
 
     def _configure(self, cg: Path) -> None:
         req = self.request
-        if req.ram_bytes is not None:
-            fs.write_value(cg / V1.LIMIT, req.ram_bytes)
+        if req.limit_bytes is not None:
+            fs.write_value(cg / V1.LIMIT, req.limit_bytes)
         swap_reason = None
         if req.swap_bytes is None:
             swap_reason = "no swap limit requested"
-        elif req.ram_bytes is None:
+        elif req.limit_bytes is None:
             swap_reason = "v1 limits swap only as RAM+swap; no RAM limit was requested"
         elif not self._reader.has(V1.MEMSW_LIMIT):
             swap_reason = (f"no {V1.MEMSW_LIMIT}: kernel without swap accounting "
                            f"(boot with swapaccount=1)")
         else:
             # memsw counts RAM+swap: the swap allowance sits on top of the RAM limit
-            fs.write_value(cg / V1.MEMSW_LIMIT, req.ram_bytes + req.swap_bytes)
+            fs.write_value(cg / V1.MEMSW_LIMIT, req.limit_bytes + req.swap_bytes)
         self.notes["swap_limited"] = swap_reason is None
         if swap_reason:
             self.notes["swap_reason"] = swap_reason
-        self.enforced = req.ram_bytes is not None
+        self.enforced = req.limit_bytes is not None
         # the kernel rounds limits to pages: record what it actually applied
         self.notes["limit_in_bytes"] = self._reader.limit()
         self.notes["memsw_limit_in_bytes"] = self._reader.memsw_limit()

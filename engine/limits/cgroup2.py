@@ -45,8 +45,8 @@ class Cgroup2Session(Session):
 
     def _configure(self, cg: Path) -> None:
         req = self.request
-        if req.ram_bytes is not None:
-            fs.write_value(cg / V2.LIMIT, req.ram_bytes)
+        if req.limit_bytes is not None:
+            fs.write_value(cg / V2.LIMIT, req.limit_bytes)
         if req.swap_bytes is not None:
             if self._reader.has(V2.SWAP_LIMIT):
                 fs.write_value(cg / V2.SWAP_LIMIT, req.swap_bytes)
@@ -57,7 +57,7 @@ class Cgroup2Session(Session):
                 self.notes["swap_reason"] = (f"no {V2.SWAP_LIMIT}: kernel without swap "
                                              f"accounting; swap is not limited")
         fs.write_value(cg / V2.OOM_GROUP, 1)
-        self.enforced = req.ram_bytes is not None
+        self.enforced = req.limit_bytes is not None
         # the kernel rounds limits to pages: record what it actually applied
         self.notes["memory_max"] = self._reader.limit()
         self.notes["memory_swap_max"] = self._reader.swap_limit()

@@ -112,11 +112,11 @@ class InheritSession(Session):
         self.limit_bytes = limit
         # A run labelled with a limit must never have had more memory than that: a looser
         # inherited limit leaves the requested one unenforced; a tighter one is noted.
-        self.enforced = limit is not None and (request.ram_bytes is None
-                                               or limit <= request.ram_bytes)
+        self.enforced = limit is not None and (request.limit_bytes is None
+                                               or limit <= request.limit_bytes)
         self.notes.update(inherited_limit_bytes=limit,
                           limit_set_in=None if where is None else str(where),
-                          requested_ram_bytes=request.ram_bytes, own_cgroup=str(own.path))
+                          requested_ram_bytes=request.limit_bytes, own_cgroup=str(own.path))
         if limit is None:
             self.notes["unenforced_reason"] = (
                 f"no finite memory limit on {own.path} or above (a scheduler that does not "
@@ -124,10 +124,10 @@ class InheritSession(Session):
         elif not self.enforced:
             self.notes["unenforced_reason"] = (
                 f"the inherited limit ({limit} bytes, set in {where}) is above the requested "
-                f"{request.ram_bytes} bytes; ask the scheduler for exactly the limit "
+                f"{request.limit_bytes} bytes; ask the scheduler for exactly the limit "
                 f"(SLURM --mem)")
-        elif request.ram_bytes is not None and request.ram_bytes != limit:
-            self.notes["limit_mismatch"] = (f"requested {request.ram_bytes} bytes, the "
+        elif request.limit_bytes is not None and request.limit_bytes != limit:
+            self.notes["limit_mismatch"] = (f"requested {request.limit_bytes} bytes, the "
                                             f"inherited limit is {limit} bytes")
         # the cgroup that carries the limit: where hitting it is counted
         self._limit_reader = (fs.reader_for(where, own.version)
@@ -150,7 +150,7 @@ class InheritSession(Session):
     def _why_not_measured(self, own: fs.OwnCgroup, me: int,
                           request: LimitRequest) -> str | None:
         """Why this cgroup's counters would not be the run's alone (None: they are)."""
-        if request.ram_bytes is not None and not self.enforced:
+        if request.limit_bytes is not None and not self.enforced:
             return f"the requested limit is not enforced: {self.notes['unenforced_reason']}"
         if own.path == own.mount.mount_point:
             return f"this process is in the root cgroup ({own.path}): the whole machine's"

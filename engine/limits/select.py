@@ -53,11 +53,11 @@ def open_backend(backend: str, request: LimitRequest, run_id: str,
         return open_inherit(request, mountinfo, proc_cgroup)
     else:
         raise EdgeprofError(f"unknown limit backend '{backend}'")
-    if request.ram_bytes is not None and not session.enforced and not allow_unenforced:
+    if request.limit_bytes is not None and not session.enforced and not allow_unenforced:
         reason = session.notes.get("unenforced_reason", "no limit could be set")
         session.close()
         raise EdgeprofError(
-            f"{session.backend}: a RAM limit of {request.ram_bytes} bytes was requested but "
+            f"{session.backend}: a RAM limit of {request.limit_bytes} bytes was requested but "
             f"cannot be enforced: {reason}. Set {fs.ROOT_ENV} to a delegated cgroup "
             f"directory, use --backend systemd or vm, or run without --limit")
     return session
@@ -147,13 +147,13 @@ def _auto(request: LimitRequest, run_id: str, allow_unenforced: bool,
                 session = inherited
             else:
                 skipped.append(f"inherit: {inherited.notes['unenforced_reason']}")
-    if session is None and request.ram_bytes is not None:
+    if session is None and request.limit_bytes is not None:
         ok, why = uml_status()
         if ok:
             session = UmlSession(request)
         else:
             skipped.append(f"uml: {why}")
-    if session is None and request.ram_bytes is not None:
+    if session is None and request.limit_bytes is not None:
         if qemu_installed():
             session = VmSession(request)
         else:

@@ -65,11 +65,11 @@ class SystemdSession(Session):
         self.allow_unenforced = allow_unenforced
         self._proc = proc
         self._kernel = kernel
-        self.enforced = request.ram_bytes is not None
+        self.enforced = request.limit_bytes is not None
         self.notes["unit"] = self.unit
 
     def command_prefix(self) -> list[str]:
-        ram, swap = self.request.ram_bytes, self.request.swap_bytes
+        ram, swap = self.request.limit_bytes, self.request.swap_bytes
         return ["systemd-run", "--user", "--scope", "--quiet",
                 f"--unit={self.unit.removesuffix('.scope')}",
                 "-p", f"MemoryMax={'infinity' if ram is None else ram}",
@@ -101,7 +101,7 @@ class SystemdSession(Session):
         self.notes["features"] = reader.features(self._kernel or fs.kernel_version())
         applied = reader.limit()
         self.notes["memory_max"] = applied
-        wanted = self.request.ram_bytes
+        wanted = self.request.limit_bytes
         if wanted is None or (applied is not None and applied <= wanted):
             return
         self.enforced = False

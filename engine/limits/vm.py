@@ -28,7 +28,7 @@ class VmSession(Session):
 
     def __init__(self, request: LimitRequest) -> None:
         super().__init__(request)
-        self.enforced = request.ram_bytes is not None
+        self.enforced = request.limit_bytes is not None
 
 
 class UmlSession(VmSession):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from engine.errors import EdgeprofError
 from engine.files import parse_json, read_regular
+from engine.limits.base import LimitRequest
 
 
 @dataclass
@@ -43,28 +44,47 @@ class ProbeOptions:
 
 
 @dataclass
-class LimitOptions:
-    backend: str = "none"
-    ram_bytes: int | None = None
-    swap_bytes: int | None = None  # swap allowed on top of RAM; None: unlimited ("max")
-
-
-@dataclass
 class RunRequest:
     pipeline: str  # pipeline .json, absolute
     policy: str  # the policy's canonical name (parse_policy(...).name)
     split: str  # folder of the split networks' *.description.json, absolute
     out: str  # the run folder to write
     options: RunOptions = field(default_factory=RunOptions)
-    limits: LimitOptions = field(default_factory=LimitOptions)
+    limits: LimitRequest = field(default_factory=LimitRequest)
     probes: ProbeOptions = field(default_factory=ProbeOptions)
     force: bool = False  # replace an existing run folder
 
     def with_changes(self, **changes: object) -> RunRequest:
         """A copy with top-level fields or ``limits`` fields replaced (``backend=``...)."""
-        limit_names = {f.name for f in fields(LimitOptions)}
+        limit_names = {f.name for f in fields(LimitRequest)}
         limits = {k: changes.pop(k) for k in list(changes) if k in limit_names}
         return replace(self, limits=replace(self.limits, **limits), **changes)
+
+    def settings(self) -> dict[str, object]:
+        """The runs table's columns (engine.analysis.tidy) that this request alone decides,
+        as a run made from it records them: what the workflow's aggregate checks each of
+        its runs against (engine.analysis.provenance.check_settings). Under ``auto`` the
+        backend is the host's choice, so neither it nor the sandbox is given, except that
+        ``auto`` boots no sandbox without a limit (engine.limits.select)."""
+        from engine.limits import SANDBOXES
+
+        options, probes, limits = self.options, self.probes, self.limits
+        settings: dict[str, object] = {
+            "batch": options.batch, "blas_threads": options.blas_threads,
+            "seed": options.seed, "runtime": options.runtime,
+            "cpu_pin_asked": options.pin_cpu, "timeout_s": options.timeout_s,
+            "stall_s": options.stall_s, "budget_bytes": options.budget,
+            "estimates": None if options.estimates is None else json.dumps(
+                options.estimates, sort_keys=True),
+            "sample_hz": float(probes.sample_hz), "heap_profile": probes.heap_profile,
+            "cpu_profile": probes.cpu_profile, "sample_uss": probes.sample_uss,
+            "swap_bytes": limits.swap_bytes}  # the limit: the run folder's name says it
+        if limits.backend != "auto":
+            settings |= {"backend": limits.backend,
+                         "sandbox": limits.backend if limits.backend in SANDBOXES else "none"}
+        elif limits.limit_bytes is None:
+            settings["sandbox"] = "none"
+        return settings
 
     def inputs(self) -> tuple[str, ...]:
         """What the run reads, which its --out must not contain."""
@@ -78,7 +98,7 @@ class RunRequest:
         try:
             data = parse_json(text)
             return cls(**{**data, "options": RunOptions(**data["options"]),
-                          "limits": LimitOptions(**data["limits"]),
+                          "limits": LimitRequest(**data["limits"]),
                           "probes": ProbeOptions(**data["probes"])})
         except (ValueError, KeyError, TypeError) as exc:
             raise EdgeprofError(f"not a run request ({type(exc).__name__}: {exc})") from None

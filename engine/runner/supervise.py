@@ -24,7 +24,7 @@ from pathlib import Path
 from engine.caffe.splitter import Description, check_batch_fits, description_index
 from engine.errors import EdgeprofError, RunFailed
 from engine.files import naming, sha256_file
-from engine.limits import LimitRequest, Session, open_session
+from engine.limits import Session, open_session
 from engine.probes import hostload
 from engine.probes.vmstat import in_guest
 from engine.procs import SUPERVISOR_ENV, preexec
@@ -81,8 +81,7 @@ def open_run_session(request: RunRequest, run_id: str | None = None) -> Session:
     ``none``, ``auto`` and ``inherit`` (which only finds a limit someone else set) record
     it instead: ``limit_enforced: false`` and the reason."""
     limits = request.limits
-    return open_session(limits.backend, LimitRequest(limits.ram_bytes, limits.swap_bytes),
-                        run_id or f"{os.getpid()}-{uuid.uuid4().hex[:8]}",
+    return open_session(limits, run_id or f"{os.getpid()}-{uuid.uuid4().hex[:8]}",
                         allow_unenforced=limits.backend in RECORDS_UNENFORCED)
 
 
@@ -97,7 +96,7 @@ def request_meta(request: RunRequest, pipeline: Pipeline, policy: Policy) -> Run
         policy=policy.name, policy_family=policy.family, workers=policy.workers,
         blas_threads=options.blas_threads, seed=options.seed, batch=options.batch,
         runtime=options.runtime, budget_bytes=options.budget, timeout_s=options.timeout_s,
-        stall_s=options.stall_s, estimates=options.estimates, limit_bytes=limits.ram_bytes,
+        stall_s=options.stall_s, estimates=options.estimates, limit_bytes=limits.limit_bytes,
         swap_bytes=limits.swap_bytes, backend=limits.backend, probes=asdict(request.probes),
         # what was asked, for a run that never started (a sandbox that did not boot): the
         # aggregate checks it against the config; the supervisor records what it got
@@ -168,7 +167,7 @@ def run_supervised(request: RunRequest, session: Session | None = None) -> RunMe
                 "process_probe": probes.process, "vmstat_probe": in_guest(),
                 # the RSS split and VmSwap per window: for the reconciliation and under
                 # a limit; elsewhere the leaner window end (engine.probes.process)
-                "process_status": probes.heap_profile or limits.ram_bytes is not None,
+                "process_status": probes.heap_profile or limits.limit_bytes is not None,
                 "heap_profile": probes.heap_profile, "cpu_profile": probes.cpu_profile,
             }
             with naming(tmp / "spec.json"):
@@ -245,7 +244,7 @@ def run_supervised(request: RunRequest, session: Session | None = None) -> RunMe
             meta = request_meta(request, pipeline, policy)
             meta.backend = limit_meta.get("backend", limits.backend)
             meta.limit_enforced = (bool(limit_meta.get("enforced"))
-                                   and limits.ram_bytes is not None)
+                                   and limits.limit_bytes is not None)
             meta.limits = limit_meta
             meta.termination, meta.termination_detail = termination, reason
             meta.exit_code, meta.oom_kills, meta.wall_s = code, oom_kills, wall_s

@@ -53,8 +53,8 @@ def run_command(limit: str, swap: str, argv: list[str]) -> tuple[int, dict]:
     from engine.limits.cgroupfs import reader_for
     from engine.limits.select import open_backend
 
-    session = open_backend("cgroup2", LimitRequest(_bytes(limit), _bytes(swap)),
-                           f"vmjob-{os.getpid()}")
+    request = LimitRequest(_bytes(limit), _bytes(swap), "cgroup2")
+    session = open_backend(request.backend, request, f"vmjob-{os.getpid()}")
     try:
         proc = subprocess.Popen(argv, preexec_fn=session.preexec(), start_new_session=True)
         session.attach_pid(proc.pid)

@@ -277,7 +277,7 @@ def run_in_vm(request: RunRequest, cfg: VmConfig | None = None,
     policy, pipeline, models, descs = check_inputs(request)  # in a second, not after a boot
     cfg = cfg or VmConfig.from_env()  # a bad setting fails before anything is written
     check_share(request.out, sandbox)  # auto's choice too: before any folder exists
-    limit, swap = request.limits.ram_bytes, request.limits.swap_bytes
+    limit, swap = request.limits.limit_bytes, request.limits.swap_bytes
     if swap is not None:  # a size asked for (max: EDGEPROF_VM_SWAP_DEVICE's device)
         check_swap_room(cfg, swap, request.out)
     share = pin = None

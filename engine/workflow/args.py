@@ -14,7 +14,6 @@ from engine.workflow.plan import (
     UNLIMITED,
     Config,
     holdout_config,
-    kind_runtime,
     reconcile_in_sandbox,
     run_backend,
     sandbox_enabled,
@@ -88,37 +87,27 @@ def run_options(run: Config) -> str:
                        *stall, "--sample-hz", run["sample_hz"], *pin])
 
 
-def run_settings(config: Config, kind: str, limit: str, in_sandbox: bool,
-                 probed: bool = True) -> dict[str, object]:
+def run_settings(config: Config, limit: str, in_sandbox: bool, runtime: str,
+                 probed: bool = True, extra: Iterable[str] = ()) -> dict[str, object]:
     """What each run of a run set records of the settings its flags set (the runs table's
-    columns: ``engine.analysis.provenance.check_settings`` compares them), as ``limit_args``,
-    ``run_options`` and ``batch_args`` give them: a run redone by hand with other flags is
-    told from the config's. ``seed`` is the first repetition's (each adds its number).
-    Under ``auto`` the backend is the host's choice, not compared; so is its sandbox under
-    a limit (``auto`` never boots one without: engine.limits.select)."""
-    from engine.commands.options import swap
+    columns: ``engine.analysis.provenance.check_settings`` compares them): the request
+    ``python -m engine run`` makes of the flags its rule passes (``limit_args``,
+    ``batch_args``, ``run_options``, ``--runtime``, ``extra``: the reconciliation run's
+    ``--heap-profile``), so a run redone by hand with other flags is told from the
+    config's. ``seed`` is the first repetition's (each adds its number)."""
+    from engine.commands.run import parse_request
     from engine.runner.meta import MMAP_THRESHOLD
 
-    run = config["run"]
-    backend = run_backend(config, limit, in_sandbox)
-    settings: dict[str, object] = {
-        "batch": run["batch"], "blas_threads": run["blas_threads"],
-        "sample_hz": run["sample_hz"] if probed else 0, "seed": config["seed"],
-        "runtime": kind_runtime(config, kind), "cpu_pin_asked": bool(run.get("pin_cpu")),
-        "swap_bytes": None if limit == UNLIMITED else swap(swap_arg(config, limit)),
-        "timeout_s": run["timeout_s"], "stall_s": run.get("stall_s") or None,
-        # masa's admission budget: the limit, as no rule gives --budget
-        "budget_bytes": None if limit == UNLIMITED else parse_size(limit),
-        # what no run rule asks for (the reconciliation run's rule adds its heap profile)
-        "heap_profile": False, "cpu_profile": False, "sample_uss": False, "estimates": None,
+    words = [*shlex.split(limit_args(config, limit, in_sandbox)),
+             *shlex.split(batch_args(config["run"])), *shlex.split(run_options(config["run"])),
+             "--runtime", runtime, "--seed", str(config["seed"]),
+             *([] if probed else ["--no-probes"]), *extra]
+    # the four paths are the job's own; the settings do not depend on them
+    request = parse_request(["--pipeline", "p.json", "--policy", "bulk", "--split", "split",
+                             "--out", "/run", *words])
+    return request.settings() | {
         # what the engine sets for the measured child (engine.runner.supervise.child_env)
         "numpy_hugepages": False, "mmap_threshold": MMAP_THRESHOLD}
-    if backend != "auto":
-        settings |= {"backend": backend,
-                     "sandbox": backend if backend in SANDBOXES else "none"}
-    elif limit == UNLIMITED:
-        settings["sandbox"] = "none"
-    return settings
 
 
 def arrival_args(arrival: Config) -> str:

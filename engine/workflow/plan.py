@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.limits import SANDBOXES
 from engine.schedule.names import policy_id
 from engine.schedule.policies import parse_policy
 
@@ -59,26 +60,23 @@ def sandbox_pipeline_names(config: Config, holdout: bool = False) -> list[str]:
 RUNS, SANDBOX, NATIVE = "runs", "sandbox", "native"
 
 
-def kind_runtime(config: Config, kind: str) -> str:
-    """The runtime of a run of ``kind``: its own for ``sandbox_<runtime>``, else
-    ``run.runtime``."""
-    prefix = f"{SANDBOX}_"
-    return kind.removeprefix(prefix) if kind.startswith(prefix) else config["run"]["runtime"]
-
-
 @dataclass(frozen=True)
 class RunSet:
     """Runs whose product is every run of a config (times the repetitions): these
-    pipelines under these policies and limits, all in the guest (``in_sandbox``) or none.
-    ``holdout``: the model's held-out pipelines (``model.holdout``), never fitted on."""
+    pipelines under these policies and limits with this runtime, all in the guest
+    (``in_sandbox``) or none; ``kind`` names their folder and says nothing else.
+    ``holdout``: the model's held-out pipelines (``model.holdout``), never fitted on;
+    ``probed``: False for the probe-overhead twins (``--no-probes``)."""
 
     pipelines: list[str]
     policies: list[str]  # canonical names
     limits: list[str]
     in_sandbox: bool
     repetitions: int
+    runtime: str
     kind: str = RUNS
     holdout: bool = False
+    probed: bool = True
 
 
 def sandbox_policies(config: Config) -> list[str]:
@@ -110,7 +108,7 @@ def run_sets(config: Config) -> list[RunSet]:
 def _run_sets(config: Config, main: list[str], box_pipes: list[str],
               holdout: bool) -> list[RunSet]:
     policies = [parse_policy(p).name for p in config["run"]["policies"]]
-    reps = config["run"]["repetitions"]
+    reps, runtime = config["run"]["repetitions"], config["run"]["runtime"]
     if sandbox_enabled(config):
         box = config["sandbox"]
         box_limits = [UNLIMITED, *(str(lim) for lim in box["limits"] if str(lim) != UNLIMITED)]
@@ -118,28 +116,30 @@ def _run_sets(config: Config, main: list[str], box_pipes: list[str],
         box_pols = [parse_policy(p).name for p in sandbox_policies(config)]
         on_main = sandbox_runs_main(config)
         pipelines, kind = (main, SANDBOX) if on_main else (box_pipes, RUNS)
-        sets = [RunSet(main, policies, [UNLIMITED], False, reps, holdout=holdout),
-                RunSet(pipelines, box_pols, box_limits, True, box_reps, kind, holdout)]
+        sets = [RunSet(main, policies, [UNLIMITED], False, reps, runtime, holdout=holdout),
+                RunSet(pipelines, box_pols, box_limits, True, box_reps, runtime, kind, holdout)]
         # further policies under some limits only (the workers experiment), or another
         # runtime on the first few pipelines
         for extra in box.get("also") or []:
-            runtime = extra.get("runtime", config["run"]["runtime"])
-            own = runtime != config["run"]["runtime"]
+            own_runtime = extra.get("runtime", runtime)
+            own = own_runtime != runtime
             if own and not on_main:
                 raise ValueError("config: sandbox.also[].runtime needs sandbox.pipelines: main")
+            # another runtime's runs go to a folder of their own (its name is only a name)
             sets.append(RunSet(pipelines[:extra.get("pipelines", len(pipelines))],
                                [parse_policy(p).name for p in extra["policies"]],
                                [str(lim) for lim in extra["limits"]], True, box_reps,
-                               f"{SANDBOX}_{runtime}" if own else kind, holdout))
+                               own_runtime, f"{SANDBOX}_{own_runtime}" if own else kind,
+                               holdout))
         # a main pipeline's native runs are its own baseline already
         if box.get("native_baseline") and not on_main:
-            sets.append(RunSet(box_pipes, box_pols, [UNLIMITED], False, box_reps, NATIVE,
-                               holdout))
+            sets.append(RunSet(box_pipes, box_pols, [UNLIMITED], False, box_reps, runtime,
+                               NATIVE, holdout))
         return sets
     limits = [str(limit) for limit in config["run"]["limits"]]
     # run.backend vm: every run in the guest, the unconstrained baseline too
     return [RunSet(main, policies, limits, config["run"]["backend"] in SANDBOXES, reps,
-                   holdout=holdout)]
+                   runtime, holdout=holdout)]
 
 
 # The model's held-out pipelines: hp000, ... drawn as the main pipelines are, hv000, ...
@@ -150,9 +150,6 @@ HOLDOUT_PREFIX, HOLDOUT_SANDBOX_PREFIX = "hp", "hv"
 def holdout_config(config: Config) -> dict:
     """``model.holdout`` (``{}`` when the config has none)."""
     return dict((config.get("model") or {}).get("holdout") or {})
-
-
-SANDBOXES = ("uml", "vm")
 
 
 def sandbox_kernel(config: Config) -> str:
@@ -201,6 +198,25 @@ def unprobed_runs(config: Config) -> list[tuple[str, str]]:
     if UNLIMITED not in main.limits or main.in_sandbox:
         return []
     return [(pipeline, parse_policy(policy).name) for pipeline in main.pipelines]
+
+
+# A run set's runs by what names their folders: (kind, pipeline, policy id, limit)
+SetKey = tuple[str, str, str, str]
+
+
+def run_set_index(config: Config) -> dict[SetKey, RunSet]:
+    """(kind, pipeline, policy id, limit) of every run set's runs, the unprobed twins' too
+    -> their run set: where a job finds its runtime and place from its folder's names."""
+    sets = run_sets(config)
+    twins = unprobed_runs(config)
+    if twins:
+        main = sets[0]
+        sets = [*sets, *(RunSet([pipeline], [policy], [UNLIMITED], False, main.repetitions,
+                                main.runtime, UNPROBED, probed=False)
+                         for pipeline, policy in twins)]
+    return {(rs.kind, pipeline, policy_id(policy), limit): rs
+            for rs in sets for pipeline in rs.pipelines for policy in rs.policies
+            for limit in rs.limits}
 
 
 # A block of runs: (kind, in_sandbox, pipeline, limit, rep); its kind is its first run set's

@@ -1833,11 +1833,10 @@ def _workflow_run(config: dict, models: Path, pipe: Path, out: Path, limit: str,
     import shlex
 
     from engine.workflow.args import batch_args, limit_args, run_options
-    from engine.workflow.plan import kind_runtime
 
     flags = shlex.split(" ".join([limit_args(config, limit, False), run_options(config["run"]),
                                   batch_args(config["run"]),
-                                  f"--runtime {kind_runtime(config, 'runs')}"]))
+                                  f"--runtime {config['run']['runtime']}"]))
     argv = ["run", "--pipeline", str(pipe), "--split", str(models), "--policy", "linear",
             "--out", str(out), "--seed", str(config["seed"]),
             *[f for f in flags if f not in drop], *extra]
@@ -1883,8 +1882,9 @@ def test_a_run_redone_by_hand_with_other_flags_than_the_workflows_is_refused(
         tidy = runs.parents[3] / "tidy" / "runs" / "p000" / "linear" / limit
         rc, err = _cli(capsys, "tidy", "--out", str(tidy), str(runs / "rep0"))
         assert rc == 0, err
-        set_folders(tidy, 1, runs_dir=runs, settings=run_settings(config, "runs", limit, False),
-                    pipeline_file=pipe, split_dir=models)
+        settings = run_settings(config, limit, False, config["run"]["runtime"])
+        set_folders(tidy, 1, runs_dir=runs, settings=settings, pipeline_file=pipe,
+                    split_dir=models)
 
     check("none")
     check("1G")  # a limit with swap 0 (unenforced here: backend none)

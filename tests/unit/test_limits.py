@@ -792,14 +792,12 @@ def test_run_session_under_inherit_records_an_unenforced_limit(monkeypatch):
 
     opened = []
 
-    def fake_open(backend, request, run_id, allow_unenforced=False):
+    def fake_open(request, run_id, allow_unenforced=False):
         opened.append(allow_unenforced)
-        return select.open_backend(backend, request, run_id, allow_unenforced)
+        return select.open_backend(request.backend, request, run_id, allow_unenforced)
 
     monkeypatch.setattr(supervise, "open_session", fake_open)
-    request = argparse.Namespace(limits=argparse.Namespace(backend="inherit",
-                                                           ram_bytes=64 * MiB,
-                                                           swap_bytes=None))
+    request = argparse.Namespace(limits=LimitRequest(64 * MiB, None, "inherit"))
     s = supervise.open_run_session(request, "r1")
     assert opened == [True] and s.backend == "inherit"
     if not s.enforced:  # a host that sets no limit (like this project's machines)
@@ -1003,20 +1001,20 @@ def test_every_cli_backend_name_opens(monkeypatch):
     monkeypatch.setattr(select, "open_backend",
                         lambda b, r, i, a: seen.append(b) or NoneSession(r))
     for name in set(names.choices) - {"vm", "uml"}:
-        assert limits.open_session(name, LimitRequest(), "c1").backend == "none"
+        assert limits.open_session(LimitRequest(backend=name), "c1").backend == "none"
     assert sorted(seen) == sorted(n for n in names.choices if n not in ("none", "vm", "uml"))
     # the sandboxes run the whole run in their kernel: their sessions only say so
     monkeypatch.setattr(vm_limits, "uml_status", lambda: (True, "Linux 7.2.7 (sid)"))
     for name in ("vm", "uml"):
-        vm = limits.open_session(name, LimitRequest(64 * MiB), "c3")
+        vm = limits.open_session(LimitRequest(64 * MiB, backend=name), "c3")
         assert vm.backend == name and vm.runs_elsewhere and vm.enforced
         assert vm.cgroup_dir is None and vm.oom_kills() is None
     monkeypatch.setattr(vm_limits, "uml_status", lambda: (False, "not built"))
     with pytest.raises(EdgeprofError, match="uml: not built; build it with"):
-        limits.open_session("uml", LimitRequest(64 * MiB), "c5")
-    assert not limits.open_session("none", LimitRequest(), "c4").runs_elsewhere
+        limits.open_session(LimitRequest(64 * MiB, backend="uml"), "c5")
+    assert not limits.open_session(LimitRequest(backend="none"), "c4").runs_elsewhere
     with pytest.raises(EdgeprofError, match="unknown limit backend 'vmx'"):
-        limits.open_session("vmx", LimitRequest(), "c2")
+        limits.open_session(LimitRequest(backend="vmx"), "c2")
 
 
 def test_a_boot_timeout_under_a_second_is_said_as_given(tmp_path):

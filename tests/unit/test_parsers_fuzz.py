@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from engine.caffe import generate, io, schema, splitter, wire, zoo
 from engine.errors import EdgeprofError, ModelError
+from engine.limits import LimitRequest
 from engine.limits import cgroupfs as fs
 from engine.limits.cgroupfs import CgroupError, CgroupV1Reader, CgroupV2Reader
 from engine.probes import tcmalloc
@@ -35,7 +36,7 @@ from engine.probes.vmstat import WINDOW_KEYS, read_vmstat
 from engine.runner.execute import PipelineRun
 from engine.runner.folder import read_progress
 from engine.runner.meta import PipelineInfo, RunMeta
-from engine.runner.request import LimitOptions, ProbeOptions, RunOptions, RunRequest
+from engine.runner.request import ProbeOptions, RunOptions, RunRequest
 from engine.schedule import pipelines
 from engine.schedule.pipelines import Arrival, Pipeline, PipelineError, load_pipeline
 from engine.schedule.policies import parse_policy
@@ -895,8 +896,8 @@ requests = st.builds(
                       timeout_s=st.none() | st.floats(0.1, 100),
                       estimates=st.none() | st.dictionaries(st.text(max_size=5),
                                                             st.integers(0, 2**40))),
-    limits=st.builds(LimitOptions, backend=st.sampled_from(["none", "cgroup2", "vm"]),
-                     ram_bytes=st.none() | st.integers(1, 2**40),
+    limits=st.builds(LimitRequest, backend=st.sampled_from(["none", "cgroup2", "vm"]),
+                     limit_bytes=st.none() | st.integers(1, 2**40),
                      swap_bytes=st.none() | st.integers(0, 2**40)),
     probes=st.builds(ProbeOptions, sample_hz=st.floats(0, 1000)), force=st.booleans())
 

@@ -11,7 +11,8 @@ import pytest
 
 from engine.analysis import reconcile
 from engine.analysis.reconcile import reconcile_run
-from engine.runner.request import LimitOptions, ProbeOptions, RunOptions, RunRequest
+from engine.limits import LimitRequest
+from engine.runner.request import ProbeOptions, RunOptions, RunRequest
 from engine.runner.supervise import run_supervised
 from engine.schedule.pipelines import Arrival, Pipeline, save_pipeline
 
@@ -26,7 +27,7 @@ def heap_run(zoo_split, tmp_path_factory) -> Path:
     models = Path(zoo_split["AgeNet"].path).parent
     out = root / "run"
     run_supervised(RunRequest(str(pipe), "linear", str(models), str(out), RunOptions(seed=3),
-                              LimitOptions("none"),
+                              LimitRequest(backend="none"),
                               ProbeOptions(heap_profile=True, sample_hz=50)))
     return out
 

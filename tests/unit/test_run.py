@@ -18,9 +18,10 @@ from threadpoolctl import threadpool_limits
 
 from engine.analysis.tidy import tidy_run
 from engine.caffe import generate, splitter
+from engine.limits import LimitRequest
 from engine.network import run_standalone
 from engine.runner.meta import RunMeta, transparent_hugepage
-from engine.runner.request import LimitOptions, ProbeOptions, RunOptions, RunRequest
+from engine.runner.request import ProbeOptions, RunOptions, RunRequest
 from engine.runner.supervise import run_supervised
 from engine.schedule.pipelines import Arrival, Pipeline, save_pipeline
 from engine.schedule.policies import parse_policy
@@ -51,7 +52,7 @@ def run_pipeline(pipe: Pipeline, policy: str, models: dict[str, Path], out: Path
     save_pipeline(pipe, path)
     run_supervised(RunRequest(
         str(path), parse_policy(policy).name, str(models["AgeNet"].parent), str(out), options,
-        LimitOptions("none"),
+        LimitRequest(backend="none"),
         ProbeOptions(process=False, cgroup=False, gnu_time=False, sample_hz=0)))
     return out
 

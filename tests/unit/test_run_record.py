@@ -16,6 +16,7 @@ from engine.analysis.tidy import page_bytes
 from engine.cli import build_parser
 from engine.commands.run import run_request
 from engine.errors import EdgeprofError
+from engine.limits import LimitRequest
 from engine.runner.folder import _overlaps
 from engine.runner.meta import (
     SCHEMA_VERSION,
@@ -25,7 +26,7 @@ from engine.runner.meta import (
     host_facts,
     record_digest,
 )
-from engine.runner.request import LimitOptions, RunRequest
+from engine.runner.request import RunRequest
 
 REPO = Path(__file__).resolve().parents[2]
 MiB = 2**20
@@ -43,7 +44,7 @@ def test_the_request_holds_every_run_option_and_survives_json():
                  "--sample-hz", "50", "--sample-uss", "--backend", "cgroup2", "--force",
                  policy="masa")
     assert req.policy == "masa:2"  # the canonical name, decided once
-    assert req.limits == LimitOptions("cgroup2", 512 * MiB, 0)
+    assert req.limits == LimitRequest(512 * MiB, 0, "cgroup2")
     assert (req.options.budget, req.options.batch, req.options.seed) == (256 * MiB, 2, 4)
     assert (req.options.blas_threads, req.options.timeout_s) == (2, 30.0)
     assert req.probes.heap_profile and req.probes.sample_uss and req.probes.sample_hz == 50

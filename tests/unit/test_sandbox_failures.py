@@ -52,7 +52,8 @@ def test_a_guest_that_never_booted_is_counted_not_ok_and_passes_the_settings_che
     meta = run_in_vm(request)
     assert meta.termination == "error" and "did not start" in meta.termination_detail
     runs = tidy_run(out)["runs"]
-    check_settings(runs, run_settings(config, "runs", limit, True), "fix")  # no raise
+    settings = run_settings(config, limit, True, config["run"]["runtime"])
+    check_settings(runs, settings, "fix")  # no raise
     assert json.loads(runs["descriptions"].iloc[0]).keys() == {
         "age_net.description.json", "gender_net.description.json"}
     check_inputs(runs.iloc[0], tiny["pipeline"], tiny["models"], "fix")

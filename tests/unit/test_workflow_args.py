@@ -23,6 +23,7 @@ from engine.workflow.args import (
     pipelines_args,
     reconcile_limit_args,
     run_options,
+    run_settings,
     sandbox_pipelines_args,
 )
 from engine.workflow.checks import check_config, check_renamed_keys
@@ -30,12 +31,12 @@ from engine.workflow.environ import job_environ
 from engine.workflow.fingerprint import JOB_ENTRIES, code_fingerprint, job_modules
 from engine.workflow.plan import (
     block_shapes,
-    kind_runtime,
     needs_vm_guest,
     policy_ids,
     reconcile_in_sandbox,
     run_blocks,
     run_order,
+    run_set_index,
     run_sets,
     sandbox_enabled,
     sandbox_kernel,
@@ -126,9 +127,6 @@ def test_batch_and_run_options(cfg):
     assert run_options(floats) == run_options(cfg["run"])
     assert repr(canonical(floats)) == repr(canonical(cfg["run"]))
     assert "--timeout 0.5 " in run_options(with_(cfg, run__timeout_s=0.5)["run"])
-    caffe = with_(cfg, run__runtime="caffe")
-    assert [kind_runtime(caffe, k) for k in ("runs", "sandbox", "sandbox_lean")] == [
-        "caffe", "caffe", "lean"]
     assert run_runtime_min(cfg["run"]) == 15
     assert run_runtime_min({"timeout_s": 1800}) == 35
 
@@ -222,6 +220,30 @@ def test_vm_disabled_runs_every_limit_with_run_backend(cfg):
     assert limit_args(capped, "1G", False) == (
         f"--limit 1G --swap {7 * 2**30} --backend auto")
     assert limit_args(capped, "none", False) == "--backend auto"
+
+
+def test_a_runs_runtime_and_place_come_from_its_run_set_not_its_folder_name(cfg):
+    """Issue 37: the workflow parsed a run's runtime back out of its folder's name
+    ("sandbox_<runtime>") and guessed its place from that name and the pipeline's, which
+    under run.backend uml without the sandbox block sent the main pipelines' runs
+    nowhere (a KeyError while planning, tests/integration/workflow/test_cli_workflow.py).
+    A job finds both in its run set (run_set_index)."""
+    caffe = with_(cfg, run__runtime="caffe", sandbox__pipelines="main", model={},
+                  sandbox__also=[{"policies": ["bulk"], "limits": ["48M"], "runtime": "lean"}])
+    index = run_set_index(caffe)
+    assert {kind: rs.runtime for (kind, *_), rs in index.items()} == {
+        "runs": "caffe", "sandbox": "caffe", "sandbox_lean": "lean", "unprobed": "caffe"}
+    assert index["sandbox_lean", "p000", "bulk", "48M"].in_sandbox
+    assert not index["runs", "p000", "linear", "none"].in_sandbox
+    twin = index["unprobed", "p000", "linear", "none"]
+    assert not twin.probed and not twin.in_sandbox
+    assert run_settings(caffe, "none", False, twin.runtime, twin.probed)["sample_hz"] == 0
+    # every main run of run.backend uml goes to the sandbox, the unconstrained one too
+    uml = run_set_index(with_(cfg, sandbox__enabled=False, run__backend="uml",
+                              run__probe_overhead_policy=None, model={}))
+    assert {rs.in_sandbox for rs in uml.values()} == {True}
+    assert {(k[3], rs.runtime) for k, rs in uml.items()} == {
+        (limit, "lean") for limit in cfg["run"]["limits"]}
 
 
 def test_vm_native_baseline_runs_the_vm_pipelines_natively_too(cfg):

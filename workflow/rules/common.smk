@@ -41,15 +41,14 @@ from engine.workflow.plan import (
     UNLIMITED,
     block_shapes,
     holdout_config,
-    kind_runtime,
     needs_vm_guest,
     pipeline_names,
     policy_ids,
     reconcile_in_sandbox,
     run_blocks,
     run_priorities,
+    run_set_index,
     run_sets,
-    unprobed_runs,
     sandbox_pipeline_names,
     sandbox_kernel,
 )
@@ -153,42 +152,22 @@ KIND_PATTERN = f"{{kind}}/{RUN_PATTERN}"
 RUN_DIR = f"{RESULTS}/{KIND_PATTERN}"
 RUN_LOG = f"{RESULTS}/logs/{KIND_PATTERN}.log"
 SET_PATTERN = "{pipeline}/{policy}/{limit}"
-# (kind, pipeline, policy id, limit) -> its repetitions: one tidy job per such run set
-RUN_SET_REPS = {
-    (rs.kind, pipeline, pid, limit): rs.repetitions
-    for rs in RUN_SETS
-    for pipeline in rs.pipelines
-    for pid in policy_ids(rs.policies)
-    for limit in rs.limits
-}
-RUN_SET_REPS.update(
-    {
-        ("unprobed", pipeline, policy_id(policy), "none"): RUN_SETS[0].repetitions
-        for pipeline, policy in unprobed_runs(config)
-    }
-)
-# (kind, limit, in the sandbox) -> what its runs record of their flags, which each
-# aggregate checks (engine.workflow.args.run_settings: a run redone by hand is refused)
+# (kind, pipeline, policy id, limit) -> its run set: a job's runtime and place come from
+# there, never from its folder's names (engine.workflow.plan.run_set_index)
+RUN_SET_OF = run_set_index(config)
+# -> its repetitions: one tidy job per such run set
+RUN_SET_REPS = {key: rs.repetitions for key, rs in RUN_SET_OF.items()}
+# (limit, in the sandbox, runtime, probed) -> what its runs record of their flags, which
+# each aggregate checks (engine.workflow.args.run_settings: a run redone by hand is refused)
 _SETTINGS = {
-    (rs.kind, limit, rs.in_sandbox): run_settings(config, rs.kind, limit, rs.in_sandbox)
-    for rs in RUN_SETS
-    for limit in rs.limits
+    key: run_settings(config, *key)
+    for key in {
+        (limit, rs.in_sandbox, rs.runtime, rs.probed) for (*_, limit), rs in RUN_SET_OF.items()
+    }
 }
 _SET_SETTINGS = {
-    (rs.kind, pipeline, pid, limit): _SETTINGS[rs.kind, limit, rs.in_sandbox]
-    for rs in RUN_SETS
-    for pipeline in rs.pipelines
-    for pid in policy_ids(rs.policies)
-    for limit in rs.limits
+    key: _SETTINGS[key[3], rs.in_sandbox, rs.runtime, rs.probed] for key, rs in RUN_SET_OF.items()
 }
-_SET_SETTINGS.update(
-    {
-        ("unprobed", pipeline, policy_id(policy), "none"): run_settings(
-            config, "unprobed", "none", False, probed=False
-        )
-        for pipeline, policy in unprobed_runs(config)
-    }
-)
 # the tidy folders the aggregate reads, one per run set (a rep<N> folder per run)
 _HELD_OUT = set(HOLDOUT_PIPELINES) | set(HOLDOUT_VM_PIPELINES)
 TIDY_DIRS = [
@@ -253,8 +232,13 @@ REC_SETTINGS = {
     "pipeline": REC["pipeline"],
     "policy": parse_policy(REC["policy"]).name,
     "limit": str(REC["limit"]),
-    **run_settings(config, "runs", str(REC["limit"]), reconcile_in_sandbox(config)),
-    "heap_profile": True,
+    **run_settings(
+        config,
+        str(REC["limit"]),
+        reconcile_in_sandbox(config),
+        RUN["runtime"],
+        extra=["--heap-profile"],
+    ),
 }
 
 # What `rule all` (in the Snakefile) builds.
@@ -418,7 +402,6 @@ def mem_key(in_sandbox, limit, pipeline):
 # Run jobs take the built qemu guest as input only where some run boots it (a uml run's
 # kernel is setup.sh's: python -m engine.vm build).
 ANY_RUN_IN_QEMU = any(needs_vm_guest(config, limit, in_sandbox) for in_sandbox, limit in _LIMITS)
-VM_SET = set(VM_PIPELINES) | set(HOLDOUT_VM_PIPELINES)
 
 
 # Code fingerprints (params, so a change reruns exactly the jobs that run that code): each
@@ -489,12 +472,11 @@ def _limit_key(wildcards):
     """(in_sandbox, limit) of a run job, or of the reconciliation run (no limit wildcard)."""
     if not hasattr(wildcards, "limit"):
         return (reconcile_in_sandbox(config), str(REC["limit"]))
-    # a sandbox pipeline's native twins (kind "native") run natively
-    return (
-        wildcards.kind.startswith("sandbox")
-        or (wildcards.pipeline in VM_SET and wildcards.kind != "native"),
-        wildcards.limit,
-    )
+    return (_run_set(wildcards).in_sandbox, wildcards.limit)
+
+
+def _run_set(wildcards):
+    return RUN_SET_OF[(wildcards.kind, wildcards.pipeline, wildcards.policy, wildcards.limit)]
 
 
 def run_vm_guest(wildcards):
@@ -527,6 +509,7 @@ def vm_env(wildcards, input):
 def _run_line(kind, pipeline, policy, limit, rep, in_sandbox, prefix):
     """The shell line of one run (policy: its canonical name)."""
     names = dict(kind=kind, pipeline=pipeline, policy=policy_id(policy), limit=limit, rep=rep)
+    runtime = RUN_SET_OF[(kind, pipeline, policy_id(policy), limit)].runtime
     return run_command(
         prefix,
         f"{PIPELINES_DIR}/{pipeline}.json",
@@ -535,7 +518,7 @@ def _run_line(kind, pipeline, policy, limit, rep, in_sandbox, prefix):
         RUN_DIR.format(**names),
         _limit_flags(kind, (in_sandbox, limit)),
         BATCH_ARGS,
-        kind_runtime(config, kind),
+        runtime,
         config["seed"] + rep,
         RUN_OPTIONS,
         RUN_LOG.format(**names),
@@ -582,7 +565,7 @@ def run_limit_args(wildcards):
 
 
 def run_runtime(wildcards):
-    return f"--runtime {kind_runtime(config, wildcards.kind)}"
+    return f"--runtime {_run_set(wildcards).runtime}"
 
 
 def run_seed(wildcards):

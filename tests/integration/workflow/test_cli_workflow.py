@@ -111,6 +111,32 @@ def test_workflow_is_lint_clean():
     assert "Congratulations" in r.stdout + r.stderr
 
 
+def test_run_backend_uml_without_the_sandbox_block_runs_every_run_in_uml(tmp_path):
+    """Issue 37: a job guessed its place from its folder's name and its pipeline's, not
+    from its run set, so with run.backend uml (every run in the sandbox, docs/
+    sandboxes.md) and no sandbox block the plan failed with a KeyError."""
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    cfg["results"] = str(tmp_path / "r")
+    cfg["sandbox"]["enabled"] = False
+    cfg["model"] = {}
+    cfg["pipelines"]["count"] = 1
+    cfg["run"].update(backend="uml", limits=["none", "16M"], probe_overhead_policy=None,
+                      reconcile={"pipeline": "p000", "policy": "linear", "limit": "none",
+                                 "sandbox": False})
+    path = tmp_path / "uml.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    r = _snakemake("--configfile", str(path), "--dry-run", "--printshellcmds")
+    assert r.returncode == 0, r.stderr[-3000:]
+    runs = [line for line in r.stdout.splitlines()
+            if " -m engine run " in line and "/pipelines/p000.json" in line]
+    # the reconciliation run (run.reconcile.sandbox false) stays native
+    [rec] = [line for line in runs if "--heap-profile" in line]
+    assert "--backend none" in rec
+    runs.remove(rec)
+    assert len(runs) == 2 * len(cfg["run"]["policies"]) * cfg["run"]["repetitions"]
+    assert all("--backend uml --error-is-result" in line for line in runs)
+
+
 def test_limited_runs_go_to_the_vm_with_its_smaller_pipelines(tmp_path):
     cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     cfg["results"] = str(tmp_path / "r")
