@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything edgeprof needs on a Debian/Ubuntu machine into ./.venv:
 # Debian packages (GNU time, tcmalloc/gperftools, qemu + busybox for the vm backend, gcc for
-# the uml guest's preload (engine/vm/ascend.c),
+# the uml guest's preload (engine/sandbox/ascend.c),
 # mmdebstrap for the real-Caffe reference), the
 # Python package with its deps and the workflow, test and slurm extras (Snakemake, pytest,
 # the SLURM executor plugin), the vm backend's guest (kernel + initramfs, cached) and the
@@ -41,6 +41,6 @@ fi
 .venv/bin/python -m pip install -q -e '.[workflow,test,slurm]'
 # The guest for the vm backend: a Debian backports kernel package fetched with apt-get
 # download (never installed on this host) and a busybox initramfs; cached, built once.
-.venv/bin/python -m engine.vm build
+.venv/bin/python -m engine.sandbox build
 .venv/bin/python -m engine.realcaffe build
 echo "setup.sh: ready (.venv/bin/python, .venv/bin/snakemake)" >&2

@@ -11,7 +11,7 @@ swap peak (the largest task window's ``memory.swap.peak``) and the makespan (emu
 seconds: memory behaviour, not a timing claim), with the load average before and after.
 
 Usage: python benchmarks/bench_caffe_limit.py [--limit 800M] [--reps 3] [--out DIR]
-The guest must be built (python -m engine.vm build); each emulated run takes 1-3 min.
+The guest must be built (python -m engine.sandbox build); each emulated run takes 1-3 min.
 """
 
 from __future__ import annotations

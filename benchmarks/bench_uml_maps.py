@@ -1,11 +1,11 @@
 """Why a user-mode Linux guest process under heavy swap holds so many host mappings.
 
-Boots the built UML kernel (``python -m engine.vm build``) once with a swap-heavy job: a
+Boots the built UML kernel (``python -m engine.sandbox build``) once with a swap-heavy job: a
 guest process in a cgroup of ``--limit`` touches ``--gib`` GiB in 16 MiB numpy pieces,
 three times over in a shuffled order, so its pages go out to swap and come back. The
 host samples every process of the session every 0.5 s and keeps the largest one's
 /proc/<pid>/maps at its peak, then prints what those mappings are
-(engine.vm.hostmaps.why_split: one page long, young/old/clean, neighbours split by
+(engine.sandbox.hostmaps.why_split: one page long, young/old/clean, neighbours split by
 access or by scatter in guest-physical memory), with the commit and the load average.
 About five minutes for 2 GiB through 256M; docs/sandboxes.md quotes it.
 
@@ -26,8 +26,8 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from engine.vm import uml  # noqa: E402
-from engine.vm.hostmaps import why_split  # noqa: E402
+from engine.sandbox import uml  # noqa: E402
+from engine.sandbox.hostmaps import why_split  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 JOB = """

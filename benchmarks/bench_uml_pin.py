@@ -5,7 +5,7 @@ Each round runs the same UML run (``engine run --backend uml``: AgeNet + GenderN
 unconstrained, the lean runtime) under four conditions in a shuffled order: quiet or
 loaded (one busy-looping process beside it, on no CPU in particular, as other work is),
 and with or without ``--pin-cpu`` (the UML kernel and its guest's host processes on one
-claimed CPU, the supervisor on the other: engine/vm/run.py ``_pin_uml``). Prints, per
+claimed CPU, the supervisor on the other: engine/sandbox/run.py ``_pin_uml``). Prints, per
 condition, the median and range of the run's makespan over ``--rounds``, the loaded/quiet
 ratio of the medians with and without pinning, and the load average, with the commit;
 ``--markdown`` prints the table docs/sandboxes.md carries.

@@ -32,8 +32,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from engine.vm import run_command_in_vm
-from engine.vm.run import VmConfig
+from engine.sandbox import run_command_in_sandbox
+from engine.sandbox.run import SandboxConfig
 
 REPO = Path(__file__).resolve().parents[1]
 MIB = 2**20
@@ -102,11 +102,11 @@ def _native(data: Path) -> dict[str, float]:
     return _parse(out)
 
 
-def _sandbox(sandbox: str, argv: list[str], limit: int | None, cfg: VmConfig) -> tuple:
-    res = run_command_in_vm(["/usr/bin/env", "OPENBLAS_NUM_THREADS=1",
+def _sandbox(sandbox: str, argv: list[str], limit: int | None, cfg: SandboxConfig) -> tuple:
+    res = run_command_in_sandbox(["/usr/bin/env", "OPENBLAS_NUM_THREADS=1",
                              "NUMPY_MADVISE_HUGEPAGE=0", *argv], limit,
-                            None if limit is None else 512 * MIB, cfg, timeout_s=900,
-                            sandbox=sandbox)
+                                 None if limit is None else 512 * MIB, cfg, timeout_s=900,
+                                 sandbox=sandbox)
     if not res["guest"] or res["guest"]["exit_code"] != 0:
         sys.exit(f"{sandbox} workload failed:\n{res['job_log'][-2000:]}")
     return _parse(res["job_log"]), res["sandbox"]
@@ -118,7 +118,7 @@ def main() -> None:
     parser.add_argument("--sandboxes", nargs="+", default=["uml", "vm"],
                         choices=["uml", "vm"])
     args = parser.parse_args()
-    cfg = VmConfig.from_env()
+    cfg = SandboxConfig.from_env()
     print(f"rounds {args.rounds}; load average before: {os.getloadavg()[0]:.2f}")
     envs = ["native", *args.sandboxes]
     times: dict[str, dict[str, list[float]]] = {e: {} for e in envs}

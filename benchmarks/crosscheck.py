@@ -116,13 +116,13 @@ FACTS_SH = ("for f in " + " ".join(GUEST_FACTS) + "; do echo \"$f=$(cat $f 2>/de
 def guest_facts(sandboxes: list[str]) -> None:
     """Boot each sandbox once (no limit) and print its memory-management settings: what
     the table's differences are explained by."""
-    from engine.vm import run_command_in_vm
+    from engine.sandbox import run_command_in_sandbox
 
     facts = {}
     for sb in sandboxes:
         # under the smaller limit: the guest is sized as the cross-check runs' were
-        res = run_command_in_vm(["sh", "-c", FACTS_SH], parse_size(LIMITS[0]), None, sandbox=sb,
-                                timeout_s=600)
+        res = run_command_in_sandbox(["sh", "-c", FACTS_SH], parse_size(LIMITS[0]), None,
+                                     sandbox=sb, timeout_s=600)
         facts[sb] = dict(line.split("=", 1) for line in res["job_log"].splitlines()
                          if "=" in line)
         facts[sb]["kernel"] = res["sandbox"].get("guest_kernel", "?")

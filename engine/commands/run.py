@@ -131,8 +131,8 @@ def run_request(args: argparse.Namespace) -> RunRequest:
     """The RunRequest of ``run``'s arguments, checked (sizes, ranges, the policy)."""
     from engine.limits import LimitRequest
     from engine.runner.request import ProbeOptions, RunOptions, RunRequest
+    from engine.sandbox.paths import check_share
     from engine.schedule.policies import parse_policy
-    from engine.vm.paths import check_share
 
     policy = parse_policy(args.policy)  # fail fast, before any process starts
     limit = None if args.limit is None else limit_size(args.limit)
@@ -184,10 +184,10 @@ def execute(request: RunRequest, error_is_result: bool = False) -> int:
         log.debug(f"backend {session.backend}, {where} ({session.notes or 'no notes'}); the "
                   f"request: {json.dumps(asdict(request))}")
         if session.runs_elsewhere:
-            from engine.vm import run_in_vm
+            from engine.sandbox import run_in_sandbox
 
             session.close()  # nothing to close here: the guest opens its own
-            meta = run_in_vm(request, auto=session.notes.get("auto"), sandbox=session.backend)
+            meta = run_in_sandbox(request, auto=session.notes.get("auto"), sandbox=session.backend)
         else:
             meta = run_supervised(request, session)  # closes the session
     except Interrupted as exc:

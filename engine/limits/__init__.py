@@ -6,7 +6,7 @@ works here). A
 limit that cannot be enforced is an error unless ``allow_unenforced`` (``none``/``auto``/
 ``inherit``: runner.supervise.RECORDS_UNENFORCED), and then the session says
 ``enforced = False``. A ``uml`` or ``vm`` session ``runs_elsewhere``: the caller hands the
-run to ``engine.vm.run_in_vm`` (a user-mode Linux kernel, or a qemu guest), where it uses
+run to ``engine.sandbox.run_in_sandbox`` (a user-mode Linux kernel, or a qemu guest), where it uses
 cgroup2.
 """
 
@@ -17,7 +17,7 @@ from engine.limits.none import NoneSession
 
 # The one list of backends: the CLI's choices and the workflow schema's enum follow it.
 BACKENDS = ("auto", "cgroup2", "cgroup1", "systemd", "inherit", "none", "uml", "vm")
-# the backends that run the whole run in a kernel of their own (engine.vm)
+# the backends that run the whole run in a kernel of their own (engine.sandbox)
 SANDBOXES = ("uml", "vm")
 
 __all__ = ["BACKENDS", "SANDBOXES", "LimitRequest", "Session", "open_session"]
@@ -34,7 +34,7 @@ def open_session(request: LimitRequest, run_id: str, allow_unenforced: bool = Fa
     if backend == "none":
         return NoneSession(request)
     if backend in SANDBOXES:
-        from engine.limits.vm import sandbox_session
+        from engine.limits.sandbox import sandbox_session
 
         return sandbox_session(backend, request)
     from engine.limits.select import open_backend

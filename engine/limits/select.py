@@ -21,8 +21,8 @@ from engine.limits.cgroup1 import Cgroup1Session
 from engine.limits.cgroup2 import Cgroup2Session
 from engine.limits.inherit import InheritSession, open_inherit
 from engine.limits.none import NoneSession
+from engine.limits.sandbox import QEMU, QemuSession, UmlSession, qemu_installed, uml_status
 from engine.limits.systemd import SystemdSession, user_manager_status
-from engine.limits.vm import QEMU, UmlSession, VmSession, qemu_installed, uml_status
 
 _ALTERNATIVES = "or use --backend systemd/vm/none"
 
@@ -155,7 +155,7 @@ def _auto(request: LimitRequest, run_id: str, allow_unenforced: bool,
             skipped.append(f"uml: {why}")
     if session is None and request.limit_bytes is not None:
         if qemu_installed():
-            session = VmSession(request)
+            session = QemuSession(request)
         else:
             skipped.append(f"vm: {QEMU} is not installed (apt-get install qemu-system-x86)")
     if session is None:

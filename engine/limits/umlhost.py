@@ -1,9 +1,9 @@
 """The uml sandbox on this host, read without booting or building anything: the record
-of the user-mode Linux kernel built into the cache (``engine.vm.uml`` builds it and boots
+of the user-mode Linux kernel built into the cache (``engine.sandbox.uml`` builds it and boots
 it), and the host's cap on a process's memory mappings, which bounds what a guest process
 can map.
 
-Here, below both, because the ``uml`` limit backend (``engine.limits.vm``: is it built?)
+Here, below both, because the ``uml`` limit backend (``engine.limits.sandbox``: is it built?)
 and ``doctor`` (``engine.analysis.noise``: the cap and the build probe's headroom) read
 them too, and neither may import the sandboxes' package above them (docs/engine.md, the
 layers).
@@ -49,8 +49,8 @@ RECIPE = ("3: user-mode-linux + that suite's libc6, patchelf'd; ascend.c built w
           "1 GiB swap-heavy touch at 256M, each under the host's mapping cap")
 # The preload every guest process runs with: copies fault their destination in ascending
 # page order (its source says why). Part of the recipe: an edit rebuilds it.
-# (it is built with the kernel, in engine/vm: this module only names it)
-PRELOAD_SOURCE = Path(__file__).parents[1] / "vm" / "ascend.c"
+# (it is built with the kernel, in engine/sandbox: this module only names it)
+PRELOAD_SOURCE = Path(__file__).parents[1] / "sandbox" / "ascend.c"
 PRELOAD = "ascend.so"
 
 
@@ -91,8 +91,8 @@ def why_none(cache: Path | None = None) -> str | None:
     info = build_info(cache)
     if info is None:
         other = (cache / "uml.json").exists() or any(cache.glob("*/uml.json"))
-        return ("the user-mode Linux build is from another recipe (python -m engine.vm "
-                "build)" if other else "user-mode Linux is not built (python -m engine.vm "
+        return ("the user-mode Linux build is from another recipe (python -m engine.sandbox "
+                "build)" if other else "user-mode Linux is not built (python -m engine.sandbox "
                 "build)")
     if not info.get("suite"):
         return info.get("why", "no candidate kernel worked")
@@ -100,7 +100,7 @@ def why_none(cache: Path | None = None) -> str | None:
         home = build_dir(cache) / info["suite"]
         gone = home / "linux" if not (home / "linux").is_file() else home / PRELOAD
         what = "kernel" if gone.name == "linux" else "guest's preload"
-        return f"the built {what} {gone} is missing (python -m engine.vm build --force)"
+        return f"the built {what} {gone} is missing (python -m engine.sandbox build --force)"
     return None
 
 
@@ -109,7 +109,7 @@ MAP_COUNT_FILE = "/proc/sys/vm/max_map_count"
 # pages in ascending physmem order, and the host caps a process at vm.max_map_count
 # mappings (65530 on Debian): a process at the cap spins for good (UML 7.2) or dies of
 # SIGSEGV (6.12). Faults in ascending order (the preload, engine.caffe.wire) keep a guest
-# process's count far below it (docs/sandboxes.md); the host watches it (engine.vm.hostmaps).
+# process's count far below it (docs/sandboxes.md); the host watches it (engine.sandbox.hostmaps).
 MAP_COUNT_ENOUGH = 1 << 20  # 1,048,576 mappings cover 4 GiB page by page
 
 
@@ -131,5 +131,5 @@ def map_count_note(count: int | None, probe_maps: dict | None = None) -> str | N
         return (f"the build probe's guest processes peaked at {probe_maps[worst]} host "
                 f"mappings ({worst}), {100 * probe_maps[worst] / count:.0f} % of the cap; "
                 f"each UML run records its own peak (vm.host_maps_peak)")
-    return ("no build probe measured the uml sandbox's mappings here (python -m engine.vm "
+    return ("no build probe measured the uml sandbox's mappings here (python -m engine.sandbox "
             "build); a guest process past the cap stalls")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-GUEST_ENV = "EDGEPROF_VM_GUEST"  # set to "1" by the guest's job script
+GUEST_ENV = "EDGEPROF_IN_SANDBOX"  # set to "1" for a sandbox's guest processes
 WINDOW_KEYS = ("pswpin", "pswpout", "pgmajfault")
 COLUMNS = (tuple(f"guest_{k}_delta" for k in WINDOW_KEYS)
            + tuple(f"guest_{k}_end" for k in WINDOW_KEYS))

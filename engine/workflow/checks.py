@@ -396,9 +396,14 @@ RUN_FOLDER_ROOM = "/" + "x" * 120
 
 def _check_results_sandboxes(config: Config) -> None:
     """A sandbox run's share lies beside its run folder, under ``results``, and its path
-    goes where the sandbox cannot carry every character (engine.vm.paths): said in the
+    goes where the sandbox cannot carry every character (engine.sandbox.paths): said in the
     dry run, not at the first sandbox job."""
-    from engine.vm.paths import UML_COMMAND_LINE, share_path, uml_command_line, unsafe_character
+    from engine.sandbox.paths import (
+        UML_COMMAND_LINE,
+        share_path,
+        uml_command_line,
+        unsafe_character,
+    )
 
     # each sandbox a run may land in -> how it comes to (said in the refusal)
     sandboxes = {b: "" for b in {config["run"]["backend"]} & set(SANDBOXES)}
@@ -436,7 +441,7 @@ def _auto_sandboxes() -> list[str]:
     kernel is built and works (its build record, nothing booted), else vm if qemu is
     installed. Said even where a cgroup or systemd comes first now: a job's environment
     may lack them."""
-    from engine.limits.vm import qemu_installed, uml_status
+    from engine.limits.sandbox import qemu_installed, uml_status
 
     if uml_status()[0]:
         return ["uml"]

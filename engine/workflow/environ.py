@@ -28,8 +28,8 @@ def job_environ(environ: Mapping[str, str], interpreter: str, project: str,
 
 
 # What a user may set in the environment that changes what a sandbox run measures: the
-# guest's settings (engine.vm.config.VmConfig, from EDGEPROF_VM_*) that sandbox reads, and
-# UML's userspace mode. A sandbox run's params carry those that differ from the defaults,
+# guest's settings (engine.sandbox.config.SandboxConfig, from its ENV_NAMES) that sandbox
+# reads, and UML's userspace mode. A sandbox run's params carry those that differ from the defaults,
 # so changing one reruns those runs (and writing a default out, unsetting it, or setting
 # one the sandbox ignores, none). The timeouts change no measurement.
 GUEST_SETTINGS = {"uml": ("ram", "swap_device", "ascend"),
@@ -41,9 +41,9 @@ def sandbox_settings(environ: Mapping[str, str], sandbox: str) -> dict[str, obje
     than their defaults, and under uml its userspace mode if set; a bad value, or one the
     sandbox cannot honour, raises EdgeprofError naming the variable (before any job: a job
     would otherwise fail after Snakemake removed its old run)."""
-    from engine.vm.config import USERSPACE_MODES, VmConfig, uml_userspace
+    from engine.sandbox.config import USERSPACE_MODES, SandboxConfig, uml_userspace
 
-    parsed, default = VmConfig.from_env(dict(environ)), VmConfig()
+    parsed, default = SandboxConfig.from_env(dict(environ)), SandboxConfig()
     parsed.refuse_unsupported(sandbox)
     out: dict[str, object] = {name: getattr(parsed, name) for name in GUEST_SETTINGS[sandbox]
                               if getattr(parsed, name) != getattr(default, name)}

@@ -16,9 +16,9 @@ from pathlib import Path
 # The CLI imports every verb to register it, but runs one. A module a job only imports
 # (the verbs it does not run, and what their top level imports) runs only its top level:
 # follow those modules' import-time imports, not the ones inside their functions. Likewise
-# the engine.vm package, whose names are lazy re-exports of engine.vm.run (the run job
-# names that module): importing engine.vm.paths to check a path is not running a guest.
-IMPORT_ONLY = frozenset({"engine.vm"})
+# the engine.sandbox package, whose names are lazy re-exports of engine.sandbox.run (the run job
+# names that module): importing engine.sandbox.paths to check a path is not running a guest.
+IMPORT_ONLY = frozenset({"engine.sandbox"})
 VERBS = "engine.commands."
 # What each kind of job runs, as engine modules; their imports are followed (function-level
 # ones too: they run when the job does).
@@ -32,7 +32,7 @@ JOB_ENTRIES = {
     # sampler process, the vm path and its guest
     "run": ("engine.__main__", "engine.cli", "engine.commands.run", "engine.commands.supervise",
             "engine.commands.child", "engine.runner.supervise", "engine.runner.child",
-            "engine.probes.sampler", "engine.vm.run", "engine.vm.job"),
+            "engine.probes.sampler", "engine.sandbox.run", "engine.sandbox.job"),
     "tidy": ("engine.__main__", "engine.cli", "engine.commands.tidy", "engine.analysis.tidy",
              "engine.analysis.tablefiles"),
     # the aggregate scripts (campaign and held-out): the reconciliation comes with aggregate

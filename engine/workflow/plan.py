@@ -159,7 +159,7 @@ def sandbox_kernel(config: Config) -> str:
     choice = (config.get("sandbox") or {}).get("kernel", "auto")
     if choice != "auto":
         return choice
-    from engine.limits.vm import uml_status
+    from engine.limits.sandbox import uml_status
 
     return "uml" if uml_status()[0] else "vm"
 
@@ -178,7 +178,7 @@ def run_backend(config: Config, limit: str, in_sandbox: bool) -> str:
 
 def needs_vm_guest(config: Config, limit: str, in_sandbox: bool) -> bool:
     """Whether a run under ``limit`` boots the qemu guest, so needs the guest the workflow
-    builds (a user-mode Linux run uses the kernel ``python -m engine.vm build`` cached)."""
+    builds (a user-mode Linux run uses the kernel ``python -m engine.sandbox build`` cached)."""
     return run_backend(config, limit, in_sandbox) == "vm"
 
 

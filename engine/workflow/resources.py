@@ -130,7 +130,7 @@ def run_mem_mb(config: Config, limit: str, in_sandbox: bool, reserve_mb: int,
         return step + reserve_mb
     mib = None if limit == UNLIMITED else parse_size(limit) // 2**20
     if run_backend(config, limit, in_sandbox) in SANDBOXES:
-        guest = 4096 if mib is None else max(1024, mib + 768)  # engine.vm.run.plan's RAM
+        guest = 4096 if mib is None else max(1024, mib + 768)  # engine.sandbox.run.plan's RAM
         return guest + 512 + reserve_mb
     return reserve_mb + (unconstrained_mb if mib is None else mib + ENGINE_BASELINE_MB)
 

@@ -303,7 +303,7 @@ def test_a_missing_guest_cache_is_an_error_not_a_build(split_copy, tmp_path, cap
     monkeypatch.setenv("EDGEPROF_VM_CACHE", str(tmp_path / "nonexistent"))
     rc, err = _run_agenet(capsys, split_copy, tmp_path, "--policy", "linear", "--backend",
                           "vm", "--limit", "256M")
-    assert rc == 2 and "python -m engine.vm build" in err
+    assert rc == 2 and "python -m engine.sandbox build" in err
     assert not (tmp_path / "nonexistent").exists() and not (tmp_path / "run").exists()
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from engine.caffe import generate, splitter
 from engine.cli import main
+from engine.errors import EdgeprofError
 from engine.schedule.pipelines import Arrival, Pipeline, save_pipeline
 
 
@@ -179,24 +180,52 @@ def test_a_description_without_layers_is_refused(capsys, work):
                                          ("ASCEND", "off"), ("ASCEND", "False"),
                                          ("ASCEND", "2"), ("SD_CARD", "on")])
 def test_bad_vm_settings_are_refused_before_a_boot(capsys, work, monkeypatch, name, value):
-    monkeypatch.setenv(f"EDGEPROF_VM_{name}", value)
+    from engine.sandbox.config import ENV_NAMES
+
+    monkeypatch.setenv(ENV_NAMES[name], value)
     err = _run(capsys, work, "--backend", "vm", "--limit", "256M")
-    assert f"EDGEPROF_VM_{name}={value!r} is not valid" in err
+    assert f"{ENV_NAMES[name]}={value!r} is not valid" in err
 
 
 def test_the_vm_switches_take_0_and_1():
-    """EDGEPROF_VM_ASCEND: on unless 0; EDGEPROF_VM_SD_CARD: off unless 1 (or its old
+    """EDGEPROF_UML_ASCEND: on unless 0; EDGEPROF_VM_SD_CARD: off unless 1 (or its old
     true/yes); unset or empty: the default."""
-    from engine.vm import VmConfig
+    from engine.sandbox import SandboxConfig
 
     def read(**env: str) -> tuple[bool, bool]:
-        cfg = VmConfig.from_env({f"EDGEPROF_VM_{k}": v for k, v in env.items()})
+        names = {"ASCEND": "EDGEPROF_UML_ASCEND", "SD_CARD": "EDGEPROF_VM_SD_CARD"}
+        cfg = SandboxConfig.from_env({names[k]: v for k, v in env.items()})
         return cfg.ascend, cfg.sd_card
 
     assert read() == (True, False) and read(ASCEND="", SD_CARD="") == (True, False)
     assert read(ASCEND="0", SD_CARD="1") == (False, True)
     assert read(ASCEND="1", SD_CARD="0") == (True, False)
     assert read(SD_CARD="yes") == (True, True)
+
+
+def test_a_sandbox_setting_under_its_old_name_is_read_with_a_warning(caplog):
+    """Issue 37: "vm" named both sandboxes' settings (EDGEPROF_VM_RAM, ...) and the qemu
+    guest alone (--backend vm); what both read is EDGEPROF_SANDBOX_*, UML's own
+    EDGEPROF_UML_ASCEND. An old name still works for one release, with a warning naming
+    the new one; both at once are refused."""
+    import logging
+
+    from engine.sandbox import SandboxConfig
+
+    with caplog.at_level(logging.WARNING):
+        old = SandboxConfig.from_env({"EDGEPROF_VM_RAM": "2G", "EDGEPROF_VM_ASCEND": "0",
+                                      "EDGEPROF_VM_BOOT_TIMEOUT": "7", "EDGEPROF_VM_SMP": "1"})
+    assert (old.ram, old.ascend, old.boot_timeout_s, old.smp) == (2**31, False, 7.0, 1)
+    said = caplog.text
+    assert "EDGEPROF_VM_RAM is now EDGEPROF_SANDBOX_RAM" in said
+    assert "EDGEPROF_VM_ASCEND is now EDGEPROF_UML_ASCEND" in said
+    assert "EDGEPROF_VM_SMP" not in said  # the qemu guest's own: its name stays
+    new = SandboxConfig.from_env({"EDGEPROF_SANDBOX_RAM": "2G", "EDGEPROF_UML_ASCEND": "0",
+                                  "EDGEPROF_SANDBOX_BOOT_TIMEOUT": "7"})
+    assert (new.ram, new.ascend, new.boot_timeout_s) == (2**31, False, 7.0)
+    with pytest.raises(EdgeprofError, match="EDGEPROF_VM_RAM and EDGEPROF_SANDBOX_RAM are "
+                                            "both set"):
+        SandboxConfig.from_env({"EDGEPROF_VM_RAM": "2G", "EDGEPROF_SANDBOX_RAM": "1G"})
 
 
 def test_estimates_of_an_unknown_network_are_refused(capsys, work):
@@ -300,7 +329,7 @@ def test_a_path_the_sandbox_cannot_carry_is_refused_before_any_folder(
     """M2 (new-user pass): a sandbox run's share path goes on UML's kernel command line or
     into qemu's options; one they cannot carry gave exit 1 and an error run folder."""
     from engine.limits import LimitRequest
-    from engine.limits.vm import UmlSession
+    from engine.limits.sandbox import UmlSession
     from engine.runner import supervise
 
     if backend == "auto":  # as on a host without a usable cgroup, with UML built
@@ -321,6 +350,7 @@ _OOM = """
 import resource, sys
 import engine.analysis.report as report
 from engine.cli import main
+from engine.errors import EdgeprofError
 resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, resource.RLIM_INFINITY))
 report.report = lambda *a, **k: bytearray(4 * 2**30)
 sys.exit(main(["results-report", "--tables", "unused"]))

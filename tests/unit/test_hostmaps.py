@@ -1,4 +1,4 @@
-"""The host's count of a UML guest's mappings (engine/vm/hostmaps.py), the ascending faults
+"""The host's count of a UML guest's mappings (engine/sandbox/hostmaps.py), the ascending faults
 of the engine's copy-read (engine/caffe/wire.py), and what a session ended at the mapping
 cap records. The real stall and its fix run in tests/integration/uml/test_uml.py."""
 
@@ -16,9 +16,9 @@ import pandas as pd
 
 from engine.analysis.noise import run_warnings
 from engine.caffe import wire
-from engine.vm import hostmaps
-from engine.vm import run as vm_run
-from engine.vm.boot import BootResult
+from engine.sandbox import hostmaps
+from engine.sandbox import run as vm_run
+from engine.sandbox.boot import BootResult
 
 PAGE = 4096
 
@@ -237,7 +237,7 @@ def test_a_run_that_failed_near_the_cap_is_said_to_have_been_there(tiny, tmp_pat
                         share / "run")
             res = BootResult(rc=1, accel="uml", boot_s=1.0, total_s=9.0, timed_out=None,
                              qemu_exit=0, console="", host_maps_peak=peak)
-            return res, vm_run.plan(vm_run.VmConfig(), None, None, _FAKE_UML), _FAKE_UML, None
+            return res, vm_run.plan(vm_run.SandboxConfig(), None, None, _FAKE_UML), _FAKE_UML, None
         return boot
 
     monkeypatch.setattr(vm_run.uml, "max_map_count", lambda: 65530)
@@ -249,7 +249,7 @@ def test_a_run_that_failed_near_the_cap_is_said_to_have_been_there(tiny, tmp_pat
             ["run", "--pipeline", str(tiny["pipeline"]), "--split", str(tiny["models"]),
              "--policy", "linear", "--out", str(out), "--backend", "uml",
              "--error-is-result"]))
-        vm_run.run_in_vm(request, sandbox="uml")
+        vm_run.run_in_sandbox(request, sandbox="uml")
         detail = RunMeta.read(out).termination_detail or ""
         assert ("vm.max_map_count 65530" in detail) == noted, (termination, peak, detail)
         if noted:
@@ -260,7 +260,7 @@ _FAKE_UML = vm_run.uml.Uml(Path("/nonexistent/linux"), "7.2", "user-mode-linux_f
 
 
 def test_why_split_counts_hand_made_mappings():
-    from engine.vm.hostmaps import why_split
+    from engine.sandbox.hostmaps import why_split
 
     maps = "\n".join([
         # a young page, then its file's next page read-only: split by access alone

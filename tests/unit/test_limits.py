@@ -24,8 +24,8 @@ import pytest
 import engine.limits as limits
 from engine.errors import EdgeprofError
 from engine.limits import cgroupfs as fs
+from engine.limits import sandbox as sandbox_limits
 from engine.limits import select, systemd
-from engine.limits import vm as vm_limits
 from engine.limits.base import LimitRequest
 from engine.limits.cgroup1 import Cgroup1Session
 from engine.limits.cgroup2 import Cgroup2Session
@@ -888,10 +888,10 @@ def test_uml_status_reads_only_this_recipes_build_record(tmp_path, monkeypatch):
     """Checkouts at other recipes share the UML cache: their builds are neither used nor
     taken for this one's, and a record whose kernel is gone is not a working sandbox."""
     from engine.limits import umlhost as uml
-    from engine.limits.vm import uml_status
+    from engine.limits.sandbox import uml_status
 
     monkeypatch.setenv(uml.CACHE_ENV, str(tmp_path))
-    assert uml_status() == (False, "user-mode Linux is not built (python -m engine.vm build)")
+    assert uml_status() == (False, "user-mode Linux is not built (python -m engine.sandbox build)")
     other = tmp_path / "0123456789abcdef"
     other.mkdir()
     record = {"suite": "sid", "kernel_version": "7.2.7", "package": "x.deb"}
@@ -1004,12 +1004,12 @@ def test_every_cli_backend_name_opens(monkeypatch):
         assert limits.open_session(LimitRequest(backend=name), "c1").backend == "none"
     assert sorted(seen) == sorted(n for n in names.choices if n not in ("none", "vm", "uml"))
     # the sandboxes run the whole run in their kernel: their sessions only say so
-    monkeypatch.setattr(vm_limits, "uml_status", lambda: (True, "Linux 7.2.7 (sid)"))
+    monkeypatch.setattr(sandbox_limits, "uml_status", lambda: (True, "Linux 7.2.7 (sid)"))
     for name in ("vm", "uml"):
         vm = limits.open_session(LimitRequest(64 * MiB, backend=name), "c3")
         assert vm.backend == name and vm.runs_elsewhere and vm.enforced
         assert vm.cgroup_dir is None and vm.oom_kills() is None
-    monkeypatch.setattr(vm_limits, "uml_status", lambda: (False, "not built"))
+    monkeypatch.setattr(sandbox_limits, "uml_status", lambda: (False, "not built"))
     with pytest.raises(EdgeprofError, match="uml: not built; build it with"):
         limits.open_session(LimitRequest(64 * MiB, backend="uml"), "c5")
     assert not limits.open_session(LimitRequest(backend="none"), "c4").runs_elsewhere
@@ -1020,7 +1020,7 @@ def test_every_cli_backend_name_opens(monkeypatch):
 def test_a_boot_timeout_under_a_second_is_said_as_given(tmp_path):
     """A machine that never starts its job (a stand-in UML kernel that only sleeps) is
     killed after a boot timeout of 0.25 s, and the error says 0.25 s, not 0 s."""
-    from engine.vm import boot, uml
+    from engine.sandbox import boot, uml
 
     kernel = tmp_path / "linux"
     kernel.write_text("#!/bin/sh\nexec sleep 60\n")

@@ -16,9 +16,9 @@ from engine.caffe import splitter
 from engine.cli import build_parser, main
 from engine.commands.run import run_request
 from engine.model.params import Model
+from engine.sandbox import run as vmrun
+from engine.sandbox import run_in_sandbox
 from engine.schedule.pipelines import Arrival, Pipeline, save_pipeline
-from engine.vm import run as vmrun
-from engine.vm import run_in_vm
 from tests.model_fixtures import TINY, campaign, write_network
 from tests.unit.test_sandbox_failures import boot_timeout
 
@@ -38,7 +38,7 @@ def never_started(tiny: splitter.Description, root: Path, name: str) -> dict[str
          "--backend", "vm", "--limit", "256M", "--batch", "1"]))
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(vmrun, "boot_job", boot_timeout)
-        assert run_in_vm(request).termination == "error"
+        assert run_in_sandbox(request).termination == "error"
     return tidy_run(root / "failed")
 
 

@@ -15,9 +15,9 @@ from engine.cli import build_parser
 from engine.commands.run import run_request
 from engine.errors import RunFailed
 from engine.runner.meta import RunMeta
-from engine.vm import VmConfig, guest, run_in_vm
-from engine.vm import boot as vmboot
-from engine.vm import run as vmrun
+from engine.sandbox import SandboxConfig, guest, run_in_sandbox
+from engine.sandbox import boot as vmboot
+from engine.sandbox import run as vmrun
 from engine.workflow.args import batch_args, limit_args, run_options, run_settings
 from tests.unit.test_workflow_args import load_config, with_
 
@@ -31,7 +31,7 @@ def boot_timeout(py_args, share, limit, swap, cfg=None, timeout_s=None, sandbox=
     res = vmboot.BootResult(rc=None, accel="tcg", boot_s=None, total_s=180.0,
                             timed_out="boot", qemu_exit=-9, console="[0.1] slow\n",
                             error="the guest did not start within 180 s")
-    return res, vmrun.plan(VmConfig(accel="tcg"), limit, swap, FAKE_GUEST), FAKE_GUEST, None
+    return res, vmrun.plan(SandboxConfig(accel="tcg"), limit, swap, FAKE_GUEST), FAKE_GUEST, None
 
 
 def test_a_guest_that_never_booted_is_counted_not_ok_and_passes_the_settings_check(
@@ -49,7 +49,7 @@ def test_a_guest_that_never_booted_is_counted_not_ok_and_passes_the_settings_che
     request = run_request(build_parser().parse_args(
         ["run", "--pipeline", str(tiny["pipeline"]), "--split", str(tiny["models"]),
          "--policy", "linear", "--out", str(out), "--seed", str(config["seed"]), *flags]))
-    meta = run_in_vm(request)
+    meta = run_in_sandbox(request)
     assert meta.termination == "error" and "did not start" in meta.termination_detail
     runs = tidy_run(out)["runs"]
     settings = run_settings(config, limit, True, config["run"]["runtime"])
@@ -78,11 +78,11 @@ def test_force_keeps_the_earlier_run_when_the_guest_never_boots(tiny, tmp_path, 
         return boot_timeout(py_args, share, *args, **kw)  # its folder is what counts
 
     monkeypatch.setattr(vmrun, "boot_job", boot_ok)
-    assert run_in_vm(request()).termination == "ok"
+    assert run_in_sandbox(request()).termination == "ok"
     monkeypatch.setattr(vmrun, "boot_job", boot_timeout)
     earlier = (out / "meta.json").read_bytes()
     with pytest.raises(RunFailed, match="the earlier run in .* is kept") as raised:
-        run_in_vm(request("--force"))
+        run_in_sandbox(request("--force"))
     assert (out / "meta.json").read_bytes() == earlier
     kept = sorted(tmp_path.glob("run.failed.*"))
     assert len(kept) == 1 and str(kept[0]) in str(raised.value)

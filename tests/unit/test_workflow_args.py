@@ -180,17 +180,17 @@ def test_vm_enabled_runs_limited_runs_in_the_vm_on_its_pipelines(cfg):
 
 def test_the_vm_blocks_sandbox_is_uml_where_it_was_built_else_the_qemu_guest(cfg,
                                                                              monkeypatch):
-    from engine.limits import vm as vm_limits
+    from engine.limits import sandbox as sandbox_limits
 
     assert limit_args(with_(cfg, sandbox__kernel="uml"), "48M", True) == (
         "--limit 48M --swap max --backend uml --error-is-result")
     auto = with_(cfg, sandbox__kernel="auto")
-    monkeypatch.setattr(vm_limits, "uml_status", lambda: (True, "Linux 7.2.7 (sid)"))
+    monkeypatch.setattr(sandbox_limits, "uml_status", lambda: (True, "Linux 7.2.7 (sid)"))
     assert limit_args(auto, "none", True) == "--backend uml --error-is-result"
     # a uml run boots setup.sh's kernel: the workflow builds no qemu guest for it
     assert not needs_vm_guest(auto, "48M", True)
     assert not needs_vm_guest(auto, "none", False)
-    monkeypatch.setattr(vm_limits, "uml_status", lambda: (False, "not built"))
+    monkeypatch.setattr(sandbox_limits, "uml_status", lambda: (False, "not built"))
     assert limit_args(auto, "48M", True) == "--limit 48M --swap max --backend vm --error-is-result"
     assert needs_vm_guest(auto, "48M", True)
 
@@ -734,15 +734,15 @@ MODEL = {"fit_model", "evaluate_model", "reconstruct_model", "score_holdout"}
     # one policy's builder: no shared fingerprint changes (its own does, tested by dry run)
     ("engine/schedule/policies.py", "def _build_linear(", "EDITED = 1\n\n\ndef _build_linear(",
      {"run", "plots", *MODEL, "model_plots"}),
-    ("engine/vm/run.py", "GUEST_RESERVE = 256 * MIB", "GUEST_RESERVE = 255 * MIB", {"run"}),
+    ("engine/sandbox/run.py", "GUEST_RESERVE = 256 * MIB", "GUEST_RESERVE = 255 * MIB", {"run"}),
     # what the runs run that is not Python: the guests' init scripts and the preload's
     # source (seventh held-out pass H1: an edit to either reran nothing)
-    ("engine/vm/uml_init.sh", "#!/bin/sh\n", "#!/bin/sh\necho edited\n", {"run"}),
-    ("engine/vm/init.sh", "#!/bin/busybox sh\n", "#!/bin/busybox sh\necho edited\n", {"run"}),
-    ("engine/vm/ascend.c", "#include", "static int edited;\n#include", {"run"}),
+    ("engine/sandbox/uml_init.sh", "#!/bin/sh\n", "#!/bin/sh\necho edited\n", {"run"}),
+    ("engine/sandbox/init.sh", "#!/bin/busybox sh\n", "#!/bin/busybox sh\necho edited\n", {"run"}),
+    ("engine/sandbox/ascend.c", "#include", "static int edited;\n#include", {"run"}),
     # ... but not their comments (eleventh held-out pass M4: one reran every run)
-    ("engine/vm/uml_init.sh", "#!/bin/sh\n", "#!/bin/sh\n  # a comment\n\n", set()),
-    ("engine/vm/ascend.c", "#include", "/* a\n comment */ // and one more\n#include", set()),
+    ("engine/sandbox/uml_init.sh", "#!/bin/sh\n", "#!/bin/sh\n  # a comment\n\n", set()),
+    ("engine/sandbox/ascend.c", "#include", "/* a\n comment */ // and one more\n#include", set()),
     ("engine/schedule/pipelines.py", "def size_bin(", "EDITED = 1\n\n\ndef size_bin(",
      {"pipelines", "run", *MODEL}),
     # the reconciliation runs in the aggregate alone: neither tidying a run nor the model
@@ -797,7 +797,7 @@ def test_the_code_of_a_c_file_or_a_script_is_what_is_left_without_comments(tmp_p
 def test_run_jobs_import_the_whole_measured_path():
     modules = job_modules(JOB_ENTRIES["run"], REPO)
     for name in ("engine.units", "engine.cli", "engine.schedule.pipelines",
-                 "engine.schedule.policies", "engine.vm.run", "engine.vm.job",
+                 "engine.schedule.policies", "engine.sandbox.run", "engine.sandbox.job",
                  "engine.probes.sampler", "engine.ops.conv", "engine.caffe.wire"):
         assert name in modules
     assert "engine.analysis.plots" not in modules and "engine.workflow" not in modules
@@ -1045,15 +1045,15 @@ def test_a_guest_ram_too_small_for_the_limit_names_a_ram_that_is_enough():
     """Tenth held-out pass L3: the hint named more than was needed (816M at 48M, where
     the check asks for the limit plus the guest's reserve)."""
     from engine.errors import EdgeprofError
-    from engine.vm.config import VmConfig
-    from engine.vm.run import plan
+    from engine.sandbox.config import SandboxConfig
+    from engine.sandbox.run import plan
 
     with pytest.raises(EdgeprofError, match=r"to at least (\d+)M") as said:
-        plan(VmConfig(ram=200 * 2**20), 48 * 2**20, None, None)
+        plan(SandboxConfig(ram=200 * 2**20), 48 * 2**20, None, None)
     enough = int(re.search(r"to at least (\d+)M", str(said.value))[1]) * 2**20
-    assert plan(VmConfig(ram=enough, accel="tcg"), 48 * 2**20, None, None).ram_bytes >= enough
+    assert plan(SandboxConfig(ram=enough, accel="tcg"), 48 * 2**20, None, None).ram_bytes >= enough
     with pytest.raises(EdgeprofError, match="to at least"):
-        plan(VmConfig(ram=enough - 2**20, accel="tcg"), 48 * 2**20, None, None)
+        plan(SandboxConfig(ram=enough - 2**20, accel="tcg"), 48 * 2**20, None, None)
 
 
 @pytest.mark.parametrize("uml_works, qemu, name, limits, says", [
@@ -1072,7 +1072,7 @@ def test_results_a_sandbox_cannot_carry_is_refused_under_backend_auto(
         tmp_path, monkeypatch, uml_works, qemu, name, limits, says):
     """F5 (report 36): with sandbox.enabled false and run.backend auto, results with a space
     passed the dry run, then every limited run failed (exit 2): auto chose uml."""
-    from engine.limits import vm as limits_vm
+    from engine.limits import sandbox as limits_vm
 
     monkeypatch.setattr(limits_vm, "uml_status", lambda: (uml_works, "faked"))
     monkeypatch.setattr(limits_vm, "qemu_installed", lambda: qemu)
@@ -1107,7 +1107,7 @@ def test_a_policys_fingerprint_follows_its_builders_code_not_its_comments(engine
 
 
 def test_a_sandbox_runs_params_carry_the_environments_settings_of_its_measurement():
-    """Seventh held-out pass L4: EDGEPROF_VM_ASCEND=0 in the user's shell changed every
+    """Seventh held-out pass L4: EDGEPROF_UML_ASCEND=0 in the user's shell changed every
     UML run and reran none; ninth H2: a bad value failed each sandbox job after Snakemake
     had removed its finished run. Every guest setting but the timeouts, and UML's
     userspace mode, are in a sandbox run's params when not the default; a bad one is
@@ -1115,22 +1115,22 @@ def test_a_sandbox_runs_params_carry_the_environments_settings_of_its_measuremen
     import dataclasses
 
     from engine.errors import EdgeprofError
-    from engine.vm.config import VmConfig
+    from engine.sandbox.config import SandboxConfig
     from engine.workflow.environ import GUEST_SETTINGS, sandbox_settings
 
-    fields = {f.name for f in dataclasses.fields(VmConfig)}
+    fields = {f.name for f in dataclasses.fields(SandboxConfig)}
     assert set().union(*GUEST_SETTINGS.values()) == fields - {"boot_timeout_s", "timeout_s"}
-    assert sandbox_settings({"EDGEPROF_VM_ASCEND": "0", "EDGEPROF_VM_CACHE": "/c",
-                             "EDGEPROF_VM_RAM": "", "EDGEPROF_VM_TIMEOUT": "9"}, "uml") == {
-        "ascend": False}
+    assert sandbox_settings({"EDGEPROF_UML_ASCEND": "0", "EDGEPROF_VM_CACHE": "/c",
+                             "EDGEPROF_SANDBOX_RAM": "", "EDGEPROF_SANDBOX_TIMEOUT": "9"},
+                            "uml") == {"ascend": False}
     # the default written out, or another spelling of the same value: nothing to rerun
-    assert sandbox_settings({"EDGEPROF_VM_ASCEND": "1", "EDGEPROF_VM_SD_CARD": "no"},
+    assert sandbox_settings({"EDGEPROF_UML_ASCEND": "1", "EDGEPROF_VM_SD_CARD": "no"},
                             "uml") == {}
-    assert sandbox_settings({"EDGEPROF_VM_RAM": "2G", "EDGEPROF_UML_USERSPACE": "ptrace"},
+    assert sandbox_settings({"EDGEPROF_SANDBOX_RAM": "2G", "EDGEPROF_UML_USERSPACE": "ptrace"},
                             "uml") == {"ram": 2**31, "uml_userspace": "ptrace"}
     # what a sandbox ignores reruns none of its runs: qemu's CPUs and accelerator under
     # uml, UML's ascending faults and userspace mode under qemu
-    tuning = {"EDGEPROF_VM_SMP": "1", "EDGEPROF_VM_ACCEL": "tcg", "EDGEPROF_VM_ASCEND": "0",
+    tuning = {"EDGEPROF_VM_SMP": "1", "EDGEPROF_VM_ACCEL": "tcg", "EDGEPROF_UML_ASCEND": "0",
               "EDGEPROF_UML_USERSPACE": "ptrace"}
     assert sandbox_settings(tuning, "uml") == {"ascend": False, "uml_userspace": "ptrace"}
     assert sandbox_settings(tuning, "vm") == {"smp": 1, "accel": "tcg"}
@@ -1138,8 +1138,8 @@ def test_a_sandbox_runs_params_carry_the_environments_settings_of_its_measuremen
     # what a sandbox cannot honour is refused when planning, as its run would refuse it
     with pytest.raises(EdgeprofError, match="EDGEPROF_VM_SD_CARD: the uml backend cannot"):
         sandbox_settings({"EDGEPROF_VM_SD_CARD": "1"}, "uml")
-    with pytest.raises(EdgeprofError, match="EDGEPROF_VM_ASCEND='bogus'"):
-        sandbox_settings({"EDGEPROF_VM_ASCEND": "bogus"}, "vm")
+    with pytest.raises(EdgeprofError, match="EDGEPROF_UML_ASCEND='bogus'"):
+        sandbox_settings({"EDGEPROF_UML_ASCEND": "bogus"}, "vm")
     # eleventh pass M2: any word but ptrace once meant seccomp, silently, and reran
     assert sandbox_settings({"EDGEPROF_UML_USERSPACE": "seccomp"}, "uml") == {}
     with pytest.raises(EdgeprofError, match="EDGEPROF_UML_USERSPACE='junk' is not valid"):

@@ -400,7 +400,7 @@ def mem_key(in_sandbox, limit, pipeline):
 
 
 # Run jobs take the built qemu guest as input only where some run boots it (a uml run's
-# kernel is setup.sh's: python -m engine.vm build).
+# kernel is setup.sh's: python -m engine.sandbox build).
 ANY_RUN_IN_QEMU = any(needs_vm_guest(config, limit, in_sandbox) for in_sandbox, limit in _LIMITS)
 
 
@@ -618,7 +618,7 @@ def model_caption_facts(wildcards, input):
 def vm_recipe(wildcards):
     """The guest's recipe hash (reads two files; probes nothing): imported only when a
     vm_guest job is planned."""
-    from engine.vm.guest import recipe_hash
+    from engine.sandbox.guest import recipe_hash
 
     return recipe_hash()
 

@@ -19,4 +19,4 @@ rule vm_guest:
         cache=output_dir,
         recipe=vm_recipe,
     shell:
-        "python -m engine.vm build --sandbox vm --force --cache {params.cache:q} 2> {log:q}"
+        "python -m engine.sandbox build --sandbox vm --force --cache {params.cache:q} 2> {log:q}"

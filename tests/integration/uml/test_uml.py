@@ -1,4 +1,4 @@
-"""The uml backend: runs in a user-mode Linux kernel (engine/vm/uml.py), a real kernel with
+"""The uml backend: runs in a user-mode Linux kernel (engine/sandbox/uml.py), a real kernel with
 its own cgroup v2 and swap device, started as an ordinary host process. Its limits, swap,
 OOM kills and clean-up are checked the way tests/integration/vm/test_vm.py checks the qemu
 guest's. The host's cgroups are never touched."""
@@ -18,8 +18,8 @@ import pytest
 
 from engine.limits import LimitRequest
 from engine.limits.select import open_backend
+from engine.sandbox import SandboxConfig, run_command_in_sandbox, run_in_sandbox, uml
 from engine.units import parse_size
-from engine.vm import VmConfig, run_command_in_vm, run_in_vm, uml
 from tests.integration.vm.test_vm import ALLOC_200MB, REPO, _request
 from tests.signals import default_signals
 
@@ -73,8 +73,8 @@ def _members(pgid: int) -> set[int]:
 
 
 def test_swap_allowed_run_swaps_out_and_peaks_at_the_limit(uml_kernel, tmp_path):
-    res = run_command_in_vm([sys.executable, "-c", ALLOC_200MB], 64 * MiB, 512 * MiB,
-                            timeout_s=240, workdir=tmp_path, sandbox="uml")
+    res = run_command_in_sandbox([sys.executable, "-c", ALLOC_200MB], 64 * MiB, 512 * MiB,
+                                 timeout_s=240, workdir=tmp_path, sandbox="uml")
     facts, vm = res["guest"], res["sandbox"]
     assert facts is not None, res["console"][-2000:]
     assert facts["exit_code"] == 0 and "sum 230400.0" in res["job_log"]
@@ -92,8 +92,8 @@ def test_swap_allowed_run_swaps_out_and_peaks_at_the_limit(uml_kernel, tmp_path)
 
 def test_no_swap_run_is_oom_killed_and_recorded_as_memory(uml_kernel, tiny, tmp_path):
     out = tmp_path / "oom"
-    meta = run_in_vm(_request(tiny, "bulk", out, "--limit", "48M", "--swap", "0",
-                              backend="uml"), sandbox="uml").to_dict()
+    meta = run_in_sandbox(_request(tiny, "bulk", out, "--limit", "48M", "--swap", "0",
+                                   backend="uml"), sandbox="uml").to_dict()
     assert meta["termination"] == "memory", meta["termination_detail"]
     assert meta["oom_kills"] > 0 and meta["limit_enforced"]
     assert meta["backend"] == "uml" and meta["limits"]["guest_backend"] == "cgroup2"
@@ -119,8 +119,8 @@ def test_a_limited_run_and_its_baseline_give_the_host_outputs(uml_kernel, tiny, 
     for policy, limit in (("linear", ()), ("linear", ("--limit", "64M")),
                           ("bulk", ("--limit", "48M")), ("partial:2", ())):
         out = tmp_path / f"uml-{policy.replace(':', '_')}{''.join(limit)}"
-        meta = run_in_vm(_request(tiny, policy, out, *limit, backend="uml"),
-                         sandbox="uml").to_dict()
+        meta = run_in_sandbox(_request(tiny, policy, out, *limit, backend="uml"),
+                              sandbox="uml").to_dict()
         assert meta["termination"] == "ok", meta["termination_detail"]
         assert meta["emulated"] and meta["sandbox"]["kernel"] == "uml"
         assert meta["limit_enforced"] == bool(limit)
@@ -159,8 +159,9 @@ def test_sigkill_of_the_supervisor_takes_every_uml_process_along(uml_kernel, tin
     assert not any(_members(g) for g in groups), "UML processes outlived their supervisor"
     left = sorted(p.name for p in tmp_path.iterdir())
     assert any(".run.vm." in n for n in left) and any("edgeprof-swap" in n for n in left)
-    meta = run_in_vm(_request(tiny, "linear", out, "--limit", "64M", "--force",
-                              backend="uml"), VmConfig(boot_timeout_s=0.01), sandbox="uml")
+    meta = run_in_sandbox(_request(tiny, "linear", out, "--limit", "64M", "--force",
+                                   backend="uml"), SandboxConfig(boot_timeout_s=0.01),
+                          sandbox="uml")
     assert meta.termination == "error"  # too short a boot: killed, recorded
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
@@ -241,7 +242,7 @@ def test_calibrate_measures_the_sandboxes_per_page_costs(uml_kernel, tiny, tmp_p
     assert "uml backend" in device["source"] and "guest_pswpin_delta" in device["source"]
 
 
-# The build probe's copy-read (engine.vm.uml.COPY_READ_1GIB: the engine's readinto_at into
+# The build probe's copy-read (engine.sandbox.uml.COPY_READ_1GIB: the engine's readinto_at into
 # 1 GiB of fresh blobs at the scratch buffer's page offset, glibc's vector copy forced, as
 # on hosts whose memmove does not use rep movsb): it copies backward there, and without
 # the ascending faults each page becomes a host mapping of its own.
@@ -254,9 +255,9 @@ BACKWARD_COPIES = uml.BACKWARD_COPIES
 
 def test_the_engines_copy_read_reaches_1_gib_under_the_hosts_mapping_cap(uml_kernel,
                                                                         tmp_path):
-    res = run_command_in_vm(["env", BACKWARD_COPIES, sys.executable, "-c", COPY_READ_1GIB],
-                            None, None, timeout_s=300, workdir=tmp_path, sandbox="uml",
-                            stall_s=20)
+    res = run_command_in_sandbox(["env", BACKWARD_COPIES, sys.executable, "-c", COPY_READ_1GIB],
+                                 None, None, timeout_s=300, workdir=tmp_path, sandbox="uml",
+                                 stall_s=20)
     assert res["boot"]["timed_out"] is None, res["boot"]["error"]
     assert res["guest"]["exit_code"] == 0, res["job_log"][-2000:]
     resident = int(res["job_log"].split("resident MiB")[1].split()[0])
@@ -282,9 +283,9 @@ def test_a_guest_process_at_the_mapping_cap_is_ended_naming_the_cap(uml_kernel, 
     if cap is None or cap > 200_000:
         pytest.skip(f"the host's vm.max_map_count ({cap}) is above what 1 GiB can reach")
     t0 = time.monotonic()
-    res = run_command_in_vm([sys.executable, "-c", DESCENDING_TOUCH], None, None,
-                            cfg=VmConfig(ascend=False), timeout_s=600, workdir=tmp_path,
-                            sandbox="uml", stall_s=10)
+    res = run_command_in_sandbox([sys.executable, "-c", DESCENDING_TOUCH], None, None,
+                                 cfg=SandboxConfig(ascend=False), timeout_s=600, workdir=tmp_path,
+                                 sandbox="uml", stall_s=10)
     assert res["boot"]["timed_out"] == "maps", res["boot"]["error"]
     assert "vm.max_map_count" in res["boot"]["error"] and str(cap) in res["boot"]["error"]
     assert res["sandbox"]["host_maps_peak"] >= cap - 64
@@ -304,8 +305,8 @@ def test_a_swap_heavy_run_at_512m_completes_and_records_its_peak_mappings(uml_ke
     big = tmp_path / "big.json"
     save_pipeline(Pipeline("big", [Arrival(0.0, ["AgeNet", "GenderNet"] * 16)]), big)
     out = tmp_path / "run"
-    meta = run_in_vm(_request({**tiny, "pipeline": big}, "deepeye", out, "--limit", "512M",
-                              backend="uml"), sandbox="uml").to_dict()
+    meta = run_in_sandbox(_request({**tiny, "pipeline": big}, "deepeye", out, "--limit", "512M",
+                                   backend="uml"), sandbox="uml").to_dict()
     assert meta["termination"] == "ok", meta["termination_detail"]
     assert meta["sandbox"]["vmstat_delta"]["pswpout"] > 64 * MiB // 4096
     peak, cap = meta["sandbox"]["host_maps_peak"], meta["sandbox"]["host_max_map_count"]

@@ -24,8 +24,8 @@ from engine.commands.run import run_request
 from engine.errors import EdgeprofError
 from engine.probes.vmstat import COLUMNS, VmstatWindows
 from engine.runner.request import RunRequest
-from engine.vm import VmConfig, guest, run_command_in_vm, run_in_vm
-from engine.vm import boot as vmboot
+from engine.sandbox import SandboxConfig, guest, run_command_in_sandbox, run_in_sandbox
+from engine.sandbox import boot as vmboot
 from tests.signals import default_signals
 
 pytestmark = pytest.mark.vm
@@ -101,8 +101,8 @@ def _request(tiny: dict[str, Path], policy: str, out: Path, *extra: str,
 
 
 def test_swap_allowed_run_completes_swaps_out_and_peaks_at_the_limit(vm_guest, tmp_path):
-    res = run_command_in_vm([sys.executable, "-c", ALLOC_200MB], 64 * MiB, 512 * MiB,
-                            timeout_s=240, workdir=tmp_path)
+    res = run_command_in_sandbox([sys.executable, "-c", ALLOC_200MB], 64 * MiB, 512 * MiB,
+                                 timeout_s=240, workdir=tmp_path)
     facts, vm = res["guest"], res["sandbox"]
     assert facts is not None, res["console"][-2000:]
     assert facts["exit_code"] == 0 and "sum 230400.0" in res["job_log"]
@@ -123,7 +123,7 @@ def test_swap_allowed_run_completes_swaps_out_and_peaks_at_the_limit(vm_guest, t
 
 def test_no_swap_run_is_oom_killed_and_recorded_as_memory(vm_guest, tiny, tmp_path):
     out = tmp_path / "oom"
-    meta = run_in_vm(_request(tiny, "bulk", out, "--limit", "48M", "--swap", "0")).to_dict()
+    meta = run_in_sandbox(_request(tiny, "bulk", out, "--limit", "48M", "--swap", "0")).to_dict()
     assert meta["termination"] == "memory", meta["termination_detail"]
     assert meta["oom_kills"] > 0 and meta["limit_enforced"]
     assert meta["backend"] == "vm" and meta["limits"]["guest_backend"] == "cgroup2"
@@ -160,7 +160,7 @@ def test_a_multi_worker_run_in_the_guest_gives_the_host_outputs(vm_guest, tiny, 
     below (each guest run is a boot of its own: a minute under TCG)."""
     host, guest_out = tmp_path / "host", tmp_path / "vm"
     _host_run(tiny, "partial:2", host)
-    meta = run_in_vm(_request(tiny, "partial:2", guest_out, "--limit", "256M")).to_dict()
+    meta = run_in_sandbox(_request(tiny, "partial:2", guest_out, "--limit", "256M")).to_dict()
     assert meta["termination"] == "ok", meta["termination_detail"]
     assert meta["limit_enforced"] and meta["limits"]["memory_max"] == 256 * MiB
     assert meta["emulated"] == meta["sandbox"]["emulated"]
@@ -177,10 +177,10 @@ def test_an_interrupted_run_kills_qemu_and_leaves_nothing(vm_guest, tiny, tmp_pa
                                                           when):
     script = ("import sys\nfrom engine.cli import build_parser\n"
               "from engine.commands.run import run_request\n"
-              "from engine.vm import run_in_vm\n"
+              "from engine.sandbox import run_in_sandbox\n"
               "from engine.signals import Interrupted\n"
               "args = build_parser().parse_args(sys.argv[1:])\n"
-              "try:\n    run_in_vm(run_request(args))\n"
+              "try:\n    run_in_sandbox(run_request(args))\n"
               "except Interrupted as exc:\n    print(exc, file=sys.stderr)\n    sys.exit(130)\n")
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-c", script, "run", "--pipeline",
@@ -222,7 +222,8 @@ def _ppid(pid: int) -> int | None:
 
 def test_a_guest_that_does_not_come_up_is_killed_and_recorded(vm_guest, tiny, tmp_path):
     out = tmp_path / "run"
-    meta = run_in_vm(_request(tiny, "linear", out), VmConfig(boot_timeout_s=1.0)).to_dict()
+    meta = run_in_sandbox(_request(tiny, "linear", out),
+                          SandboxConfig(boot_timeout_s=1.0)).to_dict()
     assert meta["termination"] == "error"
     assert "did not start the job within 1 s" in meta["termination_detail"]
     assert meta["sandbox"]["error"] and not meta["limit_enforced"]
@@ -235,7 +236,7 @@ def test_a_guest_that_does_not_come_up_is_killed_and_recorded(vm_guest, tiny, tm
 def test_missing_qemu_names_the_install_command(tiny, tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(EdgeprofError, match="apt-get install -y .*qemu-system-x86"):
-        run_in_vm(_request(tiny, "linear", tmp_path / "run"))
+        run_in_sandbox(_request(tiny, "linear", tmp_path / "run"))
     assert not (tmp_path / "run").exists()
 
 
@@ -254,8 +255,8 @@ def test_missing_kernel_package_names_the_apt_command(vm_guest, tmp_path, monkey
 
 def test_a_limit_above_the_guest_ram_is_refused(vm_guest, tiny, tmp_path):
     with pytest.raises(EdgeprofError, match="above the guest RAM"):
-        run_in_vm(_request(tiny, "linear", tmp_path / "run", "--limit", "2G"),
-                  VmConfig(ram=2048 * MiB))
+        run_in_sandbox(_request(tiny, "linear", tmp_path / "run", "--limit", "2G"),
+                       SandboxConfig(ram=2048 * MiB))
     assert list(tmp_path.iterdir()) == []
 
 
@@ -294,8 +295,8 @@ def test_sigkill_of_the_supervisor_takes_qemu_along_and_the_next_run_sweeps(vm_g
     left = sorted(p.name for p in tmp_path.iterdir())
     assert any(".run.vm." in n for n in left) and any("edgeprof-swap" in n for n in left)
     # the next run on this --out removes what the dead one left (its guest need not boot)
-    meta = run_in_vm(_request(tiny, "linear", out, "--limit", "256M", "--force"),
-                     VmConfig(boot_timeout_s=1.0))
+    meta = run_in_sandbox(_request(tiny, "linear", out, "--limit", "256M", "--force"),
+                          SandboxConfig(boot_timeout_s=1.0))
     assert meta.termination == "error"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
@@ -308,7 +309,7 @@ def test_a_heap_profiled_run_in_the_guest_is_attributed_to_the_cgroups_charge(vm
     from engine.analysis.reconcile import reconcile_run
 
     out = tmp_path / "rec"
-    meta = run_in_vm(_request(tiny, "linear", out, "--heap-profile"))
+    meta = run_in_sandbox(_request(tiny, "linear", out, "--heap-profile"))
     assert meta.termination == "ok", meta.termination_detail
     _host_run(tiny, "linear", tmp_path / "host")
     _same_outputs(tmp_path / "host", out)
@@ -329,7 +330,7 @@ def _fake_boot(calls: list, *, start_a_task: bool, segfault: bool = False):
     streaming one task's start when ``start_a_task``; or, with ``segfault``, its first
     boot writes a run folder whose child died of SIGSEGV."""
     from engine.runner.meta import RunMeta
-    from engine.vm.run import GUEST_OUT
+    from engine.sandbox.run import GUEST_OUT
 
     def boot(py_args, share, limit, swap, cfg=None, timeout_s=None, sandbox="vm",
              stall_s=None, cpus=None):
@@ -349,9 +350,10 @@ def _fake_boot(calls: list, *, start_a_task: bool, segfault: bool = False):
         (share / "job.sh").write_text("true\n")
         res = vmboot.BootResult(rc=None, accel="tcg", boot_s=4.0, total_s=6.0,
                                 timed_out=None, qemu_exit=0, console="[0.1] boom\n")
-        return res, run_mod.plan(VmConfig(accel="tcg"), limit, swap, FAKE_GUEST), FAKE_GUEST, None
+        plan = run_mod.plan(SandboxConfig(accel="tcg"), limit, swap, FAKE_GUEST)
+        return res, plan, FAKE_GUEST, None
 
-    from engine.vm import run as run_mod
+    from engine.sandbox import run as run_mod
     return boot
 
 
@@ -365,11 +367,11 @@ def test_a_guest_that_stops_before_the_first_task_is_booted_once_more(
     """A guest that ends before the run's first task started is a flaky boot, not a
     result: booted again once (from a clean share: only the request), and recorded; one
     that stopped mid-run is a result (an error) and is not retried."""
-    from engine.vm import run as run_mod
+    from engine.sandbox import run as run_mod
 
     calls: list = []
     monkeypatch.setattr(run_mod, "boot_job", _fake_boot(calls, start_a_task=start_a_task))
-    meta = run_in_vm(_request(tiny, "linear", tmp_path / "run", "--limit", "256M"))
+    meta = run_in_sandbox(_request(tiny, "linear", tmp_path / "run", "--limit", "256M"))
     assert len(calls) == boots and meta.termination == "error"
     assert all(c == [run_mod.GUEST_REQUEST] for c in calls)  # each boot from a clean share
     retried = meta.sandbox["retried_boot"]
@@ -381,11 +383,11 @@ def test_a_guest_that_stops_before_the_first_task_is_booted_once_more(
 
 def test_a_child_killed_by_sigsegv_under_emulation_is_booted_once_more(tiny, tmp_path,
                                                                         monkeypatch):
-    from engine.vm import run as run_mod
+    from engine.sandbox import run as run_mod
 
     calls: list = []
     monkeypatch.setattr(run_mod, "boot_job", _fake_boot(calls, start_a_task=False,
                                                         segfault=True))
-    meta = run_in_vm(_request(tiny, "linear", tmp_path / "run", "--limit", "256M"))
+    meta = run_in_sandbox(_request(tiny, "linear", tmp_path / "run", "--limit", "256M"))
     assert len(calls) == 2 and calls[1] == [run_mod.GUEST_REQUEST]
     assert meta.sandbox["retried_boot"]["why"] == "the measured child died of SIGSEGV in the guest"

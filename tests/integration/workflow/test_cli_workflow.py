@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from engine.limits.vm import uml_status
+from engine.limits.sandbox import uml_status
 from tests.integration.snakemake_output import job_counts
 
 REPO = Path(__file__).resolve().parents[3]
@@ -207,7 +207,7 @@ def test_with_the_vm_disabled_every_limit_runs_natively_with_run_backend(tmp_pat
 def test_building_the_dag_probes_nothing_on_the_host(tmp_path):
     """Where the limited runs go is config (sandbox.enabled): planning the default workflow,
     whose limited runs go to the VM, runs no systemctl or qemu and does not import the
-    vm backend's host side (engine.vm.run, which probes both)."""
+    vm backend's host side (engine.sandbox.run, which probes both)."""
     fake = tmp_path / "bin"
     fake.mkdir()
     marker = tmp_path / "probed"
@@ -233,7 +233,7 @@ def test_building_the_dag_probes_nothing_on_the_host(tmp_path):
     imported = {line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines()
                 if line.startswith("import time:")}
     assert "engine.workflow" in imported
-    assert not {"engine.vm.run", "engine.vm.boot", "engine.limits.select"} & imported
+    assert not {"engine.sandbox.run", "engine.sandbox.boot", "engine.limits.select"} & imported
 
 
 def test_a_user_model_replaced_by_an_older_file_is_split_again(tmp_path):

@@ -1,5 +1,5 @@
 """``uml`` and ``vm``: the run goes to a sandbox kernel with its own cgroup v2 and swap
-device (``engine.vm``): a user-mode Linux kernel run as a host process, or a throwaway
+device (``engine.sandbox``): a user-mode Linux kernel run as a host process, or a throwaway
 qemu guest. This session only marks that: the supervisor of this process starts nothing,
 and ``runs_elsewhere`` tells the caller to hand the run to the sandbox. ``auto`` falls
 back to them when a limit is asked for and nothing on the host can enforce it: to uml
@@ -20,8 +20,7 @@ def qemu_installed() -> bool:
     return shutil.which(QEMU) is not None
 
 
-class VmSession(Session):
-    backend = "vm"
+class SandboxSession(Session):
     runs_elsewhere = True
     # the guest's cgroup2 session sets and reports the limit; the run's record says
     # whether it was enforced there
@@ -31,7 +30,11 @@ class VmSession(Session):
         self.enforced = request.limit_bytes is not None
 
 
-class UmlSession(VmSession):
+class QemuSession(SandboxSession):
+    backend = "vm"
+
+
+class UmlSession(SandboxSession):
     backend = "uml"
 
 
@@ -44,12 +47,12 @@ def uml_status() -> tuple[bool, str]:
     return False, why_none() or "not built"
 
 
-def sandbox_session(backend: str, request: LimitRequest) -> VmSession:
+def sandbox_session(backend: str, request: LimitRequest) -> SandboxSession:
     """The session of an explicitly chosen ``uml`` or ``vm`` backend."""
     if backend == "uml":
         ok, why = uml_status()
         if not ok:
-            raise EdgeprofError(f"uml: {why}; build it with python -m engine.vm build, or use "
+            raise EdgeprofError(f"uml: {why}; build it with python -m engine.sandbox build, or use "
                                 f"--backend vm")
         return UmlSession(request)
-    return VmSession(request)
+    return QemuSession(request)

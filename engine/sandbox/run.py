@@ -1,7 +1,7 @@
 """Host side of the vm and uml backends: size the guest, boot it, collect the run folder.
 
-``run_in_vm`` is ``python -m engine run --backend vm`` (a qemu guest) or ``--backend uml``
-(a user-mode Linux kernel, ``engine.vm.uml``): the guest runs the same command
+``run_in_sandbox`` is ``python -m engine run --backend vm`` (a qemu guest) or ``--backend uml``
+(a user-mode Linux kernel, ``engine.sandbox.uml``): the guest runs the same command
 with ``--backend cgroup2`` under its own cgroup root and writes the run folder into the
 writable share, a hidden folder beside ``--out``; the host adds the VM facts to meta.json
 (accelerator, guest kernel, guest RAM, swap device, ``emulated``) and renames the folder
@@ -31,15 +31,15 @@ from engine.probes.vmstat import GUEST_ENV
 from engine.runner.meta import RunMeta, host_facts
 from engine.runner.outdir import OutClaim
 from engine.runner.request import RunRequest
+from engine.sandbox import boot as vmboot
+from engine.sandbox import hostmaps, uml
+from engine.sandbox.config import ENV_NAMES, SandboxConfig, uml_userspace
+from engine.sandbox.guest import CACHE_ENV, Guest, default_cache, load_guest
+from engine.sandbox.paths import check_share
 from engine.schedule.pipelines import Pipeline
 from engine.schedule.policies import Policy
 from engine.signals import Interrupted, Signalled, ignore_signals, signals_unwind
 from engine.units import MIB
-from engine.vm import boot as vmboot
-from engine.vm import hostmaps, uml
-from engine.vm.config import VmConfig, uml_userspace
-from engine.vm.guest import CACHE_ENV, Guest, default_cache, load_guest
-from engine.vm.paths import check_share
 
 GUEST_OVERHEAD = 768 * MIB  # kernel, tmpfs root overlay, the supervisor's own Python+numpy
 GUEST_RESERVE = 256 * MIB  # the least the guest needs beside the run's cgroup
@@ -59,7 +59,7 @@ class Plan:
     accel: str
     accel_reason: str
     sd_card: bool = False
-    preload: Path | None = None  # uml: LD_PRELOADed in the guest (engine/vm/ascend.c)
+    preload: Path | None = None  # uml: LD_PRELOADed in the guest (engine/sandbox/ascend.c)
 
 
 def _host_ram() -> int:
@@ -69,7 +69,7 @@ def _host_ram() -> int:
     return 0
 
 
-def plan(cfg: VmConfig, limit: int | None, swap: int | None, guest: Guest | uml.Uml) -> Plan:
+def plan(cfg: SandboxConfig, limit: int | None, swap: int | None, guest: Guest | uml.Uml) -> Plan:
     """Guest RAM comfortably above the limit (the cgroup, not the guest, must constrain the
     run) and a swap device large enough that memory.swap.max is what limits swap. A UML
     kernel runs on the host CPU (accelerator "uml")."""
@@ -79,7 +79,7 @@ def plan(cfg: VmConfig, limit: int | None, swap: int | None, guest: Guest | uml.
             raise EdgeprofError(
                 f"vm: the limit ({limit // MIB} MiB) is above the guest RAM minus what the "
                 f"guest itself needs ({ram // MIB} - {GUEST_RESERVE // MIB} MiB): raise "
-                f"EDGEPROF_VM_RAM to at least {-(-(limit + GUEST_RESERVE) // MIB)}M or unset "
+                f"{ENV_NAMES['RAM']} to at least {-(-(limit + GUEST_RESERVE) // MIB)}M or unset "
                 f"it")
     elif limit is None:  # a baseline: the guest's RAM must never be what limits it
         ram = BASELINE_RAM
@@ -98,20 +98,20 @@ def plan(cfg: VmConfig, limit: int | None, swap: int | None, guest: Guest | uml.
                                         f"({guest.suite}'s {guest.package})",
                     preload=guest.preload if cfg.ascend else None)
     if cfg.accel in ("kvm", "tcg"):
-        accel, why = cfg.accel, "set by EDGEPROF_VM_ACCEL"
+        accel, why = cfg.accel, f"set by {ENV_NAMES['ACCEL']}"
     elif cfg.accel == "auto":
         accel, why = vmboot.kvm_status(guest)
     else:
-        raise EdgeprofError(f"EDGEPROF_VM_ACCEL={cfg.accel!r}: use auto, kvm or tcg")
+        raise EdgeprofError(f"{ENV_NAMES['ACCEL']}={cfg.accel!r}: use auto, kvm or tcg")
     return Plan(ram, device, accel, why, cfg.sd_card and device > 0)
 
 
-def swap_device_bytes(cfg: VmConfig, swap: int | None) -> int:
+def swap_device_bytes(cfg: SandboxConfig, swap: int | None) -> int:
     """The guest's swap device for memory.swap.max ``swap`` (None: unlimited); 0: none."""
     return 0 if swap == 0 else cfg.swap_device if swap is None else swap + DEVICE_SLACK
 
 
-def check_swap_room(cfg: VmConfig, swap: int, out: str) -> None:
+def check_swap_room(cfg: SandboxConfig, swap: int, out: str) -> None:
     """Refuse, before the boot, a --swap whose swap image (a sparse file beside ``out``,
     filled as the guest swaps) is larger than the free space of its filesystem."""
     device = swap_device_bytes(cfg, swap)
@@ -151,7 +151,7 @@ def job_script(py_args: list[str], accel: str, cwd: Path, preload: Path | None =
     elif accel == "uml":
         # UML 7.2 loses what its kernel writes into swapped-in anonymous pages: weights go
         # through a locked buffer (engine.caffe.wire), into pages faulted in ascending
-        # order, as the preload faults every copy's destination (engine/vm/ascend.c)
+        # order, as the preload faults every copy's destination (engine/sandbox/ascend.c)
         env[UML_READS_ENV] = "1" if preload else UNORDERED
         if preload:
             env["LD_PRELOAD"] = str(preload)
@@ -163,21 +163,21 @@ def job_script(py_args: list[str], accel: str, cwd: Path, preload: Path | None =
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
     # job output goes to a file: the emulated serial console is slow
     return (f"{exports}cd {shlex.quote(str(cwd))} || exit 97\n"
-            f"{shlex.join([sys.executable, '-m', 'engine.vm.job', *py_args])} "
+            f"{shlex.join([sys.executable, '-m', 'engine.sandbox.job', *py_args])} "
             f"> /run/vmout/job.log 2>&1\n"
             f"rc=$?\ntail -n 20 /run/vmout/job.log\nexit $rc\n")
 
 
 def boot_job(py_args: list[str], share: Path, limit: int | None, swap: int | None,
-             cfg: VmConfig | None = None, timeout_s: float | None = None,
+             cfg: SandboxConfig | None = None, timeout_s: float | None = None,
              sandbox: str = "vm", stall_s: float | None = None,
              cpus: set[int] | None = None
              ) -> tuple[vmboot.BootResult, Plan, Guest | uml.Uml, dict | None]:
-    """Boot once running ``python -m engine.vm.job PY_ARGS`` with ``share`` as /run/vmout,
+    """Boot once running ``python -m engine.sandbox.job PY_ARGS`` with ``share`` as /run/vmout,
     in ``sandbox`` ("vm": qemu, "uml": user-mode Linux; ``stall_s``: how long a guest
     process may sit at the host's mapping cap; ``cpus``: the host CPUs it runs on).
     Returns the boot result, the plan, the guest and the guest's guest.json (or None)."""
-    cfg = cfg or VmConfig.from_env()
+    cfg = cfg or SandboxConfig.from_env()
     guest = built_sandbox(sandbox)
     p = plan(cfg, limit, swap, guest)
     with naming(share / "job.sh"):
@@ -193,26 +193,26 @@ def boot_job(py_args: list[str], share: Path, limit: int | None, swap: int | Non
 
 def built_sandbox(sandbox: str) -> Guest | uml.Uml:
     """The built kernel of ``sandbox``; a run never builds one (a download of hundreds of
-    MB into wherever the cache variable points): that is ``python -m engine.vm build``."""
+    MB into wherever the cache variable points): that is ``python -m engine.sandbox build``."""
     if sandbox == "uml":
         built = uml.load_uml()
         if built is None:
-            raise EdgeprofError(f"uml: {uml.why_none()}; build it with python -m engine.vm "
+            raise EdgeprofError(f"uml: {uml.why_none()}; build it with python -m engine.sandbox "
                                 f"build (setup.sh does), or use --backend vm")
         return built
     vmboot.qemu_binary()
     built = load_guest()
     if built is None:
         raise EdgeprofError(f"the vm guest is not built in {default_cache()} "
-                            f"(${CACHE_ENV}); build it with python -m engine.vm build "
+                            f"(${CACHE_ENV}); build it with python -m engine.sandbox build "
                             f"(setup.sh does)")
     return built
 
 
-def run_command_in_vm(argv: list[str], limit: int | None, swap: int | None,
-                      cfg: VmConfig | None = None, timeout_s: float | None = None,
-                      workdir: Path | None = None, sandbox: str = "vm",
-                      stall_s: float | None = None) -> dict:
+def run_command_in_sandbox(argv: list[str], limit: int | None, swap: int | None,
+                           cfg: SandboxConfig | None = None, timeout_s: float | None = None,
+                           workdir: Path | None = None, sandbox: str = "vm",
+                           stall_s: float | None = None) -> dict:
     """ARGV in the guest under a cgroup2 session with memory.max=limit and memory.swap.max=
     swap (None: no limit). Returns {"guest": guest.json, "boot": boot facts, "sandbox":
     the meta.json "sandbox" facts, "job_log", "console"}. Nothing is left behind. ``stall_s``: how
@@ -266,8 +266,8 @@ def sandbox_facts(res: vmboot.BootResult, p: Plan, guest: Guest | uml.Uml,
             "error": res.error}
 
 
-def run_in_vm(request: RunRequest, cfg: VmConfig | None = None,
-              auto: dict | None = None, sandbox: str = "vm") -> RunMeta:
+def run_in_sandbox(request: RunRequest, cfg: SandboxConfig | None = None,
+                   auto: dict | None = None, sandbox: str = "vm") -> RunMeta:
     """``engine run`` with ``--backend vm`` or ``uml`` (``sandbox``); returns the written
     meta.json. The guest gets ``request`` as JSON (its out in the share, backend
     cgroup2). ``auto``: auto's notes when it chose the sandbox. Raises Interrupted on
@@ -275,10 +275,10 @@ def run_in_vm(request: RunRequest, cfg: VmConfig | None = None,
     from engine.runner.supervise import check_inputs
 
     policy, pipeline, models, descs = check_inputs(request)  # in a second, not after a boot
-    cfg = cfg or VmConfig.from_env()  # a bad setting fails before anything is written
+    cfg = cfg or SandboxConfig.from_env()  # a bad setting fails before anything is written
     check_share(request.out, sandbox)  # auto's choice too: before any folder exists
     limit, swap = request.limits.limit_bytes, request.limits.swap_bytes
-    if swap is not None:  # a size asked for (max: EDGEPROF_VM_SWAP_DEVICE's device)
+    if swap is not None:  # a size asked for (max: EDGEPROF_SANDBOX_SWAP_DEVICE's device)
         check_swap_room(cfg, swap, request.out)
     share = pin = None
     with OutClaim(request.out, request.force, request.inputs()) as claim, signals_unwind():

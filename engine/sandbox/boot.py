@@ -25,12 +25,12 @@ from pathlib import Path
 
 from engine.errors import EdgeprofError
 from engine.files import naming
-from engine.limits.vm import QEMU
+from engine.limits.sandbox import QEMU
 from engine.procs import preexec, stamped_tempdir
 from engine.runner.outdir import SWAP_PREFIX
+from engine.sandbox import hostmaps, uml
+from engine.sandbox.guest import INSTALL_HINT, Guest
 from engine.signals import signals_deferred
-from engine.vm import hostmaps, uml
-from engine.vm.guest import INSTALL_HINT, Guest
 
 START_MARK = "VM_CMD_START"
 # SD-card-like swap device: ~20 MB/s read, ~10 MB/s write, 1500 IOPS

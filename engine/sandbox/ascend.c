@@ -13,7 +13,7 @@
  * than the run's memory limit first would swap its first pages out before the copy
  * reaches them (a Caffe-faithful fc6 copy under 256M was OOM-killed that way).
  *
- * Built by python -m engine.vm build into the UML recipe's folder (engine/vm/uml.py).
+ * Built by python -m engine.sandbox build into the UML recipe's folder (engine/sandbox/uml.py).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>

@@ -52,8 +52,8 @@ from engine.limits.umlhost import (
     recipe_hash,
     why_none,
 )
-from engine.vm.config import uml_userspace
-from engine.vm.guest import Log, _run, apt_state, download_deb
+from engine.sandbox.config import uml_userspace
+from engine.sandbox.guest import Log, _run, apt_state, download_deb
 
 PACKAGE = "user-mode-linux"
 INIT_SCRIPT = Path(__file__).with_name("uml_init.sh")
@@ -295,7 +295,7 @@ def probe(binary: Path, preload: Path, log: Log = print) -> tuple[str, dict[str,
 def _probe_boot(argv: list[str], share: Path) -> tuple[int, str]:
     """One probe boot: its guest processes' peak host mappings and its console; raises
     when the job fails, times out or sits at the mapping cap."""
-    from engine.vm.hostmaps import MapWatch
+    from engine.sandbox.hostmaps import MapWatch
 
     log_path = share.parent / "console.log"  # a file: a pipe left unread could fill
     with open(log_path, "wb") as log:

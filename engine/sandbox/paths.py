@@ -52,7 +52,7 @@ def uml_command_line(out: str) -> int:
     """The length in bytes of the UML command line of a run into ``out`` (a
     ``share_path``: its share and swap image beside it, their longest names), with what
     UML appends to it."""
-    from engine.vm import uml
+    from engine.sandbox import uml
 
     folder, name = os.path.split(out)
     share = Path(folder, f".{name}.vm{_STAMP}")

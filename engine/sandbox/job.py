@@ -1,4 +1,4 @@
-"""Guest side: what the job script runs inside the VM (``python -m engine.vm.job``).
+"""Guest side: what the job script runs inside the VM (``python -m engine.sandbox.job``).
 
 Two modes, both writing ``guest.json`` into the writable share (/run/vmout):
 
@@ -78,7 +78,7 @@ def main(argv: list[str]) -> int:
     elif mode == "command":
         code, facts = run_command(rest[0], rest[1], rest[2:])
     else:
-        print(f"engine.vm.job: unknown mode {mode!r}", file=sys.stderr)
+        print(f"engine.sandbox.job: unknown mode {mode!r}", file=sys.stderr)
         return 2
     after = read_vmstat(JOB_KEYS)
     facts.update(
