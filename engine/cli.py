@@ -8,6 +8,7 @@ else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import resource
 import signal
@@ -37,7 +38,7 @@ from engine.commands import (
 from engine.errors import EdgeprofError, RunFailed
 from engine.files import is_write_failure, write_failure
 from engine.log import configure as configure_log
-from engine.signals import Signalled
+from engine.signals import Signalled, caught_signal
 
 # Every verb, in the order --help lists them; each module adds its own parser
 # (engine/commands/__init__.py says how).
@@ -133,11 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         print("error: interrupted", file=sys.stderr)
         return 130
     except Signalled as exc:  # a verb that cleans up on SIGTERM/SIGHUP too (models, split)
-        _hold_signals()
-        said = ("its outputs were written whole before it" if exc.committed
-                else "nothing written")
-        print(f"error: interrupted by {exc.name}; {said}", file=sys.stderr)
-        return 130
+        return _interrupted(exc)
     except OSError as exc:  # a path the command cannot read or write
         if isinstance(exc, BrokenPipeError) and exc.filename is None:
             return reader_gone()
@@ -151,3 +148,19 @@ def main(argv: list[str] | None = None) -> int:
         # too large for the host is refused by check_batch_fits, exit 2, before this)
         print(f"error: {out_of_memory()}", file=sys.stderr)
         return 1
+    except Exception:
+        caught = caught_signal()
+        if caught is None:
+            raise
+        # the signal's exception, turned into another on its way up (raised inside an
+        # extension module's import, a lazy one such as pyarrow's at a table's write):
+        # the cleanup ran all the same, and the command was interrupted (-v shows it)
+        logging.getLogger(__name__).debug("after the signal", exc_info=True)
+        return _interrupted(caught)
+
+
+def _interrupted(exc: Signalled) -> int:
+    _hold_signals()
+    said = "its outputs were written whole before it" if exc.committed else "nothing written"
+    print(f"error: interrupted by {exc.name}; {said}", file=sys.stderr)
+    return 130

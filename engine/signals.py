@@ -38,15 +38,23 @@ class Signalled(BaseException):
 
 _signalled = False  # a signal began unwinding a run: this process is ending
 _committed = False  # the command's outputs are in place, whole (``committed``)
+_caught: str | None = None  # the name of the signal that began it
 
 
 def _raise(signum: int, frame: object) -> None:
-    global _signalled
-    _signalled = True
+    global _signalled, _caught
+    _signalled, _caught = True, signal.Signals(signum).name
     # the first signal starts the unwinding; one arriving a few ms later, before any
     # cleanup code could say so, must not cut that cleanup short
     ignore_signals()
-    raise Signalled(signal.Signals(signum).name, _committed)
+    raise Signalled(_caught, _committed)
+
+
+def caught_signal() -> Signalled | None:
+    """The signal that began unwinding this process, if one did: what an exception that
+    surfaces afterwards in its place comes from (an extension module whose import the
+    signal's exception interrupted reports an error of its own, e.g. a TypeError)."""
+    return None if _caught is None else Signalled(_caught, _committed)
 
 
 def redeliver_lost_signals(unraisable: object) -> None:
