@@ -31,11 +31,12 @@ def _work_folder() -> Path:
     return stamped_tempdir(WORK_PREFIX, tmp)
 
 
-def _compare(descriptions: list[str], data: Path) -> None:
+def _compare(descriptions: list[str], data: Path, batch: int | None = None) -> None:
     """Markdown tables, MiB above each process's start: every compared figure of real
     Caffe (the probe, and pycaffe where it runs the same sequence) and of both runtimes;
     what the resets freed against ``layer_buffers``; the outputs' agreement; and for V1
-    models the whole-file load's transient against that of a V2 twin of the file."""
+    models the whole-file load's transient against that of a V2 twin of the file. Each
+    network at ``batch`` (None: its deploy batch)."""
     import numpy as np
 
     from engine.network import Network
@@ -47,17 +48,18 @@ def _compare(descriptions: list[str], data: Path) -> None:
     twins = []
     for description in descriptions:
         desc = Description.load(description)
-        name = desc.network
+        name = desc.network if batch is None else f"{desc.network} (batch {batch})"
         work = _work_folder()
         try:
-            real = {m: reference.measure_caffe(description, m, data, work) for m in
-                    reference.MODES}
-            ours = {(m, rt): reference.measure_engine(description, m, rt, work)
+            real = {m: reference.measure_caffe(description, m, data, work, batch=batch)
+                    for m in reference.MODES}
+            ours = {(m, rt): reference.measure_engine(description, m, rt, work, batch=batch)
                     for m in reference.MODES for rt in RUNTIMES}
-            py = reference.measure_pycaffe(description, data, work)
+            py = reference.measure_pycaffe(description, data, work, batch=batch)
             if desc.format == "V1":  # the twin in the work folder (bound at /out)
                 twin = reference.v2_caffemodel(description, work / f"{desc.stem}.v2.caffemodel")
-                v2 = reference.measure_caffe(description, "bulk", data, work, caffemodel=twin)
+                v2 = reference.measure_caffe(description, "bulk", data, work, caffemodel=twin,
+                                             batch=batch)
                 twins.append((desc, real["bulk"], v2, message_peak_bytes(twin)))
         finally:
             shutil.rmtree(work, ignore_errors=True)
@@ -84,7 +86,7 @@ def _compare(descriptions: list[str], data: Path) -> None:
               f"({_mib(worst['lean'])}) |")
         freed = reference.reset_frees(real["layers"].stages)
         owned = {layer.index: sum(n * np.dtype(t).itemsize for n, t in layer_buffers(layer))
-                 / 2**20 for layer in Network(desc).layers}
+                 / 2**20 for layer in Network(desc, batch=batch).layers}
         off = max(abs(freed[i] - owned[i]) for i in owned)
         print(f"| {name} | freed by the {len(owned)} resets (`layer_buffers`: largest "
               f"difference per layer) | {_mib(sum(freed.values()))} | | "
@@ -119,7 +121,13 @@ def main(argv: list[str] | None = None) -> int:
     cmp.add_argument("--data", required=True,
                      help="a folder holding the models and partials (bound read-only; "
                           "nothing is written there)")
+    cmp.add_argument("--batch", type=int,
+                     help="every network at this batch, as a deploy prototxt with that "
+                          "input batch (default: each network's deploy batch)")
     args = parser.parse_args(argv)
+    if args.action == "compare" and args.batch is not None and args.batch < 1:
+        print(f"error: --batch {args.batch}: must be at least 1", file=sys.stderr)
+        return 2
     log = lambda m: print(m, file=sys.stderr)  # noqa: E731
     try:
         if args.action == "build":
@@ -132,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             chroot.ensure_built(log=log)
             with signals_unwind():  # SIGTERM and SIGHUP remove the work folder too
-                _compare(args.descriptions, Path(args.data))
+                _compare(args.descriptions, Path(args.data), args.batch)
     except EdgeprofError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

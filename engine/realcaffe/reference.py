@@ -73,28 +73,52 @@ def _inside(path: Path, data: Path) -> str:
     return f"{chroot.DATA}/{path.resolve().relative_to(data.resolve())}"
 
 
-def _staged(description: str | Path, data: Path, work: Path, seed: int):
-    """The network's description, its deploy prototxt and whole caffemodel as the chroot
-    sees them, and its input image written to ``work`` (bound at ``/out``)."""
+def batch_prototxt(description: str | Path, batch: int, out: Path) -> Path:
+    """``description``'s deploy prototxt with every input's first axis set to ``batch``,
+    as a deployment at that batch writes it (legacy ``input_dim``/``input_shape`` and
+    ``Input`` layers alike), written to ``out``."""
+    from engine.caffe import io
+
+    desc = Description.load(description)
+    net = io.read_prototxt(desc.resolve(desc.prototxt))
+    for shape in [*net.input_shape, *(s for layer in net.layer if layer.type == "Input"
+                                      for s in layer.input_param.shape)]:
+        shape.dim[0] = batch
+    for first in range(0, len(net.input_dim), 4):  # N, C, H, W per legacy input
+        net.input_dim[first] = batch
+    out.write_text(io.prototxt_text(net))
+    return out
+
+
+def _staged(description: str | Path, data: Path, work: Path, seed: int,
+            batch: int | None = None):
+    """The network's description, its deploy prototxt (at ``batch``: a copy in ``work``
+    with that batch; None: the deploy batch) and whole caffemodel as the chroot sees them,
+    and its input image written to ``work`` (bound at ``/out``)."""
     from engine.network import Network, input_blob
 
     desc = Description.load(description)
-    shape = next(layer.top_shapes[0] for layer in Network(desc).layers
+    shape = next(layer.top_shapes[0] for layer in Network(desc, batch=batch).layers
                  if layer.type == "Input")
     work.mkdir(parents=True, exist_ok=True)
     input_blob(shape, seed).tofile(work / "input.bin")
-    return (desc, _inside(desc.resolve(desc.prototxt), data),
-            _inside(desc.resolve(desc.caffemodel), data))
+    prototxt = _inside(desc.resolve(desc.prototxt), data)
+    if batch is not None:
+        name = f"{desc.stem}.batch{batch}.prototxt"
+        batch_prototxt(description, batch, work / name)
+        prototxt = f"{chroot.OUT}/{name}"
+    return desc, prototxt, _inside(desc.resolve(desc.caffemodel), data)
 
 
 def measure_caffe(description: str | Path, mode: str, data: Path, work: Path,
                   seed: int = 0, cache: Path | None = None,
-                  caffemodel: Path | None = None) -> Measured:
+                  caffemodel: Path | None = None, batch: int | None = None) -> Measured:
     """Real Caffe's stage records for ``description``'s network (``probe.cpp``); its
     model files must lie under ``data`` (bound read-only); ``work`` receives the input
     and the outputs. ``caffemodel``: load this file instead of the description's (bulk),
-    one under ``data`` or in ``work``."""
-    desc, prototxt, model = _staged(description, data, work, seed)
+    one under ``data`` or in ``work``; ``batch``: the net at that batch (None: the
+    deploy batch)."""
+    desc, prototxt, model = _staged(description, data, work, seed, batch)
     if caffemodel is not None:  # under --data, or in ``work`` (bound at /out)
         inside_work = work.resolve() in caffemodel.resolve().parents
         model = (f"{chroot.OUT}/{caffemodel.resolve().relative_to(work.resolve())}"
@@ -115,11 +139,11 @@ def measure_caffe(description: str | Path, mode: str, data: Path, work: Path,
 
 
 def measure_pycaffe(description: str | Path, data: Path, work: Path, seed: int = 0,
-                    cache: Path | None = None) -> Measured:
+                    cache: Path | None = None, batch: int | None = None) -> Measured:
     """Real Caffe through pycaffe (``pycaffe_run.py``: after the probe's warm-up,
     construct, whole-file ``copy_from``, forward, delete, then a second net loading the
     partials one by one)."""
-    desc, prototxt, model = _staged(description, data, work, seed)
+    desc, prototxt, model = _staged(description, data, work, seed, batch)
     partials = [_inside(desc.resolve(info.partial), data)
                 for info in desc.layers if info.partial is not None]
     argv = ["python3", "-", chroot.WARMUP, prototxt, model, f"{chroot.OUT}/input.bin",
@@ -133,15 +157,16 @@ def measure_pycaffe(description: str | Path, data: Path, work: Path, seed: int =
 
 
 def measure_engine(description: str | Path, mode: str, runtime: str, work: Path,
-                   seed: int = 0) -> Measured:
-    """The engine's stage records for ``description`` under ``runtime``, in a fresh
-    process with the measured child's environment."""
+                   seed: int = 0, batch: int | None = None) -> Measured:
+    """The engine's stage records for ``description`` under ``runtime`` (at ``batch``;
+    None: the deploy batch), in a fresh process with the measured child's environment."""
     work.mkdir(parents=True, exist_ok=True)
     out = work / f"outputs-{runtime}-{mode}.npy"
     t0 = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, "-m", "engine.realcaffe.stages", mode, str(description),
-         "--runtime", runtime, "--seed", str(seed), "--outputs", str(out)],
+         "--runtime", runtime, "--seed", str(seed), "--outputs", str(out),
+         *([] if batch is None else ["--batch", str(batch)])],
         capture_output=True, text=True, env={**os.environ, **_measured_env()},
         preexec_fn=preexec())  # never outlives a compare killed by SIGKILL
     seconds = time.perf_counter() - t0

@@ -72,14 +72,16 @@ def warm_up(runtime_name: str) -> None:
             Message(folder / "v1.caffemodel").release()
 
 
-def run(mode: str, description: str, runtime_name: str, seed: int = 0) -> np.ndarray:
-    """Run ``description`` through the probe's ``mode`` sequence, reporting each stage;
-    returns the output blobs concatenated (as the probe writes them)."""
+def run(mode: str, description: str, runtime_name: str, seed: int = 0,
+        batch: int | None = None) -> np.ndarray:
+    """Run ``description`` (at ``batch``; None: the deploy batch) through the probe's
+    ``mode`` sequence, reporting each stage; returns the output blobs concatenated (as the
+    probe writes them)."""
     warm_up(runtime_name)
     gc.collect()
     reset_hwm()
     _report("start")
-    net = Network(description, runtime_name=runtime_name)
+    net = Network(description, batch=batch, runtime_name=runtime_name)
     net.runtime.init(net)
     _report("init")
     if mode == "bulk":
@@ -111,9 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runtime", choices=RUNTIMES, default=DEFAULT_RUNTIME)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--outputs", help="write the output blobs here (.npy)")
+    p.add_argument("--batch", type=int, help="the inputs' batch (default: the deploy's)")
     args = p.parse_args(argv)
     with threadpool_limits(1, "blas"):  # as runs do by default, and as the probe runs Caffe
-        outputs = run(args.mode, args.description, args.runtime, args.seed)
+        outputs = run(args.mode, args.description, args.runtime, args.seed, args.batch)
     if args.outputs:
         np.save(args.outputs, outputs)
     return 0

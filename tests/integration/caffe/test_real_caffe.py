@@ -78,6 +78,70 @@ def test_every_stage_holds_what_real_caffe_holds(measured, name, mode):
     assert reference.mismatches(real, engine) == []
 
 
+# Issue 38: the batch as a sweep axis; activations, im2col and Caffe's INIT-time tops
+# scale with it, parameters do not
+BATCHES = (1, 2, 4, 10)
+
+
+def _deploy_batch(desc) -> int:
+    from engine.network import Network
+
+    return next(layer.top_shapes[0][0] for layer in Network(desc).layers
+                if layer.type == "Input")
+
+
+@pytest.fixture(scope="session")
+def by_batch(real_caffe, zoo_split, tmp_path_factory):
+    """(network, batch) -> mode -> (real Caffe's, the caffe runtime's) runs, at every
+    batch of BATCHES but the network's deploy batch (``measured`` holds that one): real
+    Caffe on a deploy prototxt with that input batch, the engine with ``--batch``."""
+    work = tmp_path_factory.mktemp("batches")
+    out = {}
+    for name in PAPER_NETWORKS:
+        desc = zoo_split[name]
+        data = Path(desc.path).parent.parent
+        for batch in set(BATCHES) - {_deploy_batch(desc)}:
+            cell = work / f"{name}-{batch}"
+            out[name, batch] = {
+                mode: (reference.measure_caffe(desc.path, mode, data, cell, batch=batch),
+                       reference.measure_engine(desc.path, mode, "caffe", cell, batch=batch))
+                for mode in reference.MODES}
+    return out
+
+
+@pytest.mark.parametrize("batch", BATCHES)
+@pytest.mark.parametrize("name", PAPER_NETWORKS)
+def test_every_stage_holds_what_real_caffe_holds_at_every_batch(by_batch, measured,
+                                                                 zoo_split, name, batch):
+    """At batches 1, 2, 4 and 10, every stage of the caffe runtime within 5 % or 4 MiB
+    of real Caffe's, the same outputs, and each layer's reset freeing that batch's own
+    buffers (the grid's deploy-batch cell is ``measured``'s)."""
+    import numpy as np
+
+    from engine.network import Network
+    from engine.runtime.caffe import layer_buffers
+
+    runs = by_batch.get((name, batch)) or {m: measured[name, m][:2] for m in reference.MODES}
+    for mode, (caffe, ours) in runs.items():
+        real = reference.figures(caffe.stages, mode)
+        assert reference.mismatches(real, reference.figures(ours.stages, mode)) == [], mode
+        assert reference.relative_error(ours.outputs, caffe.outputs) <= 1e-4
+    freed = reference.reset_frees(runs["layers"][0].stages)
+    for layer in Network(zoo_split[name], batch=batch).layers:
+        owned = sum(n * np.dtype(t).itemsize for n, t in layer_buffers(layer)) / 2**20
+        assert abs(freed[layer.index] - owned) <= 0.5, (layer.name, freed[layer.index], owned)
+
+
+def test_a_batch_changes_what_caffe_holds(by_batch, measured):
+    """The grid measures what it says: GoogLeNet's activations after the forward pass
+    grow with the batch in real Caffe (from 1 to 4 images: more than twice), while its
+    INIT (the parameters) does not."""
+    after = {b: reference.figures(by_batch["SoS-GoogleNet", b]["bulk"][0].stages, "bulk")
+             for b in (1, 4)}
+    assert after[4]["forward"] > 2 * after[1]["forward"]
+    assert abs(after[4]["init"] - after[1]["init"]) <= 4
+
+
 @pytest.mark.parametrize("name", PAPER_NETWORKS)
 def test_the_lean_runtime_is_what_differs(measured, name):
     """The comparison can fail: the lean runtime, which allocates weights at their LOAD
