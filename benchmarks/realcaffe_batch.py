@@ -3,11 +3,11 @@
 For each paper network and batch (default 1, 2, 4, 10) the probe's two sequences run in
 fresh processes on each side, as ``python -m engine.realcaffe compare --batch N`` runs
 them (real Caffe in the bullseye chroot on a deploy prototxt with that input batch; the
-engine with ``--batch N``). Writes, into --out: ``runtime_batch.md`` (a markdown table:
-MiB above each process's start, real Caffe / caffe runtime / lean runtime, and whether
-the caffe runtime is within 5 % or 4 MiB of real Caffe at every stage) and
-``runtime_batch.png`` (memory against batch, one line per stage, a panel per network),
-with the commit and the load average.
+engine with ``--batch N``). Prints a markdown table (MiB above each process's start,
+real Caffe / caffe runtime / lean runtime, and whether the caffe runtime is within 5 % or
+4 MiB of real Caffe at every stage) and writes ``runtime_batch.png`` into --out (memory
+against batch, one line per stage, a panel per network), with the commit and the load
+average (docs/runtime.md, "Against batch size").
 
 Usage: python benchmarks/realcaffe_batch.py [--batches 1 2 4 10] [--out docs/figures]
 Needs root and the chroot (python -m engine.realcaffe build).
@@ -130,11 +130,9 @@ def main() -> int:
     load_after = os.getloadavg()[0]
     stamp = f"commit {commit}, load {load:.1f} -> {load_after:.1f}"
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "runtime_batch.md").write_text(
-        f"MiB above each process's start, real Caffe / caffe runtime / lean runtime; "
-        f"{stamp}.\n\n{table(results, args.batches)}\n")
     figure(results, args.batches, args.out / "runtime_batch.png", stamp)
-    print(args.out / "runtime_batch.md")
+    print(f"MiB above each process's start, real Caffe / caffe runtime / lean runtime; "
+          f"{stamp}.\n\n{table(results, args.batches)}")
     return 0
 
 
