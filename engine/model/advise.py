@@ -41,7 +41,7 @@ from engine.model.predict import (
 from engine.schedule.pipelines import Pipeline, load_pipeline
 from engine.schedule.plan import resolve_descriptions
 from engine.schedule.policies import parse_policy
-from engine.units import MIB, PAGE_SIZE, format_size, format_swap
+from engine.units import MIB, PAGE_SIZE, format_size, format_swap, parse_size
 
 CV_FILE = "cv.json"  # beside the model file: evaluate_model's scores
 REBUILT_FILE = "reconstruction.csv"  # beside it too: reconstruct_model's native-speed times
@@ -325,8 +325,12 @@ def format_advice(rows: list[Advice], pipeline: Pipeline, mode: ModeModel,
                      if any(a.swap_interval for a in alive)
                      else f"swap PI: unknown: {swap_source}")
         lines.append(_swap_scale_line(mode))
+    # the kill limit's reason only where this limit is at or below it (a policy flagged
+    # for another reason, the file pages or a sandbox's kills, has its own note)
+    at_kill = (limit_bytes is not None and mode.kill_limit_bytes is not None
+               and limit_bytes <= mode.kill_limit_bytes)
     risky = [a.prediction.policy for a in alive if a.kill_risk]
-    if risky and mode.kill_limit_bytes is not None:
+    if risky and at_kill:
         whose = (f"a run in the {' or '.join(mode.kills_from)} sandbox (this model has no "
                  f"limited runs of its own)" if mode.kills_from
                  else "a run the model was fitted on")
@@ -430,7 +434,9 @@ def measured_in_fit(model: Model, mode: ModeModel, pipeline_file: str | os.PathL
 def attach_measured(advice: list[Advice], own: list[dict], paged: list[dict],
                     lent: list[dict], swap_bytes: int | None) -> None:
     """Each advice's own cell of this swap (or, asked for a swap, one of unlimited swap
-    whose runs all finished within it: a larger cap changes nothing they did); where a
+    whose runs all finished within it: a larger cap changes nothing they did; or one of a
+    smaller cap than asked that none of its runs came near: more swap changes nothing
+    they did); where a
     run of its policy swapped more than ``swap_bytes`` (it may be killed), or, predicted
     killed, where its runs finished within it, says so; predicted to finish where every
     run of it in a sandbox whose kills the mode takes (``lent``) was OOM-killed, names
@@ -441,10 +447,19 @@ def attach_measured(advice: list[Advice], own: list[dict], paged: list[dict],
         return (swap_bytes is not None and c["swap"] == "max" and c["runs_ok"] == c["runs"]
                 and c["peak_swap_bytes"] is not None and c["peak_swap_bytes"] <= swap_bytes)
 
+    def under_cap(c: dict) -> bool:
+        """Runs under a smaller swap cap than asked (or than none) that all finished and
+        never came near it: more swap changes nothing they did."""
+        cap = _cap(c["swap"])
+        most = c.get("max_swap_bytes")  # model files before it: not known
+        return (cap is not None and (swap_bytes is None or swap_bytes > cap)
+                and c["runs_ok"] == c["runs"] and most is not None
+                and most < UNBOUND_SHARE * cap)
+
     def fits_swap(c: dict) -> bool:  # runs under the swap asked, or that swapped within it
-        return c["swap"] == asked or (c["swap"] == "max" and swap_bytes is not None
-                                      and c["peak_swap_bytes"] is not None
-                                      and c["peak_swap_bytes"] <= swap_bytes)
+        return c["swap"] == asked or under_cap(c) or (
+            c["swap"] == "max" and swap_bytes is not None
+            and c["peak_swap_bytes"] is not None and c["peak_swap_bytes"] <= swap_bytes)
 
     for a in advice:
         policy = a.prediction.policy
@@ -458,7 +473,7 @@ def attach_measured(advice: list[Advice], own: list[dict], paged: list[dict],
             a.finished_anyway = f"{policy} ({'; '.join(done)})" if done else ""
         mine = [c for c in own if c["policy"] == policy]
         a.measured = next((c for c in mine if c["swap"] == asked),
-                          next((c for c in mine if within(c)), None))
+                          next((c for c in mine if within(c) or under_cap(c)), None))
         if swap_bytes is None:
             continue
         runs = [c for c in paged if c["policy"] == policy and c["peak_swap_bytes"] is not None]
@@ -471,6 +486,19 @@ def attach_measured(advice: list[Advice], own: list[dict], paged: list[dict],
             c = max((c for c in runs if within(c)), key=lambda c: c["peak_swap_bytes"])
             a.swap_measured_within = (f"{policy}'s runs finished having swapped at most "
                                       f"{_mib(c['peak_swap_bytes'])}")
+
+
+# A run that swapped less than this share of its swap cap never came near it: the cap did
+# not bind it (the kernel fills a cap it reaches to within pages)
+UNBOUND_SHARE = 0.95
+
+
+def _cap(swap: str) -> int | None:
+    """A cell's swap cap in bytes, from its label (format_swap); None for max, none for 0
+    (a run with no swap cannot show it did not need more)."""
+    if swap in ("max", "0"):
+        return None
+    return parse_size(swap)
 
 
 def _all_killed(c: dict) -> bool:

@@ -98,7 +98,8 @@ def measured_cells(runs: pd.DataFrame) -> pd.DataFrame:
                   measured_hwm_rss_bytes=("hwm_rss_bytes", "median"),
                   measured_cg_peak_bytes=("cg_window_peak_bytes", "median"),
                   measured_swap_out_bytes=("swap_out_bytes", "median"),
-                  measured_peak_swap_bytes=("peak_swapped_bytes", "median"))
+                  measured_peak_swap_bytes=("peak_swapped_bytes", "median"),
+                  measured_max_swap_bytes=("peak_swapped_bytes", "max"))
              .reset_index())
     times = summarize(runs[runs["ok"]], CELL_KEY, "makespan_s", prefix="measured_makespan")
     times = times.rename(columns={"measured_makespan_median": "measured_makespan_s"})
@@ -245,7 +246,9 @@ def training_cells(runs: pd.DataFrame) -> list[dict]:
                               float(c.measured_makespan_ci_high)]
                              if pd.notna(c.measured_makespan_ci_low)
                              and pd.notna(c.measured_makespan_ci_high) else None),
-             "peak_swap_bytes": number(c.measured_peak_swap_bytes)}
+             "peak_swap_bytes": number(c.measured_peak_swap_bytes),
+             # the most any run swapped: whether the cell's swap cap bound any run
+             "max_swap_bytes": number(c.measured_max_swap_bytes)}
             for c in cells.itertuples()]
 
 

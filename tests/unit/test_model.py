@@ -1656,6 +1656,50 @@ def test_with_no_swap_a_peak_over_the_limit_by_file_pages_may_be_killed(advice_f
     assert not p["oom"] and p["peak_ram_bytes"] > int(limit) and p["may_be_killed"]
     code, out, _ = _advise(capsys, *args, "--limit", limit, "--swap", "0")
     assert code == 0 and "note: may be killed with no swap: linear" in out
+    # nineteenth held-out pass L1: nor the kill limit's reason, where the limit lies above
+    # it ("OOM-killed at 40M, at or above this limit" for 64M)
+    model = Model.read(path)
+    [mode] = model.modes.values()
+    mode.kill_limit_bytes = float(int(limit) // 2)
+    model.write(path)
+    out = _advise(capsys, *args, "--limit", limit, "--swap", "0")[1]
+    assert "note: may be killed with no swap: linear" in out
+    assert "at or above this limit" not in out
     # with swap allowed the kernel can move anonymous pages instead: no such note
     [p] = json.loads(_advise(capsys, *args, "--limit", limit, "--json")[1])["policies"]
     assert not p["may_be_killed"]
+
+
+def test_advise_shows_runs_a_smaller_swap_cap_never_bound_when_more_swap_is_asked():
+    """Nineteenth held-out pass D1: asked for more swap than the campaign's runs had (the
+    default, max, included), advise dropped their cell, though every run finished far
+    below its cap, and printed a prediction its own runs contradicted with no flag. Such
+    a cell now stands for the swap asked; one whose runs came near the cap (it may have
+    bound them), or did not all finish, does not; nor does it for a smaller swap."""
+    from engine.model.advise import Advice, attach_measured
+    from engine.model.predict import Prediction
+
+    def cell(policy: str, most_mib: float, runs_ok: int = 3) -> dict:
+        return {"pipeline": "v000", "policy": policy, "limit": "60M", "swap": "16M",
+                "runs": 3, "runs_ok": runs_ok, "oom": False, "ended": {},
+                "makespan_s": 1.861, "makespan_ci": [1.056, 2.392],
+                "peak_swap_bytes": 14 * MIB, "max_swap_bytes": most_mib * MIB}
+
+    def advice(policy: str) -> Advice:
+        pred = Prediction(policy, 60 * MIB, 0.934, 50 * MIB, 3 * MIB, 0, 0, False)
+        return Advice(1, pred, pred)
+
+    cells = [cell("linear", 15.0), cell("bulk", 15.9), cell("deepeye", 10, runs_ok=2)]
+    for swap in (None, 32 * MIB):
+        rows = [advice(p) for p in ("linear", "bulk", "deepeye")]
+        attach_measured(rows, cells, cells, [], swap)
+        assert [a.measured is not None for a in rows] == [True, False, False], swap
+        assert rows[0].measured["swap"] == "16M"
+    rows = [advice("linear")]
+    attach_measured(rows, cells, cells, [], 8 * MIB)  # a smaller cap than the runs had
+    assert rows[0].measured is None
+    # a model file from before max_swap_bytes: not known, not shown
+    old = {k: v for k, v in cell("linear", 15.0).items() if k != "max_swap_bytes"}
+    rows = [advice("linear")]
+    attach_measured(rows, [old], [old], [], None)
+    assert rows[0].measured is None
