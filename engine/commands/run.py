@@ -201,6 +201,8 @@ def execute(request: RunRequest, error_is_result: bool = False) -> int:
              f"{os.path.normpath(request.out)}")
     if meta.termination == "memory":
         log.info(f"  {_oom_moment(meta.running_at_end, meta.tasks_finished)}")
+    elif meta.termination == "ok" and meta.termination_detail:  # killed only as it exited
+        log.info(f"  {meta.termination_detail}")
     if meta.termination == "error":
         print(f"error: {meta.termination_detail}", file=sys.stderr)
         return 0 if error_is_result else 1

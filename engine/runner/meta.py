@@ -76,7 +76,10 @@ class RunMeta:
                       "auto's choice", {})
     emulated: bool = _f("run in a sandbox (TCG guest, or UML: its faults and system calls go "
                   "through the guest kernel): its times are not native", False)
-    termination: str = _f("ok, memory (OOM-killed), timeout or error", "error")
+    termination: str = _f("ok, memory (OOM-killed), timeout or error; ok also for a run "
+                          "whose child finished every task and wrote its outputs (its "
+                          "summary, written last, says so) and was killed only as it "
+                          "exited: its termination_detail names the kill", "error")
     termination_detail: str = _f("why it ended so", "")
     exit_code: int | None = _f("the measured process's exit code")
     oom_kills: int | None = _f("processes the kernel OOM-killed in the run's cgroup "

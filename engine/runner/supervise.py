@@ -302,12 +302,22 @@ def _termination(code: int, timed_out: str | None, oom_kills: int | None, sessio
                            f"swap did not change for {stall_s:g} s; the run was killed")
     if timed_out:
         return "timeout", "wall-clock timeout; the run was killed"
+    summary = read_child(tmp)
+    # the child writes its summary last, atomically, after every task and its outputs: a
+    # kill after that ended a finished run as it exited (nineteenth held-out pass D2:
+    # near the limit, most "OOM-killed" uml runs had finished every task)
+    done = ("every task finished and the outputs were written; then "
+            if summary is not None and summary["status"] == "ok" else "")
     if oom_kills:
+        killed_by = f"the kernel OOM killer ended {oom_kills} process(es) in the run's cgroup"
+        if done:
+            return "ok", f"{done}{killed_by} as it exited"
         return "memory", f"kernel OOM killer: {oom_kills} process(es) killed in the run's cgroup"
     killed = code in (-signal.SIGKILL, 128 + signal.SIGKILL) or _gnu_time_signal(tmp) == 9
     if killed and session.hit_limit():
+        if done:
+            return "ok", f"{done}it was killed by SIGKILL with the cgroup at its limit as it exited"
         return "memory", "killed by SIGKILL with the cgroup at its limit"
-    summary = read_child(tmp)
     if summary is not None:
         if summary["status"] == "ok" and code == 0:
             return "ok", ""

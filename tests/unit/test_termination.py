@@ -95,6 +95,27 @@ def test_kernel_oom_kills_mean_memory_whatever_the_exit_code(tmp_path, code):
     assert session.asked == 0  # the kernel's count decides; the fallback is not needed
 
 
+@pytest.mark.parametrize("code", [-9, 137, 0])
+def test_a_kill_after_every_task_and_the_outputs_ends_a_finished_run(tmp_path, code):
+    """Nineteenth held-out pass D2: near the limit, most uml runs counted OOM-killed had
+    finished every task and written their outputs (their summary, which the child writes
+    last, says ok) before the kernel killed them as they exited; they were tabled as
+    runs that never finished, and the model took its kill limit from them. Such a run
+    finished: ok, and its detail names the kill; a child killed before its summary is
+    still memory."""
+    _child(tmp_path, "ok")
+    termination, detail = _termination(code, False, 3, FakeSession(False), tmp_path)
+    assert termination == "ok"
+    assert detail == ("every task finished and the outputs were written; then the kernel "
+                      "OOM killer ended 3 process(es) in the run's cgroup as it exited")
+    # the limit-reached fallback of a kernel that counts no OOM kills, likewise
+    assert _termination(-9, False, None, FakeSession(True), tmp_path)[0] == "ok"
+    _child(tmp_path, "error", "MemoryError")  # the run itself failed first: not finished
+    assert _termination(code, False, 3, FakeSession(False), tmp_path)[0] == "memory"
+    (tmp_path / "child.json").unlink()
+    assert _termination(code, False, 3, FakeSession(False), tmp_path)[0] == "memory"
+
+
 @pytest.mark.parametrize("oom_kills", [None, 0])  # not counted, or counted none
 @pytest.mark.parametrize("code", [-9, 128 + 9])  # SIGKILL seen directly / through a shell
 def test_sigkill_at_the_limit_is_memory_when_no_oom_kill_was_counted(tmp_path, code,
@@ -137,9 +158,12 @@ def test_other_signals_are_errors_even_at_the_limit(tmp_path, code, signal):
     assert session.asked == 0  # not a SIGKILL: the limit is not asked about
 
 
-def test_a_sigkill_after_the_child_wrote_its_summary_is_still_memory_at_the_limit(tmp_path):
-    _child(tmp_path, "ok")
-    assert _termination(-9, False, None, FakeSession(True), tmp_path)[0] == "memory"
+def test_a_sigkill_after_the_child_wrote_its_summary_at_the_limit_ends_a_finished_run(
+        tmp_path):
+    _child(tmp_path, "ok")  # (a kill at exit, nineteenth held-out pass D2: see above)
+    assert _termination(-9, False, None, FakeSession(True), tmp_path) == (
+        "ok", "every task finished and the outputs were written; then it was killed by "
+        "SIGKILL with the cgroup at its limit as it exited")
     assert _termination(-9, False, None, FakeSession(False), tmp_path) == (
         "error", "exit code -9")
 
