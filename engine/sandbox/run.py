@@ -474,4 +474,25 @@ def _error_meta(request: RunRequest, pipeline: Pipeline, policy: Policy,
     meta.termination_detail = f"{detail}; see console.log"
     meta.exit_code = res.rc
     assemble(run, meta)  # tasks.csv/networks.csv from any progress the guest streamed
+    limits = request.limits
+    if limits.limit_bytes is not None and _child_started(run):
+        # the guest's supervisor starts the child only under a cgroup2 session that set
+        # the limit (it refuses to run one it could not set): the limit bound the run up
+        # to the crash (nineteenth held-out pass D3: a guest crash read "not enforced"
+        # and left its cell's failure counts)
+        meta.limit_enforced = True
+        meta.limits = {"backend": "cgroup2", "enforced": True,
+                       "limit_bytes": limits.limit_bytes, "swap_bytes": limits.swap_bytes,
+                       "enforced_from": "the guest's cgroup2 session set the limit before "
+                                        "the run's first task; the guest ended before it "
+                                        "reported"}
     return meta
+
+
+def _child_started(run: Path) -> bool:
+    """Whether the measured child began the run (a task start in its streamed progress)."""
+    progress = run / "progress.jsonl"
+    try:
+        return b'"event": "start"' in progress.read_bytes()
+    except OSError:
+        return False

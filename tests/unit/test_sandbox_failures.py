@@ -87,3 +87,47 @@ def test_force_keeps_the_earlier_run_when_the_guest_never_boots(tiny, tmp_path, 
     kept = sorted(tmp_path.glob("run.failed.*"))
     assert len(kept) == 1 and str(kept[0]) in str(raised.value)
     assert (kept[0] / "console.log").read_text() == "[0.1] slow\n"
+
+
+def test_a_guest_that_crashed_mid_run_enforced_its_limit_and_stays_in_its_cell(
+        tiny, tmp_path, monkeypatch):
+    """Nineteenth held-out pass D3: a uml kernel that died mid-run (the README's crash
+    under heavy swap) was recorded limit_enforced false ("not enforced (no reason
+    recorded)"): the error run left its cell for a group of its own, whose failure
+    counts then said 0. The guest's supervisor starts the child only under the limit, so
+    a run whose child started had it: enforced, and counted in its cell."""
+    from engine.cli import main as cli
+
+    native = tmp_path / "native"  # a real run's progress, the guest's stream up to a crash
+    assert cli(["run", "--pipeline", str(tiny["pipeline"]), "--split", str(tiny["models"]),
+                "--policy", "linear", "--out", str(native), "--backend", "none", "-q"]) == 0
+    lines = (native / "progress.jsonl").read_text().splitlines()
+    started = [i for i, line in enumerate(lines) if '"event": "end"' in line]
+
+    def crashed(py_args, share, limit, swap, cfg=None, timeout_s=None, sandbox="vm",
+                stall_s=None, cpus=None):
+        partial = share / f".{Path(vmrun.GUEST_OUT).name}.4242"
+        partial.mkdir()
+        (partial / "progress.jsonl").write_text("\n".join(lines[:started[5] + 1]) + "\n")
+        res = vmboot.BootResult(rc=None, accel="tcg", boot_s=1.0, total_s=4.0,
+                                timed_out=None, qemu_exit=-9, console="[3.1] panic\n",
+                                error="the uml kernel ended with signal 9")
+        return res, vmrun.plan(SandboxConfig(accel="tcg"), limit, swap, FAKE_GUEST), \
+            FAKE_GUEST, None
+
+    monkeypatch.setattr(vmrun, "boot_job", crashed)
+    request = run_request(build_parser().parse_args(
+        ["run", "--pipeline", str(tiny["pipeline"]), "--split", str(tiny["models"]),
+         "--policy", "linear", "--out", str(tmp_path / "r" / "rep0"), "--limit", "48M",
+         "--backend", "vm"]))
+    meta = run_in_sandbox(request)
+    assert meta.termination == "error" and meta.tasks_finished == 6
+    assert meta.limit_enforced and meta.limits["guest_backend"] == "cgroup2"
+    runs = tidy_run(tmp_path / "r" / "rep0")["runs"]
+    assert runs["limit_enforced"].all() and runs["limit_enforced_why"].iloc[0] == (
+        "enforced by vm (cgroup2)")
+    # without a limit nothing was enforced, crash or not
+    request = run_request(build_parser().parse_args(
+        ["run", "--pipeline", str(tiny["pipeline"]), "--split", str(tiny["models"]),
+         "--policy", "linear", "--out", str(tmp_path / "free"), "--backend", "vm"]))
+    assert not run_in_sandbox(request).limit_enforced
