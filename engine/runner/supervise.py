@@ -297,17 +297,22 @@ def _termination(code: int, timed_out: str | None, oom_kills: int | None, sessio
     """ok | memory | timeout | error, and why (BenchExec's rules: OOM from kernel events,
     with the limit-reached fallback for a SIGKILLed child). ``timed_out``: None,
     "timeout" or "stalled" (engine.runner.stall)."""
-    if timed_out == "stalled":
-        return "timeout", (f"stalled: no task started or ended and the run's memory and "
-                           f"swap did not change for {stall_s:g} s; the run was killed")
-    if timed_out:
-        return "timeout", "wall-clock timeout; the run was killed"
     summary = read_child(tmp)
     # the child writes its summary last, atomically, after every task and its outputs: a
     # kill after that ended a finished run as it exited (nineteenth held-out pass D2:
-    # near the limit, most "OOM-killed" uml runs had finished every task)
+    # near the limit, most "OOM-killed" uml runs had finished every task; twentieth D2:
+    # the same of a timeout)
     done = ("every task finished and the outputs were written; then "
             if summary is not None and summary["status"] == "ok" else "")
+    if timed_out == "stalled":
+        if done:
+            return "ok", f"{done}the stall watch ({stall_s:g} s) killed it as it exited"
+        return "timeout", (f"stalled: no task started or ended and the run's memory and "
+                           f"swap did not change for {stall_s:g} s; the run was killed")
+    if timed_out:
+        if done:
+            return "ok", f"{done}the wall-clock timeout killed it as it exited"
+        return "timeout", "wall-clock timeout; the run was killed"
     if oom_kills:
         killed_by = f"the kernel OOM killer ended {oom_kills} process(es) in the run's cgroup"
         if done:

@@ -71,11 +71,26 @@ def real_gnu_reports(tmp_path_factory) -> dict[str, str]:
 # ---- timeout ----
 
 def test_a_wall_clock_timeout_wins_over_everything(tmp_path):
-    _child(tmp_path, "ok")
+    _child(tmp_path, "running")  # (a status the child never writes: not finished)
     session = FakeSession(at_limit=True)
     assert _termination(-9, True, 3, session, tmp_path) == (
         "timeout", "wall-clock timeout; the run was killed")
     assert session.asked == 0
+    (tmp_path / "child.json").unlink()
+    assert _termination(-9, "stalled", None, session, tmp_path, 60)[0] == "timeout"
+
+
+@pytest.mark.parametrize("timed_out, said", [
+    (True, "the wall-clock timeout killed it as it exited"),
+    ("stalled", "the stall watch (60 s) killed it as it exited")])
+def test_a_timeout_after_every_task_and_the_outputs_ends_a_finished_run(tmp_path, timed_out,
+                                                                        said):
+    """Twentieth held-out pass D2, the timeout's twin of the nineteenth's D2: runs that
+    finished every task and wrote their outputs just before the timeout were tabled
+    'timeout', with no makespan, and advise said no run finished."""
+    _child(tmp_path, "ok")
+    assert _termination(-9, timed_out, None, FakeSession(True), tmp_path, 60) == (
+        "ok", f"every task finished and the outputs were written; then {said}")
 
 
 def test_the_childs_own_timeout(tmp_path):
