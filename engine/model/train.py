@@ -410,8 +410,11 @@ def fit_model_files(tables_dir: Paths, models_dir: Paths, out: str | os.PathLike
         folders = tables_dir if isinstance(tables_dir, list) else [tables_dir]
         said = {col: runs[col].astype(str).value_counts().to_dict()
                 for col in ("termination", "limit") if col in runs}
-        raise EdgeprofError(f"{', '.join(map(str, folders))}: no mode could be fitted: a mode "
-                            f"needs unconstrained runs (limit none) that finished, with their "
-                            f"tasks; these runs: {said or 'none'}")
+        # each mode's own reason, with its fix (twentieth held-out pass D1: runs of no
+        # single-worker policy read "needs unconstrained runs that finished" beside 14)
+        why = "; ".join(f"{key}: {reason}" for key, reason in sorted(model.unfitted.items()))
+        why = why or "a mode needs unconstrained runs (limit none) that finished, with tasks"
+        raise EdgeprofError(f"{', '.join(map(str, folders))}: no mode could be fitted: "
+                            f"{why}; these runs: {said or 'none'}")
     model.write(out)
     return model

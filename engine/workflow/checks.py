@@ -295,6 +295,7 @@ def check_config(config: Config) -> None:
                                  f"so (run folders and tables name a limit by its shortest "
                                  f"spelling)")
     _check_run_extras(config)
+    _check_fittable(config)
     holdout = holdout_config(config)
     if holdout and holdout["seed"] == config["seed"]:
         raise ValueError(f"config: model.holdout.seed {holdout['seed']} is the campaign's "
@@ -446,6 +447,19 @@ def _auto_sandboxes() -> list[str]:
     if uml_status()[0]:
         return ["uml"]
     return ["vm"] if qemu_installed() else []
+
+
+def _check_fittable(config: Config) -> None:
+    """The model's fit reads each layer's INIT, LOAD and EXEC times from tasks that ran
+    alone, which only a single-worker layer-by-layer policy's runs give (engine.model.fit:
+    bulk loads whole models, several workers overlap): without one the whole campaign
+    ran before fit_model failed (twentieth held-out pass D1)."""
+    policies = {p for rs in run_sets(config) for p in rs.policies}
+    if not any(parse_policy(p).workers == 1 and parse_policy(p).family != "bulk"
+               for p in policies):
+        raise ValueError(f"config: no policy of the campaign ({', '.join(sorted(policies))}) "
+                         f"runs layer by layer on one worker, which the model's fit needs; "
+                         f"add linear (or partial:1) to run.policies")
 
 
 def _check_run_extras(config: Config) -> None:

@@ -1605,6 +1605,34 @@ def test_configs_that_would_fail_after_their_runs_are_refused_up_front(tmp_path)
             check_config(with_(load_config(), **changes))
 
 
+def test_a_fit_without_layer_by_layer_tasks_says_so_and_the_config_check_first(
+        two_runs, split_copy, tmp_path, capsys):
+    """Twentieth held-out pass D1: a campaign of bulk and partial:2 ran whole before
+    fit-model refused with "needs unconstrained runs that finished" beside 14 of them;
+    the reason (no layer's tasks ran alone) and its fix were never printed."""
+    from engine.workflow.checks import check_config
+    from tests.unit.test_workflow_args import load_config, with_
+
+    tables = _tables(tmp_path, two_runs)
+    tasks = pd.read_parquet(tables / "tasks.parquet")
+    whole = tasks[~((tasks["task_type"] == "LOAD") & (tasks["layer"] >= 0))]
+    whole.to_parquet(tables / "tasks.parquet")  # as bulk's: every model loaded whole
+    out = tmp_path / "m.json"
+    rc, err = _cli(capsys, "fit-model", "--tables", str(tables), "--split", str(split_copy),
+                   "--out", str(out))
+    assert rc == 2 and "no layer-by-layer tasks that ran alone" in err, err
+    assert "add a single-worker policy such as linear" in err and not out.exists()
+    with pytest.raises(ValueError, match=r"no policy of the campaign \(bulk, partial:2\) "
+                                         r"runs layer by layer on one worker"):
+        check_config(with_(load_config(), run__policies=["bulk", "partial:2"],
+                           sandbox__policies=["bulk", "partial:2"], sandbox__also=[],
+                           run__probe_overhead_policy="bulk",
+                           run__reconcile__policy="bulk"))
+    check_config(with_(load_config(), run__policies=["bulk", "partial:1"],  # partial:1 does
+                       sandbox__policies=["bulk"], sandbox__also=[],
+                       run__probe_overhead_policy="bulk", run__reconcile__policy="bulk"))
+
+
 def test_names_of_the_wrong_type_and_a_fit_on_limited_runs_only(two_runs, split_copy,
                                                                 tmp_path, capsys):
     """M8: a number in the policy column; M9: the refusal names what the runs were."""
