@@ -77,7 +77,8 @@ def plan(cfg: SandboxConfig, limit: int | None, swap: int | None, guest: Guest |
         ram = cfg.ram
         if limit is not None and limit + GUEST_RESERVE > ram:
             raise EdgeprofError(
-                f"vm: the limit ({limit // MIB} MiB) is above the guest RAM minus what the "
+                f"{'uml' if isinstance(guest, uml.Uml) else 'vm'}: the limit "
+                f"({limit // MIB} MiB) is above the guest RAM minus what the "
                 f"guest itself needs ({ram // MIB} - {GUEST_RESERVE // MIB} MiB): raise "
                 f"{ENV_NAMES['RAM']} to at least {-(-(limit + GUEST_RESERVE) // MIB)}M or unset "
                 f"it")
