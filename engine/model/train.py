@@ -20,6 +20,7 @@ only the tables and the network descriptions.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from collections.abc import Callable
@@ -36,6 +37,8 @@ from engine.model.params import Model, ModeModel
 from engine.model.predict import Networks, predict
 from engine.schedule.pipelines import Arrival, Pipeline
 from engine.schedule.policies import parse_policy
+
+log = logging.getLogger(__name__)
 
 GOLDEN = (math.sqrt(5) - 1) / 2
 
@@ -416,5 +419,8 @@ def fit_model_files(tables_dir: Paths, models_dir: Paths, out: str | os.PathLike
         why = why or "a mode needs unconstrained runs (limit none) that finished, with tasks"
         raise EdgeprofError(f"{', '.join(map(str, folders))}: no mode could be fitted: "
                             f"{why}; these runs: {said or 'none'}")
+    for key, reason in sorted(model.unfitted.items()):  # said, not only kept in the file
+        log.warning(f"warning: {key}: not fitted: {reason}; advise --mode cannot answer "
+                    f"for it")
     model.write(out)
     return model

@@ -450,16 +450,26 @@ def _auto_sandboxes() -> list[str]:
 
 
 def _check_fittable(config: Config) -> None:
-    """The model's fit reads each layer's INIT, LOAD and EXEC times from tasks that ran
-    alone, which only a single-worker layer-by-layer policy's runs give (engine.model.fit:
-    bulk loads whole models, several workers overlap): without one the whole campaign
-    ran before fit_model failed (twentieth held-out pass D1)."""
-    policies = {p for rs in run_sets(config) for p in rs.policies}
-    if not any(parse_policy(p).workers == 1 and parse_policy(p).family != "bulk"
-               for p in policies):
-        raise ValueError(f"config: no policy of the campaign ({', '.join(sorted(policies))}) "
-                         f"runs layer by layer on one worker, which the model's fit needs; "
-                         f"add linear (or partial:1) to run.policies")
+    """The model's fit of each mode (natively, in the sandbox) reads each layer's INIT,
+    LOAD and EXEC times from that mode's unconstrained tasks that ran alone, which only a
+    single-worker layer-by-layer policy's runs give (engine.model.fit: bulk loads whole
+    models, several workers overlap): without one the whole campaign ran before
+    fit_model failed (twentieth held-out pass D1), or the sandbox's mode went unfitted
+    with nothing said (twenty-first D1)."""
+    modes: dict[tuple[bool, str], set[str]] = {}
+    for rs in run_sets(config):
+        if UNLIMITED in rs.limits:  # the runs a mode's fit reads its task times from
+            modes.setdefault((rs.in_sandbox, rs.runtime), set()).update(rs.policies)
+    for (in_sandbox, _), policies in sorted(modes.items()):
+        if not any(parse_policy(p).workers == 1 and parse_policy(p).family != "bulk"
+                   for p in policies):
+            where = "the sandbox's" if in_sandbox else "the native"
+            key = ("sandbox.policies" if in_sandbox and sandbox_enabled(config)
+                   else "run.policies")
+            raise ValueError(f"config: no policy of {where} unconstrained runs "
+                             f"({', '.join(sorted(policies))}) runs layer by layer on one "
+                             f"worker, which the model's fit of that mode needs; add linear "
+                             f"(or partial:1) to {key}")
 
 
 def _check_run_extras(config: Config) -> None:

@@ -1622,14 +1622,32 @@ def test_a_fit_without_layer_by_layer_tasks_says_so_and_the_config_check_first(
                    "--out", str(out))
     assert rc == 2 and "no layer-by-layer tasks that ran alone" in err, err
     assert "add a single-worker policy such as linear" in err and not out.exists()
-    with pytest.raises(ValueError, match=r"no policy of the campaign \(bulk, partial:2\) "
-                                         r"runs layer by layer on one worker"):
+    with pytest.raises(ValueError, match=r"no policy of the native unconstrained runs "
+                                         r"\(bulk, partial:2\) runs layer by layer on one "
+                                         r"worker.*add linear \(or partial:1\) to "
+                                         r"run.policies"):
         check_config(with_(load_config(), run__policies=["bulk", "partial:2"],
                            sandbox__policies=["bulk", "partial:2"], sandbox__also=[],
                            run__probe_overhead_policy="bulk",
                            run__reconcile__policy="bulk"))
+    # twenty-first pass D1: a mode the fit could not make (here one run of the pair in
+    # the caffe runtime, its layers loaded whole) is said, not only kept in the file
+    runs = pd.read_parquet(tables / "runs.parquet")
+    caffe = runs["run_id"].iloc[1]
+    runs.assign(runtime=["lean", "caffe"]).to_parquet(tables / "runs.parquet")
+    tasks.loc[tasks["run_id"] != caffe].pipe(
+        lambda lean: pd.concat([lean, whole[whole["run_id"] == caffe]])).to_parquet(
+            tables / "tasks.parquet")
+    rc, err = _cli(capsys, "fit-model", "--tables", str(tables), "--split", str(split_copy),
+                   "--out", str(out))
+    assert rc == 0 and "warning: native/caffe: not fitted: the native runs have no " \
+        "layer-by-layer tasks that ran alone" in err, err
+    # twenty-first pass D1: each mode is fitted on its own runs: the sandbox's too
+    with pytest.raises(ValueError, match=r"no policy of the sandbox's unconstrained runs "
+                                         r"\(bulk\).*to sandbox.policies"):
+        check_config(with_(load_config(), sandbox__policies=["bulk"], sandbox__also=[]))
     check_config(with_(load_config(), run__policies=["bulk", "partial:1"],  # partial:1 does
-                       sandbox__policies=["bulk"], sandbox__also=[],
+                       sandbox__policies=["bulk", "partial:1"], sandbox__also=[],
                        run__probe_overhead_policy="bulk", run__reconcile__policy="bulk"))
 
 
