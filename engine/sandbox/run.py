@@ -73,12 +73,12 @@ def plan(cfg: SandboxConfig, limit: int | None, swap: int | None, guest: Guest |
     """Guest RAM comfortably above the limit (the cgroup, not the guest, must constrain the
     run) and a swap device large enough that memory.swap.max is what limits swap. A UML
     kernel runs on the host CPU (accelerator "uml")."""
+    sandbox = "uml" if isinstance(guest, uml.Uml) else "vm"
     if cfg.ram is not None:
         ram = cfg.ram
         if limit is not None and limit + GUEST_RESERVE > ram:
             raise EdgeprofError(
-                f"{'uml' if isinstance(guest, uml.Uml) else 'vm'}: the limit "
-                f"({limit // MIB} MiB) is above the guest RAM minus what the "
+                f"{sandbox}: the limit ({limit // MIB} MiB) is above the guest RAM minus what the "
                 f"guest itself needs ({ram // MIB} - {GUEST_RESERVE // MIB} MiB): raise "
                 f"{ENV_NAMES['RAM']} to at least {-(-(limit + GUEST_RESERVE) // MIB)}M or unset "
                 f"it")
@@ -89,8 +89,9 @@ def plan(cfg: SandboxConfig, limit: int | None, swap: int | None, guest: Guest |
     ram = -(-ram // (64 * MIB)) * 64 * MIB
     host = _host_ram()
     if host and ram > host:
-        raise EdgeprofError(f"vm: the guest would need {ram // MIB} MiB of RAM for this limit "
-                            f"but the host has {host // MIB} MiB; lower --limit")
+        lower = ENV_NAMES["RAM"] if cfg.ram is not None else "--limit"
+        raise EdgeprofError(f"{sandbox}: the guest would need {ram // MIB} MiB of RAM for this "
+                            f"limit but the host has {host // MIB} MiB; lower {lower}")
     device = swap_device_bytes(cfg, swap)
     if isinstance(guest, uml.Uml):
         cfg.refuse_unsupported("uml")

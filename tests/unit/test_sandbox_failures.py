@@ -131,3 +131,15 @@ def test_a_guest_that_crashed_mid_run_enforced_its_limit_and_stays_in_its_cell(
         ["run", "--pipeline", str(tiny["pipeline"]), "--split", str(tiny["models"]),
          "--policy", "linear", "--out", str(tmp_path / "free"), "--backend", "vm"]))
     assert not run_in_sandbox(request).limit_enforced
+
+
+def test_a_guest_larger_than_the_host_names_what_to_lower():
+    """Twenty-first held-out pass, a low: the refusal said "lower --limit" where
+    EDGEPROF_SANDBOX_RAM asked for the RAM."""
+    from engine.errors import EdgeprofError
+
+    with pytest.raises(EdgeprofError, match=r"^vm: the guest would need .* lower "
+                                            r"EDGEPROF_SANDBOX_RAM$"):
+        vmrun.plan(SandboxConfig(ram=2**45), 48 * 2**20, None, FAKE_GUEST)
+    with pytest.raises(EdgeprofError, match=r"lower --limit$"):
+        vmrun.plan(SandboxConfig(), 2**45, None, FAKE_GUEST)
