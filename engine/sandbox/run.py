@@ -430,9 +430,9 @@ def _emulation_fault(share: Path, res: vmboot.BootResult) -> str:
         if meta.termination == "error" and signal_no in FAULT_SIGNALS:
             return f"the measured child died of {signal.Signals(signal_no).name} in the guest"
         return ""
-    for progress in share.glob(f".{Path(GUEST_OUT).name}.[0-9]*/progress.jsonl"):
-        if b'"event": "start"' in progress.read_bytes():
-            return ""
+    partials = share.glob(f".{Path(GUEST_OUT).name}.[0-9]*")
+    if any(_child_started(partial) for partial in partials):
+        return ""
     return "the guest stopped before the run's first task"
 
 
