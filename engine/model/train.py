@@ -77,9 +77,10 @@ def measured_cells(runs: pd.DataFrame) -> pd.DataFrame:
     finished runs with its 95 % CI (``stats.summarize``), the median slowdown over the
     same policy unconstrained (paired per repetition: ``summaries.speedup_table``), and over
     every run that measured them (killed ones included, as the summary table does) the
-    median resident high-water mark, cgroup window peak, pages swapped out and peak swap
-    (the most any instrument saw of the run in swap: the cgroup's swap peak, the sampled
-    VmSwap); whether a run was OOM-killed. A cell every run of which was killed has no
+    median resident high-water mark, cgroup window peak and pages swapped out; the median
+    peak swap (the most any instrument saw of the run in swap: the cgroup's swap peak,
+    the sampled VmSwap) of the finished runs, or where none finished of all (each up to
+    its kill); whether a run was OOM-killed. A cell every run of which was killed has no
     makespan."""
     from engine.analysis.stats import summarize
     from engine.analysis.summaries import speedup_table
@@ -94,6 +95,10 @@ def measured_cells(runs: pd.DataFrame) -> pd.DataFrame:
                        peak_swapped_bytes=pd.concat(
                            [col("cg_window_swap_peak_bytes"), col("peak_swap_bytes")],
                            axis=1).max(axis=1))
+    # a run killed part-way swapped only until its kill: where a run of the cell finished,
+    # the cell's peak swap is its finished runs' (twenty-second held-out pass H1: two
+    # early kills made a finished 74 MiB read 10 MiB)
+    runs["finished_swapped_bytes"] = runs["peak_swapped_bytes"].where(runs["ok"])
     cells = (runs.groupby(CELL_KEY)
              .agg(limit_bytes=("limit_bytes", "first"), swap_bytes=("swap_bytes", "first"),
                   workers=("workers", "first"), runs=("run_id", "size"),
@@ -101,9 +106,12 @@ def measured_cells(runs: pd.DataFrame) -> pd.DataFrame:
                   measured_hwm_rss_bytes=("hwm_rss_bytes", "median"),
                   measured_cg_peak_bytes=("cg_window_peak_bytes", "median"),
                   measured_swap_out_bytes=("swap_out_bytes", "median"),
-                  measured_peak_swap_bytes=("peak_swapped_bytes", "median"),
+                  all_peak_swap_bytes=("peak_swapped_bytes", "median"),
+                  finished_peak_swap_bytes=("finished_swapped_bytes", "median"),
                   measured_max_swap_bytes=("peak_swapped_bytes", "max"))
              .reset_index())
+    cells["measured_peak_swap_bytes"] = cells.pop("finished_peak_swap_bytes").fillna(
+        cells.pop("all_peak_swap_bytes"))
     times = summarize(runs[runs["ok"]], CELL_KEY, "makespan_s", prefix="measured_makespan")
     times = times.rename(columns={"measured_makespan_median": "measured_makespan_s"})
     pairs = speedup_table(runs)

@@ -1172,6 +1172,18 @@ def test_a_cells_peak_swap_is_the_median_over_its_runs_of_the_most_any_instrumen
     limited["peak_swap_bytes"] = [5 * MIB, 9 * MIB, np.nan]
     [cell] = measured_cells(limited).to_dict("records")
     assert cell["measured_peak_swap_bytes"] == 7 * MIB
+    # twenty-second held-out pass H1: two runs killed early swapped 3 and 4 MiB until
+    # their kill; the one that finished swapped 74: the cell swapped 74, not the median
+    # of all three (which read a right prediction as +563 % and a kill as chance)
+    mixed = limited.assign(termination=["memory", "ok", "memory"],
+                           cg_window_swap_peak_bytes=[3 * MIB, 74 * MIB, 4 * MIB],
+                           peak_swap_bytes=np.nan)
+    [cell] = measured_cells(mixed).to_dict("records")
+    assert cell["measured_peak_swap_bytes"] == 74 * MIB
+    assert cell["measured_max_swap_bytes"] == 74 * MIB
+    # where none finished, every run's, each up to its kill
+    [cell] = measured_cells(mixed.assign(termination="memory")).to_dict("records")
+    assert cell["measured_peak_swap_bytes"] == 4 * MIB
 
 
 def _swap_cells() -> pd.DataFrame:
@@ -1703,3 +1715,26 @@ def test_advise_shows_runs_a_smaller_swap_cap_never_bound_when_more_swap_is_aske
     rows = [advice("linear")]
     attach_measured(rows, [old], [old], [], None)
     assert rows[0].measured is None
+
+
+def test_native_advise_says_when_its_sandboxs_kills_were_lost_with_an_unfitted_mode(
+        advice_files, capsys):
+    """Twenty-second held-out pass M2: where the uml mode could not be fitted (its
+    single-worker baseline runs did not finish), native advise lost every uml kill and
+    said nothing, though uml runs of the pipeline were OOM-killed at the limit asked."""
+    root, models = advice_files
+    path = root / "model.json"
+    model = Model.read(path)
+    [native] = model.modes.values()
+    assert native.kill_limit_bytes is None and not native.kills_from
+    model.unfitted = {"uml/lean": "no finished unconstrained uml run to fit a model on"}
+    model.write(path)
+    args = ["--pipeline", str(root / "p.json"), "--model", str(path), "--split",
+            str(models), "--policies", "linear"]
+    code, out, err = _advise(capsys, *args, "--limit", "64M")
+    assert code == 0, err
+    assert ("the uml/lean mode could not be fitted (no finished unconstrained uml run to "
+            "fit a model on): the kills its runs measured are not taken into account") in out
+    said = json.loads(_advise(capsys, *args, "--limit", "64M", "--json")[1])
+    assert any("uml/lean mode could not be fitted" in p for p in said["outside_domain"])
+    assert "could not be fitted" not in _advise(capsys, *args)[1]  # unconstrained: no kills
