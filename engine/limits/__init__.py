@@ -36,7 +36,7 @@ def open_session(request: LimitRequest, run_id: str, allow_unenforced: bool = Fa
     if backend in SANDBOXES:
         from engine.limits.sandbox import sandbox_session
 
-        return sandbox_session(backend, request)
+        return sandbox_session(request)
     from engine.limits.select import open_backend
 
     return open_backend(backend, request, run_id, allow_unenforced)

@@ -47,9 +47,9 @@ def uml_status() -> tuple[bool, str]:
     return False, why_none() or "not built"
 
 
-def sandbox_session(backend: str, request: LimitRequest) -> SandboxSession:
-    """The session of an explicitly chosen ``uml`` or ``vm`` backend."""
-    if backend == "uml":
+def sandbox_session(request: LimitRequest) -> SandboxSession:
+    """The session of an explicitly chosen ``uml`` or ``vm`` backend (``request.backend``)."""
+    if request.backend == "uml":
         ok, why = uml_status()
         if not ok:
             raise EdgeprofError(f"uml: {why}; build it with python -m engine.sandbox build, or use "

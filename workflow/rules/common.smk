@@ -582,7 +582,7 @@ def run_mem(wildcards):
 
 def set_runs(wildcards):
     """The run folders of every repetition of one run set (tidy_run's input)."""
-    reps = RUN_SET_REPS[(wildcards.kind, wildcards.pipeline, wildcards.policy, wildcards.limit)]
+    reps = _run_set(wildcards).repetitions
     base = f"{RESULTS}/{wildcards.kind}/{wildcards.pipeline}/{wildcards.policy}"
     return [f"{base}/{wildcards.limit}/rep{rep}" for rep in range(reps)]
 
