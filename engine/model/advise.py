@@ -458,8 +458,12 @@ def attach_measured(advice: list[Advice], own: list[dict], paged: list[dict],
     asked = format_swap(swap_bytes)
 
     def within(c: dict) -> bool:
+        """Runs with unlimited swap that all finished, the one that swapped most within
+        the swap asked (twenty-third held-out pass H1: the median was taken, and a run
+        past the cap was said to be within it)."""
+        most = _most_swapped(c)
         return (swap_bytes is not None and c["swap"] == "max" and c["runs_ok"] == c["runs"]
-                and c["peak_swap_bytes"] is not None and c["peak_swap_bytes"] <= swap_bytes)
+                and most is not None and most <= swap_bytes)
 
     def under_cap(c: dict) -> bool:
         """Runs under a smaller swap cap than asked (or than none) that all finished and
@@ -470,10 +474,11 @@ def attach_measured(advice: list[Advice], own: list[dict], paged: list[dict],
                 and c["runs_ok"] == c["runs"] and most is not None
                 and most < UNBOUND_SHARE * cap)
 
-    def fits_swap(c: dict) -> bool:  # runs under the swap asked, or that swapped within it
+    def fits_swap(c: dict) -> bool:  # runs under the swap asked, or that all swapped within it
+        most = _most_swapped(c)
         return c["swap"] == asked or under_cap(c) or (
-            c["swap"] == "max" and swap_bytes is not None
-            and c["peak_swap_bytes"] is not None and c["peak_swap_bytes"] <= swap_bytes)
+            c["swap"] == "max" and swap_bytes is not None and most is not None
+            and most <= swap_bytes)
 
     for a in advice:
         policy = a.prediction.policy
@@ -490,21 +495,35 @@ def attach_measured(advice: list[Advice], own: list[dict], paged: list[dict],
                           next((c for c in mine if within(c) or under_cap(c)), None))
         if swap_bytes is None:
             continue
-        runs = [c for c in paged if c["policy"] == policy and c["peak_swap_bytes"] is not None]
-        over = [c for c in runs if c["peak_swap_bytes"] > swap_bytes]
+        runs = [c for c in paged if c["policy"] == policy
+                and _swapped_at_least(c) is not None]
+        over = [c for c in runs if _swapped_at_least(c) > swap_bytes]
         if over:
-            c = max(over, key=lambda c: c["peak_swap_bytes"])
-            a.swap_measured_over = (f"{policy} swapped {_mib(c['peak_swap_bytes'])} with "
+            c = max(over, key=_swapped_at_least)
+            a.swap_measured_over = (f"{policy} swapped {_mib(_swapped_at_least(c))} with "
                                     f"swap {c['swap']}")
         elif a.prediction.oom and any(within(c) for c in runs):
-            c = max((c for c in runs if within(c)), key=lambda c: c["peak_swap_bytes"])
+            c = max((c for c in runs if within(c)), key=_most_swapped)
             a.swap_measured_within = (f"{policy}'s runs finished having swapped at most "
-                                      f"{_mib(c['peak_swap_bytes'])}")
+                                      f"{_mib(_most_swapped(c))}")
 
 
 # A run that swapped less than this share of its swap cap never came near it: the cap did
 # not bind it (the kernel fills a cap it reaches to within pages)
 UNBOUND_SHARE = 0.95
+
+
+def _most_swapped(c: dict) -> float | None:
+    """The most any run of a cell swapped (None in a model file from before that was kept:
+    no claim about every run then)."""
+    return c.get("max_swap_bytes")
+
+
+def _swapped_at_least(c: dict) -> float | None:
+    """The most any run of a cell swapped, or where that is not known the median of its
+    runs, which the most is at least."""
+    most = _most_swapped(c)
+    return c["peak_swap_bytes"] if most is None else most
 
 
 def _cap(swap: str) -> int | None:

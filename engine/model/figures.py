@@ -188,10 +188,20 @@ def swap_cost(tables: dict[str, pd.DataFrame], style: dict,
             if part.empty:
                 ax.set_axis_off()
                 continue
+            unfinished = []
             for policy, g in part.groupby("policy"):
                 g = g.sort_values("per_page_s")
+                lost = int(g["runs_not_ok"].iloc[0]) if "runs_not_ok" in g else 0
+                if lost:  # the curve is its finished runs' only: pale, and named
+                    none = g["speedup_over_bulk"].isna().all()
+                    unfinished.append(f"{policy}: {lost} of {int(g['runs'].iloc[0])} runs "
+                                      f"did not finish{' (no curve)' if none else ''}")
                 ax.plot(g["per_page_s"], g["speedup_over_bulk"], color=colors[policy],
-                        linewidth=1.2, linestyle="--" if policy == "bulk" else "-")
+                        linewidth=1.2, linestyle="--" if policy == "bulk" else "-",
+                        alpha=0.4 if lost else 1.0)
+            if unfinished:
+                ax.text(0.02, 0.98, "\n".join(unfinished), transform=ax.transAxes,
+                        fontsize="x-small", va="top", ha="left", color="0.2")
             first = part.iloc[0]
             here = cross[(cross["sandbox"] == first["sandbox"])
                          & (cross["runtime"] == first["runtime"])
@@ -222,6 +232,9 @@ def swap_cost(tables: dict[str, pd.DataFrame], style: dict,
                       label=p) for p in policies]
     handles.append(Line2D([], [], color="0.4", linestyle=":",
                           label="fastest policy changes"))
+    if "runs_not_ok" in curves and curves["runs_not_ok"].gt(0).any():
+        handles.append(Line2D([], [], color="0.4", alpha=0.4,
+                              label="pale: from the runs that finished\n(the others named)"))
     fig.legend(handles=handles, loc="outside right center", fontsize="small")
     fig.set_figwidth(max(fig.get_figwidth(), 4.2 * len(bins) + 2.2))
     fig.suptitle("Speed-up over Bulk at native speed\nagainst the swap cost per page "
@@ -268,6 +281,7 @@ def caption_facts(model_dir: str) -> dict[str, str]:
         facts["crossovers"] = "; ".join(
             f"{r.runtime} runtime, {r.sandbox} traffic, limit {r.limit}, bin {r.size_bin}: "
             f"{r['from']} -> {r.to} at {r.per_page_s * 1e6:.3g} us"
+            + (f" ({r['not_finished']})" if r.get("not_finished") else "")
             for _, r in best.iterrows()) or "the fastest policy does not change over the axis"
     resid_path = folder / "layer_residuals.parquet"
     if resid_path.is_file():

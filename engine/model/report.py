@@ -96,10 +96,11 @@ def reconstruction_table(scores: pd.DataFrame) -> str:
 
 def crossovers_table(cross: pd.DataFrame) -> str:
     rows = [[r["runtime"], r["sandbox"], r["limit"], r["size_bin"], r["what"],
-             f"{r['from']} -> {r['to']}", f"{r['per_page_s'] * 1e6:.3g} us"]
+             f"{r['from']} -> {r['to']}", f"{r['per_page_s'] * 1e6:.3g} us",
+             r.get("not_finished") or "-"]
             for _, r in cross.iterrows()]
     return _table(["runtime", "traffic from", "limit", "size bin", "what", "from -> to",
-                   "at (per page)"], rows)
+                   "at (per page)", "runs that did not finish (not in the curves)"], rows)
 
 
 def report(folder: str | os.PathLike) -> str:

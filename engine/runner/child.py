@@ -94,6 +94,48 @@ def read_spec(spec_path: str) -> dict:
 WRITE_FAILED = 74
 
 
+class StartGate:
+    """Holds the measured child before its pipeline starts until the supervisor's probes
+    watch it. The sampler's interpreter starts after the child's (it needs the child's
+    PID), and on a loaded host it could start after a short pipeline had ended: the run's
+    peak RSS would then be its exit's. A pipe: the child reads one byte before its t0
+    (``await_start``); the supervisor writes it once the sampler has its first row."""
+
+    def __init__(self) -> None:
+        self.child_fd, self._write_fd = os.pipe()
+        self._ours: list[int] = [self.child_fd, self._write_fd]
+
+    def pass_fds(self) -> tuple[int, ...]:
+        return (self.child_fd,)
+
+    def started(self) -> None:
+        """The child holds its end now: ours goes."""
+        self._close(self.child_fd)
+
+    def open(self) -> None:
+        os.write(self._write_fd, b"s")
+        self.close()
+
+    def close(self) -> None:
+        """The child reads end-of-file if it was not opened: it ends without running."""
+        for fd in list(self._ours):
+            self._close(fd)
+
+    def _close(self, fd: int) -> None:
+        if fd in self._ours:
+            self._ours.remove(fd)
+            os.close(fd)
+
+
+def await_start(fd: int | None) -> None:
+    """Wait at the gate (``StartGate``): none where the spec names no gate fd."""
+    if fd is None:
+        return
+    with os.fdopen(fd, "rb", buffering=0) as gate:
+        if gate.read(1) != b"s":
+            raise SystemExit("error: the supervisor ended before the run could start")
+
+
 def child_main(spec_path: str) -> int:
     """Run the spec's pipeline; exit 0 (ok, timeout), 1 (a task failed) or WRITE_FAILED."""
     try:
@@ -119,6 +161,7 @@ def _child_main(spec_path: str) -> int:
         from engine.probes.cpuprofile import CpuProfile
 
         profile = CpuProfile(str(out / "cpu.prof"))
+    await_start(spec.get("start_fd"))
     t0, cpu0 = time.perf_counter(), time.process_time()
     with profile:
         result = state.execute()

@@ -28,7 +28,7 @@ from engine.limits import Session, open_session
 from engine.probes import hostload
 from engine.probes.vmstat import in_guest
 from engine.procs import SUPERVISOR_ENV, preexec
-from engine.runner.child import WRITE_FAILED
+from engine.runner.child import WRITE_FAILED, StartGate
 from engine.runner.folder import assemble, read_child
 from engine.runner.meta import (
     HUGEPAGE_ENV,
@@ -150,7 +150,7 @@ def run_supervised(request: RunRequest, session: Session | None = None) -> RunMe
             session.close()
         raise
     options, probes, limits = request.options, request.probes, request.limits
-    tmp = proc = sampler = claim_cpu = None
+    tmp = proc = sampler = claim_cpu = gate = None
     with claim, signals_unwind():
         try:
             tmp = claim.tempdir()
@@ -170,6 +170,8 @@ def run_supervised(request: RunRequest, session: Session | None = None) -> RunMe
                 "process_status": probes.heap_profile or limits.limit_bytes is not None,
                 "heap_profile": probes.heap_profile, "cpu_profile": probes.cpu_profile,
             }
+            gate = StartGate()
+            spec["start_fd"] = gate.child_fd
             with naming(tmp / "spec.json"):
                 (tmp / "spec.json").write_text(json.dumps(spec, indent=1))
             argv = [sys.executable, "-m", "engine", "child", str(tmp / "spec.json")]
@@ -196,7 +198,8 @@ def run_supervised(request: RunRequest, session: Session | None = None) -> RunMe
             with signals_deferred():
                 proc = subprocess.Popen(argv, env=env,
                                         preexec_fn=preexec(session.preexec(), pin),
-                                        start_new_session=True)
+                                        start_new_session=True, pass_fds=gate.pass_fds())
+            gate.started()
             session.attach_pid(proc.pid)
             own_cpus = os.sched_getaffinity(0)
             affinity = {"asked": bool(options.pin_cpu), "pinned": bool(child_cpus),
@@ -214,6 +217,7 @@ def run_supervised(request: RunRequest, session: Session | None = None) -> RunMe
                                             uss=probes.sample_uss)
                 finally:
                     os.sched_setaffinity(0, own_cpus)
+            gate.open()  # every probe watches: the pipeline may start
             watch = (StallWatch(tmp / "progress.jsonl", proc.pid, session.cgroup_dir,
                                 session.cgroup_version) if options.stall_s else None)
             waited = wait_child(proc, options.timeout_s, options.stall_s, watch,
@@ -265,6 +269,8 @@ def run_supervised(request: RunRequest, session: Session | None = None) -> RunMe
             return meta
         except BaseException as exc:
             ignore_signals()  # the run is ending: a second signal must not cut the cleanup
+            if gate is not None:
+                gate.close()
             if proc is not None and proc.poll() is None:
                 _kill_tree(proc, session)
                 proc.wait()

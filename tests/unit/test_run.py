@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from threadpoolctl import threadpool_limits
 
@@ -310,3 +311,31 @@ def test_an_oom_says_when_it_struck():
     assert _oom_moment([], 0).startswith("OOM before its first task started")
     assert _oom_moment([], None).startswith("OOM before its first task started")
     assert _oom_moment([], 12) == "OOM between tasks, after 12 had finished"
+
+
+def test_the_pipeline_waits_for_the_sampler_however_late_it_starts(models, tmp_path,
+                                                                   monkeypatch):
+    """Twenty-third held-out pass H2: on a loaded host the sampler (an interpreter started
+    after the child, which it needs the PID of) came up after a 0.3 s pipeline had ended,
+    and the run's peak RSS was its exit's, half the kernel's high-water mark. Here the
+    sampler starts 1.5 s late, much longer than AgeNet's pipeline takes: the first sample
+    still comes before the pipeline's t0, and the sampled peak is the high-water mark's."""
+    import engine.probes.sampler as sampler_module
+
+    start = sampler_module.start_sampler
+
+    def late(*args, **kwargs):
+        time.sleep(1.5)
+        return start(*args, **kwargs)
+
+    monkeypatch.setattr(sampler_module, "start_sampler", late)
+    pipe = tmp_path / "p.json"
+    save_pipeline(_pipeline(["AgeNet"]), pipe)
+    out = tmp_path / "run"
+    meta = run_supervised(RunRequest(
+        str(pipe), "bulk", str(models["AgeNet"].parent), str(out), RunOptions(),
+        LimitRequest(backend="none"), ProbeOptions(cgroup=False, gnu_time=False,
+                                                   sample_hz=200)))
+    samples = pd.read_csv(out / "samples.csv")
+    assert samples["t_ns"].iloc[0] < meta.t0_monotonic_ns
+    assert samples["rss_bytes"].max() >= 0.9 * meta.hwm_rss_bytes
