@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from engine import digests
 from engine.caffe import graph, io, wire
 from engine.errors import CorruptModelError, ModelError
 from engine.files import normal_mode, parse_json, read_regular, sha256_file, write_text_atomic
@@ -188,7 +189,7 @@ class Description:
         if not whole.is_file():
             raise ModelError(f"{whole}, the caffemodel bulk reads for {self.network}, is "
                              f"missing; restore it or re-run the split stage")
-        if sha256_file(whole) != self.caffemodel_sha256:
+        if not digests.holds(whole, self.caffemodel_sha256):
             raise ModelError(f"{whole} does not match {self.path}'s caffemodel_sha256 (the "
                              f"file changed after {self.network} was split, or the description "
                              f"was edited): re-run the split stage")
@@ -213,7 +214,7 @@ class Description:
         """Every partial is the one split (same bytes): a partial replaced by another
         model's of the same size would load other weights than bulk's, unseen."""
         for info in self.layers:
-            if info.partial and sha256_file(self.resolve(info.partial)) != info.partial_sha256:
+            if info.partial and not digests.holds(self.resolve(info.partial), info.partial_sha256):
                 raise ModelError(f"{self.resolve(info.partial)} does not match {self.path}'s "
                                  f"partial_sha256 of layer {info.index} (the file changed after "
                                  f"{self.network} was split, or the description was edited): "
@@ -250,7 +251,7 @@ class Description:
         if missing is not None:
             raise ModelError(f"{self.path}: layer {missing.index} '{missing.name}' records no "
                              f"partial_sha256 to check {missing.partial} against; {fix}")
-        if sha256_file(prototxt) != self.prototxt_sha256:
+        if not digests.holds(prototxt, self.prototxt_sha256):
             raise ModelError(f"{prototxt} does not match {self.path}'s prototxt_sha256 (the "
                              f"file changed after {self.network} was split, or the description "
                              f"was edited); {fix}")

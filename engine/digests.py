@@ -1,0 +1,68 @@
+"""Whether a file still holds the bytes a digest was taken of, without hashing it again
+while it has not changed.
+
+A run checks every weight file it will read against its split's SHA-256 (docs/engine.md).
+Hashing a 560 MiB pipeline takes about half a second, more than many a run's makespan, and
+the default reproduction hashes the same files hundreds of times. A file's stat stamp
+(device, inode, size, modification and change times to the nanosecond) is remembered
+beside the digest it had: the change time moves with every write, and no tool can set it
+back, so an unchanged stamp means unchanged bytes. A file changed within ``RACY_S`` of the
+check is never remembered, as the same clock tick could hold a later write (git's "racy
+clean" case).
+
+Either way the file's pages are read, so they are in the page cache before the run's
+child reads them: charged to the checking process, not to the measured child's cgroup,
+as when every check hashed (docs/measurement.md, ``page_cache``)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from pathlib import Path
+
+from engine.files import cache_dir, sha256_file, write_text_atomic
+
+RACY_S = 2.0
+_CHUNK = 1 << 20
+
+
+def _entry(path: str | os.PathLike) -> Path | None:
+    """The cache file of ``path`` as it is now, or None where it changed too recently."""
+    st = os.stat(path)
+    if time.time() - st.st_ctime < RACY_S:
+        return None
+    stamp = "\0".join(map(str, (os.path.abspath(path), st.st_dev, st.st_ino, st.st_size,
+                                st.st_mtime_ns, st.st_ctime_ns)))
+    key = hashlib.sha256(stamp.encode()).hexdigest()
+    return cache_dir("EDGEPROF_DIGEST_CACHE", "digests") / key[:2] / key
+
+
+def _read_through(path: str | os.PathLike) -> None:
+    """Every page of the file read once (into the page cache), through one small buffer."""
+    buffer = bytearray(_CHUNK)
+    with open(path, "rb", buffering=0) as f:
+        while f.readinto(buffer):
+            pass
+
+
+def holds(path: str | os.PathLike, sha256: str) -> bool:
+    """Whether the file at ``path`` has SHA-256 ``sha256`` (hex). A cache that cannot be
+    read or written (a read-only home, as in a sandbox's guest) only costs the hash."""
+    entry = _entry(path)
+    if entry is not None:
+        try:
+            known = entry.read_text()
+        except OSError:
+            known = None
+        if known == sha256:
+            _read_through(path)
+            return True
+    digest = sha256_file(path)
+    if entry is not None and digest == sha256:
+        try:
+            entry.parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(entry, digest)
+        except OSError:
+            pass
+    return digest == sha256
