@@ -1253,11 +1253,19 @@ def test_an_interrupted_pipelines_or_tidy_leaves_none_of_its_set(split_copy, two
         # pass that on, and the engine honours an inherited SIG_IGN
         proc = subprocess.Popen([sys.executable, "-m", "engine", *argv], cwd=REPO,
                                 stderr=subprocess.PIPE, text=True, preexec_fn=default_signals)
+
+        def writing(out: Path = out) -> bool:  # its hidden folder (not a lock file)
+            return bool([p for p in out.glob(".*") if p.is_dir()])
+
         deadline = time.monotonic() + 60
-        while (not [p for p in out.glob(".*") if p.is_dir()]
-               and time.monotonic() < deadline):
-            time.sleep(0.02)  # its hidden folder (not a lock file): the set is being written
-        proc.send_signal(getattr(signal, sig))  # at once: 40 runs tidy in under a second
+        while not writing() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        # stopped where it stands, so the signal lands mid-set however loaded the machine:
+        # held while it is stopped, delivered as it continues
+        proc.send_signal(signal.SIGSTOP)
+        assert writing(), f"{verb} was not caught writing its set (exit {proc.poll()})"
+        proc.send_signal(getattr(signal, sig))
+        proc.send_signal(signal.SIGCONT)
         err = proc.communicate(timeout=120)[1]
         assert proc.returncode == 130, (verb, proc.returncode, err[-500:])
         if verb == "tidy":  # eighteenth pass L2: nor the --out it made ("nothing written")

@@ -115,3 +115,72 @@ def test_the_slurm_numbers_render_a_record_with_no_step_sampled():
     text = numbers.render({**recorded, "engine_max_rss_mib": [0, 0, 0]})
     assert "sacct sampled none of the engine's steps" in text
     assert "ABOVE" in numbers.render({**recorded, "reserve_mib": 1})
+
+
+def _bench_workflow():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_workflow",
+                                                  REPO / "benchmarks" / "bench_workflow.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_workflow_breakdown_is_the_recorded_rounds():
+    """docs/performance.md's breakdown of the default run's wall time is
+    benchmarks/bench_workflow.py's rendering of its recorded rounds, never typed by hand."""
+    import json
+
+    bench = _bench_workflow()
+    text = (REPO / "docs" / "performance.md").read_text()
+    block = text[text.index(bench.BEGIN) + len(bench.BEGIN):text.index(bench.END)]
+    assert block.strip() == bench.render(json.loads(bench.RECORD.read_text()))
+
+
+def test_the_workflow_breakdown_splits_a_run_as_counted_by_hand(tmp_path):
+    """A made-up results folder: a native run (job 1.0 s, supervised 0.6 s, networks from
+    0.1 s to 0.35 s), a sandbox run (job 5.0 s, boot to power-off 4.0 s, supervised 2.5 s,
+    makespan 1.5 s), a tidy (0.5 s), a fit (2.0 s), a figure (0.75 s), a split (0.25 s);
+    a wall of 15 s. Every part counted by hand."""
+    import json
+
+    bench = _bench_workflow()
+    results = tmp_path / "results"
+
+    def job(rel: str, seconds: float) -> None:
+        path = results / "benchmarks" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"s\th:m:s\tmax_rss\n{seconds}\t0:00:01\t1\n")
+
+    def run(rel: str, supervised: float, span: tuple[int, int], sandbox: dict | None) -> None:
+        folder = results / rel
+        folder.mkdir(parents=True)
+        (folder / "meta.json").write_text(json.dumps({"wall_s": supervised, "sandbox": sandbox}))
+        (folder / "networks.csv").write_text(f"arrival_ns,end_ns\n{span[0]},{span[0] + 1}\n"
+                                             f"{span[0]},{span[1]}\n")
+
+    run("runs/p000/linear/none/rep0", 0.6, (100_000_000, 350_000_000), None)
+    job("runs/p000/linear/none/rep0.tsv", 1.0)
+    run("runs/v000/bulk/48M/rep0", 2.5, (0, 1_500_000_000), {"vm_total_s": 4.0})
+    job("runs/v000/bulk/48M/rep0.tsv", 5.0)
+    job("tidy/runs/p000/linear/none.tsv", 0.5)
+    job("model/fit.tsv", 2.0)
+    job("plots/speedup.tsv", 0.75)
+    job("split/age_net.tsv", 0.25)
+    parts = bench.breakdown(results, 15.0)
+    assert parts == pytest.approx({
+        "measured makespans": 0.25 + 1.5,
+        "measured child's start and end": (0.6 - 0.25) + (2.5 - 1.5),
+        "run job's start and end": (1.0 - 0.6) + (5.0 - 4.0),
+        "sandbox boots and guest starts": 4.0 - 2.5,
+        "tidy and aggregate": 0.5,
+        "model: fit, cross-validation, reconstruction, held-out score": 2.0,
+        "plots": 0.75,
+        "models, split, pipelines": 0.25,
+        "Snakemake's scheduling and job spawns": 15.0 - (1.0 + 5.0 + 0.5 + 2.0 + 0.75 + 0.25),
+    })
+    assert sum(parts.values()) == pytest.approx(15.0)
+    job("blocks/p000/none/rep0.0.tsv", 3.0)  # a block of runs: not split, said so
+    with pytest.raises(SystemExit, match="not split"):
+        bench.breakdown(results, 18.0)

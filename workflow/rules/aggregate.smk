@@ -13,6 +13,8 @@ rule tidy_run:
         tidy=directory(f"{RESULTS}/tidy/{{kind}}/{SET_PATTERN}"),
     log:
         f"{RESULTS}/logs/tidy/{{kind}}/{SET_PATTERN}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/tidy/{{kind}}/{SET_PATTERN}.tsv"
     conda:
         "../../envs/analysis.yaml"
     resources:
@@ -33,6 +35,8 @@ rule aggregate:
         expand(f"{RESULTS}/tables/{{table}}.{{ext}}", table=TABLES, ext=["csv", "parquet"]),
     log:
         f"{RESULTS}/logs/aggregate.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/aggregate.tsv"
     conda:
         "../../envs/analysis.yaml"
     params:

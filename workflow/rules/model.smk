@@ -14,6 +14,8 @@ rule fit_model:
         MODEL_FILE,
     log:
         f"{RESULTS}/logs/model/fit.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/model/fit.tsv"
     conda:
         "../../envs/analysis.yaml"
     params:
@@ -35,6 +37,8 @@ rule evaluate_model:
         MODEL_OUTPUTS,
     log:
         f"{RESULTS}/logs/model/evaluate.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/model/evaluate.tsv"
     conda:
         "../../envs/analysis.yaml"
     params:
@@ -56,6 +60,8 @@ rule reconstruct_model:
         RECONSTRUCTION_OUTPUTS,
     log:
         f"{RESULTS}/logs/model/reconstruct.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/model/reconstruct.tsv"
     conda:
         "../../envs/analysis.yaml"
     params:
@@ -77,6 +83,8 @@ rule aggregate_holdout:
         HOLDOUT_TABLES,
     log:
         f"{RESULTS}/logs/holdout/aggregate.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/holdout/aggregate.tsv"
     conda:
         "../../envs/analysis.yaml"
     params:
@@ -97,6 +105,8 @@ rule score_holdout:
         HOLDOUT_OUTPUTS,
     log:
         f"{RESULTS}/logs/model/holdout.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/model/holdout.tsv"
     conda:
         "../../envs/analysis.yaml"
     params:
@@ -122,6 +132,8 @@ rule model_plot:
         pdf=f"{RESULTS}/model/{{model_fig}}.pdf",
     log:
         f"{RESULTS}/logs/model/{{model_fig}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/model/{{model_fig}}.tsv"
     conda:
         "../../envs/analysis.yaml"
     params:

@@ -7,6 +7,8 @@ rule zoo_model:
         prototxt=f"{MODELS_DIR}/{{stem}}.prototxt",
     log:
         f"{RESULTS}/logs/models/{{stem}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/models/{{stem}}.tsv"
     wildcard_constraints:
         stem="|".join(ZOO_STEMS) or "(?!)",  # only the zoo's; user models are given
     conda:

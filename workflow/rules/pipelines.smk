@@ -8,6 +8,8 @@ rule pipelines:
         expand(f"{PIPELINES_DIR}/{{name}}.json", name=PIPELINES),
     log:
         f"{RESULTS}/logs/pipelines.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/pipelines.tsv"
     conda:
         "../../envs/run.yaml"
     params:
@@ -28,6 +30,8 @@ rule sandbox_pipelines:
         expand(f"{PIPELINES_DIR}/{{name}}.json", name=VM_PIPELINES),
     log:
         f"{RESULTS}/logs/sandbox_pipelines.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/sandbox_pipelines.tsv"
     conda:
         "../../envs/run.yaml"
     params:
@@ -49,6 +53,8 @@ rule holdout_pipelines:
         expand(f"{PIPELINES_DIR}/{{name}}.json", name=HOLDOUT_PIPELINES),
     log:
         f"{RESULTS}/logs/holdout_pipelines.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/holdout_pipelines.tsv"
     conda:
         "../../envs/run.yaml"
     params:
@@ -68,6 +74,8 @@ rule holdout_sandbox_pipelines:
         expand(f"{PIPELINES_DIR}/{{name}}.json", name=HOLDOUT_VM_PIPELINES),
     log:
         f"{RESULTS}/logs/holdout_sandbox_pipelines.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/holdout_sandbox_pipelines.tsv"
     conda:
         "../../envs/run.yaml"
     params:

@@ -20,6 +20,8 @@ rule plot:
         pdf=f"{RESULTS}/plots/{{fig}}.pdf",
     log:
         f"{RESULTS}/logs/plots/{{fig}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/plots/{{fig}}.tsv"
     conda:
         "../../envs/analysis.yaml"
     params:

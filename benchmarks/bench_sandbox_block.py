@@ -1,0 +1,138 @@
+"""Can runs share one sandbox boot without sharing state (issue 39)? The same cell run in
+a fresh user-mode Linux boot each, and one after another in one boot, side by side.
+
+A round runs, for each policy, ``--per-boot`` runs of the cell each in its own boot
+(``run --backend uml``, as the workflow does), then the same runs one after another in
+one boot: in the guest, ``run --backend cgroup2`` (what a guest's supervisor runs), with
+the page cache dropped and the swap device switched off and on between runs, so each
+starts from a boot's state but for what the kernel keeps (slab, free-page order, the
+host's mappings of guest memory). The rounds alternate which comes first. Printed per
+policy and way: the median [range] of makespan, peak cgroup memory, peak swap and wall
+time per run, and the paired ratio shared/fresh of each median with its bootstrap 95 % CI.
+
+Usage: python benchmarks/bench_sandbox_block.py --split S --pipeline P.json
+           [--policies bulk linear] [--limit 48M] [--rounds 5] [--per-boot 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from engine.analysis.tidy import tidy_run  # noqa: E402
+from engine.sandbox.run import _pin_uml, boot_job  # noqa: E402
+from engine.units import parse_size  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+METRICS = {"makespan_s": "makespan (s)", "peak_cg_current_bytes": "peak cgroup (MiB)",
+           "peak_cg_swap_current_bytes": "peak swap (MiB)", "per_run_s": "wall a run (s)"}
+
+
+def run_args(args: argparse.Namespace, policy: str) -> list[str]:
+    return ["--pipeline", str(args.pipeline.resolve()), "--policy", policy, "--split",
+            str(args.split.resolve()), "--limit", args.limit, "--swap", "max", "--pin-cpu",
+            "--sample-hz", "100", "--timeout", "600"]
+
+
+def fresh(args: argparse.Namespace, policy: str, out: Path) -> list[dict]:
+    """``--per-boot`` runs, a boot each."""
+    rows = []
+    for i in range(args.per_boot):
+        folder = out / f"fresh-{policy}-{i}"
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "engine", "run", *run_args(args, policy),
+                        "--backend", "uml", "--out", str(folder), "-q"], cwd=REPO, check=True)
+        rows.append(_row(folder, time.perf_counter() - t0))
+    return rows
+
+
+def shared(args: argparse.Namespace, policy: str, out: Path) -> list[dict]:
+    """``--per-boot`` runs one after another in one boot, the guest's state reset
+    between them (page cache dropped, swap off and on)."""
+    share = Path(tempfile.mkdtemp(prefix=".block.", dir=out))
+    line = shlex.join([sys.executable, "-m", "engine", "run", *run_args(args, policy),
+                       "--backend", "cgroup2", "-q"])
+    script = "set -e\n" + "".join(
+        f"sync; echo 3 > /proc/sys/vm/drop_caches; swapoff -a; swapon /dev/ubda\n"
+        f"{line} --out /run/vmout/r{i}\n" for i in range(args.per_boot))
+    pin = _pin_uml(True)
+    t0 = time.perf_counter()
+    try:
+        res, *_ = boot_job(["command", "max", "max", "/bin/sh", "-c", script], share,
+                           parse_size(args.limit), None, timeout_s=1800, sandbox="uml",
+                           cpus=pin.uml)
+    finally:
+        pin.release()
+    wall = time.perf_counter() - t0
+    if res.rc != 0 or res.error:
+        log = (share / "job.log").read_text() if (share / "job.log").is_file() else ""
+        raise SystemExit(f"the shared boot failed ({res.error or res.rc}):\n{log[-2000:]}")
+    return [_row(share / f"r{i}", wall / args.per_boot) for i in range(args.per_boot)]
+
+
+def _row(folder: Path, per_run_s: float) -> dict:
+    row = tidy_run(folder)["runs"].iloc[0]
+    if row["termination"] != "ok":
+        raise SystemExit(f"{folder}: {row['termination']} ({row['termination_detail']})")
+    return {"makespan_s": row["makespan_s"],
+            "peak_cg_current_bytes": row["peak_cg_current_bytes"] / 2**20,
+            "peak_cg_swap_current_bytes": row["peak_cg_swap_current_bytes"] / 2**20,
+            "per_run_s": per_run_s}
+
+
+def ratio_ci(a: list[float], b: list[float], seed: int = 0) -> tuple[float, float, float]:
+    """median(a) / median(b) with a percentile bootstrap 95 % CI (each side resampled)."""
+    rng = np.random.default_rng(seed)
+    a_, b_ = np.asarray(a), np.asarray(b)
+    boots = [np.median(rng.choice(a_, a_.size)) / np.median(rng.choice(b_, b_.size))
+             for _ in range(2000)]
+    return (float(np.median(a_) / np.median(b_)), *np.percentile(boots, [2.5, 97.5]))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--split", type=Path, required=True)
+    ap.add_argument("--pipeline", type=Path, required=True)
+    ap.add_argument("--policies", nargs="+", default=["bulk", "linear"])
+    ap.add_argument("--limit", default="48M")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--per-boot", type=int, default=4)
+    args = ap.parse_args()
+    rows: dict[tuple[str, str], list[dict]] = {}
+    loads = [os.getloadavg()[0]]
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.rounds):
+            out = Path(tmp) / f"round{r}"
+            out.mkdir()
+            for policy in args.policies:
+                ways = [("fresh", fresh), ("shared", shared)]
+                for way, fn in ways if r % 2 == 0 else ways[::-1]:
+                    rows.setdefault((policy, way), []).extend(fn(args, policy, out))
+            loads.append(os.getloadavg()[0])
+            print(f"round {r + 1} of {args.rounds} done, load {loads[-1]:.2f}", file=sys.stderr)
+    print(f"{args.pipeline.stem} at {args.limit} (swap max), {args.rounds} rounds x "
+          f"{args.per_boot} runs a way; 1-minute load {min(loads):.2f} to {max(loads):.2f}")
+    for policy in args.policies:
+        for key, label in METRICS.items():
+            f = [x[key] for x in rows[(policy, "fresh")]]
+            s = [x[key] for x in rows[(policy, "shared")]]
+            mid, lo, hi = ratio_ci(s, f)
+            print(f"  {policy:8s} {label:18s} fresh {statistics.median(f):8.2f} "
+                  f"[{min(f):.2f}, {max(f):.2f}]  shared {statistics.median(s):8.2f} "
+                  f"[{min(s):.2f}, {max(s):.2f}]  shared/fresh {mid:.3f} [{lo:.3f}, {hi:.3f}]"
+                  f"{'' if lo <= 1 <= hi else '  *'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
