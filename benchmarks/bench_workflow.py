@@ -79,14 +79,16 @@ def _seconds(tsv: Path) -> float:
 
 
 def _makespan(run: Path) -> float:
-    """First arrival to last network end (networks.csv, nanoseconds); 0 for a run that
-    recorded no network (it measured nothing)."""
+    """First arrival to last network end (networks.csv, nanoseconds), over the networks
+    that recorded them: a run killed or timed out part-way has networks without them, and
+    one that ended before any network ended measured no makespan (0)."""
     with open(run / "networks.csv") as f:
         rows = list(csv.DictReader(f))
     ends = [int(r["end_ns"]) for r in rows if r.get("end_ns")]
-    if not ends:
+    arrivals = [int(r["arrival_ns"]) for r in rows if r.get("arrival_ns")]
+    if not ends or not arrivals:
         return 0.0
-    return (max(ends) - min(int(r["arrival_ns"]) for r in rows)) / 1e9
+    return (max(ends) - min(arrivals)) / 1e9
 
 
 def breakdown(results: Path, wall_s: float) -> dict[str, float]:
@@ -193,7 +195,8 @@ def record(measurement: dict) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description="Where the default run's wall time goes: its "
+                                 "parts in seconds and as a share (docs/performance.md).")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--configfile", type=Path, default=REPO / "config" / "config.yaml")
     ap.add_argument("--results", type=Path, help="split this finished run instead")
@@ -205,6 +208,9 @@ def main() -> int:
         ap.error("--results and --wall go together")
     if args.rounds < 1:
         ap.error("--rounds must be 1 or more")
+    if args.results is not None and not (args.results / "benchmarks").is_dir():
+        ap.error(f"--results {args.results} holds no benchmarks/ folder: give the results "
+                 f"folder of a finished workflow")
     loads, walls, rounds, runs = [], [], [], []
     if args.results is not None:
         walls, rounds = [args.wall], [breakdown(args.results, args.wall)]

@@ -6,9 +6,14 @@ Hashing a 560 MiB pipeline takes about half a second, more than many a run's mak
 the default reproduction hashes the same files hundreds of times. A file's stat stamp
 (device, inode, size, modification and change times to the nanosecond) is remembered
 beside the digest it had: the change time moves with every write, and no tool can set it
-back, so an unchanged stamp means unchanged bytes. A file changed within ``RACY_S`` of the
-check is never remembered, as the same clock tick could hold a later write (git's "racy
-clean" case).
+back, so an unchanged stamp means unchanged bytes. Two exceptions, both closed here:
+a file changed within ``RACY_S`` of the check is never remembered, as the same clock tick
+could hold a later write (git's "racy clean" case); and a write through a shared writable
+mapping moves the times only when it dirties a clean page, so a page dirtied before the
+check could change again unseen (twenty-fourth held-out pass M1). The file is written
+back (fsync) before its stamp is taken: every page is clean then, and its next write
+through any mapping faults and moves the change time. A file that cannot be written back
+(a read-only mount, as a sandbox guest's) is never remembered.
 
 Either way the file's pages are read, so they are in the page cache before the run's
 child reads them: charged to the checking process, not to the measured child's cgroup,
@@ -21,7 +26,7 @@ import os
 import time
 from pathlib import Path
 
-from engine.files import cache_dir, sha256_file, write_text_atomic
+from engine.files import cache_dir, write_text_atomic
 
 RACY_S = 2.0
 _CHUNK = 1 << 20
@@ -58,11 +63,17 @@ def holds(path: str | os.PathLike, sha256: str) -> bool:
         if known == sha256:
             _read_through(path)
             return True
-    digest = sha256_file(path)
-    if entry is not None and digest == sha256:
+    with open(path, "rb") as f:
         try:
-            entry.parent.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(entry, digest)
+            os.fsync(f.fileno())  # every page clean: its next write moves the stamp
+            settled = _entry(path)
+        except OSError:
+            settled = None
+        digest = hashlib.file_digest(f, "sha256").hexdigest()
+    if settled is not None and digest == sha256 and _entry(path) == settled:
+        try:
+            settled.parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(settled, digest)
         except OSError:
             pass
     return digest == sha256

@@ -4,6 +4,7 @@ only then; every check reads the file's pages (the kernel's read counter says so
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
 import time
 
@@ -30,10 +31,10 @@ def _sha(data: bytes) -> str:
 
 
 def _no_hashing(monkeypatch) -> None:
-    def refuse(path):
-        raise AssertionError(f"{path} hashed again")
+    def refuse(f, algorithm):
+        raise AssertionError(f"{f.name} hashed again")
 
-    monkeypatch.setattr(digests, "sha256_file", refuse)
+    monkeypatch.setattr(digests.hashlib, "file_digest", refuse)
 
 
 def test_a_file_is_checked_against_its_digest(tmp_path, cache):
@@ -107,3 +108,23 @@ def test_a_remembered_file_is_still_read_into_the_page_cache(tmp_path, cache, mo
     before = _rchar()
     assert digests.holds(f, _sha(data))
     assert _rchar() - before >= len(data)
+
+
+def test_a_page_dirtied_through_a_mapping_before_the_check_cannot_change_unseen(tmp_path,
+                                                                               cache):
+    """Twenty-fourth held-out pass M1: a write through a shared mapping moves the file's
+    times only when it dirties a clean page. A partial whose page was dirtied (with its
+    own bytes) before a check was remembered, then changed through the same mapping with
+    its stamp unmoved, and every later run read the changed weights unrefused. The check
+    writes the file back before taking its stamp: the change then moves it."""
+    f = tmp_path / "w.bin"
+    data = os.urandom(8192)
+    f.write_bytes(data)
+    with open(f, "r+b") as handle, mmap.mmap(handle.fileno(), 0) as mapped:
+        mapped[0] = data[0]  # the page dirty, the bytes the same
+        time.sleep(digests.RACY_S + 0.2)  # past the racy window: the check remembers it
+        assert digests.holds(f, _sha(data))
+        stamp = os.stat(f).st_ctime_ns
+        mapped[0] = (data[0] + 1) % 256  # a weight changed through the same mapping
+        assert os.stat(f).st_ctime_ns != stamp
+        assert not digests.holds(f, _sha(data))

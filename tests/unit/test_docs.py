@@ -140,7 +140,8 @@ def test_the_workflow_breakdown_is_the_recorded_rounds():
 
 def test_the_workflow_breakdown_splits_a_run_as_counted_by_hand(tmp_path):
     """A made-up results folder: a native run (job 1.0 s, supervised 0.6 s, networks from
-    0.1 s to 0.35 s), a sandbox run (job 5.0 s, boot to power-off 4.0 s, supervised 2.5 s,
+    0.1 s to 0.35 s), one OOM-killed after one network ended at 0.25 s (job 0.75 s,
+    supervised 0.5 s), a sandbox run (job 5.0 s, boot to power-off 4.0 s, supervised 2.5 s,
     makespan 1.5 s), a tidy (0.5 s), a fit (2.0 s), a figure (0.75 s), a split (0.25 s);
     a wall of 15 s. Every part counted by hand."""
     import json
@@ -162,6 +163,13 @@ def test_the_workflow_breakdown_splits_a_run_as_counted_by_hand(tmp_path):
 
     run("runs/p000/linear/none/rep0", 0.6, (100_000_000, 350_000_000), None)
     job("runs/p000/linear/none/rep0.tsv", 1.0)
+    # an OOM-killed run: one network ended at 0.25 s, the other recorded no arrival or
+    # end (twenty-fourth held-out pass M2: a traceback)
+    killed = results / "runs/p000/bulk/none/rep0"
+    killed.mkdir(parents=True)
+    (killed / "meta.json").write_text(json.dumps({"wall_s": 0.5, "sandbox": None}))
+    (killed / "networks.csv").write_text("arrival_ns,end_ns\n0,250000000\n,\n")
+    job("runs/p000/bulk/none/rep0.tsv", 0.75)
     run("runs/v000/bulk/48M/rep0", 2.5, (0, 1_500_000_000), {"vm_total_s": 4.0})
     job("runs/v000/bulk/48M/rep0.tsv", 5.0)
     job("tidy/runs/p000/linear/none.tsv", 0.5)
@@ -170,15 +178,16 @@ def test_the_workflow_breakdown_splits_a_run_as_counted_by_hand(tmp_path):
     job("split/age_net.tsv", 0.25)
     parts = bench.breakdown(results, 15.0)
     assert parts == pytest.approx({
-        "measured makespans": 0.25 + 1.5,
-        "measured child's start and end": (0.6 - 0.25) + (2.5 - 1.5),
-        "run job's start and end": (1.0 - 0.6) + (5.0 - 4.0),
+        "measured makespans": 0.25 + 0.25 + 1.5,
+        "measured child's start and end": (0.6 - 0.25) + (2.5 - 1.5) + (0.5 - 0.25),
+        "run job's start and end": (1.0 - 0.6) + (5.0 - 4.0) + (0.75 - 0.5),
         "sandbox boots and guest starts": 4.0 - 2.5,
         "tidy and aggregate": 0.5,
         "model: fit, cross-validation, reconstruction, held-out score": 2.0,
         "plots": 0.75,
         "models, split, pipelines": 0.25,
-        "Snakemake's scheduling and job spawns": 15.0 - (1.0 + 5.0 + 0.5 + 2.0 + 0.75 + 0.25),
+        "Snakemake's scheduling and job spawns":
+            15.0 - (1.0 + 0.75 + 5.0 + 0.5 + 2.0 + 0.75 + 0.25),
     })
     assert sum(parts.values()) == pytest.approx(15.0)
     job("blocks/p000/none/rep0.0.tsv", 3.0)  # a block of runs: not split, said so
