@@ -20,6 +20,10 @@ log = logging.getLogger(__name__)
 # bounds shared by the verbs and the config schema (workflow/schemas/config.schema.yaml)
 MAX_BATCH = 10_000
 MAX_LIMIT = 2**50  # 1 PiB: a memory limit past any machine's RAM is a typo
+# below 1 MiB not even the supervisor's interpreter starts in the cgroup's sandbox: a run
+# there measures nothing (twenty-fourth held-out pass L1: 4K ended as a crash that left
+# an error folder it said it had not written)
+MIN_LIMIT = 2**20
 MAX_BLAS_THREADS = 1024
 MAX_SEED = 2**32 - 1  # numpy's legacy seeding and the pipelines' seeds
 MIN_SAMPLE_HZ, MAX_SAMPLE_HZ = 0.01, 10_000
@@ -61,10 +65,13 @@ def swap(text: str | None) -> int | None:
 
 
 def limit_size(text: str, flag: str = "--limit") -> int:
-    """A memory limit: a size, at most MAX_LIMIT."""
+    """A memory limit: a size from MIN_LIMIT to MAX_LIMIT."""
     limit = size(text, flag)
     if limit > MAX_LIMIT:
         raise EdgeprofError(f"{flag} {text}: at most {MAX_LIMIT >> 50} PiB")
+    if limit < MIN_LIMIT:
+        raise EdgeprofError(f"{flag} {text}: at least 1M (below it no run starts: the "
+                            f"interpreter alone needs more)")
     return limit
 
 

@@ -61,6 +61,8 @@ def _run(capsys, work: Path, *extra: str, pipeline: str = "p.json",
     (["--out", ""], "--out is empty; give a value (for a folder, '.' names this one)"),
     (["--split", ""], "--split is empty; give a value (for a folder, '.' names this one)"),
     (["--limit", "0"], "must be at least one byte"),
+    # twenty-fourth held-out pass L1: a uml run under 4K ended as a crash
+    (["--limit", "4K"], "--limit 4K: at least 1M"),
 ])
 def test_bad_run_options(capsys, work, flags, message):
     assert message in _run(capsys, work, *flags)

@@ -590,6 +590,7 @@ def test_the_shipped_configs_pass_the_checks_the_schema_cannot_make():
     ({"sandbox__pipelines__length": [3, 2]}, "sandbox.pipelines.length [3, 2]"),
     ({"pipelines__bins": [400, 150]}, "strictly ascending"),
     ({"run__limits": ["none", "0"]}, "memory limit '0': memory size '0' must be at least"),
+    ({"run__limits": ["none", "512K"]}, "run.limits '512K': at least 1M"),
     ({"sandbox__limits": ["0M"]}, "memory limit '0M'"),
     ({"run__reconcile__pipeline": "p099"}, "run.reconcile.pipeline 'p099' is not one"),
     ({"results": ""}, "results is empty"),
