@@ -937,6 +937,18 @@ def test_auto_falls_back_to_unenforced_none(tmp_path, no_systemd, no_writes, mon
         assert isinstance(s, NoneSession)
 
 
+def test_backend_none_says_why_a_limit_asked_of_it_is_not_enforced():
+    """Twenty-fourth held-out pass L5: --backend none with a limit was tabled "not
+    enforced (no reason recorded)"."""
+    s = limits.open_session(LimitRequest(256 * MiB, backend="none"), "n1",
+                            allow_unenforced=True)
+    assert isinstance(s, NoneSession) and not s.enforced
+    assert s.metadata()["unenforced_reason"] == ("--backend none sets no limit: the run is "
+                                                 "measured unconstrained")
+    free = limits.open_session(LimitRequest(None, backend="none"), "n2")
+    assert "unenforced_reason" not in free.metadata()
+
+
 def test_cgroup2_explicit_uses_parent_of_own_cgroup(kernel, tmp_path):
     mount = write_tree(tmp_path / "cg", v2_files("cpu memory"))
     write_tree(mount / "svc", v2_files("memory"))
