@@ -450,7 +450,7 @@ def attach_measured(advice: list[Advice], own: list[dict], paged: list[dict],
     """Each advice's own cell of this swap (or, asked for a swap, one of unlimited swap
     whose runs all finished within it: a larger cap changes nothing they did; or one of a
     smaller cap than asked that none of its runs came near: more swap changes nothing
-    they did); where a
+    they did; or one of more swap whose runs were all OOM-killed: less saves none); where a
     run of its policy swapped more than ``swap_bytes`` (it may be killed), or, predicted
     killed, where its runs finished within it, says so; predicted to finish where every
     run of it in a sandbox whose kills the mode takes (``lent``) was OOM-killed, names
@@ -474,6 +474,14 @@ def attach_measured(advice: list[Advice], own: list[dict], paged: list[dict],
                 and c["runs_ok"] == c["runs"] and most is not None
                 and most < UNBOUND_SHARE * cap)
 
+    def killed_with_more(c: dict) -> bool:
+        """Runs all OOM-killed with more swap than asked: less swap saves none of them
+        (twenty-fourth held-out pass L2: asked for less, advise dropped them and their
+        note)."""
+        cap = _cap(c["swap"])
+        return (swap_bytes is not None and _all_killed(c)
+                and (c["swap"] == "max" or (cap is not None and cap > swap_bytes)))
+
     def fits_swap(c: dict) -> bool:  # runs under the swap asked, or that all swapped within it
         most = _most_swapped(c)
         return c["swap"] == asked or under_cap(c) or (
@@ -492,7 +500,8 @@ def attach_measured(advice: list[Advice], own: list[dict], paged: list[dict],
             a.finished_anyway = f"{policy} ({'; '.join(done)})" if done else ""
         mine = [c for c in own if c["policy"] == policy]
         a.measured = next((c for c in mine if c["swap"] == asked),
-                          next((c for c in mine if within(c) or under_cap(c)), None))
+                          next((c for c in mine if within(c) or under_cap(c)),
+                               next((c for c in mine if killed_with_more(c)), None)))
         if swap_bytes is None:
             continue
         runs = [c for c in paged if c["policy"] == policy

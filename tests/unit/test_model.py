@@ -1772,6 +1772,32 @@ def test_native_advise_says_when_its_sandboxs_kills_were_lost_with_an_unfitted_m
     assert "could not be fitted" not in _advise(capsys, *args)[1]  # unconstrained: no kills
 
 
+def test_advise_shows_runs_all_killed_with_more_swap_than_asked():
+    """Twenty-fourth held-out pass L2: asked for less swap than the fit's runs had,
+    advise dropped a cell whose runs were all OOM-killed, and its "were all OOM-killed"
+    note with it: less swap saves none of them. A cell of less swap than asked, or one
+    where a run finished, does not stand for the swap asked."""
+    from engine.model.advise import Advice, attach_measured
+    from engine.model.predict import Prediction
+
+    def cell(swap: str, runs_ok: int = 0) -> dict:
+        return {"pipeline": "v000", "policy": "bulk", "limit": "12M", "swap": swap,
+                "runs": 3, "runs_ok": runs_ok, "oom": True, "ended": {"memory": 3 - runs_ok},
+                "makespan_s": None, "makespan_ci": None, "peak_swap_bytes": 5 * MIB,
+                "max_swap_bytes": 5 * MIB}
+
+    def measured(cells: list[dict], swap_mib: int) -> dict | None:
+        pred = Prediction("bulk", 12 * MIB, 1.0, 12 * MIB, 1 * MIB, 0, 0, False)
+        rows = [Advice(1, pred, pred)]
+        attach_measured(rows, cells, cells, [], swap_mib * MIB)
+        return rows[0].measured
+
+    assert measured([cell("max")], 16)["swap"] == "max"
+    assert measured([cell("64M")], 16)["swap"] == "64M"
+    assert measured([cell("8M")], 16) is None  # less swap than asked: no claim
+    assert measured([cell("max", runs_ok=1)], 16) is None  # not all killed
+
+
 def test_the_swap_cost_curves_name_the_runs_they_leave_out():
     """Twenty-third held-out pass M1: the swap-cost curves are rebuilt from the runs that
     finished; a policy killed in 2 of 3 runs was drawn beating Bulk with no mark, and one
