@@ -339,3 +339,16 @@ def test_the_pipeline_waits_for_the_sampler_however_late_it_starts(models, tmp_p
     samples = pd.read_csv(out / "samples.csv")
     assert samples["t_ns"].iloc[0] < meta.t0_monotonic_ns
     assert samples["rss_bytes"].max() >= 0.9 * meta.hwm_rss_bytes
+
+
+def test_a_child_dead_before_the_gate_opens_is_the_childs_end_not_the_supervisors():
+    """Twenty-fifth held-out pass M3: under uml at 8M with no swap the child was
+    OOM-killed in its start-up, before it read the gate; the supervisor's write to the
+    gate then broke the pipe, and the run ended exit 141 with no run folder (recorded as a
+    crash, the kill lost). With no reader left, opening the gate is nothing to tell."""
+    from engine.runner.child import StartGate
+
+    gate = StartGate()
+    gate.started()  # the child's end closed: as if it died before reading it
+    gate.open()
+    gate.close()
