@@ -29,6 +29,29 @@ UML_APPENDS = 64
 _STAMP = ".9999999.xxxxxxxx"
 
 
+# where both guests mount file systems of their own over the host's (engine/sandbox/
+# init.sh, uml_init.sh): a host file under one is not there for the guest
+GUEST_OWN = ("/proc", "/sys", "/dev", "/run")
+
+
+def hidden_in_guest(path: str | os.PathLike) -> str | None:
+    """The guest's own mount ``path`` lies under (its links resolved), or None."""
+    real = os.path.realpath(path)
+    return next((top for top in GUEST_OWN if real == top or real.startswith(top + "/")),
+                None)
+
+
+def check_inputs_visible(paths: dict[str, str | os.PathLike], sandbox: str) -> None:
+    """Refuse (EdgeprofError) an input the guest of ``sandbox`` would not see: ``paths``
+    maps what each is (said in the refusal) to its path."""
+    for what, path in paths.items():
+        top = hidden_in_guest(path)
+        if top is not None:
+            raise EdgeprofError(f"{what} {path}: the {sandbox} sandbox's guest mounts its own "
+                                f"{top}, so it cannot read {os.path.realpath(path)}; move it "
+                                f"out of {top}")
+
+
 def share_path(out: str | os.PathLike) -> str:
     """``--out`` as its sandbox share's name is made from it: its parent's links resolved
     (UML's hostfs sees the host's real path)."""

@@ -35,7 +35,7 @@ from engine.sandbox import boot as vmboot
 from engine.sandbox import hostmaps, uml
 from engine.sandbox.config import ENV_NAMES, SandboxConfig, uml_userspace
 from engine.sandbox.guest import CACHE_ENV, Guest, default_cache, load_guest
-from engine.sandbox.paths import check_share
+from engine.sandbox.paths import check_inputs_visible, check_share
 from engine.schedule.pipelines import Pipeline
 from engine.schedule.policies import Policy
 from engine.signals import Interrupted, Signalled, ignore_signals, signals_unwind
@@ -279,6 +279,13 @@ def run_in_sandbox(request: RunRequest, cfg: SandboxConfig | None = None,
     policy, pipeline, models, descs = check_inputs(request)  # in a second, not after a boot
     cfg = cfg or SandboxConfig.from_env()  # a bad setting fails before anything is written
     check_share(request.out, sandbox)  # auto's choice too: before any folder exists
+    # twenty-fifth held-out pass M5: a split in /dev/shm passed every host check, and the
+    # guest then said the pipeline did not exist
+    check_inputs_visible({"--pipeline": request.pipeline, "--split": request.split,
+                          **{f"{net}'s caffemodel": d.resolve(d.caffemodel)
+                             for net, d in descs.items()},
+                          **{f"{net}'s prototxt": d.resolve(d.prototxt)
+                             for net, d in descs.items()}}, sandbox)
     limit, swap = request.limits.limit_bytes, request.limits.swap_bytes
     if swap is not None:  # a size asked for (max: EDGEPROF_SANDBOX_SWAP_DEVICE's device)
         check_swap_room(cfg, swap, request.out)

@@ -404,6 +404,7 @@ def _check_results_sandboxes(config: Config) -> None:
     dry run, not at the first sandbox job."""
     from engine.sandbox.paths import (
         UML_COMMAND_LINE,
+        hidden_in_guest,
         share_path,
         uml_command_line,
         unsafe_character,
@@ -426,6 +427,12 @@ def _check_results_sandboxes(config: Config) -> None:
     fix = "; or set run.backend to the backend the limited runs should use" \
         if auto_limited else ""
     for sandbox, how in sorted(sandboxes.items()):
+        top = hidden_in_guest(results)  # its split and pipelines are the runs' inputs
+        if top is not None:
+            raise ValueError(f"config: results {results}: {how}the {sandbox} sandbox's guest "
+                             f"mounts its own {top}, so it cannot read the split and "
+                             f"pipelines there; name a results folder outside {top}"
+                             f"{fix if how else ''}")
         bad = unsafe_character(path, sandbox)
         if bad is not None:
             raise ValueError(f"config: results {results}: {how}the {sandbox} sandbox cannot "

@@ -4,6 +4,7 @@ result the campaign counts, never a stop. No guest is booted: ``boot_job`` is fa
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -143,3 +144,36 @@ def test_a_guest_larger_than_the_host_names_what_to_lower():
         vmrun.plan(SandboxConfig(ram=2**45), 48 * 2**20, None, FAKE_GUEST)
     with pytest.raises(EdgeprofError, match=r"lower --limit$"):
         vmrun.plan(SandboxConfig(), 2**45, None, FAKE_GUEST)
+
+
+def test_an_input_under_a_folder_the_guest_mounts_its_own_is_refused_up_front(
+        tiny, tmp_path, monkeypatch):
+    """Twenty-fifth held-out pass M5: a split in /dev/shm passed every host check, the
+    guest (which mounts its own /dev, /proc, /sys and /run) then said the pipeline did not
+    exist, and the run left an error folder. Refused before any folder, naming the mount;
+    a link into one counts as where it points; the workflow's config check refuses a
+    results folder there."""
+    from engine.cli import main as cli
+    from engine.sandbox.paths import hidden_in_guest
+
+    link = tmp_path / "shm-link"
+    link.symlink_to("/dev/shm")
+    assert [hidden_in_guest(p) for p in ("/dev/shm/s", "/run/user/0/p.json", "/proc",
+                                         str(link / "x"), "/tmp/x", "/devices/x")] == [
+        "/dev", "/run", "/proc", "/dev", None, None]
+    monkeypatch.setattr(vmrun, "boot_job", lambda *a, **k: pytest.fail("booted"))
+    out = tmp_path / "run"
+    shared = link / f"edgeprof-test-{os.getpid()}.json"  # the pipeline, in /dev/shm
+    shared.write_bytes(Path(tiny["pipeline"]).read_bytes())
+    try:
+        code = cli(["run", "--pipeline", str(shared), "--split", str(tiny["models"]),
+                    "--policy", "linear", "--out", str(out), "--batch", "1", "--backend",
+                    "uml", "--limit", "64M"])
+    finally:
+        shared.unlink()
+    assert code == 2 and not out.exists()
+    config = with_(load_config(), results="/run/edgeprof-results", sandbox__kernel="uml")
+    from engine.workflow.checks import check_config
+
+    with pytest.raises(ValueError, match="guest mounts its own /run"):
+        check_config(config)
