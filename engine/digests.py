@@ -12,8 +12,10 @@ could hold a later write (git's "racy clean" case); and a write through a shared
 mapping moves the times only when it dirties a clean page, so a page dirtied before the
 check could change again unseen (twenty-fourth held-out pass M1). The file is written
 back (fsync) before its stamp is taken: every page is clean then, and its next write
-through any mapping faults and moves the change time. A file that cannot be written back
-(a read-only mount, as a sandbox guest's) is never remembered.
+through any mapping faults and moves the change time. That holds on the disk file
+systems of ``STAMPED_FS``; on others (tmpfs, where a write through a mapping never moves
+the times: twenty-fifth pass M1; network and FUSE ones) and where a file cannot be
+written back (a read-only mount, as a sandbox guest's) a stamp is never remembered.
 
 Either way the file's pages are read, so they are in the page cache before the run's
 child reads them: charged to the checking process, not to the measured child's cgroup,
@@ -21,8 +23,10 @@ as when every check hashed (docs/measurement.md, ``page_cache``)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
+import re
 import time
 from pathlib import Path
 
@@ -30,6 +34,36 @@ from engine.files import cache_dir, write_text_atomic
 
 RACY_S = 2.0
 _CHUNK = 1 << 20
+# file systems whose writes through a mapping move a file's times once its pages are clean
+STAMPED_FS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs"})
+
+
+@functools.cache
+def _mounts() -> tuple[tuple[str, str], ...]:
+    """(mount point, file system type) of this process's mounts, in mount order."""
+    try:
+        text = Path("/proc/self/mountinfo").read_text()
+    except OSError:
+        return ()
+    found = []
+    for line in text.splitlines():
+        left, _, right = line.partition(" - ")
+        fields = left.split()
+        if len(fields) > 4 and right:
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+            found.append((point, right.split()[0]))
+    return tuple(found)
+
+
+def _stamped_fs(path: str | os.PathLike) -> bool:
+    """Whether ``path`` lies on one of ``STAMPED_FS`` (the last mount over it decides)."""
+    real = os.path.realpath(path)
+    fs, depth = None, -1
+    for point, kind in _mounts():
+        under = real == point or real.startswith(point.rstrip("/") + "/")
+        if under and len(point) >= depth:
+            fs, depth = kind, len(point)
+    return fs in STAMPED_FS
 
 
 def _entry(path: str | os.PathLike) -> Path | None:
@@ -64,11 +98,13 @@ def holds(path: str | os.PathLike, sha256: str) -> bool:
             _read_through(path)
             return True
     with open(path, "rb") as f:
-        try:
-            os.fsync(f.fileno())  # every page clean: its next write moves the stamp
-            settled = _entry(path)
-        except OSError:
-            settled = None
+        settled = None
+        if _stamped_fs(path):
+            try:
+                os.fsync(f.fileno())  # every page clean: its next write moves the stamp
+                settled = _entry(path)
+            except OSError:
+                pass
         digest = hashlib.file_digest(f, "sha256").hexdigest()
     if settled is not None and digest == sha256 and _entry(path) == settled:
         try:

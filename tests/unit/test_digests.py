@@ -6,11 +6,29 @@ from __future__ import annotations
 import hashlib
 import mmap
 import os
+import shutil
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
 from engine import digests
+
+
+@pytest.fixture
+def tmp_path(tmp_path):
+    """A folder on a file system whose stamps are remembered (STAMPED_FS): pytest's own,
+    or, where /tmp is a tmpfs (Debian 13's default), one beside the tests."""
+    if digests._stamped_fs(tmp_path):
+        yield tmp_path
+        return
+    here = Path(__file__).resolve().parent
+    if not digests._stamped_fs(here):
+        pytest.skip(f"neither {tmp_path} nor {here} is on a file system of STAMPED_FS")
+    folder = Path(tempfile.mkdtemp(prefix=".digests-", dir=here))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture
@@ -128,3 +146,25 @@ def test_a_page_dirtied_through_a_mapping_before_the_check_cannot_change_unseen(
         mapped[0] = (data[0] + 1) % 256  # a weight changed through the same mapping
         assert os.stat(f).st_ctime_ns != stamp
         assert not digests.holds(f, _sha(data))
+
+
+def test_a_file_on_tmpfs_is_hashed_at_every_check(tmp_path, cache, monkeypatch):
+    """Twenty-fifth held-out pass M1: on tmpfs a write through a shared mapping never
+    moves a file's times, written back or not; a split in /dev/shm was remembered, changed
+    through a mapping, and read unrefused. Only the disk file systems whose mapped writes
+    move the times (STAMPED_FS) are remembered; the kernel's own mount table says which
+    one a file is on."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or digests._stamped_fs(shm):
+        pytest.skip("no tmpfs at /dev/shm here")
+    f = shm / f"edgeprof-test-{os.getpid()}.bin"
+    data = os.urandom(4096)
+    f.write_bytes(data)
+    try:
+        _later(monkeypatch, 2 * digests.RACY_S)
+        assert digests.holds(f, _sha(data))
+        _no_hashing(monkeypatch)
+        with pytest.raises(AssertionError, match="hashed again"):
+            digests.holds(f, _sha(data))
+    finally:
+        f.unlink()
