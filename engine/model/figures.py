@@ -199,6 +199,8 @@ def swap_cost(tables: dict[str, pd.DataFrame], style: dict,
                 ax.plot(g["per_page_s"], g["speedup_over_bulk"], color=colors[policy],
                         linewidth=1.2, linestyle="--" if policy == "bulk" else "-",
                         alpha=0.4 if lost else 1.0)
+            if part["speedup_over_bulk"].isna().all():
+                unfinished.insert(0, "no Bulk run finished: no speed-up over Bulk")
             if unfinished:
                 ax.text(0.02, 0.98, "\n".join(unfinished), transform=ax.transAxes,
                         fontsize="x-small", va="top", ha="left", color="0.2")

@@ -598,11 +598,21 @@ def cost_curves(campaign: Campaign, model: Model, grid: np.ndarray = COST_GRID,
     curves, crossings = [], []
     for gi, (group, by_policy) in enumerate(sorted(groups.items())):
         progress(f"swap-cost axis: group {gi + 1}/{len(groups)}")
-        if "bulk" not in by_policy:
-            continue
-        speedup = _speedup_of(makespan, by_policy)
         here = ended.loc[group]
         counts = {p: (int(r.runs), int(r.not_ok)) for p, r in here.iterrows()}
+        if "bulk" not in by_policy:  # no Bulk run finished: nothing to rebuild a speed-up
+            # over, said in the panel and the crossovers (twenty-fifth pass M2: dropped)
+            curves += [{"sandbox": group[0], "runtime": group[1], "limit": group[2],
+                        "size_bin": group[3], "policy": policy, "per_page_s": c,
+                        "speedup_over_bulk": np.nan, "pipelines": 0,
+                        "runs": counts[policy][0], "runs_not_ok": counts[policy][1]}
+                       for policy in sorted(counts) for c in grid]
+            crossings.append({"sandbox": group[0], "runtime": group[1], "limit": group[2],
+                              "size_bin": group[3], "what": "no Bulk run finished",
+                              "from": "bulk", "to": "bulk", "per_page_s": np.nan,
+                              "not_finished": _not_finished(counts, *sorted(counts))})
+            continue
+        speedup = _speedup_of(makespan, by_policy)
         for policy in sorted(counts):
             values = ([speedup(policy, c) for c in grid] if policy in by_policy
                       else [(np.nan, 0)] * len(grid))

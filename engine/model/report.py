@@ -96,7 +96,8 @@ def reconstruction_table(scores: pd.DataFrame) -> str:
 
 def crossovers_table(cross: pd.DataFrame) -> str:
     rows = [[r["runtime"], r["sandbox"], r["limit"], r["size_bin"], r["what"],
-             f"{r['from']} -> {r['to']}", f"{r['per_page_s'] * 1e6:.3g} us",
+             f"{r['from']} -> {r['to']}",
+             "-" if pd.isna(r["per_page_s"]) else f"{r['per_page_s'] * 1e6:.3g} us",
              r.get("not_finished") or "-"]
             for _, r in cross.iterrows()]
     return _table(["runtime", "traffic from", "limit", "size bin", "what", "from -> to",

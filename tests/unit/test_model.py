@@ -1832,3 +1832,21 @@ def test_the_swap_cost_curves_name_the_runs_they_leave_out():
     assert sorted(crossings["what"]) == ["fastest policy", "linear against bulk"]
     assert crossings["per_page_s"].tolist() == pytest.approx([1e-3, 1e-3], rel=1e-3)
     assert set(crossings["not_finished"]) == {"linear: 2 of 3 runs did not finish"}
+    # twenty-fifth pass M2: a limit where no Bulk run finished was dropped whole, with
+    # no panel and no word; it is kept, its curves empty and its crossover row saying why
+    cells = pd.concat([cells, pd.DataFrame([
+        {"mode": "uml", "runtime": "lean", "pipeline": "v000", "policy": policy,
+         "limit": "8M", "size_bin": "0-150 MiB", "runs": 3, "runs_ok": ok, "runs_oom": 3 - ok}
+        for policy, ok in (("bulk", 0), ("linear", 1))])], ignore_index=True)
+    curves, crossings = cost_curves(Campaign(), model, np.array([1e-6, 1e-2]))
+    eight = curves[curves["limit"] == "8M"]
+    assert set(eight["policy"]) == {"bulk", "linear"} and eight["speedup_over_bulk"].isna().all()
+    [row] = crossings[crossings["limit"] == "8M"].to_dict("records")
+    assert row["what"] == "no Bulk run finished" and row["not_finished"] == (
+        "bulk: 3 of 3 runs did not finish; linear: 2 of 3 runs did not finish")
+    from engine.model import figures
+
+    fig = figures.swap_cost({"swap_cost_curves": curves, "swap_cost_crossovers": crossings},
+                            {"dpi": 60, "font_size": 9, "palette": "tab10"}, {})
+    texts = " ".join(t.get_text() for ax in fig.axes for t in ax.texts)
+    assert "no Bulk run finished" in texts and "bulk: 3 of 3 runs did not finish" in texts
