@@ -41,3 +41,8 @@ def format_swap(swap_bytes: int | None) -> str:
     """The swap a run was allowed, as --swap takes it: ``max`` (None: unlimited) or a size
     (``0`` for none)."""
     return "max" if swap_bytes is None else format_size(swap_bytes)
+
+
+def parse_swap(label: str) -> int | None:
+    """The swap a ``format_swap`` label allows: None for ``max``, bytes otherwise."""
+    return None if label == "max" else 0 if label == "0" else parse_size(label)

@@ -145,6 +145,10 @@ class ModeModel:
     # interpreter's and numpy's start-up): at or below it a run is killed whatever the
     # swap (engine.model.train.startup_floor); None: no such run
     startup_floor_bytes: float | None = None
+    # the most swap a run killed in its start-up at or below the floor had (format_swap:
+    # "max", "0", a size): a kill verdict only for a swap up to it (twenty-fifth held-out
+    # pass M4: floors of swap-0 runs said "whatever the swap", and runs with swap finished)
+    startup_floor_swap: str = "max"
     # the largest limit at which a training run was OOM-killed at any moment: at or below
     # it advise warns a run may be killed whatever it predicts; None: no such run
     kill_limit_bytes: float | None = None

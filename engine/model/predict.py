@@ -26,7 +26,7 @@ from engine.schedule.pipelines import Pipeline
 from engine.schedule.plan import plan
 from engine.schedule.policies import Policy, parse_policy
 from engine.schedule.tasks import WHOLE_NET, Kind, Task
-from engine.units import MIB
+from engine.units import MIB, parse_swap
 
 
 @dataclass
@@ -133,9 +133,15 @@ def predict(mode: ModeModel, pipeline: Pipeline, networks: Networks, policy: Pol
     peak_swap = (over + mem.peak_swapped) * mode.swap_scale
     why = ""
     floor = mode.startup_floor_bytes
-    if limit_bytes is not None and floor is not None and limit_bytes <= floor:
+    floor_swap = parse_swap(mode.startup_floor_swap)
+    within_floor_swap = floor_swap is None or (swap_bytes is not None
+                                               and swap_bytes <= floor_swap)
+    if (limit_bytes is not None and floor is not None and limit_bytes <= floor
+            and within_floor_swap):
         why = (f"at or below {floor / MIB:.0f} MiB, where a fitted run was killed in the "
-               f"engine's own start-up (the interpreter and numpy), whatever the swap")
+               f"engine's own start-up (the interpreter and numpy), "
+               + ("whatever the swap" if floor_swap is None else
+                  f"with at most {mode.startup_floor_swap} of swap as that run had"))
     elif swap_bytes is not None and peak_swap > swap_bytes:
         why = (f"needs {peak_swap / MIB:.0f} MiB of swap"
                + (f" (the runtime's own anonymous {anon_baseline / MIB:.0f} MiB is over the "

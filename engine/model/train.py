@@ -37,6 +37,7 @@ from engine.model.params import Model, ModeModel
 from engine.model.predict import Networks, predict
 from engine.schedule.pipelines import Arrival, Pipeline
 from engine.schedule.policies import parse_policy
+from engine.units import format_swap
 
 log = logging.getLogger(__name__)
 
@@ -176,14 +177,16 @@ def calibrate(mode: ModeModel, cells: pd.DataFrame, pipelines: dict[str, Pipelin
     return mode
 
 
-def startup_floor(runs: pd.DataFrame) -> float | None:
+def startup_floor(runs: pd.DataFrame) -> tuple[float | None, str]:
     """The largest limit at which a run was OOM-killed before its first task started
     (``tasks_finished`` 0, nothing running: the engine's own start-up) and no run at it
     or below got past its start-up (finished, timed out, or was killed in a task): near
     the floor such kills are a matter of chance (sixteenth held-out pass M1), so only
-    where none got through is a run killed whatever the swap. None: no such limit."""
+    where none got through is a run killed; and the most swap those killed runs had
+    (format_swap; "max" where one had no cap), up to which the kill holds. (None, "max"):
+    no such limit."""
     if not {"tasks_finished", "running_at_end", "limit_bytes"} <= set(runs):
-        return None
+        return None, "max"
     limited = runs[runs["limit_bytes"].notna()]
     running = limited["running_at_end"].fillna("").astype(str).str.strip()
     at_start = ((limited["termination"] == "memory") & (limited["tasks_finished"] == 0)
@@ -191,8 +194,12 @@ def startup_floor(runs: pd.DataFrame) -> float | None:
     # a run that ended in error (its sandbox never started) says nothing either way
     through = limited[~at_start & (limited["termination"] != "error")]["limit_bytes"]
     lowest_through = through.min() if len(through) else np.inf
-    dead = limited.loc[at_start & (limited["limit_bytes"] < lowest_through), "limit_bytes"]
-    return float(dead.max()) if len(dead) else None
+    dead = limited[at_start & (limited["limit_bytes"] < lowest_through)]
+    if dead.empty:
+        return None, "max"
+    swaps = dead["swap_bytes"] if "swap_bytes" in dead else pd.Series([np.nan])
+    most = "max" if swaps.isna().any() else format_swap(int(swaps.max()))
+    return float(dead["limit_bytes"].max()), most
 
 
 def kill_limit(runs: pd.DataFrame) -> float | None:
@@ -220,10 +227,15 @@ def share_sandbox_facts(modes: list[ModeModel]) -> None:
             continue
         donors = [m for m in kin if limited(m)]
         mode.kills_from = [m.key for m in donors if m.kill_limit_bytes is not None]
-        for name in ("startup_floor_bytes", "kill_limit_bytes"):
-            known = [getattr(m, name) for m in donors if getattr(m, name) is not None]
-            if known:
-                setattr(mode, name, max([*known, getattr(mode, name) or 0.0]))
+        known = [m.kill_limit_bytes for m in donors if m.kill_limit_bytes is not None]
+        if known:
+            mode.kill_limit_bytes = max([*known, mode.kill_limit_bytes or 0.0])
+        floors = [m for m in donors if m.startup_floor_bytes is not None]
+        if floors:  # the highest floor, with the swap its kills had
+            top = max(floors, key=lambda m: m.startup_floor_bytes)
+            if top.startup_floor_bytes > (mode.startup_floor_bytes or 0.0):
+                mode.startup_floor_bytes = top.startup_floor_bytes
+                mode.startup_floor_swap = top.startup_floor_swap
 
 
 def training_cells(runs: pd.DataFrame) -> list[dict]:
@@ -274,7 +286,7 @@ def train(runs: pd.DataFrame, tasks: pd.DataFrame, networks: pd.DataFrame,
         calibrate(mode, measured_cells(runs[keys == name]), pipelines,
                   Networks(descriptions, mode.batch, mode.runtime))
         mode.measured = training_cells(runs[keys == name])
-        mode.startup_floor_bytes = startup_floor(runs[keys == name])
+        mode.startup_floor_bytes, mode.startup_floor_swap = startup_floor(runs[keys == name])
         mode.kill_limit_bytes = kill_limit(runs[keys == name])
     share_sandbox_facts(list(model.modes.values()))
     for policy in model.policies:

@@ -1525,19 +1525,19 @@ def test_at_or_below_the_limit_that_killed_the_runtimes_start_up_a_run_is_predic
         "running_at_end": ["", None, "Tiny LOAD ip1", "", "Tiny INIT"],
         "limit_bytes": [12 * MIB, 8 * MIB, 40 * MIB, 40 * MIB, 30 * MIB]})
     # killed while running a task (40M) or its INIT (30M) is no start-up kill
-    assert startup_floor(runs) == 12 * MIB
-    assert startup_floor(runs.drop(columns="tasks_finished")) is None
+    assert startup_floor(runs) == (12 * MIB, "max")
+    assert startup_floor(runs.drop(columns="tasks_finished")) == (None, "max")
     # sixteenth held-out pass M1: a run that got past its start-up at a limit (it
     # finished, timed out, or was killed in a task) puts the floor below that limit; a
     # run whose sandbox never started (error) says nothing
     mixed = pd.concat([runs, pd.DataFrame({
         "termination": ["ok", "error"], "tasks_finished": [40, 0],
         "running_at_end": ["", ""], "limit_bytes": [12 * MIB, 6 * MIB]})])
-    assert startup_floor(mixed) == 8 * MIB
+    assert startup_floor(mixed) == (8 * MIB, "max")
     timed_out = pd.concat([runs, pd.DataFrame({
         "termination": ["timeout"], "tasks_finished": [2], "running_at_end": [""],
         "limit_bytes": [8 * MIB]})])
-    assert startup_floor(timed_out) is None
+    assert startup_floor(timed_out) == (None, "max")
     mode = _mode(baseline=0.0)
     mode.startup_floor_bytes = 12 * MIB
     nets = Networks({"Tiny": tiny}, None, "lean")
@@ -1545,6 +1545,18 @@ def test_at_or_below_the_limit_that_killed_the_runtimes_start_up_a_run_is_predic
     at = predict(mode, pipe, nets, "linear", 12 * MIB)[0]
     assert at.oom and "killed in the engine's own start-up" in at.why
     assert not predict(mode, pipe, nets, "linear", 13 * MIB)[0].oom
+    # twenty-fifth held-out pass M4: a floor set by runs with no swap said "whatever the
+    # swap", where runs with swap got through their start-up and finished: it holds up
+    # to the swap its kills had, and the most any of them had decides
+    no_swap = runs.assign(swap_bytes=0.0)
+    assert startup_floor(no_swap) == (12 * MIB, "0")
+    assert startup_floor(no_swap.assign(swap_bytes=[0.0, 16 * MIB, 0, 0, 0])) == (
+        12 * MIB, "16M")
+    mode.startup_floor_swap = "0"
+    assert predict(mode, pipe, nets, "linear", 12 * MIB, swap_bytes=0)[0].oom
+    for swap in (None, 1 << 30):  # unlimited, 1G
+        assert "start-up" not in predict(mode, pipe, nets, "linear", 12 * MIB,
+                                         swap_bytes=swap)[0].why
 
 
 def test_at_or_below_a_limit_that_killed_a_fitted_run_advise_says_a_run_may_be_killed(
