@@ -474,6 +474,15 @@ def attach_measured(advice: list[Advice], own: list[dict], paged: list[dict],
                 and c["runs_ok"] == c["runs"] and most is not None
                 and most < UNBOUND_SHARE * cap)
 
+    def unbound_by_asked(c: dict) -> bool:
+        """Runs with unlimited swap, finished or not, none of which came near the swap
+        asked (below UNBOUND_SHARE of it): that cap changes nothing they did (twenty-sixth
+        held-out pass H1: a cell with a kill among its runs vanished at --swap 100M,
+        though its largest run swapped 74 MiB, and its measured order with it)."""
+        most = _most_swapped(c)
+        return (swap_bytes is not None and c["swap"] == "max" and most is not None
+                and most < UNBOUND_SHARE * swap_bytes)
+
     def killed_with_more(c: dict) -> bool:
         """Runs all OOM-killed with more swap than asked: less swap saves none of them
         (twenty-fourth held-out pass L2: asked for less, advise dropped them and their
@@ -500,7 +509,8 @@ def attach_measured(advice: list[Advice], own: list[dict], paged: list[dict],
             a.finished_anyway = f"{policy} ({'; '.join(done)})" if done else ""
         mine = [c for c in own if c["policy"] == policy]
         a.measured = next((c for c in mine if c["swap"] == asked),
-                          next((c for c in mine if within(c) or under_cap(c)),
+                          next((c for c in mine if within(c) or under_cap(c)
+                                or unbound_by_asked(c)),
                                next((c for c in mine if killed_with_more(c)), None)))
         if swap_bytes is None:
             continue

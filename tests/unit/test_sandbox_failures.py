@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -147,7 +148,7 @@ def test_a_guest_larger_than_the_host_names_what_to_lower():
 
 
 def test_an_input_under_a_folder_the_guest_mounts_its_own_is_refused_up_front(
-        tiny, tmp_path, monkeypatch):
+        tiny, tmp_path, monkeypatch, capsys):
     """Twenty-fifth held-out pass M5: a split in /dev/shm passed every host check, the
     guest (which mounts its own /dev, /proc, /sys and /run) then said the pipeline did not
     exist, and the run left an error folder. Refused before any folder, naming the mount;
@@ -172,6 +173,24 @@ def test_an_input_under_a_folder_the_guest_mounts_its_own_is_refused_up_front(
     finally:
         shared.unlink()
     assert code == 2 and not out.exists()
+    capsys.readouterr()  # the first refusal's
+    # twenty-sixth held-out pass M1: a split whose partials folder is a link into /dev/shm
+    split_at = Path(tiny["models"])
+    shutil.copytree(split_at.parent, tmp_path / "copy", symlinks=True)  # models beside
+    split = tmp_path / "copy" / split_at.name
+    partials = next(p for p in split.iterdir() if p.is_dir())
+    moved = link / f"edgeprof-test-{os.getpid()}-partials"
+    shutil.copytree(partials, moved)
+    shutil.rmtree(partials)
+    partials.symlink_to(moved)
+    try:
+        code = cli(["run", "--pipeline", str(tiny["pipeline"]), "--split", str(split),
+                    "--policy", "linear", "--out", str(out), "--batch", "1", "--backend",
+                    "uml", "--limit", "64M"])
+    finally:
+        shutil.rmtree(moved)
+    assert code == 2 and not out.exists()
+    assert "partials" in (err := capsys.readouterr().err) and "mounts its own /dev" in err, err
     config = with_(load_config(), results="/run/edgeprof-results", sandbox__kernel="uml")
     from engine.workflow.checks import check_config
 
