@@ -457,19 +457,23 @@ def attach_measured(advice: list[Advice], own: list[dict], paged: list[dict],
     that sandbox."""
     asked = format_swap(swap_bytes)
 
+    def max_within(c: dict) -> bool:
+        """Runs with unlimited swap, the one that swapped most within the swap asked."""
+        most = _most_swapped(c)
+        return (swap_bytes is not None and c["swap"] == "max" and most is not None
+                and most <= swap_bytes)
+
     def within(c: dict) -> bool:
         """Runs with unlimited swap that all finished, the one that swapped most within
         the swap asked (twenty-third held-out pass H1: the median was taken, and a run
         past the cap was said to be within it)."""
-        most = _most_swapped(c)
-        return (swap_bytes is not None and c["swap"] == "max" and c["runs_ok"] == c["runs"]
-                and most is not None and most <= swap_bytes)
+        return c["runs_ok"] == c["runs"] and max_within(c)
 
     def under_cap(c: dict) -> bool:
         """Runs under a smaller swap cap than asked (or than none) that all finished and
         never came near it: more swap changes nothing they did."""
         cap = _cap(c["swap"])
-        most = c.get("max_swap_bytes")  # model files before it: not known
+        most = _most_swapped(c)
         return (cap is not None and (swap_bytes is None or swap_bytes > cap)
                 and c["runs_ok"] == c["runs"] and most is not None
                 and most < UNBOUND_SHARE * cap)
@@ -492,10 +496,7 @@ def attach_measured(advice: list[Advice], own: list[dict], paged: list[dict],
                 and (c["swap"] == "max" or (cap is not None and cap > swap_bytes)))
 
     def fits_swap(c: dict) -> bool:  # runs under the swap asked, or that all swapped within it
-        most = _most_swapped(c)
-        return c["swap"] == asked or under_cap(c) or (
-            c["swap"] == "max" and swap_bytes is not None and most is not None
-            and most <= swap_bytes)
+        return c["swap"] == asked or under_cap(c) or max_within(c)
 
     for a in advice:
         policy = a.prediction.policy

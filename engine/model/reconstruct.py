@@ -600,28 +600,18 @@ def cost_curves(campaign: Campaign, model: Model, grid: np.ndarray = COST_GRID,
         progress(f"swap-cost axis: group {gi + 1}/{len(groups)}")
         here = ended.loc[group]
         counts = {p: (int(r.runs), int(r.not_ok)) for p, r in here.iterrows()}
-        if "bulk" not in by_policy:  # no Bulk run finished: nothing to rebuild a speed-up
-            # over, said in the panel and the crossovers (twenty-fifth pass M2: dropped)
-            curves += [{"sandbox": group[0], "runtime": group[1], "limit": group[2],
-                        "size_bin": group[3], "policy": policy, "per_page_s": c,
-                        "speedup_over_bulk": np.nan, "pipelines": 0,
-                        "runs": counts[policy][0], "runs_not_ok": counts[policy][1]}
-                       for policy in sorted(counts) for c in grid]
-            crossings.append({"sandbox": group[0], "runtime": group[1], "limit": group[2],
-                              "size_bin": group[3], "what": "no Bulk run finished",
-                              "from": "bulk", "to": "bulk", "per_page_s": np.nan,
-                              "not_finished": _not_finished(counts, *sorted(counts))})
-            continue
-        speedup = _speedup_of(makespan, by_policy)
+        # no Bulk run finished: no speed-up to rebuild, its rows empty and a crossover row
+        # saying so (twenty-fifth pass M2: the limit was dropped)
+        speedup = _speedup_of(makespan, by_policy) if "bulk" in by_policy else None
         for policy in sorted(counts):
-            values = ([speedup(policy, c) for c in grid] if policy in by_policy
+            values = ([speedup(policy, c) for c in grid] if speedup and policy in by_policy
                       else [(np.nan, 0)] * len(grid))
             curves += [{"sandbox": group[0], "runtime": group[1], "limit": group[2],
                         "size_bin": group[3], "policy": policy, "per_page_s": c,
                         "speedup_over_bulk": v, "pipelines": n, "runs": counts[policy][0],
                         "runs_not_ok": counts[policy][1]}
                        for c, (v, n) in zip(grid, values)]
-            if policy == "bulk" or policy not in by_policy:
+            if speedup is None or policy == "bulk" or policy not in by_policy:
                 continue
             for (c0, (v0, _)), (c1, (v1, _)) in zip(zip(grid, values),
                                                     zip(grid[1:], values[1:])):
@@ -633,6 +623,12 @@ def cost_curves(campaign: Campaign, model: Model, grid: np.ndarray = COST_GRID,
                                       "from": policy if v0 > 1 else "bulk",
                                       "to": "bulk" if v0 > 1 else policy, "per_page_s": at,
                                       "not_finished": _not_finished(counts, "bulk", policy)})
+        if speedup is None:
+            crossings.append({"sandbox": group[0], "runtime": group[1], "limit": group[2],
+                              "size_bin": group[3], "what": "no Bulk run finished",
+                              "from": "bulk", "to": "bulk", "per_page_s": np.nan,
+                              "not_finished": _not_finished(counts, *sorted(counts))})
+            continue
         best = [max(by_policy, key=lambda p, c=c: np.nan_to_num(speedup(p, c)[0], nan=-1))
                 for c in grid]
         for (c0, b0), (c1, b1) in zip(zip(grid, best), zip(grid[1:], best[1:])):

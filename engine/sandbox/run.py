@@ -286,11 +286,11 @@ def run_in_sandbox(request: RunRequest, cfg: SandboxConfig | None = None,
                              for net, d in descs.items()},
                           **{f"{net}'s prototxt": d.resolve(d.prototxt)
                              for net, d in descs.items()},
-                          # a partials folder linked in from elsewhere (twenty-sixth pass M1)
-                          **{f"{net}'s partials": d.resolve(first.partial).parent
-                             for net, d in descs.items()
-                             for first in [next((x for x in d.layers if x.partial), None)]
-                             if first is not None}}, sandbox)
+                          # each partial, its folder or itself maybe a link from
+                          # elsewhere (twenty-sixth pass M1)
+                          **{f"{net}'s partial {x.partial}": d.resolve(x.partial)
+                             for net, d in descs.items() for x in d.layers if x.partial}},
+                         sandbox)
     limit, swap = request.limits.limit_bytes, request.limits.swap_bytes
     if swap is not None:  # a size asked for (max: EDGEPROF_SANDBOX_SWAP_DEVICE's device)
         check_swap_room(cfg, swap, request.out)
