@@ -26,9 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _common import ratio_ci  # noqa: E402
+
 from engine.analysis.tidy import tidy_run  # noqa: E402
 from engine.sandbox.run import _pin_uml, boot_job  # noqa: E402
 from engine.units import parse_size  # noqa: E402
@@ -88,15 +88,6 @@ def _row(folder: Path, per_run_s: float) -> dict:
             "peak_cg_current_bytes": row["peak_cg_current_bytes"] / 2**20,
             "peak_cg_swap_current_bytes": row["peak_cg_swap_current_bytes"] / 2**20,
             "per_run_s": per_run_s}
-
-
-def ratio_ci(a: list[float], b: list[float], seed: int = 0) -> tuple[float, float, float]:
-    """median(a) / median(b) with a percentile bootstrap 95 % CI (each side resampled)."""
-    rng = np.random.default_rng(seed)
-    a_, b_ = np.asarray(a), np.asarray(b)
-    boots = [np.median(rng.choice(a_, a_.size)) / np.median(rng.choice(b_, b_.size))
-             for _ in range(2000)]
-    return (float(np.median(a_) / np.median(b_)), *np.percentile(boots, [2.5, 97.5]))
 
 
 def main() -> int:

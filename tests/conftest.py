@@ -1,14 +1,20 @@
 """Shared fixtures: the zoo networks generated and split once per test session, and the
-sandboxes' tiny pipeline."""
+sandboxes' tiny pipeline; the engine's bytecode written first."""
 
 from __future__ import annotations
 
 import pytest
 
+from engine.bytecode import compile_package
 from engine.caffe import generate, splitter, zoo
 from engine.schedule.pipelines import Arrival, Pipeline, save_pipeline
 
 SEED = 7
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # every `python -m engine` a test starts reads the engine's bytecode (engine.bytecode)
+    compile_package()
 
 
 @pytest.fixture(scope="session")

@@ -147,6 +147,8 @@ def job_script(py_args: list[str], accel: str, cwd: Path, preload: Path | None =
     # EDGEPROF_CGROUP_ROOT comes from init.sh, which creates that cgroup
     env = {"PYTHONDONTWRITEBYTECODE": "1", GUEST_ENV: "1", "HOME": "/root",
            "TMPDIR": "/run/scratch"}
+    if sys.pycache_prefix:  # where the host's bytecode is (engine.bytecode), as here
+        env["PYTHONPYCACHEPREFIX"] = sys.pycache_prefix
     if accel == "tcg":
         # OpenBLAS picks "Katmai" under -cpu max, and its AVX2/FMA kernels crawl under TCG
         env["OPENBLAS_CORETYPE"] = "Nehalem"

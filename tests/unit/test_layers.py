@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("errors", "log"),
     ("units", "procs", "signals"),
     ("files",),
-    ("digests",),
+    ("digests", "bytecode"),
     ("ops",),
     ("caffe",),
     ("runtime",),

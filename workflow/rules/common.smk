@@ -13,6 +13,7 @@ from pathlib import Path
 import psutil
 from snakemake.utils import validate
 
+from engine.bytecode import compile_package
 from engine.caffe.zoo import ZOO
 from engine.schedule.names import policy_id
 from engine.schedule.policies import parse_policy
@@ -113,6 +114,11 @@ os.environ.update(
         under_conda=_uses_conda(),
     )
 )
+
+# every job and sandbox guest reads the engine's bytecode instead of compiling it anew
+# (engine.bytecode: a few ms once it is current)
+if workflow.is_main_process:
+    compile_package(Path(workflow.basedir) / "engine")
 
 RESULTS = os.path.normpath(config["results"])  # "results/" names the same folder
 RUN = config["run"]

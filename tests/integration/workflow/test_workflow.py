@@ -3,6 +3,7 @@ proving that a change reruns only the jobs it affects."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -162,6 +163,16 @@ def test_every_table_and_figure_is_written_and_plausible(workflow):
         for fig in figures:
             for ext in ("png", "pdf"):
                 assert (workflow.results / folder / f"{fig}.{ext}").stat().st_size > 5000, fig
+
+
+def test_the_workflow_leaves_every_engine_module_compiled_for_its_jobs(workflow):
+    # checked-hash pycs of the very sources (PEP 552: flags 3, then the source's hash),
+    # which an interpreter with PYTHONDONTWRITEBYTECODE reads instead of compiling
+    for source in (workflow.root / "engine").rglob("*.py"):
+        head = Path(importlib.util.cache_from_source(str(source))).read_bytes()[:16]
+        assert head[:4] == importlib.util.MAGIC_NUMBER, source
+        assert int.from_bytes(head[4:8], "little") == 3, source
+        assert head[8:16] == importlib.util.source_hash(source.read_bytes()), source
 
 
 def test_the_model_is_fitted_on_the_runs_and_predicts_them(workflow):
