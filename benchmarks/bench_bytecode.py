@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,7 +26,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _common import ratio_ci, zoo_split  # noqa: E402
+from _common import alternate, print_ratios, zoo_split  # noqa: E402
 
 from engine.analysis.tidy import tidy_run  # noqa: E402
 from engine.bytecode import compile_package  # noqa: E402
@@ -64,8 +63,6 @@ def main() -> int:
     ap.add_argument("--limit", default="48M")
     ap.add_argument("--networks", nargs="+", default=["AgeNet", "GenderNet"])
     args = ap.parse_args()
-    rows: dict[tuple[str, str], list[dict]] = {}
-    loads = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         split = zoo_split(args.networks, root)
@@ -84,25 +81,11 @@ def main() -> int:
             compile_package(code / "engine")
             return one_run(code, split, pipeline, place, args.limit, out)
 
-        for r in range(args.rounds):
-            for place in args.places:
-                ways = [("compiled", compiled), ("cached", cached)]
-                for way, fn in ways if r % 2 == 0 else ways[::-1]:
-                    rows.setdefault((place, way), []).append(
-                        fn(root / f"r{r}-{place}-{way}", place))
-            loads.append(os.getloadavg()[0])
-            print(f"round {r + 1} of {args.rounds} done, load {loads[-1]:.2f}", file=sys.stderr)
-    print(f"{'+'.join(args.networks)} under linear, {args.rounds} rounds a way "
-          f"(uml at {args.limit}); 1-minute load {min(loads):.2f} to {max(loads):.2f}")
-    for place in args.places:
-        for key, label in METRICS.items():
-            c = [x[key] for x in rows[(place, "compiled")]]
-            k = [x[key] for x in rows[(place, "cached")]]
-            mid, lo, hi = ratio_ci(k, c)
-            print(f"  {place:6s} {label:22s} compiled {statistics.median(c):8.3f} "
-                  f"[{min(c):.3f}, {max(c):.3f}]  cached {statistics.median(k):8.3f} "
-                  f"[{min(k):.3f}, {max(k):.3f}]  cached/compiled {mid:.3f} "
-                  f"[{lo:.3f}, {hi:.3f}]{'' if lo <= 1 <= hi else '  *'}")
+        rows, loads = alternate(args.rounds, args.places, {
+            "compiled": lambda r, place: [compiled(root / f"r{r}-{place}-c", place)],
+            "cached": lambda r, place: [cached(root / f"r{r}-{place}-k", place)]})
+    print_ratios(f"{'+'.join(args.networks)} under linear, {args.rounds} rounds a way (uml "
+                 f"at {args.limit})", rows, loads, args.places, METRICS, "compiled", "cached")
     return 0
 
 

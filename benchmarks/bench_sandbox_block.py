@@ -17,9 +17,7 @@ Usage: python benchmarks/bench_sandbox_block.py --split S --pipeline P.json
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _common import ratio_ci  # noqa: E402
+from _common import alternate, print_ratios  # noqa: E402
 
 from engine.analysis.tidy import tidy_run  # noqa: E402
 from engine.sandbox.run import _pin_uml, boot_job  # noqa: E402
@@ -99,29 +97,18 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--per-boot", type=int, default=4)
     args = ap.parse_args()
-    rows: dict[tuple[str, str], list[dict]] = {}
-    loads = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory() as tmp:
-        for r in range(args.rounds):
+        def folder(r: int) -> Path:
             out = Path(tmp) / f"round{r}"
-            out.mkdir()
-            for policy in args.policies:
-                ways = [("fresh", fresh), ("shared", shared)]
-                for way, fn in ways if r % 2 == 0 else ways[::-1]:
-                    rows.setdefault((policy, way), []).extend(fn(args, policy, out))
-            loads.append(os.getloadavg()[0])
-            print(f"round {r + 1} of {args.rounds} done, load {loads[-1]:.2f}", file=sys.stderr)
-    print(f"{args.pipeline.stem} at {args.limit} (swap max), {args.rounds} rounds x "
-          f"{args.per_boot} runs a way; 1-minute load {min(loads):.2f} to {max(loads):.2f}")
-    for policy in args.policies:
-        for key, label in METRICS.items():
-            f = [x[key] for x in rows[(policy, "fresh")]]
-            s = [x[key] for x in rows[(policy, "shared")]]
-            mid, lo, hi = ratio_ci(s, f)
-            print(f"  {policy:8s} {label:18s} fresh {statistics.median(f):8.2f} "
-                  f"[{min(f):.2f}, {max(f):.2f}]  shared {statistics.median(s):8.2f} "
-                  f"[{min(s):.2f}, {max(s):.2f}]  shared/fresh {mid:.3f} [{lo:.3f}, {hi:.3f}]"
-                  f"{'' if lo <= 1 <= hi else '  *'}")
+            out.mkdir(exist_ok=True)
+            return out
+
+        rows, loads = alternate(args.rounds, args.policies, {
+            "fresh": lambda r, policy: fresh(args, policy, folder(r)),
+            "shared": lambda r, policy: shared(args, policy, folder(r))})
+    print_ratios(f"{args.pipeline.stem} at {args.limit} (swap max), {args.rounds} rounds x "
+                 f"{args.per_boot} runs a way", rows, loads, args.policies, METRICS, "fresh",
+                 "shared")
     return 0
 
 

@@ -23,6 +23,15 @@ def _python(code: str, cwd: Path, *flags: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, check=True)
 
 
+def _package(root: Path, **modules: str) -> Path:
+    """A package ``pkg`` under ``root`` of the given modules' sources."""
+    pkg = root / "pkg"
+    pkg.mkdir()
+    for name, source in modules.items():
+        (pkg / f"{name}.py").write_text(source)
+    return pkg
+
+
 def test_a_run_supervisors_engine_modules_load_from_the_compiled_cache(tmp_path):
     shutil.copytree(REPO / "engine", tmp_path / "engine",
                     ignore=shutil.ignore_patterns("__pycache__"))
@@ -42,10 +51,8 @@ def test_a_run_supervisors_engine_modules_load_from_the_compiled_cache(tmp_path)
 
 
 def test_an_edit_that_keeps_size_and_times_is_never_run_stale(tmp_path):
-    module = tmp_path / "pkg" / "mod.py"
-    module.parent.mkdir()
-    module.write_text("VALUE = 1\n")
-    assert compile_package(tmp_path / "pkg")
+    module = _package(tmp_path, mod="VALUE = 1\n") / "mod.py"
+    assert compile_package(module.parent)
     assert _python("import pkg.mod; print(pkg.mod.VALUE)", tmp_path).stdout == "1\n"
     stat = module.stat()
     module.write_text("VALUE = 2\n")  # same size, its times set back
@@ -54,10 +61,7 @@ def test_an_edit_that_keeps_size_and_times_is_never_run_stale(tmp_path):
 
 
 def test_only_what_changed_is_compiled_again(tmp_path):
-    pkg = tmp_path / "pkg"
-    pkg.mkdir()
-    (pkg / "a.py").write_text("A = 1\n")
-    (pkg / "b.py").write_text("B = 1\n")
+    pkg = _package(tmp_path, a="A = 1\n", b="B = 1\n")
     assert compile_package(pkg)
     cached = {name: Path(importlib.util.cache_from_source(str(pkg / name)))
               for name in ("a.py", "b.py")}
@@ -70,9 +74,7 @@ def test_only_what_changed_is_compiled_again(tmp_path):
 
 
 def test_a_cache_that_cannot_be_written_is_said_and_the_module_still_imports(tmp_path):
-    pkg = tmp_path / "pkg"
-    pkg.mkdir()
-    (pkg / "mod.py").write_text("VALUE = 3\n")
+    pkg = _package(tmp_path, mod="VALUE = 3\n")
     (pkg / "__pycache__").write_text("a file where the cache folder would go\n")
     assert compile_package(pkg) is False
     assert _python("import pkg.mod; print(pkg.mod.VALUE)", tmp_path).stdout == "3\n"
