@@ -243,23 +243,32 @@ def training_cells(runs: pd.DataFrame) -> list[dict]:
     file, policy, limit, swap) the median makespan of the finished runs with its 95 % CI,
     the median peak swap (``measured_cells``), whether any run was OOM-killed, how many
     runs; the pipeline file by its SHA-256 (None in tables older than the record: such a
-    cell is never matched, a name says nothing across campaigns)."""
+    cell is never matched, a name says nothing across campaigns). Campaigns that ran the
+    same file (the same seed) pool its runs in one cell, named by each campaign's name
+    of it (twenty-seventh held-out pass H1: advise showed the first campaign's cell and
+    hid the other's runs, and said every run was OOM-killed where one had finished)."""
     from engine.units import format_swap
 
+    names = runs["pipeline"].astype(str)
+    sha = (runs["pipeline_sha256"] if "pipeline_sha256" in runs
+           else pd.Series(None, index=runs.index, dtype=object))
+    swap = runs["swap_bytes"].map(lambda b: format_swap(None if pd.isna(b) else int(b)))
+    # a cell's key: its file (or, unrecorded, its name) and its swap, which campaigns may
+    # set apart under one limit
+    key = sha.fillna("name " + names).astype(str) + " swap " + swap
+    label = names.groupby(key).agg(lambda s: " + ".join(sorted(set(s))))
+    file_sha = sha.groupby(key).first().dropna()
+    runs = runs.assign(pipeline=key)
     cells = measured_cells(runs)
     # how the runs that did not finish ended (memory: OOM-killed; error: e.g. a sandbox
     # that never started; timeout)
-    ended = {key: {str(k): int(v) for k, v in g["termination"].value_counts().items()}
-             for key, g in runs[runs["termination"] != "ok"].assign(
-                 pipeline=lambda r: r["pipeline"].astype(str)).groupby(CELL_KEY)}
-    sha = (runs.assign(pipeline=runs["pipeline"].astype(str))
-           .groupby("pipeline")["pipeline_sha256"].first()
-           if "pipeline_sha256" in runs else pd.Series(dtype=object))
+    ended = {cell: {str(k): int(v) for k, v in g["termination"].value_counts().items()}
+             for cell, g in runs[runs["termination"] != "ok"].groupby(CELL_KEY)}
 
     def number(value: float) -> float | None:
         return float(value) if pd.notna(value) else None
 
-    return [{"pipeline": str(c.pipeline), "pipeline_sha256": sha.get(str(c.pipeline)),
+    return [{"pipeline": label[c.pipeline], "pipeline_sha256": file_sha.get(c.pipeline),
              "policy": str(c.policy), "limit": str(c.limit),
              "swap": format_swap(None if pd.isna(c.swap_bytes) else int(c.swap_bytes)),
              "runs": int(c.runs), "runs_ok": int(c.runs_ok), "oom": bool(c.measured_oom),

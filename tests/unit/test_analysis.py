@@ -243,6 +243,30 @@ def test_speedup_over_bulk(agg):
     assert np.isnan(emulated.speedup) and emulated.reason == "no bulk run"
 
 
+def test_a_cell_missing_pairs_for_its_own_kill_and_for_bulks_names_both():
+    """Twenty-seventh held-out pass L2: deepeye's pair of rep0 is missing because deepeye
+    was OOM-killed, that of rep1 because Bulk was; the summary and the figure's label
+    named only Bulk's ("bulk OOM")."""
+    from engine.analysis.figures.common import why_short
+
+    ends = {("bulk", 0): "ok", ("deepeye", 0): "memory", ("bulk", 1): "memory",
+            ("deepeye", 1): "ok", ("bulk", 2): "ok", ("deepeye", 2): "ok"}
+    runs = pd.DataFrame([
+        {"pipeline": "v000", "limit": "12M", "limit_enforced": True, "emulated": True,
+         "sandbox": "uml", "runtime": "lean", "rep": rep, "size_bin": "small",
+         "n_networks": 2, "param_bytes": 1, "limit_bytes": 12 * MIB, "policy": policy,
+         "policy_family": policy, "workers": 1, "termination": end,
+         "makespan_s": 1.0 if end == "ok" else np.nan}
+        for (policy, rep), end in ends.items()])
+    summary = speedup_summary(speedup_table(runs))
+    cell = summary[(summary.policy == "deepeye") & (summary.level == "pipeline")].iloc[0]
+    assert cell.pairs_missing == 2
+    assert set(cell.missing_why.split("; ")) == {"deepeye ended 'memory'",
+                                                 "bulk ended 'memory'"}
+    assert set(why_short(cell.missing_why).split(", ")) == {"OOM", "bulk OOM"}
+    assert why_short("bulk ended 'memory'") == "bulk OOM"
+
+
 def test_samples_are_aligned_and_thinned_keeping_the_peak(agg):
     run = _run(agg, "linear", "128M")
     assert run.n_samples == 5000 and run.peak_rss_bytes == pytest.approx(110 * MIB, rel=1e-3)

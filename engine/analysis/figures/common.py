@@ -277,10 +277,14 @@ def summary_cells(df: pd.DataFrame, metric: str, scale: float = 1.0,
 
 
 def why_short(reason: str | None) -> str:
-    """speedup_table's reason ("bulk ended 'memory'", "linear ended 'timeout'") as a
-    label: "bulk OOM", "timeout"."""
+    """speedup_table's reasons ("bulk ended 'memory'", "linear ended 'timeout'", several
+    joined by "; ") as a label: "bulk OOM", "timeout", "OOM, bulk OOM"."""
     if not reason or not isinstance(reason, str):
         return ""
+    return ", ".join(dict.fromkeys(_why_one(r) for r in reason.split("; ")))
+
+
+def _why_one(reason: str) -> str:
     if reason == "no bulk run":
         return "no bulk"
     if reason.startswith("no ") or " ended " not in reason:
