@@ -373,7 +373,9 @@ def format_advice(rows: list[Advice], pipeline: Pipeline, mode: ModeModel,
                 lines.append(f"      {a.prediction.policy:<18}{r['note']}")
         lines += _disagreements([(a, a.rebuilt["native_makespan_s"]) for a in rebuilt
                                  if not a.rebuilt["oom"]
-                                 and a.rebuilt["native_makespan_s"] is not None])
+                                 and a.rebuilt["native_makespan_s"] is not None],
+                                {a.prediction.policy: "some sandbox runs did not finish"
+                                 for a in rebuilt if a.rebuilt.get("note")})
     lines += _measured_lines(rows, swap_bytes)
     if limit_bytes is not None and any(a.prediction.peak_ram_bytes > limit_bytes
                                        for a in rows if not a.prediction.oom):
@@ -395,10 +397,14 @@ def format_advice(rows: list[Advice], pipeline: Pipeline, mode: ModeModel,
     return "\n".join(lines)
 
 
-def _disagreements(timed: list[tuple[Advice, float]]) -> list[str]:
+def _disagreements(timed: list[tuple[Advice, float]],
+                   partial: dict[str, str] | None = None) -> list[str]:
     """Where this pipeline's measured times (each policy's, beside its advice) say
     otherwise than the predictions: a time outside its prediction interval, or another
-    order of the policies."""
+    order of the policies. ``partial``: policy -> how many of its runs the time rests on,
+    where some did not finish (twenty-seventh held-out pass L1: the order was offered as
+    the better guide with a policy killed in half its runs ranked first, unmarked)."""
+    partial = partial or {}
     timed = [(a, t) for a, t in timed if not a.prediction.oom]
     out = []
     outside = [a.prediction.policy for a, t in timed if a.interval is not None
@@ -410,9 +416,13 @@ def _disagreements(timed: list[tuple[Advice, float]]) -> list[str]:
     predicted = [a.prediction.policy for a, _ in
                  sorted(timed, key=lambda at: at[0].prediction.makespan_s)]
     if measured != predicted:
-        out.append(f"note: measured, this pipeline's policies rank {', '.join(measured)} "
+        marked = [f"{p} ({partial[p]})" if p in partial else p for p in measured]
+        guide = ("the measured order is the better guide" if not partial.keys() & set(measured)
+                 else "the measured order is the better guide where every run of a policy "
+                      "finished (a time of some runs only leaves out those that did not)")
+        out.append(f"note: measured, this pipeline's policies rank {', '.join(marked)} "
                    f"(predicted: {', '.join(predicted)}); for this pipeline under this "
-                   f"limit the measured order is the better guide")
+                   f"limit {guide}")
     return out
 
 
@@ -594,7 +604,9 @@ def _measured_lines(rows: list[Advice], swap_bytes: int | None) -> list[str]:
                          f"{swap}{left}{cap}")
         timed = [(a, a.measured["makespan_s"]) for a in shown
                  if a.measured["makespan_s"] is not None]
-        lines += _disagreements(timed)
+        lines += _disagreements(timed, {
+            a.prediction.policy: f"{a.measured['runs_ok']} of {a.measured['runs']} finished"
+            for a in shown if a.measured["runs_ok"] < a.measured["runs"]})
         lines += _unbounded(timed)
     killed = [a.prediction.policy for a in shown if not a.prediction.oom
               and _all_killed(a.measured)]
