@@ -16,7 +16,11 @@ SLOWDOWN_KEY = ["pipeline", "policy", "emulated", "sandbox", "runtime", "rep"]
 
 def _speedup_reason(row: pd.Series) -> str:
     if row["termination"] != "ok":
-        return f"{row['policy']} ended '{row['termination']}'"
+        own = f"{row['policy']} ended '{row['termination']}'"
+        # Bulk's end too where it also ended early (twenty-eighth held-out pass L3)
+        bulk = row["bulk_termination"]
+        return (f"{own}; bulk ended '{bulk}'" if row["policy"] != "bulk"
+                and isinstance(bulk, str) and bulk != "ok" else own)
     if pd.isna(row["bulk_termination"]):
         return "bulk limit enforced differently" if row["bulk_elsewhere"] else "no bulk run"
     if row["bulk_termination"] != "ok":

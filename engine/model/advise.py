@@ -514,8 +514,12 @@ def attach_measured(advice: list[Advice], own: list[dict], paged: list[dict],
 
     for a in advice:
         policy = a.prediction.policy
+        # under the swap asked or more: runs killed with less swap say nothing of it
+        # (twenty-eighth held-out pass L1: runs under a 64M cap were said to be killed
+        # "whatever the swap" where, at the swap asked, one had finished)
         a.killed_in = next((c["mode"] for c in lent if c["policy"] == policy
-                            and _all_killed(c) and not a.prediction.oom), None)
+                            and _all_killed(c) and not a.prediction.oom
+                            and (c["swap"] == asked or killed_with_more(c))), None)
         if a.prediction.oom:
             done = [f"{c['runs_ok']} of {c['runs']}"
                     + (f" in the {c['mode']} sandbox" if "mode" in c else "")

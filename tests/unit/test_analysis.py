@@ -265,6 +265,15 @@ def test_a_cell_missing_pairs_for_its_own_kill_and_for_bulks_names_both():
                                                  "bulk ended 'memory'"}
     assert set(why_short(cell.missing_why).split(", ")) == {"OOM", "bulk OOM"}
     assert why_short("bulk ended 'memory'") == "bulk OOM"
+    # twenty-eighth held-out pass L3: where both ended early in one repetition, both
+    runs.loc[(runs.policy == "bulk") & (runs.rep == 0), ["termination", "makespan_s"]] = [
+        "timeout", np.nan]
+    pairs = speedup_table(runs)
+    both = pairs[(pairs.policy == "deepeye") & (pairs.rep == 0)].iloc[0]
+    assert both.reason == "deepeye ended 'memory'; bulk ended 'timeout'"
+    cell = speedup_summary(pairs)
+    cell = cell[(cell.policy == "deepeye") & (cell.level == "pipeline")].iloc[0]
+    assert set(why_short(cell.missing_why).split(", ")) == {"OOM", "bulk OOM", "bulk timeout"}
 
 
 def test_samples_are_aligned_and_thinned_keeping_the_peak(agg):

@@ -1888,6 +1888,20 @@ def test_advise_shows_runs_all_killed_with_more_swap_than_asked():
     # near the swap asked (5 MiB at most, 16M asked), stands for it
     assert measured([cell("max", runs_ok=1)], 16)["swap"] == "max"
 
+    # twenty-eighth held-out pass L1: the runs of a sandbox whose kills this mode takes,
+    # all killed under a 64M cap, were said to be killed "whatever the swap" with max asked
+    def killed_in(lent: dict, swap_mib: int | None) -> str | None:
+        pred = Prediction("bulk", 12 * MIB, 1.0, 12 * MIB, 1 * MIB, 0, 0, False)
+        rows = [Advice(1, pred, pred)]
+        attach_measured(rows, [], [], [lent | {"mode": "uml/lean"}],
+                        None if swap_mib is None else swap_mib * MIB)
+        return rows[0].killed_in
+
+    assert killed_in(cell("64M"), None) is None  # more swap asked: they say nothing of it
+    assert killed_in(cell("64M"), 64) == killed_in(cell("64M"), 32) == "uml/lean"
+    assert killed_in(cell("max"), None) == killed_in(cell("max"), 8) == "uml/lean"
+    assert killed_in(cell("8M"), 16) is None
+
 
 def test_the_swap_cost_curves_name_the_runs_they_leave_out():
     """Twenty-third held-out pass M1: the swap-cost curves are rebuilt from the runs that

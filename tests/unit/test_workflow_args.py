@@ -212,9 +212,17 @@ def test_vm_disabled_runs_every_limit_with_run_backend(cfg):
     [main] = run_sets(in_sandbox)
     assert main.in_sandbox
     assert limit_args(in_sandbox, "none", main.in_sandbox) == "--backend vm --error-is-result"
-    with pytest.raises(ValueError, match="probe_overhead_policy needs native"):
+    with pytest.raises(ValueError, match=r"probe_overhead_policy needs native .*\(every run "
+                                         r"goes to the sandbox: run.backend is vm\)"):
         check_config(with_(in_sandbox, run__reconcile__sandbox=False,
                               run__reconcile__pipeline="p000"))
+    # twenty-eighth held-out pass L2: under uml it named the qemu backend's rule alone
+    with pytest.raises(ValueError, match=r"\(every run goes to the sandbox: run.backend is "
+                                         r"uml\); set it to null"):
+        check_config(with_(in_sandbox, run__backend="uml", run__reconcile__sandbox=False,
+                              run__reconcile__pipeline="p000"))
+    with pytest.raises(ValueError, match=r"\(no limit none in run.limits\)"):
+        check_config(with_(cfg, run__limits=["1G"], run__reconcile__limit="1G"))
     # memory + swap capped together: the swap is what the total leaves above the limit
     capped = with_(cfg, run__swap_total="8G")
     assert limit_args(capped, "1G", False) == (
