@@ -2,7 +2,7 @@
 
 Where ``PYTHONDONTWRITEBYTECODE`` is set (as on this project's machines), every
 ``python -m engine`` process compiled every engine module it imported from source: about
-0.35 s of each native run's supervisor and child together, and more in user-mode Linux
+0.3 s of each native run's supervisor and child together, on a loaded host
 (docs/performance.md). The workflow writes the engine's bytecode into its ``__pycache__``
 folders (where ``PYTHONPYCACHEPREFIX`` points, if set) before its jobs start; the jobs and
 their sandbox guests (which see the host's files read-only) read it from there.
