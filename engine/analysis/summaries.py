@@ -135,7 +135,7 @@ def _merge_levels(parts: list[pd.DataFrame]) -> pd.DataFrame:
     return out.sort_values(key, ignore_index=True)[key + [c for c in out if c not in key]]
 
 
-def _endings(values: pd.Series) -> str:
+def endings(values: pd.Series) -> str:
     """How a group's runs that did not finish ended: the one way ("memory"), or each way
     with its count, the most frequent first ("2 memory, 1 timeout"): a cell of kills and
     timeouts is not all kills (sixteenth held-out pass M2)."""
@@ -179,7 +179,7 @@ def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
     runs = runs.assign(outputs_differ=runs["outputs_agree"].eq(False)
                        if "outputs_agree" in runs else False)
     counts = _count_levels(runs, runs=("run_id", "size"), runs_not_ok=("not_ok", "sum"),
-                           ended=("ended", _endings),
+                           ended=("ended", endings),
                            runs_swapped=("swap_seen", "sum"),
                            runs_outputs_differ=("outputs_differ", "sum"),
                            limit_enforced_why=("limit_enforced_why", _most_frequent))

@@ -265,6 +265,11 @@ def test_a_cell_missing_pairs_for_its_own_kill_and_for_bulks_names_both():
                                                  "bulk ended 'memory'"}
     assert set(why_short(cell.missing_why).split(", ")) == {"OOM", "bulk OOM"}
     assert why_short("bulk ended 'memory'") == "bulk OOM"
+    # twenty-eighth held-out pass L3: a mixed cell's mark read "2× 1 OOM, 1 timeout"
+    from engine.analysis.figures.common import failed_mark, short_end
+
+    assert failed_mark(2, short_end("1 memory, 1 timeout")) == "1 OOM, 1 timeout"
+    assert failed_mark(3, short_end("memory")) == "3× OOM"
     # twenty-eighth held-out pass L3: where both ended early in one repetition, both
     runs.loc[(runs.policy == "bulk") & (runs.rep == 0), ["termination", "makespan_s"]] = [
         "timeout", np.nan]
@@ -375,6 +380,22 @@ def test_every_drawn_panel_shows_something_and_names_its_axes(agg, name):
     fig = plots.make_figure(name, tables, STYLE, CONTEXT)
     assert "no data" not in _texts(fig)
     assert not (problems := unlabelled_panels(fig)), "\n".join(problems)
+
+
+def test_the_partial_workers_mark_names_every_way_its_runs_ended(agg):
+    """Twenty-eighth held-out pass: a policy's runs that ended in two ways were marked by
+    the more frequent alone ("2× OOM" for a kill and a timeout)."""
+    runs = agg["runs"]
+    bulk = runs["policy"] == "bulk"
+    runs = runs.assign(policy=runs["policy"].where(~bulk, "partial:1"),
+                       policy_family=runs["policy_family"].where(~bulk, "partial"))
+    # one of its runs OOM-killed, and a second repetition of it timed out
+    one = runs[runs["policy"] == "partial:1"].iloc[[0]]
+    runs = pd.concat([runs.drop(index=one.index), one.assign(termination="memory"),
+                      one.assign(termination="timeout", rep=one["rep"] + 1,
+                                 run_id=one["run_id"] + "-twin")], ignore_index=True)
+    text = _texts(plots.make_figure("partial_workers", {**agg, "runs": runs}, STYLE, CONTEXT))
+    assert "1 OOM, 1 timeout" in text and "2× OOM" not in text
 
 
 def test_failed_runs_and_unenforced_limits_are_labelled(agg):

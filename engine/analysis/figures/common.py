@@ -142,6 +142,12 @@ def counted_failed_legend() -> Patch:
                  label="counts runs that did not finish (their memory until the end)")
 
 
+def failed_mark(n: int, failed: str) -> str:
+    """A bar's mark of its runs that did not finish: "3× OOM", or a mixed cell's own
+    counts as they stand ("2 OOM, 1 timeout", never "3× 2 OOM, 1 timeout")."""
+    return failed if failed[:1].isdigit() else f"{n}× {failed}"
+
+
 def short_end(termination: str) -> str:
     """A termination, or several with their counts ("2 memory, 1 timeout"), in a
     label's words ("2 OOM, 1 timeout")."""
@@ -217,7 +223,7 @@ def grouped_bars(ax: Axes, groups: list[str], policies: list[str], colors: dict,
                                                   [cell.hi - cell.median]],
                             color="0.15", linewidth=0.7, capsize=1.5)
             marks = (["n.s."] if faded else []) + (["n<6"] if cell.few else []) + (
-                [f"{cell.n_failed}× {cell.failed}"] if cell.n_failed else [])
+                [failed_mark(cell.n_failed, cell.failed)] if cell.n_failed else [])
             if marks and notes:
                 top = cell.hi if np.isfinite(cell.hi) else cell.median
                 ax.annotate(" ".join(marks), (x, top), rotation=90, ha="center",

@@ -13,6 +13,7 @@ from engine.analysis.figures.common import (
     add_legend,
     ci_handles,
     colors_for,
+    failed_mark,
     grid,
     instrument_note,
     no_data,
@@ -21,13 +22,8 @@ from engine.analysis.figures.common import (
     short_end,
     with_panel,
 )
+from engine.analysis.summaries import endings
 from engine.units import MIB
-
-
-def _end_label(terminations: pd.Series) -> str:
-    """The most frequent non-ok termination of a group, as a short label."""
-    failed = terminations[terminations != "ok"]
-    return short_end(failed.mode().iloc[0]) if len(failed) else ""
 
 
 def draw(tables: Tables, style: dict, context: dict) -> Figure:
@@ -85,6 +81,8 @@ def _mark_failed_points(ax: Axes, runs: pd.DataFrame, order: list[str], color) -
         x = order.index(policy)
         ax.plot(x, 0.02, marker="x", color=color, transform=ax.get_xaxis_transform(),
                 clip_on=False)
-        ax.annotate(f"{len(group)}× {_end_label(group['termination'])}", (x, 0.02),
+        # every way they ended, counted where more than one (not the most frequent alone)
+        ax.annotate(failed_mark(len(group), short_end(endings(group["termination"]))),
+                    (x, 0.02),
                     xycoords=ax.get_xaxis_transform(), xytext=(4, 0),
                     textcoords="offset points", fontsize="x-small", color=color)
