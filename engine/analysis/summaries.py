@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from engine.analysis.terminations import endings
+
 # Runs compared for the speed-up: same pipeline, repetition and (enforced) limit, in the
 # same execution mode (a native run is never paired with an emulated one).
 SPEEDUP_KEY = ["pipeline", "limit", "limit_enforced", "emulated", "sandbox", "runtime", "rep"]
@@ -133,17 +135,6 @@ def _merge_levels(parts: list[pd.DataFrame]) -> pd.DataFrame:
     for part in parts[1:]:
         out = out.merge(part, on=key, how="outer")
     return out.sort_values(key, ignore_index=True)[key + [c for c in out if c not in key]]
-
-
-def endings(values: pd.Series) -> str:
-    """How a group's runs that did not finish ended: the one way ("memory"), or each way
-    with its count, the most frequent first ("2 memory, 1 timeout"): a cell of kills and
-    timeouts is not all kills (sixteenth held-out pass M2)."""
-    counts = values.dropna().astype(str).value_counts()
-    if len(counts) <= 1:
-        return str(counts.index[0]) if len(counts) else ""
-    ways = sorted(counts.items(), key=lambda way: (-way[1], way[0]))
-    return ", ".join(f"{n} {how}" for how, n in ways)
 
 
 def _most_frequent(values: pd.Series) -> str:

@@ -22,7 +22,7 @@ from engine.analysis.figures.common import (
     short_end,
     with_panel,
 )
-from engine.analysis.summaries import endings
+from engine.analysis.terminations import endings
 from engine.units import MIB
 
 
