@@ -24,6 +24,7 @@ MAX_LIMIT = 2**50  # 1 PiB: a memory limit past any machine's RAM is a typo
 # there measures nothing (twenty-fourth held-out pass L1: 4K ended as a crash that left
 # an error folder it said it had not written)
 MIN_LIMIT = 2**20
+MIN_LIMIT_WHY = "at least 1M (below it no run starts: the interpreter alone needs more)"
 MAX_BLAS_THREADS = 1024
 MAX_SEED = 2**32 - 1  # numpy's legacy seeding and the pipelines' seeds
 MIN_SAMPLE_HZ, MAX_SAMPLE_HZ = 0.01, 10_000
@@ -70,8 +71,7 @@ def limit_size(text: str, flag: str = "--limit") -> int:
     if limit > MAX_LIMIT:
         raise EdgeprofError(f"{flag} {text}: at most {MAX_LIMIT >> 50} PiB")
     if limit < MIN_LIMIT:
-        raise EdgeprofError(f"{flag} {text}: at least 1M (below it no run starts: the "
-                            f"interpreter alone needs more)")
+        raise EdgeprofError(f"{flag} {text}: {MIN_LIMIT_WHY}")
     return limit
 
 

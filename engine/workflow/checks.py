@@ -216,7 +216,7 @@ def check_config(config: Config) -> None:
     except EdgeprofError as exc:
         raise ValueError(f"config: run.swap {run['swap']!r}: {exc}") from None
 
-    from engine.commands.options import MAX_LIMIT, MAX_SEED, MIN_LIMIT
+    from engine.commands.options import MAX_LIMIT, MAX_SEED, MIN_LIMIT, MIN_LIMIT_WHY
 
     box = config.get("sandbox") or {}
     named = [*config["run"]["limits"], *box.get("limits", []),
@@ -287,8 +287,7 @@ def check_config(config: Config) -> None:
             except Exception as exc:
                 raise ValueError(f"config: memory limit {limit!r}: {exc}") from None
             if size < MIN_LIMIT:
-                raise ValueError(f"config: {key} {limit!r}: at least 1M (below it no run "
-                                 f"starts: the interpreter alone needs more)")
+                raise ValueError(f"config: {key} {limit!r}: {MIN_LIMIT_WHY}")
             if size in seen:  # one run under two labels
                 raise ValueError(f"config: {key} {seen[size]!r} and {limit!r} are the same "
                                  f"size; list each limit once")
