@@ -30,7 +30,7 @@ import re
 import time
 from pathlib import Path
 
-from engine.files import cache_dir, write_text_atomic
+from engine.files import cache_dir, lies_under, write_text_atomic
 
 RACY_S = 2.0
 _CHUNK = 1 << 20
@@ -60,8 +60,7 @@ def _stamped_fs(path: str | os.PathLike) -> bool:
     real = os.path.realpath(path)
     fs, depth = None, -1
     for point, kind in _mounts():
-        under = real == point or real.startswith(point.rstrip("/") + "/")
-        if under and len(point) >= depth:
+        if lies_under(real, point) and len(point) >= depth:
             fs, depth = kind, len(point)
     return fs in STAMPED_FS
 

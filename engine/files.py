@@ -228,6 +228,11 @@ def parse_json(text: str | bytes, finite: bool = False) -> object:
         raise ValueError("JSON nested too deeply") from None
 
 
+def lies_under(path: str, top: str) -> bool:
+    """Whether the absolute ``path`` is ``top`` or inside it (``/`` holds everything)."""
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
 def sha256_file(path: str | os.PathLike) -> str:
     """The hex SHA-256 of a file's bytes (read in chunks: a 500 MiB file is not held at once)."""
     with open(path, "rb") as f:

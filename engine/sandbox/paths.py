@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from engine.errors import EdgeprofError
+from engine.files import lies_under
 
 # what each sandbox cannot carry in a shared path, and why
 UNSAFE = {
@@ -37,8 +38,7 @@ GUEST_OWN = ("/proc", "/sys", "/dev", "/run")
 def hidden_in_guest(path: str | os.PathLike) -> str | None:
     """The guest's own mount ``path`` lies under (its links resolved), or None."""
     real = os.path.realpath(path)
-    return next((top for top in GUEST_OWN if real == top or real.startswith(top + "/")),
-                None)
+    return next((top for top in GUEST_OWN if lies_under(real, top)), None)
 
 
 def check_inputs_visible(paths: dict[str, str | os.PathLike], sandbox: str) -> None:
