@@ -73,9 +73,9 @@ def limit_args(config: Config, limit: str, in_sandbox: bool) -> str:
                        *crash])
 
 
-def batch_args(run: Config) -> str:
+def batch_args(batch: int | None) -> str:
     """``--batch N``, or nothing to keep each network's deploy batch (``batch: null``)."""
-    return "" if run["batch"] is None else join_words(["--batch", run["batch"]])
+    return "" if batch is None else join_words(["--batch", batch])
 
 
 def run_options(run: Config) -> str:
@@ -88,7 +88,8 @@ def run_options(run: Config) -> str:
 
 
 def run_settings(config: Config, limit: str, in_sandbox: bool, runtime: str,
-                 probed: bool = True, extra: Iterable[str] = ()) -> dict[str, object]:
+                 batch: int | None, probed: bool = True,
+                 extra: Iterable[str] = ()) -> dict[str, object]:
     """What each run of a run set records of the settings its flags set (the runs table's
     columns: ``engine.analysis.provenance.check_settings`` compares them): the request
     ``python -m engine run`` makes of the flags its rule passes (``limit_args``,
@@ -99,7 +100,7 @@ def run_settings(config: Config, limit: str, in_sandbox: bool, runtime: str,
     from engine.runner.meta import MMAP_THRESHOLD
 
     words = [*shlex.split(limit_args(config, limit, in_sandbox)),
-             *shlex.split(batch_args(config["run"])), *shlex.split(run_options(config["run"])),
+             *shlex.split(batch_args(batch)), *shlex.split(run_options(config["run"])),
              "--runtime", runtime, "--seed", str(config["seed"]),
              *([] if probed else ["--no-probes"]), *extra]
     # the four paths are the job's own; the settings do not depend on them

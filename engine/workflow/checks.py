@@ -16,6 +16,7 @@ from engine.workflow.plan import (
     SANDBOXES,
     UNLIMITED,
     Config,
+    batches,
     holdout_config,
     pipeline_names,
     reconcile_in_sandbox,
@@ -114,10 +115,11 @@ def check_config_integers(config: Config, schema: Config | None = None) -> None:
 
 
 def check_config_batch(config: Config) -> None:
-    """``run.batch`` where its largest zoo network's weights and outputs alone exceed this
-    machine's RAM (what every run job would refuse: engine.caffe.splitter's
-    check_batch_fits). Not under ``inherit``: a cluster's nodes are not the submit host."""
-    batch = config["run"].get("batch")
+    """``run.batch`` (the largest of a list) where its largest zoo network's weights and
+    outputs alone exceed this machine's RAM (what every run job would refuse:
+    engine.caffe.splitter's check_batch_fits). Not under ``inherit``: a cluster's nodes are
+    not the submit host."""
+    batch = max((b for b in batches(config) if b is not None), default=None)
     if batch is None or config["run"]["backend"] == "inherit":
         return
     import psutil

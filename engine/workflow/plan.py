@@ -4,7 +4,7 @@ they should start in."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -77,11 +77,25 @@ class RunSet:
     kind: str = RUNS
     holdout: bool = False
     probed: bool = True
+    batch: int | None = None  # every network's (None: each its deploy batch)
 
 
 def sandbox_policies(config: Config) -> list[str]:
     """The policies of the runs in the guest: ``sandbox.policies``, else ``run.policies``."""
     return list((config.get("sandbox") or {}).get("policies") or config["run"]["policies"])
+
+
+def batches(config: Config) -> list[int | None]:
+    """``run.batch`` as a list: a run of every run set at each (a single value, or null
+    for each network's deploy batch, is one)."""
+    batch = config["run"].get("batch")
+    return list(batch) if isinstance(batch, list) else [batch]
+
+
+def batch_kind(kind: str, batch: int | None, config: Config) -> str:
+    """The folder of a kind's runs at ``batch``: ``runs_b4`` where ``run.batch`` is a list
+    of several, else the kind's own (a single value keeps its folders)."""
+    return f"{kind}_b{batch}" if len(batches(config)) > 1 else kind
 
 
 def run_sets(config: Config) -> list[RunSet]:
@@ -102,7 +116,9 @@ def run_sets(config: Config) -> list[RunSet]:
     if holdout:
         sets += _run_sets(config, pipeline_names(holdout["pipelines"], HOLDOUT_PREFIX),
                           sandbox_pipeline_names(config, holdout=True), True)
-    return [rs for rs in sets if rs.pipelines]
+    # every set at each batch, the first batch's first (its main set is the first)
+    return [replace(rs, batch=batch, kind=batch_kind(rs.kind, batch, config))
+            for batch in batches(config) for rs in sets if rs.pipelines]
 
 
 def _run_sets(config: Config, main: list[str], box_pipes: list[str],
@@ -187,17 +203,20 @@ def needs_vm_guest(config: Config, limit: str, in_sandbox: bool) -> bool:
 UNPROBED = "unprobed"
 
 
-def unprobed_runs(config: Config) -> list[tuple[str, str]]:
-    """(pipeline, policy) of the unprobed twins: every main pipeline under
-    ``run.probe_overhead_policy`` (none when it is null or the main pipelines do not run
-    unconstrained natively)."""
+def unprobed_runs(config: Config) -> list[tuple[str, str, int | None]]:
+    """(pipeline, policy, batch) of the unprobed twins: every main pipeline under
+    ``run.probe_overhead_policy`` at each batch (none when it is null or the main
+    pipelines do not run unconstrained natively)."""
     policy = config["run"].get("probe_overhead_policy")
     if policy is None:
         return []
-    main = run_sets(config)[0]
+    sets = run_sets(config)
+    main = sets[0]
     if UNLIMITED not in main.limits or main.in_sandbox:
         return []
-    return [(pipeline, parse_policy(policy).name) for pipeline in main.pipelines]
+    return [(pipeline, parse_policy(policy).name, rs.batch)
+            for rs in sets if rs.kind == batch_kind(RUNS, rs.batch, config) and not rs.holdout
+            and rs.pipelines == main.pipelines for pipeline in rs.pipelines]
 
 
 # A run set's runs by what names their folders: (kind, pipeline, policy id, limit)
@@ -212,8 +231,9 @@ def run_set_index(config: Config) -> dict[SetKey, RunSet]:
     if twins:
         main = sets[0]
         sets = [*sets, *(RunSet([pipeline], [policy], [UNLIMITED], False, main.repetitions,
-                                main.runtime, UNPROBED, probed=False)
-                         for pipeline, policy in twins)]
+                                main.runtime, batch_kind(UNPROBED, batch, config),
+                                probed=False, batch=batch)
+                         for pipeline, policy, batch in twins)]
     return {(rs.kind, pipeline, policy_id(policy), limit): rs
             for rs in sets for pipeline in rs.pipelines for policy in rs.policies
             for limit in rs.limits}
@@ -234,8 +254,9 @@ def run_blocks(config: Config) -> dict[BlockKey, list[tuple[str, str]]]:
     close in time, so a drift or a neighbour's load hits every policy alike, and no
     policy always goes first. With ``run.per_job: block`` a block is one workflow job.
     """
-    twins = set(unprobed_runs(config))
+    twins = unprobed_runs(config)
     sets = run_sets(config)
+    batch_of = {rs.kind: rs.batch for rs in sets}
     blocks: dict[BlockKey, list[tuple[str, str]]] = {}
     for rep in range(max(rs.repetitions for rs in sets)):
         # run sets that share a block (the workers experiment's policies) interleave in it
@@ -251,8 +272,10 @@ def run_blocks(config: Config) -> dict[BlockKey, list[tuple[str, str]]]:
         for b in rng.permutation(len(keys)):
             kind, in_sandbox, pipeline, limit = keys[b]
             runs = members[keys[b]]
-            if limit == UNLIMITED and not in_sandbox and kind == RUNS:
-                runs += [(UNPROBED, pol) for pipe, pol in twins if pipe == pipeline]
+            batch = batch_of[kind]
+            if limit == UNLIMITED and not in_sandbox and kind == batch_kind(RUNS, batch, config):
+                runs += [(batch_kind(UNPROBED, batch, config), pol)
+                         for pipe, pol, at in twins if pipe == pipeline and at == batch]
             order = np.random.default_rng([config["seed"], rep, int(b)]).permutation(len(runs))
             blocks[(kind, in_sandbox, pipeline, limit, rep)] = [runs[m] for m in order]
     return blocks

@@ -1889,7 +1889,7 @@ def _workflow_run(config: dict, models: Path, pipe: Path, out: Path, limit: str,
     from engine.workflow.args import batch_args, limit_args, run_options
 
     flags = shlex.split(" ".join([limit_args(config, limit, False), run_options(config["run"]),
-                                  batch_args(config["run"]),
+                                  batch_args(config["run"]["batch"]),
                                   f"--runtime {config['run']['runtime']}"]))
     argv = ["run", "--pipeline", str(pipe), "--split", str(models), "--policy", "linear",
             "--out", str(out), "--seed", str(config["seed"]),
@@ -1936,7 +1936,8 @@ def test_a_run_redone_by_hand_with_other_flags_than_the_workflows_is_refused(
         tidy = runs.parents[3] / "tidy" / "runs" / "p000" / "linear" / limit
         rc, err = _cli(capsys, "tidy", "--out", str(tidy), str(runs / "rep0"))
         assert rc == 0, err
-        settings = run_settings(config, limit, False, config["run"]["runtime"])
+        settings = run_settings(config, limit, False, config["run"]["runtime"],
+                                config["run"]["batch"])
         set_folders(tidy, 1, runs_dir=runs, settings=settings, pipeline_file=pipe,
                     split_dir=models)
 

@@ -45,7 +45,7 @@ def test_a_guest_that_never_booted_is_counted_not_ok_and_passes_the_settings_che
     assert config["run"]["pin_cpu"] is True  # the setting the record lacked
     limit = "256M"
     flags = " ".join([limit_args(config, limit, True), run_options(config["run"]),
-                      batch_args(config["run"])]).split()
+                      batch_args(config["run"]["batch"])]).split()
     monkeypatch.setattr(vmrun, "boot_job", boot_timeout)
     out = tmp_path / "runs" / "rep0"
     request = run_request(build_parser().parse_args(
@@ -54,7 +54,8 @@ def test_a_guest_that_never_booted_is_counted_not_ok_and_passes_the_settings_che
     meta = run_in_sandbox(request)
     assert meta.termination == "error" and "did not start" in meta.termination_detail
     runs = tidy_run(out)["runs"]
-    settings = run_settings(config, limit, True, config["run"]["runtime"])
+    settings = run_settings(config, limit, True, config["run"]["runtime"],
+                            config["run"]["batch"])
     check_settings(runs, settings, "fix")  # no raise
     assert json.loads(runs["descriptions"].iloc[0]).keys() == {
         "age_net.description.json", "gender_net.description.json"}

@@ -115,8 +115,8 @@ def test_canonical_params_do_not_depend_on_the_configs_key_order():
 
 
 def test_batch_and_run_options(cfg):
-    assert batch_args(cfg["run"]) == "--batch 1"
-    assert batch_args(with_(cfg, run__batch=None)["run"]) == ""
+    assert batch_args(cfg["run"]["batch"]) == "--batch 1"
+    assert batch_args(with_(cfg, run__batch=None)["run"]["batch"]) == ""
     assert run_options(cfg["run"]) == (
         "--blas-threads 1 --timeout 600 --sample-hz 100 --pin-cpu")
     assert run_options(with_(cfg, run__pin_cpu=False)["run"]) == (
@@ -245,13 +245,46 @@ def test_a_runs_runtime_and_place_come_from_its_run_set_not_its_folder_name(cfg)
     assert not index["runs", "p000", "linear", "none"].in_sandbox
     twin = index["unprobed", "p000", "linear", "none"]
     assert not twin.probed and not twin.in_sandbox
-    assert run_settings(caffe, "none", False, twin.runtime, twin.probed)["sample_hz"] == 0
+    settings = run_settings(caffe, "none", False, twin.runtime, twin.batch, twin.probed)
+    assert settings["sample_hz"] == 0
     # every main run of run.backend uml goes to the sandbox, the unconstrained one too
     uml = run_set_index(with_(cfg, sandbox__enabled=False, run__backend="uml",
                               run__probe_overhead_policy=None, model={}))
     assert {rs.in_sandbox for rs in uml.values()} == {True}
     assert {(k[3], rs.runtime) for k, rs in uml.items()} == {
         (limit, "lean") for limit in cfg["run"]["limits"]}
+
+
+def test_a_batch_list_is_an_axis_of_the_run_grid_and_a_single_value_keeps_the_folders(cfg):
+    """Issue 38: run.batch [1, 4] runs every run set at each batch, in folders of its own
+    (runs_b4/...), each run with its own --batch and settings, the unprobed twins at each
+    batch beside their batch's runs; run.batch 1 or [1] plans today's folders."""
+    one, listed = run_set_index(cfg), run_set_index(with_(cfg, run__batch=[1]))
+    assert one.keys() == listed.keys()
+    assert {rs.batch for rs in one.values()} == {1}
+    grid = with_(cfg, run__batch=[1, 4])
+    check_config(grid)
+    index = run_set_index(grid)
+    kinds = {(kind, rs.batch) for (kind, *_), rs in index.items()}
+    assert kinds == {(f"{kind}_b{b}", b) for kind in ("runs", "native", "unprobed")
+                     for b in (1, 4)}
+    # every run of the single-batch plan at each batch, under the batch's folder
+    assert len(index) == 2 * len(one)
+    for (kind, pipeline, policy, limit), rs in one.items():
+        for b in (1, 4):
+            other = index[f"{kind}_b{b}", pipeline, policy, limit]
+            assert (other.in_sandbox, other.runtime, other.probed, other.batch) == (
+                rs.in_sandbox, rs.runtime, rs.probed, b)
+    assert run_settings(grid, "48M", True, "lean", 4)["batch"] == 4
+    assert batch_args(4) == "--batch 4"
+    # the twins start in their own batch's blocks, beside the runs they pair with
+    for (kind, _, pipeline, limit, _), runs in run_blocks(grid).items():
+        batch = kind.rsplit("_b", 1)[1]
+        assert {k.rsplit("_b", 1)[1] for k, _ in runs} == {batch}
+        if any(k.startswith("unprobed") for k, _ in runs):
+            assert kind == f"runs_b{batch}" and limit == "none"
+    with pytest.raises(ValueError, match="run.batch"):
+        check_config(with_(cfg, run__batch=[1, 1.5]))
 
 
 def test_vm_native_baseline_runs_the_vm_pipelines_natively_too(cfg):
@@ -444,7 +477,7 @@ def test_paper_config_runs_nothing_in_the_vm():
     # seed 004's setup: memory + swap capped at 8 GB, deploy batches, one pinned CPU
     assert limit_args(paper, "256M", False) == (
         f"--limit 256M --swap {8 * 2**30 - 256 * 2**20} --backend inherit")
-    assert batch_args(paper["run"]) == "" and "--pin-cpu" in run_options(paper["run"])
+    assert batch_args(paper["run"]["batch"]) == "" and "--pin-cpu" in run_options(paper["run"])
     assert bins_args(paper) == ["--bins-mb", 400, 800, 1200, 1600]
     assert run_step_mem_mb(paper, "256M", False) == 256  # the step: exactly the limit
     assert run_mem_mb(paper, "256M", False, RESERVE) == 256 + RESERVE
@@ -639,6 +672,7 @@ INTEGER_KEYS = [
     ({"pipelines__length": [1.0, 2]}, "pipelines.length[0] 1.0"),
     ({"run__repetitions": 2.0}, "run.repetitions 2.0"),
     ({"run__batch": 1.0}, "run.batch 1.0"),
+    ({"run__batch": [1, 4.0]}, "run.batch[1] 4.0"),
     ({"run__blas_threads": 1.0}, "run.blas_threads 1.0"),
     ({"sandbox__pipelines__count": 2.0}, "sandbox.pipelines.count 2.0"),
     ({"sandbox__pipelines__length": [1, 3.0]}, "sandbox.pipelines.length[1] 3.0"),

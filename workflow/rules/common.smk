@@ -40,6 +40,7 @@ from engine.workflow.fingerprint import code_fingerprint, content_digest, policy
 from engine.workflow.interrupt import forward_interrupts
 from engine.workflow.plan import (
     UNLIMITED,
+    batches,
     block_shapes,
     holdout_config,
     needs_vm_guest,
@@ -163,16 +164,19 @@ SET_PATTERN = "{pipeline}/{policy}/{limit}"
 RUN_SET_OF = run_set_index(config)
 # -> its repetitions: one tidy job per such run set
 RUN_SET_REPS = {key: rs.repetitions for key, rs in RUN_SET_OF.items()}
-# (limit, in the sandbox, runtime, probed) -> what its runs record of their flags, which
-# each aggregate checks (engine.workflow.args.run_settings: a run redone by hand is refused)
+# (limit, in the sandbox, runtime, batch, probed) -> what its runs record of their flags,
+# which each aggregate checks (engine.workflow.args.run_settings: a run redone by hand is
+# refused)
 _SETTINGS = {
     key: run_settings(config, *key)
     for key in {
-        (limit, rs.in_sandbox, rs.runtime, rs.probed) for (*_, limit), rs in RUN_SET_OF.items()
+        (limit, rs.in_sandbox, rs.runtime, rs.batch, rs.probed)
+        for (*_, limit), rs in RUN_SET_OF.items()
     }
 }
 _SET_SETTINGS = {
-    key: _SETTINGS[key[3], rs.in_sandbox, rs.runtime, rs.probed] for key, rs in RUN_SET_OF.items()
+    key: _SETTINGS[key[3], rs.in_sandbox, rs.runtime, rs.batch, rs.probed]
+    for key, rs in RUN_SET_OF.items()
 }
 # the tidy folders the aggregate reads, one per run set (a rep<N> folder per run)
 _HELD_OUT = set(HOLDOUT_PIPELINES) | set(HOLDOUT_VM_PIPELINES)
@@ -232,6 +236,7 @@ if BLOCK_SHAPES:
         _i = _SHAPE_INDEX[(_in_vm, _limit, tuple(sorted(_runs)), _pipe, _rep)]
         BLOCK_RUNS[(_i, _pipe, _rep)] = (_runs, len(_BLOCKS) - _at)
 REC_ID = policy_id(REC["policy"])
+REC_BATCH = batches(config)[0]  # the reconciliation run's: the first of run.batch's
 REC_DIR = f"{RESULTS}/reconcile/{REC['pipeline']}/{REC_ID}/{REC['limit']}"
 # what the aggregate checks the reconciliation run was made with (as a run set's runs)
 REC_SETTINGS = {
@@ -243,6 +248,7 @@ REC_SETTINGS = {
         str(REC["limit"]),
         reconcile_in_sandbox(config),
         RUN["runtime"],
+        REC_BATCH,
         extra=["--heap-profile"],
     ),
 }
@@ -332,7 +338,7 @@ TARGETS = (
 wildcard_constraints:
     stem="|".join(map(re.escape, NETWORKS)) or "(?!)",
     pipeline=r"(hp|hv|p|v)\d\d\d+",
-    kind="runs|unprobed|native|sandbox(_[a-z]+)?",
+    kind=r"(runs|unprobed|native|sandbox(_[a-z]+)?)(_b\d+)?",
     policy="|".join(POLICIES),
     limit=r"none|\d+(\.\d+)?[KMGT]?",
     rep=r"\d+",
@@ -346,7 +352,7 @@ PIPELINES_ARGS = pipelines_args(config, NETWORKS.values())
 SANDBOX_PIPELINES_ARGS = sandbox_pipelines_args(config)
 HOLDOUT_PIPELINES_ARGS = pipelines_args(config, NETWORKS.values(), holdout=True)
 HOLDOUT_SANDBOX_PIPELINES_ARGS = sandbox_pipelines_args(config, holdout=True)
-BATCH_ARGS = batch_args(RUN)
+REC_BATCH_ARGS = batch_args(REC_BATCH)
 # Only the settings a run depends on, so editing e.g. the limit list reruns only new runs.
 RUN_OPTIONS = run_options(RUN)
 REC_LIMIT_ARGS = reconcile_limit_args(config)
@@ -375,7 +381,7 @@ _DRAWN = {
 }
 _WORKERS = max(parse_policy(p).workers for p in POLICIES.values())
 _UNCONSTRAINED_MB = {
-    name: unconstrained_mem_mb(nets, RUN.get("batch"), RUN["runtime"], _WORKERS)
+    name: max(unconstrained_mem_mb(nets, b, RUN["runtime"], _WORKERS) for b in batches(config))
     for name, nets in _DRAWN.items()
 }
 _MEM_KEYS = [
@@ -515,7 +521,7 @@ def vm_env(wildcards, input):
 def _run_line(kind, pipeline, policy, limit, rep, in_sandbox, prefix):
     """The shell line of one run (policy: its canonical name)."""
     names = dict(kind=kind, pipeline=pipeline, policy=policy_id(policy), limit=limit, rep=rep)
-    runtime = RUN_SET_OF[(kind, pipeline, policy_id(policy), limit)].runtime
+    rs = RUN_SET_OF[(kind, pipeline, policy_id(policy), limit)]
     return run_command(
         prefix,
         f"{PIPELINES_DIR}/{pipeline}.json",
@@ -523,8 +529,8 @@ def _run_line(kind, pipeline, policy, limit, rep, in_sandbox, prefix):
         SPLIT_DIR,
         RUN_DIR.format(**names),
         _limit_flags(kind, (in_sandbox, limit)),
-        BATCH_ARGS,
-        runtime,
+        batch_args(rs.batch),
+        rs.runtime,
         config["seed"] + rep,
         RUN_OPTIONS,
         RUN_LOG.format(**names),
@@ -572,6 +578,10 @@ def run_limit_args(wildcards):
 
 def run_runtime(wildcards):
     return f"--runtime {_run_set(wildcards).runtime}"
+
+
+def run_batch(wildcards):
+    return batch_args(_run_set(wildcards).batch)
 
 
 def run_seed(wildcards):
@@ -709,6 +719,7 @@ declare_signatures(
         run_policy,
         run_limit_args,
         run_runtime,
+        run_batch,
         run_seed,
         run_code,
         run_mem,
