@@ -149,7 +149,10 @@ def summarize(df: pd.DataFrame, by: list[str], value: str, cluster: str | None =
         else:
             est = cluster_bootstrap_ci(vals, group[cluster].to_numpy(), seed=cell_seed(key))
         rows.append([*key, *est, int(np.isfinite(vals).sum())])
-    return pd.DataFrame(rows, columns=[*by, *cols])
+    out = pd.DataFrame(rows, columns=[*by, *cols])
+    # a nullable integer key (the batch, NA for the deploy one) keeps its type, so the
+    # table merges with others keyed alike
+    return out.astype({k: df[k].dtype for k in by if isinstance(df[k].dtype, pd.Int64Dtype)})
 
 
 def kendall_tau(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -> float:

@@ -10,10 +10,11 @@ import pandas as pd
 from engine.analysis.terminations import endings
 
 # Runs compared for the speed-up: same pipeline, repetition and (enforced) limit, in the
-# same execution mode (a native run is never paired with an emulated one).
-SPEEDUP_KEY = ["pipeline", "limit", "limit_enforced", "emulated", "sandbox", "runtime", "rep"]
+# same execution mode (a native run is never paired with an emulated one), at one batch.
+SPEEDUP_KEY = ["pipeline", "limit", "limit_enforced", "emulated", "sandbox", "runtime", "batch",
+               "rep"]
 # ... and for the slowdown under a limit: the same policy unconstrained, same mode.
-SLOWDOWN_KEY = ["pipeline", "policy", "emulated", "sandbox", "runtime", "rep"]
+SLOWDOWN_KEY = ["pipeline", "policy", "emulated", "sandbox", "runtime", "batch", "rep"]
 
 
 def _speedup_reason(row: pd.Series) -> str:
@@ -42,15 +43,18 @@ def _slowdown_reason(row: pd.Series) -> str:
     return ""
 
 
-def with_runtime(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` with its ``runtime`` and ``sandbox`` columns; tables written before runs had
-    them ran the lean runtime, emulated ones in the qemu guest."""
+def with_cell_keys(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with its ``runtime``, ``sandbox`` and ``batch`` columns; tables written
+    before runs had them ran the lean runtime, emulated ones in the qemu guest; a table
+    without a batch says nothing of it (NA, as each network's deploy batch)."""
     if df.empty:
         return df
     if "runtime" not in df:
         df = df.assign(runtime="lean")
     if "sandbox" not in df:
         df = df.assign(sandbox=df["emulated"].map({True: "vm", False: "none"}))
+    if "batch" not in df:
+        df = df.assign(batch=pd.array([pd.NA] * len(df), dtype="Int64"))
     return df
 
 
@@ -60,7 +64,7 @@ def speedup_table(runs: pd.DataFrame) -> pd.DataFrame:
     block) and slowdown under the limit (makespan / the same policy's unconstrained
     makespan in the same repetition and execution mode). NaN, with the reason, when a run
     of the pair did not finish."""
-    runs = with_runtime(runs)
+    runs = with_cell_keys(runs)
     cols = SPEEDUP_KEY + ["size_bin", "n_networks", "param_bytes", "limit_bytes", "policy",
                           "policy_family", "workers", "termination", "makespan_s"]
     extra = ["bulk_makespan_s", "bulk_termination", "speedup", "reason",
@@ -98,7 +102,8 @@ TIME_METRICS = ["makespan_s", "wall_s", "cpu_s"]
 MEMORY_METRICS = ["peak_rss_bytes", "mean_rss_bytes", "peak_swap_bytes", "mean_swap_bytes",
                   "hwm_rss_bytes", "cg_window_peak_bytes", "cg_window_swap_peak_bytes"]
 # A cell: one policy on one pipeline (or size bin) under one limit, in one execution mode.
-CELL = ["emulated", "sandbox", "runtime", "limit", "limit_enforced", "size_bin", "policy"]
+CELL = ["emulated", "sandbox", "runtime", "batch", "limit", "limit_enforced", "size_bin",
+        "policy"]
 
 
 def _levels(df: pd.DataFrame, value: str, prefix: str) -> pd.DataFrame:
@@ -155,7 +160,7 @@ def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Every time and memory metric of the finished runs: median and 95 % CI per policy,
     pipeline and limit (over repetitions) and per size bin (over pipelines and
     repetitions), with how many runs did not finish."""
-    runs = with_runtime(runs)
+    runs = with_cell_keys(runs)
     if runs.empty:
         return pd.DataFrame()
     runs = runs.assign(pipeline=runs["pipeline"].astype(str))
@@ -181,7 +186,7 @@ def speedup_summary(pairs: pd.DataFrame) -> pd.DataFrame:
     """The paired ratios of ``speedup_table`` per cell: the median speed-up over Bulk and
     slowdown under the limit with their 95 % CIs, and whether each CI excludes 1
     (``*_significance``: higher, lower, no difference, too few runs)."""
-    pairs = with_runtime(pairs)
+    pairs = with_cell_keys(pairs)
     from engine.analysis.stats import significance
 
     if pairs.empty:
@@ -214,7 +219,7 @@ def noise_floor_table(runs: pd.DataFrame) -> pd.DataFrame:
 
     if runs.empty:
         return pd.DataFrame()
-    ok = with_runtime(runs[runs["termination"] == "ok"])
+    ok = with_cell_keys(runs[runs["termination"] == "ok"])
     ok = ok.assign(execution_mode=execution_mode(ok))
     return noise_floor(ok, ["pipeline", "policy", "limit", "limit_enforced"],
                        {"makespan": "makespan_s", "cpu time": "cpu_s",
@@ -227,14 +232,14 @@ def execution_mode(runs: pd.DataFrame) -> pd.Series:
     the sandbox that ran it (``emulated (uml)``), and the runtime where it is not the
     default (``native, caffe runtime``): runs of two modes are never aggregated
     together."""
-    runs = with_runtime(runs)
+    runs = with_cell_keys(runs)
     mode = ("emulated (" + runs["sandbox"].astype(str) + ")").where(runs["emulated"],
                                                                     "native")
     return mode.where(runs["runtime"] == "lean",
                       mode + ", " + runs["runtime"].astype(str) + " runtime")
 
 
-PAIR_KEY = ["pipeline", "policy", "limit", "emulated", "sandbox", "runtime", "rep"]
+PAIR_KEY = ["pipeline", "policy", "limit", "emulated", "sandbox", "runtime", "batch", "rep"]
 
 
 def probe_overhead_table(runs: pd.DataFrame, unprobed: pd.DataFrame) -> pd.DataFrame:
@@ -242,7 +247,7 @@ def probe_overhead_table(runs: pd.DataFrame, unprobed: pd.DataFrame) -> pd.DataF
     started next to each other): per pair the overhead (probed / unprobed makespan - 1)
     and its cost per task boundary; per pipeline and over all pipelines the median with
     its 95 % CI and whether the CI excludes no overhead."""
-    runs, unprobed = with_runtime(runs), with_runtime(unprobed)
+    runs, unprobed = with_cell_keys(runs), with_cell_keys(unprobed)
     from engine.analysis.stats import bootstrap_ci, cluster_bootstrap_ci, significance
 
     cols = ["pipeline", "pairs", "pairs_missing", "overhead_pct_median",
@@ -281,7 +286,7 @@ def probe_overhead_table(runs: pd.DataFrame, unprobed: pd.DataFrame) -> pd.DataF
 # kind of machine. Every policy and both runtimes give bit-identical outputs, natively and
 # in UML alike (the same CPU; the uml backend sets the host's BLAS kernels); the qemu
 # guest's TCG CPU uses other kernels, so its runs agree among themselves.
-AGREE_KEY = ["pipeline", "rep", "sandbox"]
+AGREE_KEY = ["pipeline", "rep", "sandbox", "batch"]
 
 
 def outputs_agree(runs: pd.DataFrame) -> pd.Series:
@@ -291,7 +296,7 @@ def outputs_agree(runs: pd.DataFrame) -> pd.Series:
     (a sandbox's memory corrupted under pressure, say) is never a silent result."""
     if "outputs_sha256" not in runs:
         return pd.Series(pd.NA, index=runs.index, dtype="boolean")
-    runs = with_runtime(runs)
+    runs = with_cell_keys(runs)
     digests = runs["outputs_sha256"].where(runs["termination"] == "ok")
     common = digests.groupby([runs[k] for k in AGREE_KEY], dropna=False).transform(
         lambda d: d.mode().iloc[0] if d.notna().sum() >= 2 else pd.NA)

@@ -278,7 +278,7 @@ def test_a_batch_list_is_an_axis_of_the_run_grid_and_a_single_value_keeps_the_fo
     assert run_settings(grid, "48M", True, "lean", 4)["batch"] == 4
     assert batch_args(4) == "--batch 4"
     # the twins start in their own batch's blocks, beside the runs they pair with
-    for (kind, _, pipeline, limit, _), runs in run_blocks(grid).items():
+    for (kind, _, _, limit, _), runs in run_blocks(grid).items():
         batch = kind.rsplit("_b", 1)[1]
         assert {k.rsplit("_b", 1)[1] for k, _ in runs} == {batch}
         if any(k.startswith("unprobed") for k, _ in runs):
