@@ -42,6 +42,15 @@ def _rep(folder: Path) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def _batch_folder(folder: Path) -> bool:
+    """Whether a run's folder is one of a batch axis's (``runs_b4/p000/linear/none/rep0``,
+    engine.workflow.plan.batch_kind): its id then names its batch, as another batch's
+    run of the same pipeline, policy, limit and repetition is another run."""
+    parents = folder.parents
+    return (_rep(folder) is not None and len(parents) > 3
+            and re.fullmatch(r".+_b\d+", parents[3].name) is not None)
+
+
 def _identity(meta: RunMeta, folder: Path) -> dict:
     pipeline = meta.pipeline.name
     limit = limit_label(meta.limit_bytes)
@@ -50,10 +59,12 @@ def _identity(meta: RunMeta, folder: Path) -> dict:
     run_id = (f"{pipeline}/{meta.policy}/{limit}"
               + ("" if sandbox == "none" else f"/{sandbox}")
               + ("" if meta.runtime == "lean" else f"/{meta.runtime}")
+              + (f"/b{meta.batch}" if _batch_folder(folder) else "")
               + ("" if rep is None else f"/rep{rep}"))
     return {"run_id": run_id, "pipeline": pipeline, "policy": meta.policy, "limit": limit,
             "limit_enforced": bool(meta.limit_enforced), "backend": meta.backend,
             "emulated": bool(meta.emulated), "sandbox": sandbox, "runtime": meta.runtime,
+            "batch": meta.batch,  # None: each network's deploy batch
             "rep": rep, "termination": meta.termination,
             # False for a probe-overhead twin (--no-probes): never a probed run's stand-in
             "probed": bool((meta.probes or {}).get("process", True)),
@@ -70,7 +81,8 @@ def sandbox_of(meta: RunMeta) -> str:
 
 def _with_identity(df: pd.DataFrame, ident: dict) -> pd.DataFrame:
     ids = pd.DataFrame({k: [v] * len(df) for k, v in ident.items()}, index=df.index)
-    ids["rep"] = ids["rep"].astype("Int64")  # a run outside .../repN has no repetition
+    # a run outside .../repN has no repetition; a deploy batch is NA
+    ids = ids.astype({"rep": "Int64", "batch": "Int64"})
     return pd.concat([ids, df], axis=1)
 
 
@@ -180,7 +192,6 @@ def _run_row(meta: RunMeta, folder: Path, tasks: pd.DataFrame, networks: pd.Data
         "cpu_pin_asked": (meta.cpu_affinity or {}).get("asked"),
         # the CPUs the measured child could run on (its workers share them)
         "child_cpus": len((meta.cpu_affinity or {}).get("child") or []) or np.nan,
-        "batch": meta.batch,  # None: each network's deploy batch
         # the run's settings, which the workflow's aggregate checks against its config
         "seed": meta.seed, "blas_threads": meta.blas_threads,
         "sample_hz": float((meta.probes or {}).get("sample_hz") or 0),

@@ -68,14 +68,21 @@ def with_panel(df: pd.DataFrame) -> pd.DataFrame:
                         label + ", emulated (" + sandbox.astype(str) + ")")
     if "runtime" in df:
         label = label.where(df["runtime"] == "lean", label + ", " + df["runtime"] + " runtime")
+    # runs at several batches (run.batch a list) are never averaged together either
+    if "batch" in df and df["batch"].nunique(dropna=False) > 1:
+        label = label + ", " + df["batch"].map(
+            lambda b: "deploy batch" if pd.isna(b) else f"batch {int(b)}")
     return df.assign(panel=label)
 
 
 def panel_names(df: pd.DataFrame) -> list[str]:
     """Panels from the loosest limit to the tightest; native before emulated."""
-    keys = df[["panel", "limit", "limit_enforced", "emulated"]].drop_duplicates("panel")
+    batch = df["batch"] if "batch" in df else pd.Series(pd.NA, index=df.index)
+    keys = df.assign(batch_order=batch.fillna(0).astype(int))[
+        ["panel", "limit", "limit_enforced", "emulated", "batch_order"]].drop_duplicates("panel")
     order = sorted(keys.itertuples(), key=lambda k: (-limit_order(k.limit),
-                                                     not k.limit_enforced, k.emulated))
+                                                     not k.limit_enforced, k.emulated,
+                                                     k.batch_order))
     return [k.panel for k in order]
 
 
