@@ -73,15 +73,18 @@ def task_seconds(feats, kind: str, layer: int) -> float:
 
 def campaign(descriptions: dict[str, splitter.Description], pipelines: dict[str, list[str]],
              policies: tuple[str, ...] = ("linear", "partial:2"), reps: int = 2,
-             noise: float = 0.02) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+             noise: float = 0.02, batches: tuple[int | None, ...] = (None,)
+             ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(runs, tasks, networks) of every pipeline (all networks arriving at 0) under every
-    policy, unconstrained, ``reps`` repetitions; each task's time ``task_seconds`` times
+    policy at each of ``batches`` (None: the deploy batch; run ids end /b<N> where there
+    are several), unconstrained, ``reps`` repetitions; each task's time ``task_seconds`` times
     a log-normal factor of sd ``noise``, laid out by the simulator (two workers computing
     at once each run at half speed, as on one CPU)."""
     runs, tasks, nets = [], [], []
     rng = np.random.default_rng(7)
-    feats = {n: network_features(d, None) for n, d in descriptions.items()}
-    for name, networks in pipelines.items():
+    for batch, name, networks in ((b, n, members) for b in batches
+                                  for n, members in pipelines.items()):
+        feats = {n: network_features(d, batch) for n, d in descriptions.items()}
         pipe = Pipeline(name, [Arrival(0.0, list(networks))])
         param_bytes = sum(descriptions[n].param_bytes for n in networks)
         for policy in policies:
@@ -91,17 +94,18 @@ def campaign(descriptions: dict[str, splitter.Description], pipelines: dict[str,
                 inst = {i.id: i.network for i in planned.instances}
                 factor = np.exp(rng.normal(0, noise, len(planned.graph.tasks)))
                 sim = simulate(planned.graph, pol, {i: 0.0 for i in inst},
-                               lambda t, f=factor, i=inst: task_seconds(
-                                   feats[i[t.instance]], t.kind.name, t.layer) * f[t.id],
+                               lambda t, f=factor, i=inst, w=feats: task_seconds(
+                                   w[i[t.instance]], t.kind.name, t.layer) * f[t.id],
                                cpus=1.0, network_time=planned.network_time)
-                run_id = f"{name}/{policy}/none/rep{rep}"
+                run_id = f"{name}/{policy}/none/rep{rep}" + (
+                    f"/b{batch}" if len(batches) > 1 else "")
                 runs.append({
                     "run_id": run_id, "pipeline": name, "policy": policy, "limit": "none",
                     "limit_bytes": np.nan, "swap_bytes": np.nan, "limit_enforced": False,
                     "backend": "none", "emulated": False, "runtime": "lean", "rep": rep,
                     "page_bytes": 4096,
                     "termination": "ok", "workers": pol.workers, "child_cpus": 1.0,
-                    "batch": None, "makespan_s": sim.makespan_s, "hwm_rss_bytes": 5e7,
+                    "batch": batch, "makespan_s": sim.makespan_s, "hwm_rss_bytes": 5e7,
                     "networks": " ".join(networks), "n_networks": len(networks),
                     "size_bin": "small", "param_bytes": param_bytes,
                     "policy_family": pol.family,

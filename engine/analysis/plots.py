@@ -26,6 +26,7 @@ from matplotlib.figure import Figure
 
 from engine.analysis.figures import (
     attribution,
+    batch,
     layer_times,
     memory,
     memory_over_time,
@@ -43,6 +44,7 @@ FIGURES: dict[str, Callable[[Tables, dict, dict], Figure]] = {
     "reconciliation": reconciliation.draw,
     "attribution": attribution.draw,
     "memory_over_time": memory_over_time.draw,
+    "batch": batch.draw,  # drawn where run.batch is a list (workflow/rules/common.smk)
 }
 
 

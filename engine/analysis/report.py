@@ -55,9 +55,18 @@ def _modes(summary: pd.DataFrame) -> pd.Series:
     return summary["sandbox"].fillna("none").replace({"": "native", "none": "native"})
 
 
+def _batch_key(summary: pd.DataFrame) -> list[str]:
+    """["batch"] where the runs ran at several batches (each its own rows), else []."""
+    return ["batch"] if "batch" in summary and summary["batch"].nunique() > 1 else []
+
+
+def _key_header(summary: pd.DataFrame) -> list[str]:
+    return ["mode", "runtime", "limit", "size bin", *_batch_key(summary)]
+
+
 def _extremes(summary: pd.DataFrame, metric: str
               ) -> dict[tuple, tuple[str, str, bool | None, int]]:
-    """(mode, runtime, limit, size bin) -> (least, most, CIs apart, policies) of
+    """(mode, runtime, limit, size bin[, batch]) -> (least, most, CIs apart, policies) of
     ``metric`` over the size bins' rows, in mode, runtime, limit and size order; a cell
     where every policy has the same median says so (e.g. none swapped). A policy with
     runs that did not finish is never the least: named beside it as left out. When no
@@ -71,10 +80,11 @@ def _extremes(summary: pd.DataFrame, metric: str
     not_ok_all = (bins["runs_not_ok"].fillna(0) > 0 if "runs_not_ok" in bins
                   else pd.Series(False, index=bins.index))
     bins = bins[bins[cols[0]].notna() | not_ok_all]
-    keys = ["mode", "runtime", "limit", "size_bin"]
+    keys = ["mode", "runtime", "limit", "size_bin", *_batch_key(bins)]
     groups = sorted(bins.groupby(keys, dropna=False),
                     key=lambda kv: (kv[0][0], kv[0][1], _limit_order(str(kv[0][2])),
-                                    _bin_order(str(kv[0][3]))))
+                                    _bin_order(str(kv[0][3])),
+                                    *(-1 if pd.isna(b) else b for b in kv[0][4:])))
     out = {}
     for key, cell in groups:
         # a run killed early stopped before its peak: its policy never wins the least,
@@ -119,7 +129,7 @@ def extremes_table(summary: pd.DataFrame, metric: str) -> str:
     rows = [[*map(str, key), least, most, {True: "yes", False: "no"}.get(apart, "n/a"),
              str(n)]
             for key, (least, most, apart, n) in _extremes(summary, metric).items()]
-    return markdown_table(["mode", "runtime", "limit", "size bin", "least (MiB, 95 % CI)",
+    return markdown_table([*_key_header(summary), "least (MiB, 95 % CI)",
                            "most (MiB, 95 % CI)", "CIs apart", "policies"], rows)
 
 
@@ -139,16 +149,65 @@ def peaks_table(summary: pd.DataFrame, mode: str | None = None) -> str:
         rows.append([*map(str, key), least, most + ("" if apart is not False else " ≈"),
                      s_least, s_most + ("" if s_apart is not False
                                         or s_least.startswith("every") else " ≈")])
-    return markdown_table(["mode", "runtime", "limit", "size bin", "least peak RAM (MiB)",
+    return markdown_table([*_key_header(summary), "least peak RAM (MiB)",
                            "most peak RAM", "least peak swap (MiB)", "most peak swap"], rows)
 
 
-def report(tables_dir: str | Path, mode: str | None = None, peaks_only: bool = False) -> str:
+# the limits of the paper's experiments: EdgeCaffe's PerCom runs' 2G, 1G and 512M, and
+# the fidelity sweep's 256M (config/fidelity.yaml)
+PAPER_LIMITS = ("2G", "1G", "512M", "256M")
+
+
+def crossing(batches: list[int], peaks: list[tuple[float, float, float]], limit: int) -> str:
+    """Where a policy's unconstrained peak (median, CI low, CI high per batch, ascending)
+    first exceeds ``limit`` bytes: "<= b" (already at the smallest batch), "b1-b2" (between
+    two measured batches), "> b" (not up to the largest); "≈" where a CI at either end
+    holds the limit (the crossing is not decided there)."""
+    above = [median > limit for median, _, _ in peaks]
+    if not any(above):
+        where, ends = f"> {batches[-1]}", [len(batches) - 1]
+    else:
+        first = above.index(True)
+        where = f"<= {batches[0]}" if first == 0 else f"{batches[first - 1]}-{batches[first]}"
+        ends = [first] if first == 0 else [first - 1, first]
+    unsure = any(peaks[i][1] <= limit <= peaks[i][2] for i in ends)
+    return where + (" ≈" if unsure else "")
+
+
+def crossings_table(summary: pd.DataFrame, limits: tuple[str, ...] = PAPER_LIMITS) -> str:
+    """Per execution mode, runtime, pipeline and policy, from its unconstrained runs'
+    peak RAM at each batch (``summary_table``'s per-pipeline rows): the batch at which it
+    first needs more than each limit (``crossing``). A batch whose runs did not all finish
+    is left out, and named."""
+    rows = summary[(summary["level"] == "pipeline") & (summary["limit"] == "none")
+                   & summary["batch"].notna()].assign(mode=_modes)
+    out = []
+    for (mode, runtime, pipeline, policy), g in rows.groupby(
+            ["mode", "runtime", "pipeline", "policy"], sort=True):
+        lost = g[g["runs_not_ok"].fillna(0) > 0]
+        g = g[(g["runs_not_ok"].fillna(0) == 0) & g["peak_rss_bytes_median"].notna()]
+        g = g.sort_values("batch")
+        if len(g) < 2:
+            continue
+        peaks = list(zip(*(g[f"peak_rss_bytes_{k}"].astype(float)
+                           for k in ("median", "ci_low", "ci_high"))))
+        batches = [int(b) for b in g["batch"]]
+        cells = [crossing(batches, peaks, parse_size(limit)) for limit in limits]
+        note = ", ".join(f"batch {int(r.batch)}: {int(r.runs_not_ok)} of {int(r.runs)} "
+                         f"did not finish" for r in lost.itertuples())
+        out.append([mode, runtime, str(pipeline), policy, *cells, note or "-"])
+    return markdown_table(["mode", "runtime", "pipeline", "policy",
+                           *(f"over {limit}" for limit in limits), "left out"], out)
+
+
+def report(tables_dir: str | Path, mode: str | None = None, peaks_only: bool = False,
+           crossings: bool = False) -> str:
     """The campaign's tables (from ``tables_dir``'s summary.parquet): peak RAM and swap
     side by side, then (unless ``peaks_only``) each metric's own; ``mode``: one
-    execution mode's rows in the side-by-side table."""
+    execution mode's rows in the side-by-side table; ``crossings``: instead, the batch at
+    which each policy's peak passes each of the paper's limits (``crossings_table``)."""
     try:
-        return _report(tables_dir, mode, peaks_only)
+        return _report(tables_dir, mode, peaks_only, crossings)
     except KeyError as exc:  # a column an older or another table lacks
         raise EdgeprofError(f"{Path(tables_dir) / 'summary.parquet'} has no column {exc}: "
                             f"an older or another table is in its place; run the "
@@ -159,7 +218,8 @@ def report(tables_dir: str | Path, mode: str | None = None, peaks_only: bool = F
                             f"aggregate stage again") from None
 
 
-def _report(tables_dir: str | Path, mode: str | None, peaks_only: bool) -> str:
+def _report(tables_dir: str | Path, mode: str | None, peaks_only: bool,
+            crossings: bool) -> str:
     folder = Path(tables_dir)
     if not (folder / "summary.parquet").exists() and (folder / "runs.parquet").exists():
         # tables the workflow writes without a summary (the held-out runs'): from the runs
@@ -174,6 +234,15 @@ def _report(tables_dir: str | Path, mode: str | None, peaks_only: bool) -> str:
                             f"{', '.join(sorted(set(summary.pipe(_modes))))} only")
     if mode is not None:  # every table of that mode's runs alone
         summary = summary[_modes(summary) == mode]
+    if crossings:
+        batches = summary["batch"].dropna().nunique() if "batch" in summary else 0
+        if batches < 2:
+            raise EdgeprofError(f"--batch-crossings: the runs in {folder} ran at "
+                                f"{batches or 'no set'} batch(es); it needs two or more "
+                                f"(run.batch a list, as config/batch.yaml)")
+        return (f"**the batch at which each policy's unconstrained peak RAM first passes "
+                f"each limit** (between the two batches measured; ≈: a CI at either holds "
+                f"the limit)\n\n{crossings_table(summary)}")
     parts = [f"**peak RAM and swap** per size bin and limit (median [95 % CI]; ≈: the "
              f"least's and the most's CIs overlap; {LEFT_OUT})\n\n"
              f"{peaks_table(summary, mode)}"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from engine.commands.options import add_split_option, limit_size, swap
+from engine.commands.options import MAX_BATCH, add_split_option, limit_size, positive, swap
 from engine.errors import EdgeprofError
 from engine.runtime import RUNTIMES
 
@@ -28,11 +28,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "(vm, uml) or emulated (the only sandbox fitted); default native")
     p.add_argument("--runtime", choices=RUNTIMES,
                    help="runtime whose fit to use (default lean, or the only one fitted)")
+    p.add_argument("--batch", type=int, help="the batch size every network runs at "
+                   "(default: the one the model was fitted at; needed where it was fitted at "
+                   "several)")
     p.add_argument("--swap-cost", help="price the swap traffic on a device: a profile ("
                    "zram-rpi4, nvme, sd-a2, sd-a1), a sandbox the model measured (vm, uml), "
                    "a file of python -m engine calibrate, or a time per page (50us)")
     p.add_argument("--strict", action="store_true", help="refuse (exit 2) a pipeline, "
-                   "policy or limit outside what the model was fitted on")
+                   "policy, limit or batch outside what the model was fitted on")
     p.add_argument("--find-limit", action="store_true",
                    help="the smallest limit at which each policy runs without swapping")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -47,6 +50,7 @@ def main(args: argparse.Namespace) -> None:
     limit = None if args.limit in (None, "none") else limit_size(args.limit)
     if args.swap is not None and limit is None:
         raise EdgeprofError("--swap is the swap allowed on top of --limit; give a --limit too")
+    positive(args.batch, "--batch", most=MAX_BATCH)
     print(run_advise(args.pipeline, args.model, args.split, limit, swap(args.swap),
                      args.policies, args.mode, args.find_limit, args.json, args.runtime,
-                     args.swap_cost, args.strict))
+                     args.swap_cost, args.strict, args.batch))

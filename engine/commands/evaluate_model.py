@@ -1,5 +1,5 @@
 """``python -m engine evaluate-model``: cross-validate the model (leave pipelines out,
-leave networks out) and tabulate its per-layer residuals."""
+leave networks out, leave batches out) and tabulate its per-layer residuals."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = add_model_tables_parser(sub, "evaluate-model", "cross-validate the model (leave "
-                                "pipelines out, leave networks out) and tabulate its "
+                                "pipelines, networks or batches out) and tabulate its "
                                 "per-layer residuals",
                                 "the cv_* tables, layer_residuals and cv.json")
     p.add_argument("--orderings", type=int, default=40, help="orderings replayed per "

@@ -15,6 +15,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "the side-by-side table")
     p.add_argument("--peaks-only", action="store_true",
                    help="only the side-by-side table of peak RAM and swap")
+    p.add_argument("--batch-crossings", action="store_true",
+                   help="instead, the batch at which each policy's unconstrained peak RAM "
+                   "first passes each of the paper's limits (runs at two batches or more)")
     p.set_defaults(func=main)
 
 
@@ -22,4 +25,4 @@ def main(args: argparse.Namespace) -> None:
 
     from engine.analysis.report import report
 
-    print(report(args.tables, args.mode, args.peaks_only))
+    print(report(args.tables, args.mode, args.peaks_only, args.batch_crossings))

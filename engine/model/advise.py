@@ -31,7 +31,7 @@ from engine.errors import EdgeprofError
 from engine.files import parse_json, sha256_file
 from engine.model.devices import Device, parse_swap_cost
 from engine.model.domain import outside, unpriced_swap
-from engine.model.params import Model, ModeModel
+from engine.model.params import Model, ModeModel, batch_name
 from engine.model.predict import (
     Networks,
     Prediction,
@@ -169,9 +169,9 @@ def _typed(row: dict[str, str]) -> dict:
 
 def read_rebuilt(model_path: str | os.PathLike, pipeline_file: str | os.PathLike,
                  runtime: str, limit_bytes: int | None, swap_bytes: int | None,
-                 device: Device | None) -> dict[str, dict]:
+                 device: Device | None, batch: int | None) -> dict[str, dict]:
     """Policy -> the campaign's native-speed reconstruction of this pipeline (the same
-    file: its SHA-256, not its name) under this limit and swap on this device profile
+    file: its SHA-256, not its name) under this limit and swap at this batch on this device profile
     (``engine.model.reconstruct``), from the table beside the model file, typed; empty
     when it has none (another pipeline, limit, swap or device: runs measured with swap
     say nothing of a run allowed none)."""
@@ -181,12 +181,12 @@ def read_rebuilt(model_path: str | os.PathLike, pipeline_file: str | os.PathLike
     if device is None or limit_bytes is None or not path.is_file():
         return {}
     want = (sha256_file(pipeline_file), runtime, format_size(limit_bytes),
-            format_swap(swap_bytes), device.name)
+            format_swap(swap_bytes), device.name, "" if batch is None else str(batch))
     out = {}
     with open(path, newline="") as f:
-        for row in csv.DictReader(f):
+        for row in csv.DictReader(f):  # the deploy batch: an empty field
             if (row.get("pipeline_sha256"), row["runtime"], row["limit"], row.get("swap"),
-                    row["device"]) == want:
+                    row["device"], row.get("batch") or "") == want:
                 out[row["policy"]] = _typed(row)
     return out
 
@@ -249,7 +249,10 @@ def cv_sentence(cv: dict, mode: str) -> str:
                                  f"results/model/{CV_FILE}`")
         return f"The {mode} model's cross-validated error is unknown: {why}."
     lines = []
-    for scheme in ("leave-pipeline-out", "leave-network-out"):
+    # leave-batch-out only where the fit saw two batches or more (engine.model.evaluate)
+    for scheme in ("leave-pipeline-out", "leave-network-out", "leave-batch-out"):
+        if scheme == "leave-batch-out" and scheme not in entry:
+            continue
         scores = entry.get(scheme) or {}
         if "makespan MAPE % (unconstrained)" not in scores:
             notes = "; ".join(scores.get("notes", [])) or "not run"
@@ -284,16 +287,16 @@ def domain_lines(problems: list[str]) -> list[str]:
 
 
 def format_advice(rows: list[Advice], pipeline: Pipeline, mode: ModeModel,
-                  limit_bytes: int | None, swap_bytes: int | None, cv: dict,
+                  batch: int | None, limit_bytes: int | None, swap_bytes: int | None, cv: dict,
                   device: Device | None = None, problems: list[str] = (),
                   interval_source: str = "", swap_source: str = "") -> str:
     limit = "unconstrained" if limit_bytes is None else f"limit {format_size(limit_bytes)}"
     swap = "unlimited swap" if swap_bytes is None else f"swap {format_size(swap_bytes)}"
     lines = [f"pipeline {pipeline.name}: {' '.join(pipeline.networks())}; {limit}, {swap}; "
              # the sandbox by name, as the notes below and --mode name it
-             f"{mode.mode} model, {mode.runtime} runtime (batch "
-             f"{mode.batch or 'deploy'}, fitted on {mode.runs} run(s) of "
-             f"{len(mode.pipelines)} pipeline(s))"]
+             f"{mode.mode} model, {mode.runtime} runtime (batch {batch_name(batch)}, "
+             f"{fitted_at(mode)}, on {mode.runs} run(s) of {len(mode.pipelines)} "
+             f"pipeline(s))"]
     if device is not None and limit_bytes is not None:
         lines.append(f"swap priced on {device.name}: {device.per_page_in_s * 1e6:.1f} us per "
                      f"page in, {device.per_page_out_s * 1e6:.1f} us out ({device.source})"
@@ -427,9 +430,10 @@ def _disagreements(timed: list[tuple[Advice, float]],
 
 
 def measured_in_fit(model: Model, mode: ModeModel, pipeline_file: str | os.PathLike,
-                    limit_bytes: int | None) -> tuple[list[dict], list[dict], list[dict]]:
+                    limit_bytes: int | None, batch: int | None
+                    ) -> tuple[list[dict], list[dict], list[dict]]:
     """The fit's own cells (``ModeModel.measured``) of this pipeline file (its SHA-256,
-    not its name) under this limit, every swap allowance: this mode's, every mode's of
+    not its name) under this limit at this batch, every swap allowance: this mode's, every mode's of
     its runtime (what a kernel paged: a native mode's swap is the sandbox's), and those of
     the modes whose kills this one takes (``kills_from``), each with its ``mode``."""
     sha = sha256_file(pipeline_file)
@@ -437,7 +441,7 @@ def measured_in_fit(model: Model, mode: ModeModel, pipeline_file: str | os.PathL
 
     def of(m: ModeModel) -> list[dict]:
         return [c for c in m.measured if c.get("pipeline_sha256") == sha
-                and c["limit"] == limit]
+                and c["limit"] == limit and c.get("batch") == batch]
 
     paged = [c for m in model.modes.values() if m.runtime == mode.runtime for c in of(m)]
     lent = [{**c, "mode": key} for key in mode.kills_from if key in model.modes
@@ -709,10 +713,10 @@ def _killed_at(mode: ModeModel, mib: int) -> bool:
 
 
 def format_limits(rows: list[tuple[str, int, float]], pipeline: Pipeline, mode: ModeModel,
-                  cv: dict, problems: list[str]) -> str:
+                  batch: int | None, cv: dict, problems: list[str]) -> str:
     lines = [f"pipeline {pipeline.name}: {' '.join(pipeline.networks())}; "
-             f"{mode.mode} model, {mode.runtime} runtime: the smallest limit "
-             f"at which each policy is predicted not to swap",
+             f"{mode.mode} model, {mode.runtime} runtime, batch {batch_name(batch)}: the "
+             f"smallest limit at which each policy is predicted not to swap",
              f"{'policy':<18}{'limit':>10}{'makespan':>11}"]
     lines += [f"{policy:<18}{mib:>7} MiB{makespan:>10.3f}s{' !' if _killed_at(mode, mib) else ''}"
               for policy, mib, makespan in rows]
@@ -725,6 +729,27 @@ def format_limits(rows: list[tuple[str, int, float]], pipeline: Pipeline, mode: 
     return "\n".join(lines)
 
 
+def fitted_at(mode: ModeModel) -> str:
+    """The batches a mode was fitted at, in words: "fitted at batch 1", "fitted at batches
+    1, 2 and 4"."""
+    names = [batch_name(b) for b in mode.batches]
+    if len(names) == 1:
+        return f"fitted at batch {names[0]}"
+    return f"fitted at batches {', '.join(names[:-1])} and {names[-1]}"
+
+
+def asked_batch(mode: ModeModel, batch: int | None) -> int | None:
+    """The batch a question is answered at: ``batch``, or (None) the one the mode was
+    fitted at; a mode fitted at several needs it named."""
+    if batch is not None:
+        return batch
+    if len(mode.batches) > 1:
+        raise EdgeprofError(f"the {mode.key} model was {fitted_at(mode)}: give --batch N "
+                            f"(one of them, or another: the domain check names a batch "
+                            f"outside them)")
+    return mode.batches[0]
+
+
 def _refuse_outside(strict: bool, mode: ModeModel, problems: list[str]) -> None:
     if strict and problems:
         raise EdgeprofError(f"outside the {mode.key} model's domain: {'; '.join(problems)} "
@@ -734,11 +759,14 @@ def _refuse_outside(strict: bool, mode: ModeModel, problems: list[str]) -> None:
 def run_advise(pipeline_path: str, model_path: str, models_dir: str, limit_bytes: int | None,
                swap_bytes: int | None, policies: list[str] | None, mode_name: str | None,
                find_limit: bool, as_json: bool, runtime: str | None = None,
-               swap_cost: str | None = None, strict: bool = False) -> str:
-    """What ``python -m engine advise`` prints; bad input (and with ``strict`` a question
-    outside the model's domain) raises EdgeprofError before anything is printed."""
+               swap_cost: str | None = None, strict: bool = False,
+               batch: int | None = None) -> str:
+    """What ``python -m engine advise`` prints, at ``batch`` (None: the one batch the
+    mode was fitted at); bad input (and with ``strict`` a question outside the model's
+    domain) raises EdgeprofError before anything is printed."""
     model = Model.read(model_path)
     mode = model.mode(mode_name, runtime)
+    batch = asked_batch(mode, batch)
     device = parse_swap_cost(swap_cost, model) if swap_cost is not None else None
     pipeline = load_pipeline(pipeline_path)
     descriptions = resolve_descriptions(pipeline, description_index(models_dir),
@@ -746,20 +774,21 @@ def run_advise(pipeline_path: str, model_path: str, models_dir: str, limit_bytes
     names = list(dict.fromkeys(parse_policy(p).name for p in (policies or model.policies)))
     if not names:
         raise EdgeprofError("no policies to rank: give --policies")
-    networks = Networks(descriptions, mode.batch, mode.runtime)
+    networks = Networks(descriptions, batch, mode.runtime)
     problems = outside(mode, pipeline, {n: set(networks.features(n).types)
-                                        for n in descriptions}, names, limit_bytes)
+                                        for n in descriptions}, names, limit_bytes, batch)
     cv = read_cv(model_path)
     if find_limit:
         _refuse_outside(strict, mode, problems)
         rows = find_limits(mode, pipeline, networks, names)
         if as_json:
             return json.dumps({"pipeline": pipeline.name, "mode": mode.mode,
-                               "runtime": mode.runtime, "outside_domain": problems,
+                               "runtime": mode.runtime, "batch": batch,
+                               "outside_domain": problems,
                                "limits": [{"policy": p, "limit_mib": m, "makespan_s": t,
                                            "may_be_killed": _killed_at(mode, m)}
                                           for p, m, t in rows]}, indent=1)
-        return format_limits(rows, pipeline, mode, cv, problems)
+        return format_limits(rows, pipeline, mode, batch, cv, problems)
     log_pi, source = error_interval(cv, mode, limit_bytes is not None)
     swap_log_pi, swap_source = swap_interval(cv, mode)
     advice = advise(mode, pipeline, networks, names, limit_bytes, swap_bytes, device,
@@ -769,10 +798,10 @@ def run_advise(pipeline_path: str, model_path: str, models_dir: str, limit_bytes
     _refuse_outside(strict, mode, problems)
     if mode.mode == "native":
         rebuilt = read_rebuilt(model_path, pipeline_path, mode.runtime, limit_bytes,
-                               swap_bytes, device)
+                               swap_bytes, device, batch)
         for a in advice:
             a.rebuilt = rebuilt.get(a.prediction.policy)
-    attach_measured(advice, *measured_in_fit(model, mode, pipeline_path, limit_bytes),
+    attach_measured(advice, *measured_in_fit(model, mode, pipeline_path, limit_bytes, batch),
                     swap_bytes)
     kill = mode.kill_limit_bytes
     for a in advice:
@@ -785,7 +814,7 @@ def run_advise(pipeline_path: str, model_path: str, models_dir: str, limit_bytes
             or bool(a.killed_in) or a.file_pressed
     if as_json:
         return json.dumps({"pipeline": pipeline.name, "mode": mode.mode,
-                           "runtime": mode.runtime, "limit_bytes": limit_bytes,
+                           "runtime": mode.runtime, "batch": batch, "limit_bytes": limit_bytes,
                            "swap_bytes": swap_bytes,
                            "swap_cost_fitted": mode.swap is not None
                            and not mode.swap.unknown_why,
@@ -804,5 +833,5 @@ def run_advise(pipeline_path: str, model_path: str, models_dir: str, limit_bytes
                                          "swap_measured_over": a.swap_measured_over or None,
                                          **asdict(a.prediction)} for a in advice],
                            "cross_validation": cv.get(mode.key)}, indent=1)
-    return format_advice(advice, pipeline, mode, limit_bytes, swap_bytes, cv, device,
+    return format_advice(advice, pipeline, mode, batch, limit_bytes, swap_bytes, cv, device,
                          problems, source, swap_source)

@@ -5,7 +5,8 @@ saw (its EXEC falls back on the fit over every layer), a policy whose runs never
 the calibration, a part of the time model fitted with an intercept alone (it answers the
 same seconds whatever the size: bulk's LOAD of a 262 MB and an 87 MB caffemodel alike;
 named when it predicts at least ``MATERIAL_S`` per task),
-a limit outside the limits whose runs fitted the swap costs. ``outside`` names each;
+a limit outside the limits whose runs fitted the swap costs, a batch outside the batches
+fitted. ``outside`` names each;
 ``unpriced_swap`` names a prediction that swaps where the cost per page is unknown (no
 page moved that way in the fitted runs); advise prints them, and with ``--strict``
 refuses.
@@ -13,7 +14,7 @@ refuses.
 
 from __future__ import annotations
 
-from engine.model.params import ModeModel
+from engine.model.params import ModeModel, batch_name
 from engine.model.predict import Prediction
 from engine.schedule.pipelines import Pipeline
 from engine.schedule.policies import parse_policy
@@ -38,9 +39,10 @@ def _part(mode: ModeModel, name: str):
 
 
 def outside(mode: ModeModel, pipeline: Pipeline, layer_types: dict[str, set[str]],
-            policies: list[str], limit_bytes: int | None) -> list[str]:
+            policies: list[str], limit_bytes: int | None, batch: int | None) -> list[str]:
     """What of this question lies outside ``mode``'s domain, one line each (empty:
-    inside). ``layer_types``: each network of the pipeline -> its layer types."""
+    inside). ``layer_types``: each network of the pipeline -> its layer types; ``batch``:
+    the question's (None: each network's deploy batch)."""
     d = mode.domain
     if d is None:
         return ["the model file records no domain (fitted by an older edgeprof): refit it"]
@@ -55,6 +57,7 @@ def outside(mode: ModeModel, pipeline: Pipeline, layer_types: dict[str, set[str]
     if untimed:
         out.append(f"layer type(s) {', '.join(untimed)}: no time fit of their own (timed "
                    f"by the fit over every layer)")
+    out += _batch_outside(d.batches, batch)
     names = [parse_policy(p).name for p in policies]
     unfitted = [p for p in names if p not in d.policies]
     if unfitted:
@@ -86,6 +89,24 @@ def outside(mode: ModeModel, pipeline: Pipeline, layer_types: dict[str, set[str]
             out.append(f"limit {format_size(limit_bytes)}: outside the limits of the "
                        f"finished runs its swap costs were fitted on ({', '.join(d.limits)})")
     return out
+
+
+def _batch_outside(fitted: list[int | None], batch: int | None) -> list[str]:
+    """A batch the fit never saw and cannot interpolate to: the deploy batch where it saw
+    only set batches (or the other way), or a set batch outside the range of the set
+    batches it saw (activations, im2col buffers and the work of every layer scale with
+    the batch: the fit's lines are then extrapolated)."""
+    numbers = [b for b in fitted if b is not None]
+    seen = ", ".join(batch_name(b) for b in fitted)
+    if batch is None:
+        return ([] if None in fitted else
+                [f"batch deploy (each network's own): fitted at batch(es) {seen}"])
+    if not numbers:
+        return [f"batch {batch}: fitted at each network's deploy batch only"]
+    if not min(numbers) <= batch <= max(numbers):
+        return [f"batch {batch}: outside the batches fitted ({seen}): what scales with the "
+                f"batch (activations, buffers, every layer's work) is extrapolated"]
+    return []
 
 
 def unpriced_swap(predictions: list[Prediction]) -> list[str]:

@@ -1,8 +1,8 @@
 """Cross-validation that tests generalisation, per execution mode and runtime.
 
-Two fold structures, each model fitted only on the runs of its training pipelines and
-scored on every (policy, limit) cell of its test pipelines against the median over the
-cell's repetitions (and that median's 95 % bootstrap CI):
+Three fold structures, each model fitted only on its training runs and scored on every
+(policy, limit, batch) cell of its test runs against the median over the cell's
+repetitions (and that median's 95 % bootstrap CI):
 
 - **leave-pipeline-out**: one fold per pipeline; the test pipeline's runs never reach
   training.
@@ -11,6 +11,9 @@ cell's repetitions (and that median's 95 % bootstrap CI):
   pipeline, and training sees only pipelines without it (so neither its layers nor its
   LOAD files are ever fitted on). A network every pipeline contains cannot be held out
   and is named in the notes.
+- **leave-batch-out**, where the mode's runs ran at two batches or more: one fold per
+  batch, trained on the other batches' runs (the batch is an input of the features and
+  the memory replay: ``engine.model.fit``).
 
 A mode with fewer than two pipelines cannot be cross-validated and says so. Per scheme,
 the scores below with a 95 % bootstrap CI over pipelines (a pipeline's cells resampled
@@ -57,10 +60,15 @@ from engine.analysis.stats import (
 )
 from engine.caffe.splitter import Description
 from engine.files import sha256_file
-from engine.model.fit import mode_keys, pipeline_content
+from engine.model.fit import at_batch, fitted_batches, mode_keys, pipeline_content, run_batches
 from engine.model.memory import schedule_peak
-from engine.model.params import Model, ModeModel
-from engine.model.predict import Networks, predict, predict_against_unconstrained
+from engine.model.params import Model, ModeModel, batch_name, batch_value
+from engine.model.predict import (
+    Networks,
+    NetworksByBatch,
+    predict,
+    predict_against_unconstrained,
+)
 from engine.model.train import (
     SWAP_FLOOR_BYTES,
     Paths,
@@ -74,13 +82,14 @@ from engine.schedule.policies import parse_policy
 
 log = logging.getLogger(__name__)
 
-LPO, LNO, HELD_OUT_SEED = "leave-pipeline-out", "leave-network-out", "held-out seed"
-SCHEMES = (LPO, LNO)
+LPO, LNO, LBO = "leave-pipeline-out", "leave-network-out", "leave-batch-out"
+HELD_OUT_SEED = "held-out seed"
+SCHEMES = (LPO, LNO, LBO)
 ORDERINGS = 40  # orderings of a multi-worker policy's concurrent tasks per cell
 PEAK_RANGE = (5, 95)  # percentiles of the orderings' peaks the measured one is scored in
 
 PREDICTION_COLUMNS = [
-    "mode", "scheme", "fold", "pipeline", "policy", "limit", "workers", "runs", "runs_ok",
+    "mode", "scheme", "fold", "pipeline", "policy", "limit", "batch", "workers", "runs", "runs_ok",
     "measured_makespan_s", "measured_makespan_ci_low", "measured_makespan_ci_high",
     "predicted_makespan_s", "makespan_error_pct", "measured_slowdown", "predicted_slowdown",
     "slowdown_error_pct", "measured_hwm_rss_bytes", "measured_cg_peak_bytes",
@@ -148,17 +157,20 @@ def ordering_peaks(mode, pipeline, networks: Networks, policy: str, orderings: i
 Schedule = tuple[np.ndarray, np.ndarray, float]  # a run's task starts, ends (s), VmHWM
 
 
+CellKey = tuple[str, str, str, int | None]  # pipeline, policy, limit, batch (None: deploy)
+
+
 def measured_schedules(runs: pd.DataFrame, tasks: pd.DataFrame
-                       ) -> dict[tuple[str, str, str], list[Schedule]]:
-    """Per (pipeline, policy, limit): each finished unconstrained run's own schedule
+                       ) -> dict[CellKey, list[Schedule]]:
+    """Per (pipeline, policy, limit, batch): each finished unconstrained run's own schedule
     (every task's start and the end of its work, by task id; a run without
     ``work_end_ns``, its end) and its resident high-water mark."""
     ok = runs[(runs["termination"] == "ok") & (runs["limit"] == "none")
               & runs["hwm_rss_bytes"].notna()]
     t = tasks[tasks["run_id"].isin(ok["run_id"])]
-    out: dict[tuple[str, str, str], list[Schedule]] = {}
+    out: dict[CellKey, list[Schedule]] = {}
     by_run = dict(tuple(t.groupby("run_id")))
-    for r in ok.itertuples():
+    for r, batch in zip(ok.itertuples(), run_batches(ok)):
         rows = by_run.get(r.run_id)
         if rows is None:
             continue
@@ -169,7 +181,8 @@ def measured_schedules(runs: pd.DataFrame, tasks: pd.DataFrame
         done = (rows["work_end_ns"].fillna(rows["end_ns"]) if "work_end_ns" in rows
                 else rows["end_ns"])
         start[ids], end[ids] = rows["start_ns"] / 1e9, done / 1e9
-        out.setdefault((str(r.pipeline), str(r.policy), str(r.limit)), []).append(
+        out.setdefault((str(r.pipeline), str(r.policy), str(r.limit), batch_value(batch)),
+                       []).append(
             (start, end, float(r.hwm_rss_bytes)))
     return out
 
@@ -194,10 +207,10 @@ def schedule_peak_error(mode: ModeModel, pipeline: Pipeline, networks: Networks,
 
 
 def predict_cells(model: Model, key: str, cells: pd.DataFrame, pipelines: dict,
-                  networks: Networks, orderings: int = ORDERINGS,
-                  schedules: dict[tuple[str, str, str], list[Schedule]] | None = None
+                  networks: NetworksByBatch, orderings: int = ORDERINGS,
+                  schedules: dict[CellKey, list[Schedule]] | None = None
                   ) -> pd.DataFrame:
-    """The model's predictions for each measured cell (adds the predicted_* columns):
+    """The model's predictions for each measured cell at its batch (adds the predicted_* columns):
     under the cell's limit and swap allowance, and unconstrained for its slowdown; for a
     multi-worker policy the 5-95 % range of its orderings' peaks; with ``schedules``
     (``measured_schedules``) the memory model's peak error on each cell's measured
@@ -205,16 +218,18 @@ def predict_cells(model: Model, key: str, cells: pd.DataFrame, pipelines: dict,
     m = model.modes[key]
     out = []
     for c in cells.itertuples():
-        runs_of = (schedules or {}).get((str(c.pipeline), str(c.policy), str(c.limit)), [])
+        batch, nets = batch_value(c.batch), networks[c.batch]
+        runs_of = (schedules or {}).get((str(c.pipeline), str(c.policy), str(c.limit), batch),
+                                        [])
         limit = None if c.limit == "none" else int(c.limit_bytes)
         swap = None if pd.isna(c.swap_bytes) else int(c.swap_bytes)
-        pred, free = predict_against_unconstrained(m, pipelines[c.pipeline], networks,
+        pred, free = predict_against_unconstrained(m, pipelines[c.pipeline], nets,
                                                    c.policy, limit, swap)
         low = high = pred.peak_ram_bytes
         if parse_policy(c.policy).workers > 1 and m.duration_sigma > 0 and orderings:
-            peaks = ordering_peaks(m, pipelines[c.pipeline], networks, c.policy, orderings,
-                                   cell_seed((key, c.pipeline, c.policy, c.limit)), limit,
-                                   swap)
+            peaks = ordering_peaks(m, pipelines[c.pipeline], nets, c.policy, orderings,
+                                   cell_seed((key, c.pipeline, c.policy, c.limit, batch)),
+                                   limit, swap)
             low, high = np.percentile(peaks, PEAK_RANGE)
         measured = c.measured_hwm_rss_bytes
         pi_low, pi_high = low + m.baseline_spread_bytes[0], high + m.baseline_spread_bytes[1]
@@ -230,34 +245,45 @@ def predict_cells(model: Model, key: str, cells: pd.DataFrame, pipelines: dict,
                     "peak_in_pi": (bool(pi_low <= measured <= pi_high)
                                    if np.isfinite(measured) else None),
                     "schedule_peak_error_pct": schedule_peak_error(
-                        m, pipelines[c.pipeline], networks, c.policy, runs_of),
+                        m, pipelines[c.pipeline], nets, c.policy, runs_of),
                     "predicted_peak_swap_bytes": pred.peak_swap_bytes,
                     "predicted_swap_out_bytes": pred.swap_out_bytes,
                     "predicted_oom": pred.oom})
     return pd.concat([cells.reset_index(drop=True), pd.DataFrame(out)], axis=1)
 
 
-def folds(runs: pd.DataFrame, scheme: str) -> tuple[list[tuple[str, list[str]]], list[str]]:
-    """(fold name, its test pipelines) of one mode's runs under ``scheme``, and notes on
-    what could not be held out. Only pipelines with finished unconstrained runs count.
-    Leave-pipeline-out holds twins out together: pipelines of the same networks (in any
-    order) are one fold, so no fold trains on a copy of what it tests."""
+def folds(runs: pd.DataFrame, scheme: str) -> tuple[list[tuple[str, pd.Series]], list[str]]:
+    """(fold name, which of ``runs`` it tests) of one mode's runs under ``scheme``, and
+    notes on what could not be held out. Only pipelines with finished unconstrained runs
+    count. Leave-pipeline-out holds twins out together: pipelines of the same networks
+    (in any order) are one fold, so no fold trains on a copy of what it tests.
+    Leave-batch-out holds out every run at one batch, where the runs ran at two or more:
+    the model predicts a batch it never saw."""
     ok = runs[(runs["limit"] == "none") & (runs["termination"] == "ok")]
     names = sorted(ok["pipeline"].astype(str).unique())
-    nets = (runs[runs["pipeline"].astype(str).isin(names)]
-            .drop_duplicates("pipeline").set_index("pipeline")["networks"].str.split())
+    counted = runs["pipeline"].astype(str).isin(names)
+    if scheme == LBO:  # a campaign at one batch has nothing to hold out
+        at = fitted_batches(ok)
+        return ([(f"batch {batch_name(b)}", counted & at_batch(runs, b)) for b in at]
+                if len(at) >= 2 else []), []
+    nets = (runs[counted].drop_duplicates("pipeline").set_index("pipeline")["networks"]
+            .str.split())
+
+    def testing(test: list[str]) -> pd.Series:
+        return runs["pipeline"].astype(str).isin(test)
+
     if scheme == LPO:
         twins: dict[str, list[str]] = {}
         for p in names:
             twins.setdefault(pipeline_content(" ".join(nets[p])), []).append(p)
-        return [("+".join(group), group) for group in twins.values()], []
+        return [("+".join(group), testing(group)) for group in twins.values()], []
     out, notes = [], []
     for net in sorted(set(nets.explode())):
         test = sorted(p for p in names if net in nets[p])
         if len(test) == len(names):
             notes.append(f"{net} is in every pipeline: it cannot be held out")
             continue
-        out.append((net, test))
+        out.append((net, testing(test)))
     return out, notes
 
 
@@ -282,14 +308,15 @@ def cross_validate(runs: pd.DataFrame, tasks: pd.DataFrame, networks: pd.DataFra
         for scheme in schemes:
             fold_list, why = folds(part, scheme)
             notes += [(key, scheme, w) for w in why]
-            if len({p for _, test in fold_list for p in test}) < 2 and scheme == LPO:
+            tested = {p for _, test in fold_list for p in part.loc[test, "pipeline"]}
+            if len(tested) < 2 and scheme == LPO:
                 notes.append((key, scheme, f"not cross-validated: {len(fold_list)} "
                                            f"pipeline(s) with finished unconstrained runs, "
                                            f"two are needed"))
                 continue
             for i, (fold, test) in enumerate(fold_list):
                 progress(f"{key} {scheme}: fold {i + 1}/{len(fold_list)} ({fold})")
-                train_runs = part[~part["pipeline"].isin(test)]
+                train_runs = part[~test]
                 if train_runs.empty:  # one fold of twins holds every pipeline
                     notes.append((key, scheme, f"fold {fold}: not cross-validated: every "
                                   f"pipeline is a twin of this fold's (the same networks): "
@@ -303,10 +330,10 @@ def cross_validate(runs: pd.DataFrame, tasks: pd.DataFrame, networks: pd.DataFra
                     notes.append((key, scheme, f"fold {fold}: "
                                   f"{model.unfitted.get(key) or 'no fit of its training runs'}"))
                     continue
-                test_runs = part[part["pipeline"].isin(test)]
+                test_runs = part[test]
                 cells = measured_cells(test_runs)
                 m = model.modes[key]
-                nets = Networks(descriptions, m.batch, m.runtime)
+                nets = NetworksByBatch(descriptions, m.runtime)
                 schedules = measured_schedules(
                     test_runs, tasks[tasks["run_id"].isin(test_runs["run_id"])])
                 preds.append(predict_cells(model, key, cells, pipelines, nets, orderings,
@@ -367,7 +394,8 @@ def _rankings(cells: pd.DataFrame) -> pd.DataFrame:
     measured median lies within the measured fastest's CI. Policies predicted equally
     fast share the credit (1/k each); a pick that was killed, or no pick, is a miss."""
     rows = []
-    for (fold, pipeline, limit), g in cells.groupby(["fold", "pipeline", "limit"]):
+    for (fold, pipeline, limit, _), g in cells.groupby(["fold", "pipeline", "limit", "batch"],
+                                                       dropna=False):
         done = g.dropna(subset=["measured_makespan_s"])
         if len(done) < 2:
             continue
@@ -594,7 +622,7 @@ def layer_residuals(model: Model, runs: pd.DataFrame, tasks: pd.DataFrame,
     tasks that ran alone in unconstrained runs, the model's prediction (the gap between
     tasks left out: it is not in a task's duration), the residual (measured - predicted)
     and the prediction's error (predicted / measured - 1, in %)."""
-    from engine.model.fit import solo_medians, task_features
+    from engine.model.fit import solo_medians, task_features, with_batches
     from engine.model.predict import task_work_s
 
     rows = []
@@ -604,14 +632,14 @@ def layer_residuals(model: Model, runs: pd.DataFrame, tasks: pd.DataFrame,
         t = tasks[tasks["run_id"].isin(part["run_id"])]
         if t.empty:
             continue
-        med = solo_medians(task_features(t.assign(duration_s=t["duration_ns"] / 1e9),
-                                         descriptions, mode.batch))
-        nets = Networks(descriptions, mode.batch, mode.runtime)
+        med = solo_medians(task_features(with_batches(t, part).assign(
+            duration_s=t["duration_ns"] / 1e9), descriptions))
+        nets = NetworksByBatch(descriptions, mode.runtime)
         for r in med.itertuples():
-            feats = nets.features(r.network)
+            feats = nets[r.batch].features(r.network)
             pred = task_work_s(mode, feats, r.task_type, int(r.layer)) - mode.gap_s
-            rows.append({"mode": name, "network": r.network, "layer": int(r.layer),
-                         "task_type": r.task_type,
+            rows.append({"mode": name, "network": r.network, "batch": batch_value(r.batch),
+                         "layer": int(r.layer), "task_type": r.task_type,
                          "layer_type": r.ltype or ("whole network" if r.task_type != "INIT"
                                                    else "INIT"),
                          "tasks": int(r.n), "measured_s": r.duration_s, "predicted_s": pred,
@@ -732,7 +760,7 @@ def score_holdout_files(tables_dir: Paths, models_dir: Paths,
         if part.empty:
             continue
         m = model.modes[key]
-        nets = Networks(descriptions, m.batch, m.runtime)
+        nets = NetworksByBatch(descriptions, m.runtime)
         schedules = measured_schedules(part, tasks[tasks["run_id"].isin(part["run_id"])])
         preds.append(predict_cells(model, key, measured_cells(part), pipelines, nets,
                                    orderings, schedules)

@@ -16,6 +16,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator, NullFormatter, ScalarFormatter
 
 from engine.analysis.figures.common import colors_for, grid, no_data, policy_key
+from engine.model.params import batch_name, batch_value
 from engine.units import MIB
 
 ROWS = [  # (measured, predicted, its error column, label, scale, band: the target)
@@ -158,6 +159,13 @@ def _limit_bytes(limit: str) -> float:
     return np.inf if limit == "none" else parse_size(limit)
 
 
+def _at_batch(table: pd.DataFrame, key: int) -> pd.Series:
+    """Which rows of ``table`` are at the batch keyed ``key`` (-1: the deploy batch)."""
+    if "batch" not in table:
+        return pd.Series(True, index=table.index)
+    return table["batch"].map(lambda b: -1 if batch_value(b) is None else b) == key
+
+
 def swap_cost(tables: dict[str, pd.DataFrame], style: dict,
               context: dict | None = None) -> Figure:
     """Each policy's speed-up over Bulk at native speed per size bin (the median over
@@ -172,10 +180,16 @@ def swap_cost(tables: dict[str, pd.DataFrame], style: dict,
         return no_data("Speed-up over Bulk against the swap cost",
                        "no sandbox limited runs with native unconstrained twins to rebuild "
                        "(sandbox.native_baseline, docs/model.md)")
-    curves = curves.assign(row=curves["runtime"] + " runtime, " + curves["sandbox"]
-                           + " traffic, limit " + curves["limit"])
-    rows = sorted(curves["row"].unique(), key=lambda r: (
-        r.split(",")[0], -_limit_bytes(r.rsplit(" ", 1)[1])))
+    batch = (curves["batch"].map(batch_value) if "batch" in curves
+             else pd.Series(None, index=curves.index, dtype=object))
+    several = batch.nunique(dropna=False) > 1  # a row per batch, never two curves in one
+    curves = curves.assign(batch_key=batch.map(lambda b: -1 if b is None else b),
+                           row=curves["runtime"] + " runtime, " + curves["sandbox"]
+                           + " traffic, limit " + curves["limit"]
+                           + (", batch " + batch.map(batch_name) if several else ""))
+    order = {r.row: (r.runtime, -_limit_bytes(r.limit), r.batch_key)
+             for r in curves.itertuples()}
+    rows = sorted(order, key=order.get)
     bins = list(dict.fromkeys(curves.sort_values("size_bin")["size_bin"]))
     policies = sorted(curves["policy"].unique(), key=policy_key)
     colors = colors_for(policies, style)
@@ -208,7 +222,8 @@ def swap_cost(tables: dict[str, pd.DataFrame], style: dict,
             here = cross[(cross["sandbox"] == first["sandbox"])
                          & (cross["runtime"] == first["runtime"])
                          & (cross["limit"] == first["limit"])
-                         & (cross["size_bin"] == size_bin)] if not cross.empty else cross
+                         & (cross["size_bin"] == size_bin)
+                         & _at_batch(cross, first["batch_key"])] if not cross.empty else cross
             for c in here.itertuples():
                 if c.what == "fastest policy":
                     ax.axvline(c.per_page_s, color="0.4", linestyle=":", linewidth=0.8)

@@ -31,8 +31,12 @@ Per execution mode (native, or the sandbox that ran the runs: never mixed) and r
 - **duration spread**: how much a task's duration varies between repetitions of the
   multi-worker runs (a robust sd of log(duration / its median)), from which the
   evaluation draws orderings of concurrent workers.
-- **domain**: the networks, layer types, policies, batch and limits it saw, and which
+- **domain**: the networks, layer types, policies, batches and limits it saw, and which
   parts were fitted with an intercept alone (``params.Domain``).
+
+The batch is an input: a mode's runs may have run at several (``run.batch`` a list), and
+each task's features are taken at its run's batch (``with_batches``), so one fit
+predicts any batch.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from engine.model.params import (
     Model,
     ModeModel,
     SwapCost,
+    batch_value,
     exec_features,
     exec_layer_s,
     mode_key,
@@ -121,33 +126,51 @@ def mode_keys(runs: pd.DataFrame) -> pd.Series:
     return execution_modes(runs) + "/" + runtimes(runs)
 
 
-def _batch_of(runs: pd.DataFrame) -> int | None:
-    if "batch" not in runs or runs["batch"].isna().all():
-        return None
-    values = runs["batch"].dropna().unique()
-    if len(values) > 1:
-        raise EdgeprofError(f"runs of one mode with batches {sorted(values)}: fit one "
-                            f"model per batch size")
-    return int(values[0])
+def run_batches(runs: pd.DataFrame) -> pd.Series:
+    """Each run's batch, a nullable integer: NA where every network ran at its deploy
+    batch (``run.batch: null``, or tables written before runs recorded it)."""
+    if "batch" not in runs:
+        return pd.Series(pd.NA, index=runs.index, dtype="Int64")
+    return runs["batch"].astype("Int64")
+
+
+def at_batch(runs: pd.DataFrame, batch: object) -> pd.Series:
+    """Which of ``runs`` ran at ``batch`` (None, NaN or NA: the deploy batch)."""
+    b, want = run_batches(runs), batch_value(batch)
+    return b.isna() if want is None else (b == want).fillna(False).astype(bool)
+
+
+def fitted_batches(runs: pd.DataFrame) -> list[int | None]:
+    """The batches ``runs`` ran at, ascending, the deploy batch (None) first."""
+    values = {batch_value(b) for b in run_batches(runs).unique()}
+    return sorted(values, key=lambda b: -1 if b is None else b)
+
+
+def with_batches(tasks: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """``tasks`` with each one's run's batch (``run_batches``) as its ``batch``."""
+    of_run = pd.Series(run_batches(runs).to_numpy(), index=runs["run_id"].to_numpy())
+    return tasks.assign(batch=pd.array(tasks["run_id"].map(of_run), dtype="Int64"))
 
 
 FEATURE_COLUMNS = ("macs", "flops", "weight_bytes", "scratch_bytes", "elements", "bytes",
                    "input_bytes")
 
 
-def task_features(tasks: pd.DataFrame, descriptions: dict[str, Description],
-                  batch: int | None) -> pd.DataFrame:
-    """Each task row with its layer type (``ltype``) and features: an EXEC its layer's
-    (``layer_features``), a LOAD the weight ``bytes`` it reads (the whole network's for
-    bulk), an INIT its ``input_bytes``."""
-    feats = {net: network_features(descriptions[net], batch)
-             for net in tasks["network"].unique()}
+def task_features(tasks: pd.DataFrame, descriptions: dict[str, Description]
+                  ) -> pd.DataFrame:
+    """Each task row (with its run's ``batch``: ``with_batches``) with its layer type
+    (``ltype``) and features at that batch: an EXEC its layer's (``layer_features``), a
+    LOAD the weight ``bytes`` it reads (the whole network's for bulk), an INIT its
+    ``input_bytes``."""
+    batches = [batch_value(b) for b in tasks["batch"]]
+    feats = {(net, b): network_features(descriptions[net], b)
+             for net, b in set(zip(tasks["network"], batches))}
     cols = {c: np.zeros(len(tasks)) for c in FEATURE_COLUMNS}
     types = np.empty(len(tasks), dtype=object)
-    rows = zip(tasks["network"].to_numpy(), tasks["layer"].astype(int).to_numpy(),
+    rows = zip(tasks["network"].to_numpy(), batches, tasks["layer"].astype(int).to_numpy(),
                tasks["task_type"].to_numpy())
-    for i, (net, li, kind) in enumerate(rows):
-        f = feats[net]
+    for i, (net, b, li, kind) in enumerate(rows):
+        f = feats[net, b]
         types[i] = f.types[li] if li >= 0 else ""
         if kind == "INIT":
             cols["input_bytes"][i] = f.input_bytes
@@ -160,12 +183,12 @@ def task_features(tasks: pd.DataFrame, descriptions: dict[str, Description],
 
 
 def solo_medians(tasks: pd.DataFrame) -> pd.DataFrame:
-    """Median duration (s) per (network, layer, task type) over the tasks that ran alone,
-    with the task's features."""
+    """Median duration (s) per (network, batch, layer, task type) over the tasks that ran
+    alone, with the task's features."""
     alone = tasks[tasks["overlap"].fillna(0) == 0]
     agg = {"duration_s": ("duration_s", "median"), "n": ("duration_s", "size"),
            **{c: (c, "first") for c in FEATURE_COLUMNS}}
-    return (alone.groupby(["network", "layer", "task_type", "ltype"], dropna=False)
+    return (alone.groupby(["network", "batch", "layer", "task_type", "ltype"], dropna=False)
             .agg(**agg).reset_index())
 
 
@@ -209,7 +232,8 @@ def fit_swap_cost(runs: pd.DataFrame, tasks: pd.DataFrame) -> SwapCost | None:
                 None)
     if cols is None:
         return None
-    key = ["pipeline", "policy", "rep", "task_id"]
+    tasks = with_batches(tasks, runs)  # a limited task pairs with its own batch's
+    key = ["pipeline", "policy", "batch", "rep", "task_id"]
     lim = tasks[tasks["run_id"].isin(limited["run_id"]) & (tasks["overlap"].fillna(0) == 0)]
     base = base_tasks[base_tasks["overlap"].fillna(0) == 0][key + ["duration_s"]]
     pairs = lim.merge(base.rename(columns={"duration_s": "base_s"}), on=key)
@@ -261,9 +285,10 @@ def duration_sigma(runs: pd.DataFrame, tasks: pd.DataFrame) -> float:
     t = tasks[tasks["run_id"].isin(multi["run_id"]) & (tasks["duration_ns"] > 0)]
     if t.empty:
         return 0.0
-    key = ["pipeline", "policy", "instance", "layer", "task_type"]
+    t = with_batches(t, multi)
+    key = ["pipeline", "policy", "batch", "instance", "layer", "task_type"]
     logd = np.log(t["duration_ns"].astype(float))
-    groups = logd.groupby([t[k] for k in key])
+    groups = logd.groupby([t[k] for k in key], dropna=False)  # NA: the deploy batch
     dev = (logd - groups.transform("median"))[groups.transform("size") >= 2]
     return round(float(1.4826 * dev.abs().median()), 4) if len(dev) >= 2 else 0.0
 
@@ -293,14 +318,13 @@ def fit_mode(runs: pd.DataFrame, tasks: pd.DataFrame,
              descriptions: dict[str, Description], mode: str,
              runtime: str = DEFAULT_RUNTIME) -> ModeModel:
     """The model of one execution mode and runtime from its runs and their tasks."""
-    batch = _batch_of(runs)
     ok = runs[runs["termination"] == "ok"]
     free = ok[ok["limit"] == "none"]
     if free.empty:
         raise EdgeprofError(f"no finished unconstrained {mode} run to fit a model on")
     tasks = tasks[tasks["run_id"].isin(ok["run_id"])]
-    tasks = task_features(tasks.assign(duration_s=tasks["duration_ns"] / 1e9),
-                          descriptions, batch)
+    tasks = task_features(with_batches(tasks, ok).assign(
+        duration_s=tasks["duration_ns"] / 1e9), descriptions)
     base_tasks = tasks[tasks["run_id"].isin(free["run_id"])]
     med = solo_medians(base_tasks)
 
@@ -327,13 +351,16 @@ def fit_mode(runs: pd.DataFrame, tasks: pd.DataFrame,
         load_whole=load_whole, exec_types=exec_types,
         exec_any=linear(execs, DEFAULT_FEATURES),
         exec_whole=None, swap=None, runs=len(ok),
-        pipelines=sorted(ok["pipeline"].astype(str).unique()), batch=batch, runtime=runtime,
-        duration_sigma=duration_sigma(ok, tasks))
+        pipelines=sorted(ok["pipeline"].astype(str).unique()), batches=fitted_batches(ok),
+        runtime=runtime, duration_sigma=duration_sigma(ok, tasks))
     whole = med[(med["task_type"] == "EXEC") & ~layer]
     if not whole.empty:
-        feats = {n: network_features(descriptions[n], batch) for n in whole["network"]}
-        summed = whole["network"].map(
-            lambda n: sum(exec_layer_s(model, feats[n], i) for i in range(len(feats[n].types))))
+        feats = {(n, batch_value(b)): network_features(descriptions[n], batch_value(b))
+                 for n, b in zip(whole["network"], whole["batch"])}
+        summed = pd.Series([sum(exec_layer_s(model, f, i) for i in range(len(f.types)))
+                            for f in (feats[n, batch_value(b)]
+                                      for n, b in zip(whole["network"], whole["batch"]))],
+                           index=whole.index)
         x = pd.DataFrame({"layers_s": summed.to_numpy(), "duration_s": whole["duration_s"]
                           .to_numpy()})
         model.exec_whole = borrow_slope(fit_linear(x[["layers_s"]], x["duration_s"]), x,
@@ -342,7 +369,8 @@ def fit_mode(runs: pd.DataFrame, tasks: pd.DataFrame,
     limited = ok[ok["limit"] != "none"]
     model.domain = Domain(
         networks=sorted(set(ok["networks"].str.split().explode())),
-        layer_types=sorted(exec_types), policies=sorted(ok["policy"].unique()), batch=batch,
+        layer_types=sorted(exec_types), policies=sorted(ok["policy"].unique()),
+        batches=model.batches,
         limits=list(limited.sort_values("limit_bytes")["limit"].unique()),
         pipelines=model.pipelines, intercept_only=intercept_only(model))
     return model

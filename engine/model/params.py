@@ -18,9 +18,9 @@ from engine.errors import EdgeprofError
 from engine.files import parse_json, read_regular, write_text_atomic
 from engine.model.memory import description_graph
 
-MODEL_VERSION = 3  # 2: keyed by execution mode and runtime; the domain; duration spread;
+MODEL_VERSION = 4  # 2: keyed by execution mode and runtime; the domain; duration spread;
 # the swap cost's page size; 3: a mode without limited runs takes its runtime's sandbox
-# kills (kills_from)
+# kills (kills_from); 4: the batches fitted (batch an input)
 
 DIGEST = "model_digest"
 
@@ -96,7 +96,7 @@ class Domain:
     networks: list[str]
     layer_types: list[str]  # layer types with an EXEC time fit of their own
     policies: list[str]
-    batch: int | None
+    batches: list[int | None]  # None: each network's deploy batch
     limits: list[str]  # of the finished limited runs (none: no swap cost fitted)
     pipelines: list[str]
     # parts of the time model fitted with an intercept alone: the same seconds whatever
@@ -124,7 +124,9 @@ class ModeModel:
     swap: SwapCost | None
     runs: int
     pipelines: list[str]
-    batch: int | None  # the runs' batch (None: each network's deploy batch)
+    # the batches its runs ran at (None: each network's deploy batch): batch is an input
+    # of its features and memory replay, so it predicts others (engine.model.domain)
+    batches: list[int | None]
     runtime: str = "lean"  # engine.runtime: what each stage allocates and frees
     # the spread of a task's duration in the multi-worker runs (a robust sd of
     # log(duration / its median)): how far orderings of concurrent workers vary
@@ -167,6 +169,20 @@ class ModeModel:
 
     def exec_model(self, layer_type: str) -> Linear:
         return self.exec_types.get(layer_type, self.exec_any)
+
+
+def batch_value(batch: object) -> int | None:
+    """A batch as the engine takes it: an int, or None (from None, NaN or NA) for each
+    network's deploy batch."""
+    try:
+        return int(batch)  # type: ignore[call-overload]
+    except (TypeError, ValueError):  # None and NA (TypeError), NaN (ValueError)
+        return None
+
+
+def batch_name(batch: int | None) -> str:
+    """How a batch reads in tables and messages: its number, or "deploy"."""
+    return "deploy" if batch is None else str(batch)
 
 
 def mode_key(mode: str, runtime: str) -> str:
@@ -276,9 +292,10 @@ class Model:
             _number(m.cpus, f"{name}.cpus", 0, strict=True)
             _number(m.parallel_cpus, f"{name}.parallel_cpus", 0, strict=True)
             _number(m.baseline_file_bytes, f"{name}.baseline_file_bytes", 0)
-            if m.batch is not None and (isinstance(m.batch, bool) or not isinstance(
-                    m.batch, int) or m.batch < 1):
-                raise ValueError(f"{name}.batch is {m.batch!r}")
+            if not isinstance(m.batches, list) or not m.batches or any(
+                    b is not None and (isinstance(b, bool) or not isinstance(b, int) or b < 1)
+                    for b in m.batches):
+                raise ValueError(f"{name}.batches is {m.batches!r}")
             lines = {"init": m.init, "load_layer": m.load_layer, "exec_any": m.exec_any,
                      "load_whole": m.load_whole, "exec_whole": m.exec_whole,
                      **{f"exec_types.{t}": v for t, v in m.exec_types.items()}}

@@ -15,6 +15,7 @@ from engine.model.params import (
     ModeModel,
     NetworkFeatures,
     SwapCost,
+    batch_value,
     exec_layer_s,
     exec_whole_s,
     load_whole_s,
@@ -73,6 +74,22 @@ class Networks:
             self._memory[net] = network_memory(self.descriptions[net], self.batch,
                                                self.runtime)
         return self._memory[net]
+
+
+class NetworksByBatch:
+    """``Networks`` at each batch asked for (``networks[batch]``: an int, or None, NaN or
+    NA for each network's deploy batch), each built once."""
+
+    def __init__(self, descriptions: dict[str, Description],
+                 runtime: str = DEFAULT_RUNTIME) -> None:
+        self.descriptions, self.runtime = descriptions, runtime
+        self._at: dict[int | None, Networks] = {}
+
+    def __getitem__(self, batch: object) -> Networks:
+        b = batch_value(batch)
+        if b not in self._at:
+            self._at[b] = Networks(self.descriptions, b, self.runtime)
+        return self._at[b]
 
 
 def task_work_s(mode: ModeModel, feats: NetworkFeatures, kind: Kind | str, layer: int) -> float:

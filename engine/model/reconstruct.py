@@ -53,8 +53,15 @@ from scipy.optimize import brentq
 from engine.analysis.stats import cell_seed, cluster_mean_ci, summarize
 from engine.caffe.splitter import Description
 from engine.model.devices import Device
-from engine.model.fit import dispatch_gap, execution_modes, fit_swap_cost, runtimes
-from engine.model.params import Model, ModeModel, SwapCost, mode_key
+from engine.model.fit import (
+    at_batch,
+    dispatch_gap,
+    execution_modes,
+    fit_swap_cost,
+    run_batches,
+    runtimes,
+)
+from engine.model.params import Model, ModeModel, SwapCost, batch_name, batch_value, mode_key
 from engine.model.simulate import simulate
 from engine.model.traffic import TRAFFIC_COLUMNS, run_traffic
 from engine.model.train import Paths, pipelines_from_networks
@@ -67,6 +74,8 @@ log = logging.getLogger(__name__)
 
 COST_GRID = np.logspace(-6, -2, 17)  # seconds per 4 KiB page: 1 us .. 10 ms, 4 per decade
 WORK_KEY = ["instance", "layer", "task_type"]
+# a cell of runs (batch NA: each network's deploy batch)
+CELL = ["mode", "runtime", "pipeline", "policy", "limit", "batch"]
 CI_LOW, CI_HIGH = 2.5, 97.5
 # a crossover's tolerance in log cost: 1e-4 = 0.01 % of the cost per page
 ROOT_XTOL = 1e-4
@@ -240,24 +249,25 @@ class Campaign:
            descriptions: dict[str, Description]) -> Campaign:
         runs = runs[runs["limit_enforced"].astype(bool) | (runs["limit"] == "none")]
         runs = runs.assign(pipeline=runs["pipeline"].astype(str), mode=execution_modes(runs),
-                           runtime=runtimes(runs))
+                           runtime=runtimes(runs), batch=run_batches(runs))
         limited = _ok(runs[runs["limit"] != "none"])
         return cls(runs, tasks, pipelines_from_networks(networks), descriptions,
                    run_traffic(tasks, limited))
 
-    def free(self, mode: str, runtime: str, pipeline: str) -> pd.DataFrame:
+    def free(self, mode: str, runtime: str, pipeline: str, batch: object) -> pd.DataFrame:
         r = self.runs
         return _ok(r[(r["mode"] == mode) & (r["runtime"] == runtime)
-                     & (r["pipeline"] == pipeline) & (r["limit"] == "none")])
+                     & (r["pipeline"] == pipeline) & (r["limit"] == "none")
+                     & at_batch(r, batch)])
 
     def limited_cells(self) -> pd.DataFrame:
-        """The sandboxes' limited cells: mode, runtime, pipeline, policy, limit, its
+        """The sandboxes' limited cells: mode, runtime, pipeline, policy, limit, batch, its
         limit bytes, swap bytes (missing: unlimited), runs, finished runs, OOM-killed runs."""
         r = self.runs[(self.runs["mode"] != "native") & (self.runs["limit"] != "none")]
         if "pipeline_sha256" not in r:  # tables of runs older than the record
             r = r.assign(pipeline_sha256=None)
         return (r.assign(ok=r["termination"] == "ok", oom=r["termination"] == "memory")
-                .groupby(["mode", "runtime", "pipeline", "policy", "limit"])
+                .groupby(CELL, dropna=False)
                 .agg(limit_bytes=("limit_bytes", "first"),
                      pipeline_sha256=("pipeline_sha256", "first"),
                      swap_bytes=("swap_bytes", "first"), runs=("run_id", "size"),
@@ -268,13 +278,14 @@ class Campaign:
     def cell(self, row, compute_mode: str, mode_model: ModeModel) -> Cell | str:
         """The cell of a limited sandbox cell ``row``, its task times from
         ``compute_mode``'s unconstrained runs; or why it cannot be rebuilt."""
-        free = self.free(compute_mode, row.runtime, row.pipeline)
+        free = self.free(compute_mode, row.runtime, row.pipeline, row.batch)
         if free.empty:
-            return f"no {compute_mode} unconstrained run of {row.pipeline} ({row.runtime})"
+            return (f"no {compute_mode} unconstrained run of {row.pipeline} ({row.runtime}, "
+                    f"batch {batch_name(batch_value(row.batch))})")
         r = self.runs
         lim = _ok(r[(r["mode"] == row.mode) & (r["runtime"] == row.runtime)
                     & (r["pipeline"] == row.pipeline) & (r["policy"] == row.policy)
-                    & (r["limit"] == row.limit)])
+                    & (r["limit"] == row.limit) & at_batch(r, row.batch)])
         traffic = self.traffic[self.traffic["run_id"].isin(lim["run_id"])]
         if traffic.empty:
             return "no finished limited run whose traffic each task can be given"
@@ -307,7 +318,7 @@ class Campaign:
 
 RECONSTRUCTION_COLUMNS = [
     "sandbox", "runtime", "pipeline", "pipeline_sha256", "size_bin", "policy", "limit",
-    "swap", "device",
+    "batch", "swap", "device",
     "per_page_in_s", "per_page_out_s", "native_makespan_s", "native_makespan_ci_low",
     "native_makespan_ci_high", "oom", "sandbox_runs", "sandbox_runs_ok",
     "native_unconstrained_s", "replayed_unconstrained_s", "note"]
@@ -330,7 +341,7 @@ def reconstruct_native(campaign: Campaign, model: Model, devices: list[Device],
         progress(f"native-speed reconstruction: cell {i + 1}/{len(cells)}")
         base = {"sandbox": row.mode, "runtime": row.runtime, "pipeline": row.pipeline,
                 "pipeline_sha256": row.pipeline_sha256, "size_bin": row.size_bin,
-                "policy": row.policy, "limit": row.limit,
+                "policy": row.policy, "limit": row.limit, "batch": batch_value(row.batch),
                 "swap": format_swap(None if pd.isna(row.swap_bytes) else int(row.swap_bytes)),
                 "sandbox_runs": row.runs,
                 "sandbox_runs_ok": row.runs_ok}
@@ -338,7 +349,7 @@ def reconstruct_native(campaign: Campaign, model: Model, devices: list[Device],
         if native is None:
             rows.append({**base, "note": f"no native {row.runtime} model fitted"})
             continue
-        free = campaign.free("native", row.runtime, row.pipeline)
+        free = campaign.free("native", row.runtime, row.pipeline, row.batch)
         measured_free = _free_median(free, row.policy)
         if row.runs_ok == 0:  # killed only where every run was (seventeenth pass M2)
             killed = row.runs_oom == row.runs
@@ -369,7 +380,7 @@ def reconstruct_native(campaign: Campaign, model: Model, devices: list[Device],
 
 
 VALIDATION_COLUMNS = [
-    "sandbox", "runtime", "pipeline", "policy", "limit", "runs_ok",
+    "sandbox", "runtime", "pipeline", "policy", "limit", "batch", "runs_ok",
     "measured_makespan_s", "measured_makespan_ci_low", "measured_makespan_ci_high",
     "rebuilt_makespan_s", "rebuilt_makespan_ci_low", "rebuilt_makespan_ci_high",
     "error_pct", "per_page_in_s", "per_page_out_s", "per_major_fault_s", "cost_fitted_on",
@@ -397,16 +408,15 @@ def validate(campaign: Campaign, model: Model, resamples: int,
     runs, tasks = campaign.runs, campaign.tasks
     tasks_s = tasks.assign(duration_s=tasks["duration_ns"] / 1e9)
     cells = campaign.limited_cells()
-    measured = summarize(_ok(runs), ["mode", "runtime", "pipeline", "policy", "limit"],
-                         "makespan_s", prefix="m")
-    measured = measured.set_index(["mode", "runtime", "pipeline", "policy", "limit"])
+    measured = summarize(_ok(runs), CELL, "makespan_s", prefix="m").set_index(CELL)
     costs: dict[tuple[str, str, str], tuple[SwapCost | None, str]] = {}
     for i, row in enumerate(cells.itertuples()):
         progress(f"validation in the sandbox: cell {i + 1}/{len(cells)}")
-        key = (row.mode, row.runtime, row.pipeline, row.policy, row.limit)
+        key = (row.mode, row.runtime, row.pipeline, row.policy, row.limit, row.batch)
         m = measured.loc[key] if key in measured.index else None
         base = {"sandbox": row.mode, "runtime": row.runtime, "pipeline": row.pipeline,
-                "policy": row.policy, "limit": row.limit, "runs_ok": row.runs_ok,
+                "policy": row.policy, "limit": row.limit, "batch": batch_value(row.batch),
+                "runs_ok": row.runs_ok,
                 "measured_makespan_s": np.nan if m is None else m["m_median"],
                 "measured_makespan_ci_low": np.nan if m is None else m["m_ci_low"],
                 "measured_makespan_ci_high": np.nan if m is None else m["m_ci_high"]}
@@ -443,12 +453,13 @@ def validate(campaign: Campaign, model: Model, resamples: int,
                      "note": _some_unfinished(row)})
     # the replay alone: unconstrained makespans from their own task times
     free_cells = _ok(runs[runs["limit"] == "none"]).groupby(
-        ["mode", "runtime", "pipeline", "policy"]).size().index
-    for mode, runtime, pipeline, policy in free_cells:
+        ["mode", "runtime", "pipeline", "policy", "batch"], dropna=False).size().index
+    for mode, runtime, pipeline, policy, batch in free_cells:
         mm = model.modes.get(mode_key(mode, runtime))
-        m = measured.loc[(mode, runtime, pipeline, policy, "none")]
+        m = measured.loc[(mode, runtime, pipeline, policy, "none", batch)]
         base = {"sandbox": mode, "runtime": runtime, "pipeline": pipeline, "policy": policy,
-                "limit": "none", "runs_ok": int(m["m_n"]), "measured_makespan_s": m["m_median"],
+                "limit": "none", "batch": batch_value(batch), "runs_ok": int(m["m_n"]),
+                "measured_makespan_s": m["m_median"],
                 "measured_makespan_ci_low": m["m_ci_low"],
                 "measured_makespan_ci_high": m["m_ci_high"]}
         if mm is None:
@@ -456,7 +467,7 @@ def validate(campaign: Campaign, model: Model, resamples: int,
         try:
             r = Replay(campaign.pipelines[pipeline], policy, campaign.descriptions,
                        mm.parallel_cpus, mm.gap_s)
-            work, gaps = campaign.rep_work(campaign.free(mode, runtime, pipeline), r)
+            work, gaps = campaign.rep_work(campaign.free(mode, runtime, pipeline, batch), r)
             t = Cell(r, "none", work, gaps, np.zeros((1, len(r.keys), 3))).makespan(None)
         except ReconstructionError as exc:
             rows.append({**base, "note": str(exc)})
@@ -472,19 +483,20 @@ VALIDATION_TARGET = 15.0  # % MAPE of the rebuilt limited makespans
 
 
 def repetition_noise(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per mode, runtime, pipeline, policy and limit, each finished run's makespan
+    """Per mode, runtime, pipeline, policy, limit and batch, each finished run's makespan
     against the median of the cell's other repetitions (|x / median - 1|, %): what even
     a perfect rebuild would miss of a single repetition, the measurements' own noise."""
     rows = []
     ok = _ok(runs).dropna(subset=["makespan_s"])
-    for key, g in ok.groupby(["mode", "runtime", "pipeline", "policy", "limit"]):
+    for key, g in ok.groupby(CELL, dropna=False):
         m = g["makespan_s"].to_numpy()
         for i in range(len(m)):
             others = np.delete(m, i)
             if len(others):
-                rows.append((*key, abs(m[i] / np.median(others) - 1) * 100))
+                rows.append((*key[:-1], batch_value(key[-1]),
+                             abs(m[i] / np.median(others) - 1) * 100))
     return pd.DataFrame(rows, columns=["sandbox", "runtime", "pipeline", "policy", "limit",
-                                       "error_pct"])
+                                       "batch", "error_pct"])
 
 
 def validation_scores(table: pd.DataFrame, noise: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -494,7 +506,7 @@ def validation_scores(table: pd.DataFrame, noise: pd.DataFrame | None = None) ->
     rows = []
     if noise is not None and not noise.empty:
         cells = table.dropna(subset=["error_pct"])[["sandbox", "runtime", "pipeline",
-                                                     "policy", "limit"]]
+                                                     "policy", "limit", "batch"]]
         noise = noise.merge(cells, on=list(cells.columns))
         for (sandbox, runtime), g in noise.groupby(["sandbox", "runtime"]):
             for scope, part in (("limited", g[g["limit"] != "none"]),
@@ -569,17 +581,20 @@ def cost_curves(campaign: Campaign, model: Model, grid: np.ndarray = COST_GRID,
     drawn as beating Bulk, unmarked, and one killed in every run was left out unsaid);
     a policy none of whose runs finished has rows with no speed-up."""
     cells = campaign.limited_cells()
+    # the batch as its name ("deploy", "4"): a key that sorts and indexes like the others
+    cells = cells.assign(batch_name=cells["batch"].map(lambda b: batch_name(batch_value(b))))
+    value_of = dict(zip(cells["batch_name"], cells["batch"].map(batch_value)))
     ended = (cells.assign(not_ok=cells["runs"] - cells["runs_ok"])
-             .groupby(["mode", "runtime", "limit", "size_bin", "policy"])[["runs", "not_ok"]]
-             .sum())
+             .groupby(["mode", "runtime", "limit", "size_bin", "batch_name", "policy"])
+             [["runs", "not_ok"]].sum())
     cells = cells[cells["runs_ok"] > 0]
     built: dict[tuple, Cell] = {}
     for row in cells.itertuples():
         native = model.modes.get(mode_key("native", row.runtime))
         cell = campaign.cell(row, "native", native) if native is not None else "no model"
         if not isinstance(cell, str):
-            built[(row.mode, row.runtime, row.limit, row.size_bin, row.pipeline,
-                   row.policy)] = cell
+            built[(row.mode, row.runtime, row.limit, row.size_bin, row.batch_name,
+                   row.pipeline, row.policy)] = cell
     cache: dict[tuple, float] = {}
 
     def makespan(key: tuple, c: float) -> float:
@@ -593,7 +608,7 @@ def cost_curves(campaign: Campaign, model: Model, grid: np.ndarray = COST_GRID,
 
     groups: dict[tuple, dict[str, list[tuple]]] = {}
     for key in built:
-        groups.setdefault(key[:4], {}).setdefault(key[5], []).append(key)
+        groups.setdefault(key[:5], {}).setdefault(key[6], []).append(key)
     curves, crossings = [], []
     for gi, (group, by_policy) in enumerate(sorted(groups.items())):
         progress(f"swap-cost axis: group {gi + 1}/{len(groups)}")
@@ -606,7 +621,8 @@ def cost_curves(campaign: Campaign, model: Model, grid: np.ndarray = COST_GRID,
             values = ([speedup(policy, c) for c in grid] if speedup and policy in by_policy
                       else [(np.nan, 0)] * len(grid))
             curves += [{"sandbox": group[0], "runtime": group[1], "limit": group[2],
-                        "size_bin": group[3], "policy": policy, "per_page_s": c,
+                        "size_bin": group[3], "batch": value_of[group[4]], "policy": policy,
+                        "per_page_s": c,
                         "speedup_over_bulk": v, "pipelines": n, "runs": counts[policy][0],
                         "runs_not_ok": counts[policy][1]}
                        for c, (v, n) in zip(grid, values)]
@@ -618,13 +634,15 @@ def cost_curves(campaign: Campaign, model: Model, grid: np.ndarray = COST_GRID,
                     at = _root_log(lambda c, p=policy, f=speedup: f(p, c)[0] - 1, c0, c1)
                     crossings.append({"sandbox": group[0], "runtime": group[1],
                                       "limit": group[2], "size_bin": group[3],
+                                      "batch": value_of[group[4]],
                                       "what": f"{policy} against bulk",
                                       "from": policy if v0 > 1 else "bulk",
                                       "to": "bulk" if v0 > 1 else policy, "per_page_s": at,
                                       "not_finished": _not_finished(counts, "bulk", policy)})
         if speedup is None:
             crossings.append({"sandbox": group[0], "runtime": group[1], "limit": group[2],
-                              "size_bin": group[3], "what": "no Bulk run finished",
+                              "size_bin": group[3], "batch": value_of[group[4]],
+                              "what": "no Bulk run finished",
                               "from": "bulk", "to": "bulk", "per_page_s": np.nan,
                               "not_finished": _not_finished(counts, *sorted(counts))})
             continue
@@ -635,11 +653,12 @@ def cost_curves(campaign: Campaign, model: Model, grid: np.ndarray = COST_GRID,
                 at = _root_log(lambda c, a=b0, b=b1, f=speedup: f(a, c)[0] - f(b, c)[0],
                              c0, c1)
                 crossings.append({"sandbox": group[0], "runtime": group[1], "limit": group[2],
-                                  "size_bin": group[3], "what": "fastest policy",
+                                  "size_bin": group[3], "batch": value_of[group[4]],
+                                  "what": "fastest policy",
                                   "from": b0, "to": b1, "per_page_s": at,
                                   "not_finished": _not_finished(counts, b0, b1)})
-    cols = ["sandbox", "runtime", "limit", "size_bin", "what", "from", "to", "per_page_s",
-            "not_finished"]
+    cols = ["sandbox", "runtime", "limit", "size_bin", "batch", "what", "from", "to",
+            "per_page_s", "not_finished"]
     return pd.DataFrame(curves), pd.DataFrame(crossings, columns=cols)
 
 

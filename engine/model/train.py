@@ -32,9 +32,9 @@ import pandas as pd
 from engine.caffe.splitter import Description, description_index
 from engine.errors import EdgeprofError
 from engine.files import read_table
-from engine.model.fit import fit, mode_keys
-from engine.model.params import Model, ModeModel
-from engine.model.predict import Networks, predict
+from engine.model.fit import fit, mode_keys, run_batches
+from engine.model.params import Model, ModeModel, batch_value
+from engine.model.predict import NetworksByBatch, predict
 from engine.schedule.pipelines import Arrival, Pipeline
 from engine.schedule.policies import parse_policy
 from engine.units import format_swap
@@ -67,14 +67,14 @@ def pipelines_from_networks(networks: pd.DataFrame) -> dict[str, Pipeline]:
     return out
 
 
-CELL_KEY = ["pipeline", "policy", "limit"]
+CELL_KEY = ["pipeline", "policy", "limit", "batch"]  # batch NA: the deploy batch
 # Swap is compared where both the prediction and the measurement reach a MiB: below it a
 # ratio measures the instruments' resolution (a few pages), not the model.
 SWAP_FLOOR_BYTES = 2**20
 
 
 def measured_cells(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per (pipeline, policy, limit) of one execution mode: the median makespan of the
+    """Per (pipeline, policy, limit, batch) of one execution mode: the median makespan of the
     finished runs with its 95 % CI (``stats.summarize``), the median slowdown over the
     same policy unconstrained (paired per repetition: ``summaries.speedup_table``), and over
     every run that measured them (killed ones included, as the summary table does) the
@@ -89,7 +89,7 @@ def measured_cells(runs: pd.DataFrame) -> pd.DataFrame:
     def col(name: str) -> pd.Series:
         return runs[name] if name in runs else pd.Series(np.nan, index=runs.index)
 
-    runs = runs.assign(pipeline=runs["pipeline"].astype(str),
+    runs = runs.assign(pipeline=runs["pipeline"].astype(str), batch=run_batches(runs),
                        swap_out_bytes=col("guest_pswpout") * col("page_bytes"),
                        oom=runs["termination"] == "memory", ok=runs["termination"] == "ok",
                        cg_window_peak_bytes=col("cg_window_peak_bytes"),
@@ -100,7 +100,7 @@ def measured_cells(runs: pd.DataFrame) -> pd.DataFrame:
     # the cell's peak swap is its finished runs' (twenty-second held-out pass H1: two
     # early kills made a finished 74 MiB read 10 MiB)
     runs["finished_swapped_bytes"] = runs["peak_swapped_bytes"].where(runs["ok"])
-    cells = (runs.groupby(CELL_KEY)
+    cells = (runs.groupby(CELL_KEY, dropna=False)
              .agg(limit_bytes=("limit_bytes", "first"), swap_bytes=("swap_bytes", "first"),
                   workers=("workers", "first"), runs=("run_id", "size"),
                   runs_ok=("ok", "sum"), measured_oom=("oom", "any"),
@@ -116,7 +116,8 @@ def measured_cells(runs: pd.DataFrame) -> pd.DataFrame:
     times = summarize(runs[runs["ok"]], CELL_KEY, "makespan_s", prefix="measured_makespan")
     times = times.rename(columns={"measured_makespan_median": "measured_makespan_s"})
     pairs = speedup_table(runs)
-    slow = (pairs[pairs["limit"] != "none"].groupby(CELL_KEY)["slowdown"].median()
+    slow = (pairs[pairs["limit"] != "none"].groupby(CELL_KEY, dropna=False)["slowdown"]
+            .median()
             .rename("measured_slowdown").reset_index())
     return (cells.merge(times.drop(columns="measured_makespan_n"), on=CELL_KEY, how="left")
             .merge(slow, on=CELL_KEY, how="left"))
@@ -139,22 +140,22 @@ def golden_min(f: Callable[[float], float], lo: float, hi: float, steps: int = 1
 
 
 def calibrate(mode: ModeModel, cells: pd.DataFrame, pipelines: dict[str, Pipeline],
-              networks: Networks) -> ModeModel:
+              networks: NetworksByBatch) -> ModeModel:
     """Sets ``mode.parallel_cpus`` and ``mode.baseline_bytes`` from the unconstrained
-    cells."""
+    cells (each at its batch)."""
     free = cells[(cells["limit"] == "none") & cells["measured_makespan_s"].notna()]
     multi = free[free["workers"] > 1]
     if not multi.empty:
         def loss(cpus: float) -> float:
             mode.parallel_cpus = cpus
-            err = [math.log(predict(mode, pipelines[r.pipeline], networks, r.policy)[0]
+            err = [math.log(predict(mode, pipelines[r.pipeline], networks[r.batch], r.policy)[0]
                             .makespan_s / r.measured_makespan_s) for r in multi.itertuples()]
             return float(np.sum(np.square(err)))
 
         mode.parallel_cpus = round(golden_min(loss, 0.2, max(mode.cpus, 0.2)), 4)
     mode.baseline_bytes = 0.0
-    gaps = [r.measured_hwm_rss_bytes - predict(mode, pipelines[r.pipeline], networks,
-                                               r.policy)[0].peak_ram_bytes
+    gaps = [r.measured_hwm_rss_bytes - predict(mode, pipelines[r.pipeline],
+                                               networks[r.batch], r.policy)[0].peak_ram_bytes
             for r in free.itertuples()
             if np.isfinite(r.measured_hwm_rss_bytes) and r.pipeline in pipelines]
     mode.baseline_bytes = max(float(np.median(gaps)), 0.0) if gaps else mode.start_rss_bytes
@@ -167,7 +168,7 @@ def calibrate(mode: ModeModel, cells: pd.DataFrame, pipelines: dict[str, Pipelin
     for r in cells[(cells["limit"] != "none") & (cells["runs_ok"] > 0)].itertuples():
         if not (r.measured_peak_swap_bytes >= SWAP_FLOOR_BYTES and r.pipeline in pipelines):
             continue
-        shortfall = predict(mode, pipelines[r.pipeline], networks, r.policy,
+        shortfall = predict(mode, pipelines[r.pipeline], networks[r.batch], r.policy,
                             int(r.limit_bytes))[0].peak_swap_bytes
         if shortfall >= SWAP_FLOOR_BYTES:
             ratios.append(r.measured_peak_swap_bytes / shortfall)
@@ -240,7 +241,7 @@ def share_sandbox_facts(modes: list[ModeModel]) -> None:
 
 def training_cells(runs: pd.DataFrame) -> list[dict]:
     """One mode's runs as advise shows a pipeline the model was fitted on: per (pipeline
-    file, policy, limit, swap) the median makespan of the finished runs with its 95 % CI,
+    file, policy, limit, batch, swap) the median makespan of the finished runs with its 95 % CI,
     the median peak swap (``measured_cells``), whether any run was OOM-killed, how many
     runs; the pipeline file by its SHA-256 (None in tables older than the record: such a
     cell is never matched, a name says nothing across campaigns). Campaigns that ran the
@@ -262,17 +263,21 @@ def training_cells(runs: pd.DataFrame) -> list[dict]:
     cells = measured_cells(runs)
     # how the runs that did not finish ended (memory: OOM-killed; error: e.g. a sandbox
     # that never started; timeout)
-    ended = {cell: {str(k): int(v) for k, v in g["termination"].value_counts().items()}
-             for cell, g in runs[runs["termination"] != "ok"].groupby(CELL_KEY)}
+    failed = runs[runs["termination"] != "ok"]
+    ended = {(str(p), str(pol), str(lim), batch_value(b)):
+             {str(k): int(v) for k, v in g["termination"].value_counts().items()}
+             for (p, pol, lim, b), g in failed.groupby(
+                 [failed[k] for k in CELL_KEY[:3]] + [run_batches(failed)], dropna=False)}
 
     def number(value: float) -> float | None:
         return float(value) if pd.notna(value) else None
 
     return [{"pipeline": label[c.pipeline], "pipeline_sha256": file_sha.get(c.pipeline),
-             "policy": str(c.policy), "limit": str(c.limit),
+             "policy": str(c.policy), "limit": str(c.limit), "batch": batch_value(c.batch),
              "swap": format_swap(None if pd.isna(c.swap_bytes) else int(c.swap_bytes)),
              "runs": int(c.runs), "runs_ok": int(c.runs_ok), "oom": bool(c.measured_oom),
-             "ended": ended.get((str(c.pipeline), str(c.policy), str(c.limit)), {}),
+             "ended": ended.get((str(c.pipeline), str(c.policy), str(c.limit),
+                                 batch_value(c.batch)), {}),
              "makespan_s": number(c.measured_makespan_s),
              "makespan_ci": ([float(c.measured_makespan_ci_low),
                               float(c.measured_makespan_ci_high)]
@@ -293,7 +298,7 @@ def train(runs: pd.DataFrame, tasks: pd.DataFrame, networks: pd.DataFrame,
     keys = mode_keys(runs)
     for name, mode in model.modes.items():
         calibrate(mode, measured_cells(runs[keys == name]), pipelines,
-                  Networks(descriptions, mode.batch, mode.runtime))
+                  NetworksByBatch(descriptions, mode.runtime))
         mode.measured = training_cells(runs[keys == name])
         mode.startup_floor_bytes, mode.startup_floor_swap = startup_floor(runs[keys == name])
         mode.kill_limit_bytes = kill_limit(runs[keys == name])

@@ -360,7 +360,9 @@ def test_every_figure_is_drawn_from_real_tables(agg, name, tmp_path):
     fig = plots.make_figure(name, agg, STYLE, CONTEXT)
     _assert_legible(fig)
     _assert_saved(fig, tmp_path / name)
-    if name == "partial_workers":  # the campaign ran no partial:k policy
+    # the campaign ran no partial:k policy, and at one batch (the batch figure:
+    # tests/unit/test_batch_axis.py)
+    if name in ("partial_workers", "batch"):
         assert "no data" in _texts(fig)
     else:
         assert "no data" not in _texts(fig)
@@ -377,6 +379,11 @@ def test_every_drawn_panel_shows_something_and_names_its_axes(agg, name):
         tables = {**agg, "runs": runs.assign(policy=runs["policy"].where(~bulk, "partial:1"),
                                              policy_family=runs["policy_family"].where(
                                                  ~bulk, "partial"))}
+    if name == "batch":  # the campaign ran at batch 1: its runs stand in at batch 2 too
+        runs = agg["runs"]
+        both = pd.concat([runs, runs.assign(batch=2, run_id=runs["run_id"] + "/b2")],
+                         ignore_index=True)
+        tables = {**agg, "runs": both, "summary": summary_table(both)}
     fig = plots.make_figure(name, tables, STYLE, CONTEXT)
     assert "no data" not in _texts(fig)
     assert not (problems := unlabelled_panels(fig)), "\n".join(problems)

@@ -20,7 +20,7 @@ from engine.model.advise import page_size_note
 from engine.model.evaluate import scores
 from engine.model.memory import Memory, network_memory
 from engine.model.params import MODEL_VERSION, Linear, Model, ModelFileError, ModeModel, SwapCost
-from engine.model.predict import Networks, predict
+from engine.model.predict import Networks, NetworksByBatch, predict
 from engine.model.simulate import simulate
 from engine.schedule.dispatch import Dispatcher
 from engine.schedule.pipelines import Arrival, Pipeline, save_pipeline
@@ -121,7 +121,7 @@ def _mode(baseline: float = 1000.0, **kw) -> ModeModel:
                      cpus=1.0, parallel_cpus=1.0, baseline_file_bytes=0.0, gap_s=0.0,
                      init=ms, load_layer=ms, load_whole=ms,
                      exec_types={}, exec_any=ms, exec_whole=ms, swap=kw.get("swap"), runs=1,
-                     pipelines=["p"], batch=None)
+                     pipelines=["p"], batches=[None])
 
 
 def test_the_replay_counts_weights_activations_and_in_place_layers(tiny):
@@ -250,7 +250,7 @@ def test_each_runs_measured_schedule_is_scored_against_its_own_peak(tiny):
                            "end_ns": int(e * 1e9)}
                           for run, times in (("over", OVERLAPPED), ("seq", SEQUENTIAL))
                           for i, (s, e) in enumerate(times)]).sample(frac=1, random_state=3)
-    schedules = measured_schedules(runs, tasks)[("two", "partial:2", "none")]
+    schedules = measured_schedules(runs, tasks)[("two", "partial:2", "none", None)]
     pipe = Pipeline("two", [Arrival(0.0, ["Tiny", "Tiny"])])
     nets = Networks({"Tiny": tiny}, None)
     assert schedule_peak_error(_mode(), pipe, nets, "partial:2", schedules) == pytest.approx(0)
@@ -261,10 +261,10 @@ def test_each_runs_measured_schedule_is_scored_against_its_own_peak(tiny):
     # end counts; without it, A's ip1 weights would meet B's whole ip1 (above 976)
     over = tasks[tasks["run_id"] == "over"].assign(work_end_ns=lambda t: t["end_ns"])
     over.loc[over["task_id"] == 4, "end_ns"] = int(4.5e9)
-    late = measured_schedules(runs, over)[("two", "partial:2", "none")]
+    late = measured_schedules(runs, over)[("two", "partial:2", "none", None)]
     assert schedule_peak_error(_mode(), pipe, nets, "partial:2", late) == pytest.approx(0)
     late = measured_schedules(runs, over.drop(columns="work_end_ns"))[("two", "partial:2",
-                                                                        "none")]
+                                                                        "none", None)]
     assert schedule_peak_error(_mode(), pipe, nets, "partial:2", late) > 5
 
 
@@ -782,11 +782,11 @@ def test_a_limit_on_a_model_without_limited_runs_is_outside_its_domain(advice_fi
     root, models = advice_files
     mode = Model.read(root / "model.json").mode(None)
     pipe = Pipeline("one", [Arrival(0.0, ["Tiny"])])
-    assert not any("limit" in line for line in outside(mode, pipe, {}, ["linear"], 2**20))
+    assert not any("limit" in line for line in outside(mode, pipe, {}, ["linear"], 2**20, None))
     mode.domain.limits = []
-    [line] = [x for x in outside(mode, pipe, {}, ["linear"], 2**20) if "limit" in x]
+    [line] = [x for x in outside(mode, pipe, {}, ["linear"], 2**20, None) if "limit" in x]
     assert "the native/lean fit has no finished limited runs of its own" in line
-    assert not any("limit" in x for x in outside(mode, pipe, {}, ["linear"], None))
+    assert not any("limit" in x for x in outside(mode, pipe, {}, ["linear"], None, None))
 
 
 def test_advise_prices_the_swap_on_a_device(advice_files, capsys):
@@ -1148,13 +1148,16 @@ def test_advise_shows_measured_times_only_of_this_pipeline_and_the_swap_asked_fo
                                           "1.2", "", "", oom])))
     nvme, model = SimpleNamespace(name="nvme"), tmp_path / "model.json"
     mib = 2**20
-    bulk = read_rebuilt(model, ours, "lean", 48 * mib, None, nvme)
+    bulk = read_rebuilt(model, ours, "lean", 48 * mib, None, nvme, None)
     assert set(bulk) == {"bulk"} and bulk["bulk"]["oom"] is False
     assert bulk["bulk"]["native_makespan_s"] == 1.2
     assert bulk["bulk"]["native_makespan_ci_low"] is None
-    assert read_rebuilt(model, ours, "lean", 48 * mib, 64 * mib, nvme)["linear"]["oom"] is True
-    assert read_rebuilt(model, ours, "lean", 48 * mib, 0, nvme) == {}
-    assert read_rebuilt(model, other, "lean", 48 * mib, None, nvme) == {}
+    assert read_rebuilt(model, ours, "lean", 48 * mib, 64 * mib, nvme,
+                        None)["linear"]["oom"] is True
+    assert read_rebuilt(model, ours, "lean", 48 * mib, 0, nvme, None) == {}
+    assert read_rebuilt(model, other, "lean", 48 * mib, None, nvme, None) == {}
+    # issue 38: the rows are the deploy batch's (an empty field): another batch has none
+    assert read_rebuilt(model, ours, "lean", 48 * mib, None, nvme, 4) == {}
 
 
 # ---- the peak swap: scored held out, and given an interval by advise ----
@@ -1356,8 +1359,8 @@ def test_the_swap_scale_is_the_median_of_measured_over_the_replays_shortfall(tmp
                                    ("linear", 0.2, 0), ("linear", 0.3, 0))]
         + [{"pipeline": "b", "policy": "linear", "limit": "2M", "limit_bytes": limit,
             "workers": 1, "measured_makespan_s": 1.0, "measured_hwm_rss_bytes": np.nan,
-            "measured_peak_swap_bytes": 0.3 * MIB, "runs_ok": 1}])
-    calibrate(mode, cells, pipe, nets)
+            "measured_peak_swap_bytes": 0.3 * MIB, "runs_ok": 1}]).assign(batch=pd.NA)
+    calibrate(mode, cells, pipe, NetworksByBatch({"Big": big}, "lean"))
     assert mode.swap_scale == pytest.approx(1.5, rel=1e-3)
     scaled = predict(mode, pipe["b"], nets, "linear", limit)[0].peak_swap_bytes
     assert scaled == pytest.approx(1.5 * shortfall, rel=1e-3)
@@ -1689,7 +1692,8 @@ def test_a_sandbox_cell_whose_runs_all_timed_out_is_not_rebuilt_as_killed(advice
          "limit": "32M", "limit_bytes": 32 * MIB, "swap_bytes": np.nan, "size_bin": "x",
          "run_id": f"{pipe}/{i}", "termination": how, "pipeline_sha256": None,
          "makespan_s": np.nan}
-        for pipe, hows in ends.items() for i, how in enumerate(hows)])
+        for pipe, hows in ends.items() for i, how in enumerate(hows)]).assign(
+            batch=pd.array([pd.NA] * 6, dtype="Int64"))
     campaign = Campaign(runs, pd.DataFrame(columns=["run_id", "duration_ns"]), {}, {},
                         pd.DataFrame())
     cells = campaign.limited_cells().set_index("pipeline")
@@ -1915,7 +1919,8 @@ def test_the_swap_cost_curves_name_the_runs_they_leave_out():
 
     cells = pd.DataFrame([
         {"mode": "uml", "runtime": "lean", "pipeline": "v000", "policy": policy,
-         "limit": "12M", "size_bin": "0-150 MiB", "runs": 3, "runs_ok": ok, "runs_oom": 3 - ok}
+         "limit": "12M", "size_bin": "0-150 MiB", "batch": pd.NA, "runs": 3, "runs_ok": ok,
+         "runs_oom": 3 - ok}
         for policy, ok in (("bulk", 3), ("linear", 1), ("partial:2", 0))])
     pages = {"bulk": (2.0, 0), "linear": (1.0, 1000)}
 

@@ -475,8 +475,8 @@ def test_the_time_fit_takes_only_the_tasks_that_ran_alone():
         solo = 1e-3 + 1e-3 * mb
         for seconds, overlap in ([(solo * f, 0) for f in (0.5, 1.0, 1.5)]
                                  + [(solo * f, 1) for f in (10, 20, 30, 40)]):
-            rows.append({"network": "N", "layer": layer, "task_type": "LOAD", "ltype": "",
-                         "duration_s": seconds, "overlap": overlap, "bytes": mb * 1e6,
+            rows.append({"network": "N", "batch": 1, "layer": layer, "task_type": "LOAD",
+                         "ltype": "", "duration_s": seconds, "overlap": overlap, "bytes": mb * 1e6,
                          **{c: 0.0 for c in ("macs", "flops", "weight_bytes", "scratch_bytes",
                                              "elements", "input_bytes")}})
     med = solo_medians(pd.DataFrame(rows))

@@ -263,6 +263,8 @@ FIGURES = [
     "memory_over_time",
     "attribution",
 ]
+if len(batches(config)) > 1:  # memory and time against the batch
+    FIGURES.append("batch")
 TABLES = [
     "runs",
     "tasks",
