@@ -52,9 +52,11 @@ def why_split(maps: str) -> dict[str, int]:
     whose accessed bit reclaim cleared, trapping its next touch) and ``clean`` (read
     only); and of neighbouring pairs (one ends where the next starts, the same file),
     ``split_by_access`` (the next page of the file too: they differ only in access) and
-    ``split_by_scatter`` (another place in the file)."""
+    ``split_by_scatter`` (another place in the file), and of those ``scatter_lower``, the
+    next one lower in the file: all of them where copies fault top-down, about half where
+    swapped-in pages land wherever reclaim freed memory (docs/sandboxes.md)."""
     counts = dict.fromkeys(("mappings", "one_page", "young", "old", "clean",
-                            "split_by_access", "split_by_scatter"), 0)
+                            "split_by_access", "split_by_scatter", "scatter_lower"), 0)
     prev = None
     for line in maps.splitlines():
         fields = line.split()
@@ -72,6 +74,7 @@ def why_split(maps: str) -> dict[str, int]:
                 counts["split_by_access"] += 1
             else:
                 counts["split_by_scatter"] += 1
+                counts["scatter_lower"] += offset < prev[2]
         prev = (start, end, offset, path)
     return counts
 

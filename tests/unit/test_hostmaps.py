@@ -270,7 +270,9 @@ def test_why_split_counts_hand_made_mappings():
         "102000-104000 rwxs 00009000 00:1c 7 /dev/shm/vm_file-x (deleted)",
         # a hole, then an old page: neighbours of nothing
         "200000-201000 --xs 00001000 00:1c 7 /dev/shm/vm_file-x (deleted)",
+        # then a page one lower in the file (a top-down fault): scattered, lower
+        "201000-202000 rwxs 00000000 00:1c 7 /dev/shm/vm_file-x (deleted)",
         "7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0",
     ])
-    assert why_split(maps) == {"mappings": 5, "one_page": 3, "young": 2, "old": 1, "clean": 1,
-                               "split_by_access": 1, "split_by_scatter": 1}
+    assert why_split(maps) == {"mappings": 6, "one_page": 4, "young": 3, "old": 1, "clean": 1,
+                               "split_by_access": 1, "split_by_scatter": 2, "scatter_lower": 1}
