@@ -295,8 +295,8 @@ def format_advice(rows: list[Advice], pipeline: Pipeline, mode: ModeModel,
     lines = [f"pipeline {pipeline.name}: {' '.join(pipeline.networks())}; {limit}, {swap}; "
              # the sandbox by name, as the notes below and --mode name it
              f"{mode.mode} model, {mode.runtime} runtime (batch {batch_name(batch)}, "
-             f"{fitted_at(mode)}, on {mode.runs} run(s) of {len(mode.pipelines)} "
-             f"pipeline(s))"]
+             f"{'fitted' if mode.batches == [batch] else fitted_at(mode)} on "
+             f"{mode.runs} run(s) of {len(mode.pipelines)} pipeline(s))"]
     if device is not None and limit_bytes is not None:
         lines.append(f"swap priced on {device.name}: {device.per_page_in_s * 1e6:.1f} us per "
                      f"page in, {device.per_page_out_s * 1e6:.1f} us out ({device.source})"

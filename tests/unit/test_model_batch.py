@@ -106,7 +106,7 @@ def test_advise_answers_at_the_batch_asked_and_names_one_outside_those_fitted(
 
     code, out, err = _advise(capsys, *base, "--batch", "4")
     assert code == 0, err
-    assert "(batch 4, fitted at batches 1 and 16," in out
+    assert "(batch 4, fitted at batches 1 and 16 on " in out
     assert "domain: inside what the model was fitted on" in out
     assert "leave-batch-out (" in out and "leave-batch-out: unknown" not in out
 
