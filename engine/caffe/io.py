@@ -12,14 +12,16 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
-import numpy as np
 from google.protobuf import message, text_format
 
 from engine.caffe import schema
 from engine.errors import ModelError
 from engine.files import atomic_path, read_regular
+
+if TYPE_CHECKING:  # numpy is imported where used: a run's supervisor never needs it
+    import numpy as np
 
 MAX_PROTOTXT_BYTES = 16 * 2**20  # GoogLeNet's deploy prototxt is 36 kB
 
@@ -71,6 +73,7 @@ def read_caffemodel(path: str | os.PathLike) -> schema.NetParameter:
 
 def blob_array(blob) -> np.ndarray:
     """A BlobProto's values as float32 in its declared shape (legacy 4-D dims if no shape)."""
+    import numpy as np
     if len(blob.data):
         values = np.array(blob.data, dtype=np.float32)
     else:
@@ -139,6 +142,7 @@ def _split_fields(msg, number: int) -> tuple[bytes, bytes]:
 
 def encode_blob_parts(arr: np.ndarray, legacy: bool) -> list[bytes | np.ndarray]:
     """The encoded BlobProto of ``arr`` as pieces: header bytes and the float payload."""
+    import numpy as np
     arr = np.ascontiguousarray(arr, dtype="<f4")
     shape_part, data_tag = _blob_header(arr.shape, arr.nbytes, legacy)
     # Canonical field order: legacy dims (1-4), data (5), shape (7).
@@ -148,7 +152,7 @@ def encode_blob_parts(arr: np.ndarray, legacy: bool) -> list[bytes | np.ndarray]
 
 
 def _size(parts: Iterable[bytes | np.ndarray]) -> int:
-    return sum(p.nbytes if isinstance(p, np.ndarray) else len(p) for p in parts)
+    return sum(len(p) if isinstance(p, bytes) else p.nbytes for p in parts)
 
 
 def layer_parts(layer, blobs: list[np.ndarray], v1: bool) -> list[bytes | np.ndarray]:
@@ -202,5 +206,5 @@ def write_partial(path: str | os.PathLike, name: str, layer_bytes: bytes | memor
 
 def _write_parts(f: BinaryIO, parts: list[bytes | np.ndarray]) -> None:
     for p in parts:
-        f.write(memoryview(p).cast("B") if isinstance(p, np.ndarray) else p)
+        f.write(p if isinstance(p, bytes) else memoryview(p).cast("B"))
 

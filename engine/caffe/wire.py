@@ -16,11 +16,13 @@ import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from engine.caffe import schema
 from engine.errors import CorruptModelError, ModelError
+
+if TYPE_CHECKING:  # numpy is imported where used: a run's supervisor never needs it
+    import numpy as np
 
 # Field numbers from caffe.proto (BVLC Caffe 1.0, the schema in engine/caffe/schema.py).
 NET_NAME, NET_LAYER, NET_LAYERS_V1 = 1, 100, 2
@@ -31,6 +33,7 @@ BLOB_LEGACY = {1: 0, 2: 1, 3: 2, 4: 3}  # num, channels, height, width
 SHAPE_DIM = 1
 
 VARINT, FIXED64, LENGTH, FIXED32 = 0, 1, 2, 5
+ITEMSIZE = {"<f4": 4, "<f8": 8}  # a blob's data (float) and double_data
 
 
 @dataclass
@@ -45,7 +48,7 @@ class BlobRecord:
 
     @property
     def count(self) -> int:
-        return self.nbytes // np.dtype(self.dtype).itemsize + len(self.unpacked)
+        return self.nbytes // ITEMSIZE[self.dtype] + len(self.unpacked)
 
 
 @dataclass
@@ -191,9 +194,10 @@ def read_blobs(path: str | os.PathLike, layer: LayerRecord) -> list[np.ndarray]:
 
 def read_blob(f, blob: BlobRecord, path: str) -> np.ndarray:
     """One blob as a float32 array of its shape, read from the open file ``f``."""
+    import numpy as np
     if blob.unpacked:
         return _read_unpacked(f, blob).reshape(blob.shape)
-    arr = np.empty(blob.nbytes // np.dtype(blob.dtype).itemsize, blob.dtype)
+    arr = np.empty(blob.nbytes // ITEMSIZE[blob.dtype], blob.dtype)
     if blob.nbytes == 0:  # a blob without values: nothing to read
         return arr.astype(np.float32).reshape(blob.shape)
     readinto_at(f, memoryview(arr).cast("B"), blob.offset, path)
@@ -242,6 +246,7 @@ def fault_ascending(view: memoryview) -> None:
     copy's own: madvise(MADV_POPULATE_WRITE) faults faster under UML, but it takes each
     page as accessed, and a copy larger than the run's limit was OOM-killed with swap to
     spare (docs/sandboxes.md)."""
+    import numpy as np
     if len(view):
         touched = np.frombuffer(view, np.uint8)
         touched[::PAGE] = 0
@@ -275,6 +280,8 @@ def readinto_at(f, view: memoryview, offset: int, path: str) -> None:
 
 
 def _read_unpacked(f, blob: BlobRecord) -> np.ndarray:
+    import numpy as np
+
     out = np.empty(len(blob.unpacked), "<f4")
     for i, off in enumerate(blob.unpacked):
         f.seek(off)

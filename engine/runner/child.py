@@ -26,6 +26,7 @@ from engine.files import (
     write_text_atomic,
 )
 from engine.runner.execute import PipelineRun, ProbeSet
+from engine.runner.gate import WRITE_FAILED, await_start
 from engine.runner.meta import numpy_hugepage_advice
 from engine.runner.request import RunOptions
 from engine.schedule.pipelines import load_pipeline
@@ -87,56 +88,6 @@ def read_spec(spec_path: str) -> dict:
         raise EdgeprofError(f"{spec_path} is not a child spec ({exc}); the child runs what "
                             f"'python -m engine run' writes") from None
     return spec
-
-
-# the child's exit code when it could not write its own files (sysexits' EX_IOERR): the
-# supervisor then publishes nothing (a run without its record is no result)
-WRITE_FAILED = 74
-
-
-class StartGate:
-    """Holds the measured child before its pipeline starts until the supervisor's probes
-    watch it. The sampler's interpreter starts after the child's (it needs the child's
-    PID), and on a loaded host it could start after a short pipeline had ended: the run's
-    peak RSS would then be its exit's. A pipe: the child reads one byte before its t0
-    (``await_start``); the supervisor writes it once the sampler has its first row."""
-
-    def __init__(self) -> None:
-        self.child_fd, self._write_fd = os.pipe()
-        self._ours: list[int] = [self.child_fd, self._write_fd]
-
-    def pass_fds(self) -> tuple[int, ...]:
-        return (self.child_fd,)
-
-    def started(self) -> None:
-        """The child holds its end now: ours goes."""
-        self._close(self.child_fd)
-
-    def open(self) -> None:
-        try:
-            os.write(self._write_fd, b"s")
-        except BrokenPipeError:  # the child died before its pipeline (an OOM kill in its
-            pass  # start-up): its end says so, not this write (twenty-fifth pass M3)
-        self.close()
-
-    def close(self) -> None:
-        """The child reads end-of-file if it was not opened: it ends without running."""
-        for fd in list(self._ours):
-            self._close(fd)
-
-    def _close(self, fd: int) -> None:
-        if fd in self._ours:
-            self._ours.remove(fd)
-            os.close(fd)
-
-
-def await_start(fd: int | None) -> None:
-    """Wait at the gate (``StartGate``): none where the spec names no gate fd."""
-    if fd is None:
-        return
-    with os.fdopen(fd, "rb", buffering=0) as gate:
-        if gate.read(1) != b"s":
-            raise SystemExit("error: the supervisor ended before the run could start")
 
 
 def child_main(spec_path: str) -> int:

@@ -281,11 +281,13 @@ def numpy_hugepage_advice() -> bool | None:
 
 
 def versions() -> dict[str, str]:
+    from importlib.metadata import version
+
     import google.protobuf
-    import numpy
 
     from engine import __version__
-    return {"edgeprof": __version__, "numpy": numpy.__version__,
+    # numpy's from its installed metadata: the supervisor never imports numpy itself
+    return {"edgeprof": __version__, "numpy": version("numpy"),
             "protobuf": google.protobuf.__version__}
 
 

@@ -28,8 +28,8 @@ from engine.limits import Session, open_session
 from engine.probes import hostload
 from engine.probes.vmstat import in_guest
 from engine.procs import SUPERVISOR_ENV, preexec
-from engine.runner.child import WRITE_FAILED, StartGate
 from engine.runner.folder import assemble, read_child
+from engine.runner.gate import WRITE_FAILED, StartGate
 from engine.runner.meta import (
     HUGEPAGE_ENV,
     MALLOC_ENV,

@@ -16,8 +16,6 @@ import os
 import re
 from dataclasses import asdict, dataclass, field, fields
 
-import numpy as np
-
 from engine.errors import EdgeprofError
 from engine.files import parse_json, read_regular, write_text_atomic
 
@@ -222,6 +220,8 @@ def generate_pipelines(seed: int, count: int, network_bytes: dict[str, int],
     names = sorted(network_bytes)
     if not names:
         raise PipelineError("no networks to draw pipelines from")
+    import numpy as np  # here: a run's supervisor loads pipelines, never draws them
+
     pipelines = []
     for i in range(count):
         rng = np.random.default_rng([seed, i])

@@ -7,10 +7,9 @@ instance's shortest-network-first key.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
 
 from engine.caffe.splitter import Description
 from engine.errors import EdgeprofError
@@ -22,7 +21,7 @@ from engine.schedule.tasks import Instance, Kind, Task, TaskGraph
 def estimate_peak_bytes(desc: Description) -> int:
     """Masa's admission estimate when no profile is given: every weight of the network
     resident (loads may run ahead of execution) plus its two largest activations."""
-    outputs = sorted((4 * int(np.prod(s)) for layer in desc.layers for s in layer.output_shapes),
+    outputs = sorted((4 * math.prod(s) for layer in desc.layers for s in layer.output_shapes),
                      reverse=True)
     return desc.param_bytes + sum(outputs[:2])
 

@@ -1,7 +1,7 @@
 """Imported at the start of every Python process that has this folder on PYTHONPATH: with
 EDGEPROF_TEST_IMPORTS set to a folder, the process writes there, in a file of its own, its
-command line and then each engine module as it is first imported, one line each (flushed
-per line: a process may end by os._exit)."""
+command line and then each engine module as it is first imported, and numpy, one line
+each (flushed per line: a process may end by os._exit)."""
 
 import os
 import sys
@@ -15,7 +15,7 @@ class _Recorder:
         self.file = None
 
     def find_spec(self, name, path=None, target=None):
-        if name == "engine" or name.startswith("engine."):
+        if name in ("engine", "numpy") or name.startswith("engine."):
             if self.file is None:
                 self.file = open(os.path.join(self.folder, f"{os.getpid()}.txt"), "a",
                                  buffering=1)

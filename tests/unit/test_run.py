@@ -346,7 +346,7 @@ def test_a_child_dead_before_the_gate_opens_is_the_childs_end_not_the_supervisor
     OOM-killed in its start-up, before it read the gate; the supervisor's write to the
     gate then broke the pipe, and the run ended exit 141 with no run folder (recorded as a
     crash, the kill lost). With no reader left, opening the gate is nothing to tell."""
-    from engine.runner.child import StartGate
+    from engine.runner.gate import StartGate
 
     gate = StartGate()
     gate.started()  # the child's end closed: as if it died before reading it
