@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from engine.caffe import schema
 from engine.errors import ModelError
-from engine.ops import conv_out_dim, pool_out_dim
+from engine.shapes import conv_out_dim, pool_out_dim
 
 Shape = tuple[int, ...]
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from engine.shapes import conv_out_dim
+
 from ._util import IntPair, as_f32, blas_ready, pair
-from .shapes import conv_out_dim
 
 
 def convolution(

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from engine.shapes import pool_out_dim
+
 from ._util import IntPair, as_f32, pair
-from .shapes import pool_out_dim
 
 
 def _padded_extent(h: int, w: int, kernel: IntPair, stride: IntPair, pad: IntPair,

@@ -22,7 +22,7 @@ ENGINE = Path(__file__).resolve().parents[2] / "engine"
 LAYERS: list[tuple[str, ...]] = [
     ("",),  # engine/__init__.py: the version, nothing else
     ("errors", "log"),
-    ("units", "procs", "signals"),
+    ("units", "procs", "signals", "shapes"),
     ("files",),
     ("digests", "bytecode"),
     ("ops",),

@@ -16,17 +16,16 @@ from hypothesis import strategies as st
 from engine import ops
 from engine.ops import (
     concat,
-    conv_out_dim,
     convolution,
     dropout,
     inner_product,
     lrn,
-    pool_out_dim,
     pooling,
     relu,
     softmax,
     split,
 )
+from engine.shapes import conv_out_dim, pool_out_dim
 
 RTOL = 1e-4
 ATOL = 1e-5

@@ -1,4 +1,6 @@
-"""Caffe output-size rules for convolution and pooling."""
+"""Caffe output-size rules for convolution and pooling: what a network graph needs of its
+operators (``engine.caffe.graph``) without importing them (and numpy: a run's supervisor
+never does)."""
 
 from __future__ import annotations
 
