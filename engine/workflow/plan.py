@@ -109,13 +109,15 @@ def run_sets(config: Config) -> list[RunSet]:
     native-speed reconstruction pairs them with the guest's page traffic). Otherwise the
     main pipelines run under every limit of ``run.limits`` with ``run.backend``. The
     model's held-out pipelines (``model.holdout``) run the same sets under their own
-    names."""
+    names, ``model.holdout.repetitions`` times where it is set."""
     holdout = holdout_config(config)
     sets = _run_sets(config, pipeline_names(config["pipelines"]["count"]),
                      sandbox_pipeline_names(config), False)
     if holdout:
-        sets += _run_sets(config, pipeline_names(holdout["pipelines"], HOLDOUT_PREFIX),
-                          sandbox_pipeline_names(config, holdout=True), True)
+        held = _run_sets(config, pipeline_names(holdout["pipelines"], HOLDOUT_PREFIX),
+                         sandbox_pipeline_names(config, holdout=True), True)
+        reps = holdout.get("repetitions")
+        sets += [replace(rs, repetitions=reps) if reps else rs for rs in held]
     # every set at each batch, the first batch's first (its main set is the first)
     return [replace(rs, batch=batch, kind=batch_kind(rs.kind, batch, config))
             for batch in batches(config) for rs in sets if rs.pipelines]

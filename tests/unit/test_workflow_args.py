@@ -321,6 +321,24 @@ def test_the_model_holdout_runs_like_the_campaign_under_names_and_a_seed_of_its_
     assert [rs.pipelines for rs in run_sets(off) if rs.holdout] == [["hp000", "hp001"]]
 
 
+def test_the_held_out_runs_repeat_as_often_as_model_holdout_repetitions_says(cfg):
+    """Issue 39: the held-out seed is scored over pipelines, and its runs were a third of
+    the default run's; model.holdout.repetitions runs them fewer times (the campaign's own
+    runs keep theirs), and no block of a later repetition holds one."""
+    held = with_(cfg, sandbox__native_baseline=True, model__holdout={
+        "seed": 1000, "pipelines": 2, "sandbox_pipelines": 1, "repetitions": 2})
+    check_config(held)
+    reps = {(rs.pipelines[0], rs.kind): rs.repetitions for rs in run_sets(held)}
+    assert reps == {("p000", "runs"): 6, ("v000", "runs"): 6, ("v000", "native"): 6,
+                    ("hp000", "runs"): 2, ("hv000", "runs"): 2, ("hv000", "native"): 2}
+    blocks = run_blocks(held)
+    assert {rep for (_, _, pipe, _, rep) in blocks if pipe.startswith("h")} == {0, 1}
+    assert {rep for (_, _, pipe, _, rep) in blocks if pipe == "p000"} == set(range(6))
+    # unset: as the campaign's
+    same = with_(held, model__holdout={"seed": 1000, "pipelines": 2, "sandbox_pipelines": 1})
+    assert {rs.repetitions for rs in run_sets(same)} == {6}
+
+
 def test_a_config_without_a_vm_block_runs_nothing_in_the_vm(cfg):
     del cfg["sandbox"]
     cfg["model"] = {}
@@ -683,6 +701,7 @@ INTEGER_KEYS = [
     ({"model__holdout__seed": 1000.0}, "model.holdout.seed 1000.0"),
     ({"model__holdout__pipelines": 2.0}, "model.holdout.pipelines 2.0"),
     ({"model__holdout__sandbox_pipelines": 1.0}, "model.holdout.sandbox_pipelines 1.0"),
+    ({"model__holdout__repetitions": 3.0}, "model.holdout.repetitions 3.0"),
     ({"plots__dpi": 120.0}, "plots.dpi 120.0"),
 ]
 
@@ -896,7 +915,8 @@ def test_the_slurm_profile_plans_one_core_and_sized_memory_per_job(tmp_path):
     pytest.importorskip("snakemake_executor_plugin_slurm")
     cfg = load_config("paper.yaml")
     cfg = with_(cfg, results=str(tmp_path / "r"), pipelines__count=1, run__repetitions=2,
-                run__policies=["bulk", "linear"], run__reconcile__policy="bulk")
+                run__policies=["bulk", "linear"], run__reconcile__policy="bulk",
+                model__holdout__repetitions=2)
     path = tmp_path / "paper-small.yaml"
     path.write_text(yaml.safe_dump(cfg))
     r = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm",
@@ -1025,7 +1045,7 @@ def test_blocks_plan_the_same_run_folders_as_one_job_per_run(tmp_path):
             kinds, pipes, _, limits, reps = zip(*(o.split("/")[-5:] for o in out.split(", ")))
             assert len(set(pipes)) == len(set(limits)) == len(set(reps)) == 1, out
     runs, blocks = planned["run"], planned["block"]
-    assert len(runs[1]) == len(set(runs[1])) > 500
+    assert len(runs[1]) == len(set(runs[1])) > 400
     assert sorted(blocks[1]) == sorted(runs[1]) and len(blocks[0]) < len(runs[0]) / 3
 
 
