@@ -174,7 +174,7 @@ def kendall_tau(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray
 
 def noise_floor(runs: pd.DataFrame, cell: list[str], metrics: dict[str, str],
                 mode: str = "emulated") -> pd.DataFrame:
-    """The spread of identical repeated runs: per cell (same pipeline, policy, limit) of
+    """The spread of identical repeated runs: per cell (same pipeline, policy, limit, batch) of
     finished runs with at least two repetitions, the coefficient of variation of each
     metric (sd / mean); per execution mode and metric, the median CV over the cells with
     its bootstrap CI, the largest CV, and the median relative range ((max - min) /
@@ -187,8 +187,9 @@ def noise_floor(runs: pd.DataFrame, cell: list[str], metrics: dict[str, str],
             continue
         ok = runs[runs[col].notna()]
         for label_mode, part in ok.groupby(mode, sort=True):
-            stats = part.groupby(cell)[col].agg(["mean", "std", "min", "max", "median",
-                                                 "count"])
+            # a key unknown (NA: the deploy batch) is a cell too
+            stats = part.groupby(cell, dropna=False)[col].agg(["mean", "std", "min", "max",
+                                                               "median", "count"])
             stats = stats[stats["count"] >= 2]
             if stats.empty:
                 continue

@@ -221,7 +221,8 @@ def noise_floor_table(runs: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     ok = with_cell_keys(runs[runs["termination"] == "ok"])
     ok = ok.assign(execution_mode=execution_mode(ok))
-    return noise_floor(ok, ["pipeline", "policy", "limit", "limit_enforced"],
+    # runs at two batches are two cells, never repetitions of one (held-out pass 29, H1)
+    return noise_floor(ok, ["pipeline", "policy", "limit", "limit_enforced", "batch"],
                        {"makespan": "makespan_s", "cpu time": "cpu_s",
                         "run max RSS": "hwm_rss_bytes", "sampled peak RSS": "peak_rss_bytes"},
                        mode="execution_mode")

@@ -427,7 +427,9 @@ def scores(pred: pd.DataFrame, notes: list[tuple[str, str, str]] = ()) -> pd.Dat
     pred = pred.reindex(columns=list(dict.fromkeys([*pred.columns, *PREDICTION_COLUMNS])))
     for (mode, scheme), p in pred.groupby(["mode", "scheme"], sort=True):
         free, lim = p[p["limit"] == "none"], p[p["limit"] != "none"]
-        note = f"{p['pipeline'].nunique()} held-out pipelines, {p['fold'].nunique()} folds"
+        held = (f"{p['batch'].nunique()} held-out batches" if scheme == LBO
+                else f"{p['pipeline'].nunique()} held-out pipelines")
+        note = f"{held}, {p['fold'].nunique()} folds"
 
         def row(metric, scope, part, column, how, n=note, m=mode, s=scheme):
             return _row(m, s, metric, scope, part[column], part["pipeline"], how, n)

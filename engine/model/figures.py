@@ -43,8 +43,9 @@ def _diagonal(ax, lo: float, hi: float, band: float) -> None:
 
 def model_predictions(tables: dict[str, pd.DataFrame], style: dict,
                       context: dict | None = None) -> Figure:
-    """Predicted against measured (held-out pipelines): makespan, peak RSS and, under a
-    limit, the slowdown; one column per execution mode and limit."""
+    """Predicted against measured (held out by the cross-validation's schemes, named in the
+    title): makespan, peak RSS and, under a limit, the slowdown; one column per execution
+    mode and limit."""
     pred = tables.get("cv_predictions", pd.DataFrame())
     if pred.empty:
         return no_data("Model: predicted against measured",
@@ -104,8 +105,10 @@ def model_predictions(tables: dict[str, pd.DataFrame], style: dict,
                        label="the target's band")]
     fig.legend(handles=handles, loc="outside right center", fontsize="small")
     fig.set_figwidth(max(fig.get_figwidth(), 6.5))
-    fig.suptitle("Held-out pipelines: predicted against measured\n(medians over "
-                 "repetitions with their 95 % CI)", fontsize="medium")
+    # what was held out: pipelines, networks, or batches (leave-batch-out)
+    schemes = ", ".join(sorted(pred["scheme"].dropna().unique())) if "scheme" in pred else ""
+    fig.suptitle(f"Held out ({schemes or 'cross-validation'}): predicted against measured\n"
+                 f"(medians over repetitions with their 95 % CI)", fontsize="medium")
     return fig
 
 

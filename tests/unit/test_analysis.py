@@ -389,6 +389,19 @@ def test_every_drawn_panel_shows_something_and_names_its_axes(agg, name):
     assert not (problems := unlabelled_panels(fig)), "\n".join(problems)
 
 
+def test_memory_over_time_shows_one_batchs_runs_and_names_it(agg):
+    """Held-out pass 29, M4: at two batches the figure drew both batches' runs, two
+    panels per policy, under a title naming the first batch only."""
+    both = {name: (pd.concat([t, t.assign(batch=2, run_id=t["run_id"] + "/b2")],
+                             ignore_index=True) if "run_id" in t and not t.empty else t)
+            for name, t in agg.items()}
+    one = plots.make_figure("memory_over_time", agg, STYLE, CONTEXT)
+    two = plots.make_figure("memory_over_time", both, STYLE, CONTEXT)
+    titles = [ax.get_title() for ax in two.axes if ax.axison]
+    assert titles == [ax.get_title() for ax in one.axes if ax.axison]
+    assert "batch 1" in two._suptitle.get_text()
+
+
 def test_the_partial_workers_mark_names_every_way_its_runs_ended(agg):
     """Twenty-eighth held-out pass: a policy's runs that ended in two ways were marked by
     the more frequent alone ("2× OOM" for a kill and a timeout)."""

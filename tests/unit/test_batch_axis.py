@@ -98,3 +98,23 @@ def test_runs_at_one_batch_have_no_batch_figure_nor_crossings(tmp_path, capsys):
     code = main(["results-report", "--tables", str(tmp_path), "--batch-crossings"])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and "two or more" in err, err
+
+
+def test_the_noise_floor_never_takes_runs_of_two_batches_for_repetitions():
+    """Held-out pass 29, H1: the noise floor pooled the runs of every batch into one cell,
+    reporting the batch's effect as the host's noise (8-20x). Its CV is each (policy,
+    batch) cell's own: by hand, repetitions a MiB apart around 250-760 MiB."""
+    from engine.analysis.summaries import noise_floor_table
+
+    table = noise_floor_table(_runs()).set_index(["mode", "metric"])
+    cvs = []
+    for policy in BASE:
+        for batch in BATCHES:
+            peaks = np.array([_peak_mib(policy, batch, rep) for rep in range(3)])
+            cvs.append(peaks.std(ddof=1) / peaks.mean())
+    row = table.loc[("native, caffe runtime", "sampled peak RSS")]
+    assert row["cells"] == len(BASE) * len(BATCHES)
+    assert row["cv_median"] == pytest.approx(np.median(cvs))
+    # one run a cell: nothing repeated, no noise floor
+    single = _runs()
+    assert noise_floor_table(single[single["rep"] == 0]).empty

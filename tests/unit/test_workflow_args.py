@@ -287,6 +287,54 @@ def test_a_batch_list_is_an_axis_of_the_run_grid_and_a_single_value_keeps_the_fo
         check_config(with_(cfg, run__batch=[1, 1.5]))
 
 
+def test_a_batch_axiss_unprobed_twins_run_without_probes(tmp_path):
+    """Held-out pass 29, M2: the workflow told a twin by its folder's name ("unprobed"),
+    and at a batch of a list it is unprobed_b4: the twins ran with their probes and were
+    tidied with the probed runs, and the aggregate refused them. A dry run: every twin's
+    command has --no-probes, no other run's has."""
+    import subprocess
+    import sys
+
+    cfg = with_(load_config("config.yaml"), results=str(tmp_path / "r"), run__batch=[1, 2],
+                run__probe_overhead_policy="linear", run__repetitions=2, model={},
+                sandbox={"enabled": False}, pipelines__count=1)
+    cfg["run"].update(limits=["none"], backend="none",
+                      reconcile={"pipeline": "p000", "policy": "linear", "limit": "none",
+                                 "sandbox": False})
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    r = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", "--configfile",
+                        str(path)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = [x for x in (r.stdout + r.stderr).splitlines() if "-m engine run " in x]
+    twins = [x for x in lines if "/unprobed_b" in x]
+    assert len(twins) == 2 * 2  # a pipeline's linear twin at each batch, each repetition
+    assert all("--no-probes" in x for x in twins)
+    assert not any("--no-probes" in x for x in lines if x not in twins)
+
+
+def test_a_pipeline_whose_runs_need_more_than_this_machine_is_refused(cfg):
+    """Held-out pass 29, M3: the batch check held one network to the machine, and a
+    pipeline of two at batch 3000 passed it with every run job asking for 60 GB of a 24 GB
+    host. The check holds the workflow's own per-run estimate (pipeline and batch) to it."""
+    import psutil
+
+    from engine.workflow.checks import check_run_memory
+    from engine.workflow.resources import UNLIMITED_MEM_MB
+
+    ram_mb = psutil.virtual_memory().total // 2**20
+    nets = {"p000": ["GenderNet", "GenderNet"], "p001": ["AgeNet"]}
+    fits = {("p000", 1): 900, ("p001", 1): 800, ("p001", 4): ram_mb // 2}
+    check_run_memory(cfg, fits, nets, UNLIMITED_MEM_MB)
+    over = {**fits, ("p000", 3000): ram_mb + 1024}
+    with pytest.raises(ValueError, match=r"pipeline p000 \(GenderNet GenderNet\) at batch "
+                                         r"3000 needs up to about"):
+        check_run_memory(cfg, over, nets, UNLIMITED_MEM_MB)
+    # a cluster's nodes are not this machine; a user model's pipeline is not bounded
+    check_run_memory(with_(cfg, run__backend="inherit"), over, nets, UNLIMITED_MEM_MB)
+    check_run_memory(cfg, {**fits, ("p000", 2): UNLIMITED_MEM_MB}, nets, UNLIMITED_MEM_MB)
+
+
 def test_vm_native_baseline_runs_the_vm_pipelines_natively_too(cfg):
     """The model's native-speed reconstruction needs the sandbox pipelines' native task times:
     sandbox.native_baseline adds them as their own kind (same pipeline, policy and limit as

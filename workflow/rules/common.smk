@@ -33,6 +33,7 @@ from engine.workflow.checks import (
     check_config,
     check_config_batch,
     check_config_files,
+    check_run_memory,
     check_renamed_keys,
 )
 from engine.workflow.environ import job_environ, sandbox_settings
@@ -153,7 +154,8 @@ RUN_SETS = run_sets(config)
 # path-safe id ("partial_2") -> name ("partial:2"), of every run set's policies
 POLICIES = policy_ids([p for rs in RUN_SETS for p in rs.policies])
 # kind: "runs"; "sandbox" for the main pipelines' runs in the sandbox (sandbox.pipelines:
-# main); "unprobed" for the probe-overhead twins (--no-probes)
+# main); "unprobed" for the probe-overhead twins (--no-probes); each suffixed _b<N> at a
+# batch where run.batch is a list of several
 RUN_PATTERN = "{pipeline}/{policy}/{limit}/rep{rep}"
 KIND_PATTERN = f"{{kind}}/{RUN_PATTERN}"
 RUN_DIR = f"{RESULTS}/{KIND_PATTERN}"
@@ -180,20 +182,21 @@ _SET_SETTINGS = {
 }
 # the tidy folders the aggregate reads, one per run set (a rep<N> folder per run)
 _HELD_OUT = set(HOLDOUT_PIPELINES) | set(HOLDOUT_VM_PIPELINES)
+# the unprobed twins by their run set, not their folder's name (unprobed_b4 at a batch)
 TIDY_DIRS = [
     f"{RESULTS}/tidy/{kind}/{pipeline}/{policy}/{limit}"
-    for (kind, pipeline, policy, limit) in RUN_SET_REPS
-    if kind != "unprobed" and pipeline not in _HELD_OUT
+    for (kind, pipeline, policy, limit), rs in RUN_SET_OF.items()
+    if rs.probed and pipeline not in _HELD_OUT
 ]
 HOLDOUT_TIDY_DIRS = [
     f"{RESULTS}/tidy/{kind}/{pipeline}/{policy}/{limit}"
-    for (kind, pipeline, policy, limit) in RUN_SET_REPS
-    if kind != "unprobed" and pipeline in _HELD_OUT
+    for (kind, pipeline, policy, limit), rs in RUN_SET_OF.items()
+    if rs.probed and pipeline in _HELD_OUT
 ]
 UNPROBED_TIDY_DIRS = [
     f"{RESULTS}/tidy/{kind}/{pipeline}/{policy}/{limit}"
-    for (kind, pipeline, policy, limit) in RUN_SET_REPS
-    if kind == "unprobed"
+    for (kind, pipeline, policy, limit), rs in RUN_SET_OF.items()
+    if not rs.probed
 ]
 # tidy folder -> its runs' count, folder and settings, which each aggregate checks it
 # holds (these runs, no more, no fewer, made as the config says)
@@ -382,35 +385,46 @@ _DRAWN = {
     for name, nets in pipelines_networks(args, list(NETWORKS.values())).items()
 }
 _WORKERS = max(parse_policy(p).workers for p in POLICIES.values())
+# (pipeline, batch) -> MiB an unconstrained run of it may use
 _UNCONSTRAINED_MB = {
-    name: max(unconstrained_mem_mb(nets, b, RUN["runtime"], _WORKERS) for b in batches(config))
+    (name, b): unconstrained_mem_mb(nets, b, RUN["runtime"], _WORKERS)
     for name, nets in _DRAWN.items()
+    for b in batches(config)
 }
+if workflow.is_main_process:
+    check_run_memory(config, _UNCONSTRAINED_MB, _DRAWN, UNLIMITED_MEM_MB)
+# (in the sandbox, limit, pipeline, batch): a limited run's memory is its limit's
 _MEM_KEYS = [
-    (in_sandbox, limit, name)
+    (in_sandbox, limit, name, b)
     for in_sandbox, limit in _LIMITS
     for name in ([None] if limit != UNLIMITED else [*_DRAWN, None])
+    for b in (batches(config) if name else [None])
 ]
 # what a run job's own Snakemake interpreters need: measured on this one, which has
 # loaded the same workflow and config by now (engine.workflow.resources.job_reserve_mb)
 RESERVE_MB = job_reserve_mb(psutil.Process().memory_info().rss)
 RUN_MEM_MB = {
     key: run_mem_mb(
-        config, key[1], key[0], RESERVE_MB, _UNCONSTRAINED_MB.get(key[2], UNLIMITED_MEM_MB)
+        config, key[1], key[0], RESERVE_MB, _UNCONSTRAINED_MB.get(key[2:], UNLIMITED_MEM_MB)
     )
     for key in _MEM_KEYS
 }
 STEP_PREFIX = {
     key: slurm_step_prefix(
-        run_step_mem_mb(config, key[1], key[0], _UNCONSTRAINED_MB.get(key[2], UNLIMITED_MEM_MB))
+        run_step_mem_mb(config, key[1], key[0], _UNCONSTRAINED_MB.get(key[2:], UNLIMITED_MEM_MB))
     )
     for key in _MEM_KEYS
 }
 
 
-def mem_key(in_sandbox, limit, pipeline):
+_BATCH_OF_KIND = {rs.kind: rs.batch for rs in RUN_SET_OF.values()}
+
+
+def mem_key(in_sandbox, limit, pipeline, batch):
     """RUN_MEM_MB's and STEP_PREFIX's key of a run."""
-    return (in_sandbox, limit, pipeline if limit == UNLIMITED and pipeline in _DRAWN else None)
+    if limit == UNLIMITED and pipeline in _DRAWN:
+        return (in_sandbox, limit, pipeline, batch)
+    return (in_sandbox, limit, None, None)
 
 
 # Run jobs take the built qemu guest as input only where some run boots it (a uml run's
@@ -515,9 +529,11 @@ def vm_env(wildcards, input):
     is)."""
     if input.vm_guest:
         return f"EDGEPROF_VM_CACHE={shlex.quote(os.path.dirname(input.vm_guest))} "
-    return STEP_PREFIX[
-        mem_key(*_limit_key(wildcards), getattr(wildcards, "pipeline", REC["pipeline"]))
-    ]
+    if hasattr(wildcards, "kind"):  # a run rule's; else the reconciliation run's
+        pipeline, batch = wildcards.pipeline, _run_set(wildcards).batch
+    else:
+        pipeline, batch = REC["pipeline"], REC_BATCH
+    return STEP_PREFIX[mem_key(*_limit_key(wildcards), pipeline, batch)]
 
 
 def _run_line(kind, pipeline, policy, limit, rep, in_sandbox, prefix):
@@ -530,7 +546,7 @@ def _run_line(kind, pipeline, policy, limit, rep, in_sandbox, prefix):
         policy,
         SPLIT_DIR,
         RUN_DIR.format(**names),
-        _limit_flags(kind, (in_sandbox, limit)),
+        _limit_flags(rs, (in_sandbox, limit)),
         batch_args(rs.batch),
         rs.runtime,
         config["seed"] + rep,
@@ -569,13 +585,14 @@ def run_policy(wildcards):
     return POLICIES[wildcards.policy]
 
 
-def _limit_flags(kind, key):
+def _limit_flags(rs, key):
+    """A run's limit flags, and --no-probes for an unprobed twin (its run set says so)."""
     args = LIMIT_ARGS[key]
-    return f"{args} --no-probes" if kind == "unprobed" else args
+    return args if rs.probed else f"{args} --no-probes"
 
 
 def run_limit_args(wildcards):
-    return _limit_flags(wildcards.kind, _limit_key(wildcards))
+    return _limit_flags(_run_set(wildcards), _limit_key(wildcards))
 
 
 def run_runtime(wildcards):
@@ -595,7 +612,9 @@ def run_code(wildcards):
 
 
 def run_mem(wildcards):
-    return RUN_MEM_MB[mem_key(*_limit_key(wildcards), wildcards.pipeline)]
+    return RUN_MEM_MB[
+        mem_key(*_limit_key(wildcards), wildcards.pipeline, _run_set(wildcards).batch)
+    ]
 
 
 def set_runs(wildcards):
@@ -657,6 +676,11 @@ def block_paths(i, pattern):
     ]
 
 
+def _shape_batch(shape):
+    """The batch of a shape's blocks: a block's runs are at one (its kinds name it)."""
+    return _BATCH_OF_KIND[shape.runs[0][0]]
+
+
 def block_shell(i):
     """Params function of shape i: its block's runs one after the other in their order,
     each in a SLURM job step of its own (or booting the workflow's guest)."""
@@ -667,7 +691,9 @@ def block_shell(i):
         prefix = (
             f"EDGEPROF_VM_CACHE={shlex.quote(VM_CACHE)} "
             if in_qemu
-            else STEP_PREFIX[mem_key(shape.in_sandbox, shape.limit, wildcards.pipeline)]
+            else STEP_PREFIX[
+                mem_key(shape.in_sandbox, shape.limit, wildcards.pipeline, _shape_batch(shape))
+            ]
         )
         order, _ = BLOCK_RUNS[(i, wildcards.pipeline, int(wildcards.rep))]
         return block_command(
@@ -699,7 +725,9 @@ def block_resources(i):
     shape = BLOCK_SHAPES[i]
 
     def mem_mb(wildcards):
-        return RUN_MEM_MB[mem_key(shape.in_sandbox, shape.limit, wildcards.pipeline)]
+        return RUN_MEM_MB[
+            mem_key(shape.in_sandbox, shape.limit, wildcards.pipeline, _shape_batch(shape))
+        ]
 
     declare_signatures([mem_mb])
     return {"mem_mb": mem_mb, "runtime": block_runtime_min(RUN, len(shape.runs))}

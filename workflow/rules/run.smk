@@ -93,7 +93,9 @@ rule reconcile_run:
     conda:
         "../../envs/run.yaml"
     resources:
-        mem_mb=RUN_MEM_MB[mem_key(reconcile_in_sandbox(config), str(REC["limit"]), REC["pipeline"])],
+        mem_mb=RUN_MEM_MB[
+            mem_key(reconcile_in_sandbox(config), str(REC["limit"]), REC["pipeline"], REC_BATCH)
+        ],
         runtime=RUN_RUNTIME,
     params:
         policy=REC["policy"],

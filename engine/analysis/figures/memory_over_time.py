@@ -38,14 +38,19 @@ SERIES = [("rss_bytes", "process RSS"), ("swap_bytes", "process swap"),
 
 
 def draw(tables: Tables, style: dict, context: dict) -> Figure:
-    """The sampler's memory series per policy for one pipeline and limit, layer boundaries
-    (EXEC ends) marked as ticks on the time axis."""
+    """The sampler's memory series per policy for one pipeline and limit (and, where the
+    runs ran at several batches, the smallest), layer boundaries (EXEC ends) marked as
+    ticks on the time axis."""
     samples = tables.get("samples", pd.DataFrame())
     if samples.empty:
         return no_data("Memory over time", "no samples (the sampler was off: sample_hz 0)")
     pipeline, limit = _pick_series(samples, context)
     samples = with_panel(samples[(samples["pipeline"] == pipeline)
                                   & (samples["limit"] == limit)])
+    # one batch, its first (the panel label names it): another batch's run is another run,
+    # not a panel beside this one's (held-out pass 29, M4)
+    if "batch" in samples and samples["batch"].nunique() > 1:
+        samples = samples[samples["batch"] == samples["batch"].min()]
     samples = samples[samples["rep"].fillna(0) == samples["rep"].fillna(0).min()]
     tasks = tables.get("tasks", pd.DataFrame())
     keys = samples[["run_id", "policy", "emulated", "termination", "panel"]].drop_duplicates()
