@@ -176,7 +176,8 @@ def crossing(batches: list[int], peaks: list[tuple[float, float, float]], limit:
 
 def crossings_table(summary: pd.DataFrame, limits: tuple[str, ...] = PAPER_LIMITS) -> str:
     """Per execution mode, runtime, pipeline and policy, from its unconstrained runs'
-    peak RAM at each batch (``summary_table``'s per-pipeline rows): the batch at which it
+    peak RAM (the kernel's VmHWM) at each batch (``summary_table``'s per-pipeline rows):
+    the batch at which it
     first needs more than each limit (``crossing``). A batch whose runs did not all finish
     is left out, and named."""
     rows = summary[(summary["level"] == "pipeline") & (summary["limit"] == "none")
@@ -185,11 +186,11 @@ def crossings_table(summary: pd.DataFrame, limits: tuple[str, ...] = PAPER_LIMIT
     for (mode, runtime, pipeline, policy), g in rows.groupby(
             ["mode", "runtime", "pipeline", "policy"], sort=True):
         lost = g[g["runs_not_ok"].fillna(0) > 0]
-        g = g[(g["runs_not_ok"].fillna(0) == 0) & g["peak_rss_bytes_median"].notna()]
+        g = g[(g["runs_not_ok"].fillna(0) == 0) & g["hwm_rss_bytes_median"].notna()]
         g = g.sort_values("batch")
         if len(g) < 2:
             continue
-        peaks = list(zip(*(g[f"peak_rss_bytes_{k}"].astype(float)
+        peaks = list(zip(*(g[f"hwm_rss_bytes_{k}"].astype(float)
                            for k in ("median", "ci_low", "ci_high"))))
         batches = [int(b) for b in g["batch"]]
         cells = [crossing(batches, peaks, parse_size(limit)) for limit in limits]
@@ -240,7 +241,7 @@ def _report(tables_dir: str | Path, mode: str | None, peaks_only: bool,
             raise EdgeprofError(f"--batch-crossings: the runs in {folder} ran at "
                                 f"{batches or 'no set'} batch(es); it needs two or more "
                                 f"(run.batch a list, as config/batch.yaml)")
-        return (f"**the batch at which each policy's unconstrained peak RAM first passes "
+        return (f"**the batch at which each policy's unconstrained peak RAM (VmHWM) first passes "
                 f"each limit** (between the two batches measured; ≈: a CI at either holds "
                 f"the limit)\n\n{crossings_table(summary)}")
     parts = [f"**peak RAM and swap** per size bin and limit (median [95 % CI]; ≈: the "
