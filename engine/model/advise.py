@@ -100,7 +100,8 @@ def read_cv(model_path: str | os.PathLike) -> dict:
 
 
 def _interval_source(key: str, pi: dict, what: str) -> str:
-    return f"{key}'s {pi['n']} held-out {what}"
+    scheme = f" ({pi['scheme']})" if pi.get("scheme") else ""
+    return f"{key}'s {pi['n']} held-out {what}{scheme}"
 
 
 def _held_out(cv: dict, mode: ModeModel, pick: Callable[[dict], dict | None]

@@ -595,7 +595,8 @@ def swap_error_intervals(pred: pd.DataFrame) -> dict[str, dict]:
 
 def score_summary(scores_table: pd.DataFrame, pred: pd.DataFrame) -> dict[str, dict]:
     """What advise states per mode: the headline scores of each scheme, and the log-error
-    intervals of its predictions (from leave-pipeline-out)."""
+    intervals of its predictions (``interval_cells``: leave-pipeline-out's, or
+    leave-batch-out's; each names its scheme)."""
     out: dict[str, dict] = {}
     for r in scores_table.itertuples():
         entry = out.setdefault(r.mode, {}).setdefault(r.scheme, {})
@@ -610,12 +611,25 @@ def score_summary(scores_table: pd.DataFrame, pred: pd.DataFrame) -> dict[str, d
             entry["worst policy"] = r.note.split(";")[0]
         elif r.metric == "makespan MAPE %" and r.scope == "unconstrained":
             entry["note"] = r.note
-    base = pred[pred["scheme"] == LPO] if "scheme" in pred else pred
-    for mode, pi in makespan_error_intervals(base).items():
-        out.setdefault(mode, {})["makespan_log_error_pi"] = pi
+    base = interval_cells(pred)
+    scheme_of = (dict(zip(base["mode"], base["scheme"])) if "scheme" in base else {})
+    for mode, pis in makespan_error_intervals(base).items():
+        out.setdefault(mode, {})["makespan_log_error_pi"] = {
+            scope: {**pi, "scheme": scheme_of.get(mode)} for scope, pi in pis.items()}
     for mode, pi in swap_error_intervals(base).items():
-        out.setdefault(mode, {})["swap_log_error_pi"] = pi
+        out.setdefault(mode, {})["swap_log_error_pi"] = {**pi, "scheme": scheme_of.get(mode)}
     return out
+
+
+def interval_cells(pred: pd.DataFrame) -> pd.DataFrame:
+    """The held-out cells advise's prediction intervals come from: leave-pipeline-out's;
+    a mode with none (a single pipeline of its own) takes its leave-batch-out's, cells of
+    a batch its fold never saw."""
+    if "scheme" not in pred:
+        return pred
+    lpo = pred[pred["scheme"] == LPO]
+    batches = pred[(pred["scheme"] == LBO) & ~pred["mode"].isin(lpo["mode"])]
+    return pd.concat([lpo, batches], ignore_index=True)
 
 
 def layer_residuals(model: Model, runs: pd.DataFrame, tasks: pd.DataFrame,

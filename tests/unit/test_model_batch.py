@@ -126,3 +126,16 @@ def test_advise_answers_at_the_batch_asked_and_names_one_outside_those_fitted(
         return float(np.median([p["makespan_s"] for p in json.loads(out)["policies"]]))
 
     assert makespan(1) < makespan(4) < makespan(16)
+
+
+def test_a_mode_of_one_pipeline_takes_its_prediction_interval_from_the_batch_left_out(nets):
+    """A sandbox fit on one pipeline has no leave-pipeline-out cells: advise's interval
+    then comes from its leave-batch-out cells (held out all the same), and says so."""
+    from engine.model.evaluate import cross_validate, score_summary, scores
+
+    runs, tasks, networks = campaign(nets, {"p000": ["Tiny", "Wide"]}, ("linear",),
+                                     reps=2, noise=0.01, batches=(1, 4, 16))
+    pred, notes = cross_validate(runs, tasks, networks, nets, orderings=1)
+    assert set(pred["scheme"]) == {LBO}
+    pi = score_summary(scores(pred, notes), pred)["native/lean"]["makespan_log_error_pi"]
+    assert pi["unconstrained"]["scheme"] == LBO and pi["unconstrained"]["n"] == 3
