@@ -355,14 +355,11 @@ def fit_mode(runs: pd.DataFrame, tasks: pd.DataFrame,
         runtime=runtime, duration_sigma=duration_sigma(ok, tasks))
     whole = med[(med["task_type"] == "EXEC") & ~layer]
     if not whole.empty:
-        feats = {(n, batch_value(b)): network_features(descriptions[n], batch_value(b))
-                 for n, b in zip(whole["network"], whole["batch"])}
-        summed = pd.Series([sum(exec_layer_s(model, f, i) for i in range(len(f.types)))
-                            for f in (feats[n, batch_value(b)]
-                                      for n, b in zip(whole["network"], whole["batch"]))],
-                           index=whole.index)
-        x = pd.DataFrame({"layers_s": summed.to_numpy(), "duration_s": whole["duration_s"]
-                          .to_numpy()})
+        summed = []  # each forward pass's layers' predictions, at its batch
+        for net, batch in zip(whole["network"], whole["batch"]):
+            f = network_features(descriptions[net], batch_value(batch))
+            summed.append(sum(exec_layer_s(model, f, i) for i in range(len(f.types))))
+        x = pd.DataFrame({"layers_s": summed, "duration_s": whole["duration_s"].to_numpy()})
         model.exec_whole = borrow_slope(fit_linear(x[["layers_s"]], x["duration_s"]), x,
                                         "layers_s", 1.0)
     model.swap = fit_swap_cost(runs, tasks)
