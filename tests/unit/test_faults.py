@@ -124,7 +124,7 @@ def test_a_signal_at_any_moment_is_exit_130_without_a_traceback(split_dir, tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["imports", "p.json"]
 
 
-@pytest.mark.parametrize("entry, at", [("python -m engine", "engine.runner.execute"),
+@pytest.mark.parametrize("entry, at", [("python -m engine", "engine.runner.meta"),
                                        ("edgeprof", "engine.cli")])
 def test_a_ctrl_c_inside_generated_code_is_still_exit_130(split_dir, tmp_path, entry, at):
     """The Ctrl-C lands inside code a dataclass generated while the engine imports its
