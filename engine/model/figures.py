@@ -16,7 +16,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator, NullFormatter, ScalarFormatter
 
 from engine.analysis.figures.common import colors_for, grid, no_data, policy_key
-from engine.model.params import batch_name, batch_value
+from engine.model.params import batch_name, batch_order, batch_value
 from engine.units import MIB
 
 ROWS = [  # (measured, predicted, its error column, label, scale, band: the target)
@@ -163,10 +163,10 @@ def _limit_bytes(limit: str) -> float:
 
 
 def _at_batch(table: pd.DataFrame, key: int) -> pd.Series:
-    """Which rows of ``table`` are at the batch keyed ``key`` (-1: the deploy batch)."""
+    """Which rows of ``table`` are at the batch keyed ``key`` (``batch_order``)."""
     if "batch" not in table:
         return pd.Series(True, index=table.index)
-    return table["batch"].map(lambda b: -1 if batch_value(b) is None else b) == key
+    return table["batch"].map(batch_order) == key
 
 
 def swap_cost(tables: dict[str, pd.DataFrame], style: dict,
@@ -186,7 +186,7 @@ def swap_cost(tables: dict[str, pd.DataFrame], style: dict,
     batch = (curves["batch"].map(batch_value) if "batch" in curves
              else pd.Series(None, index=curves.index, dtype=object))
     several = batch.nunique(dropna=False) > 1  # a row per batch, never two curves in one
-    curves = curves.assign(batch_key=batch.map(lambda b: -1 if b is None else b),
+    curves = curves.assign(batch_key=batch.map(batch_order),
                            row=curves["runtime"] + " runtime, " + curves["sandbox"]
                            + " traffic, limit " + curves["limit"]
                            + (", batch " + batch.map(batch_name) if several else ""))

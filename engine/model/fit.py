@@ -54,6 +54,7 @@ from engine.model.params import (
     Model,
     ModeModel,
     SwapCost,
+    batch_order,
     batch_value,
     exec_features,
     exec_layer_s,
@@ -143,7 +144,7 @@ def at_batch(runs: pd.DataFrame, batch: object) -> pd.Series:
 def fitted_batches(runs: pd.DataFrame) -> list[int | None]:
     """The batches ``runs`` ran at, ascending, the deploy batch (None) first."""
     values = {batch_value(b) for b in run_batches(runs).unique()}
-    return sorted(values, key=lambda b: -1 if b is None else b)
+    return sorted(values, key=batch_order)
 
 
 def with_batches(tasks: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:

@@ -180,6 +180,12 @@ def batch_value(batch: object) -> int | None:
         return None
 
 
+def batch_order(batch: object) -> int:
+    """A batch's place in order: the deploy batch (None, NaN or NA) before every set one."""
+    value = batch_value(batch)
+    return -1 if value is None else value
+
+
 def batch_name(batch: int | None) -> str:
     """How a batch reads in tables and messages: its number, or "deploy"."""
     return "deploy" if batch is None else str(batch)
