@@ -12,12 +12,15 @@ again, so rerunning the same command finishes what a stopped one left, and
 Usage: python benchmarks/crosscheck.py [--out results-crosscheck] [--reps 2]
            [--sandboxes uml vm] [--minutes M] [--table-only] [--markdown]
        python benchmarks/crosscheck.py --guest-facts   (each guest's reclaim settings)
+       python benchmarks/crosscheck.py --knobs   (one cell's swap traffic, each difference
+                                                  of UML's set in turn in the referee)
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import math
 import os
 import subprocess
 import sys
@@ -132,6 +135,53 @@ def guest_facts(sandboxes: list[str]) -> None:
         print(f"| {k} | " + " | ".join(facts[sb].get(k, "absent") for sb in sandboxes) + " |")
 
 
+# The referee's swap traffic against UML's on one cell (--knobs), with one of UML's
+# differences at a time set in the referee: UML 7.2's build has no multi-generational LRU,
+# its ubd swap disk is not rotational (so the kernel reads swap ahead along the faulting
+# address range), it has one CPU, and the uml backend reads a blob's bytes through a small
+# buffer copied in from user space (engine/caffe/wire.py)
+KNOBS = {"as built": ":",
+         "MGLRU off": "echo 0 > /sys/kernel/mm/lru_gen/enabled",
+         "swap disk not rotational": "echo 0 > /sys/block/vda/queue/rotational",
+         "one CPU": "echo 0 > /sys/devices/system/cpu/cpu1/online",
+         "UML's copy-reads": "export EDGEPROF_UML_COPY_READS=1"}
+KNOB_COUNTERS = ["pswpin", "pswpout", "swpin_zero", "swpout_zero", "workingset_refault_anon"]
+KNOB_CELL = ("bulk", "256M")
+
+
+def knobs(out: Path) -> None:
+    """x000 under bulk at 256M: once in UML (the uml backend), then natively inside the
+    referee's 256M cgroup once per KNOBS setting; each guest's counters over the run."""
+    from engine.runner.meta import RunMeta
+    from engine.sandbox import run_command_in_sandbox
+
+    pipeline, (policy, limit) = inputs(out)[0], KNOB_CELL
+    argv = ["run", "--pipeline", str(pipeline), "--split", str(out / "split"), "--policy",
+            policy, "--runtime", "caffe", "--batch", "1", "--sample-hz", "20",
+            "--error-is-result", "--force"]
+    folder = out / "knobs" / "uml"
+    engine(*argv, "--out", str(folder), "--limit", limit, "--swap", "max", "--backend", "uml")
+    rows = {"uml, as built": (RunMeta.read(folder).sandbox or {}).get("vmstat_delta") or {}}
+    snap = "grep -E '^(" + "|".join(KNOB_COUNTERS) + ") ' /proc/vmstat"
+    for name, setting in KNOBS.items():
+        sh = (f"{setting}; {snap} > /run/scratch/before; cd {REPO} && {sys.executable} -m "
+              f"engine {' '.join(argv)} --out /run/scratch/r --backend none > /dev/null 2>&1;"
+              f" echo rc=$?; {snap} > /run/scratch/after; paste /run/scratch/before "
+              "/run/scratch/after")
+        res = run_command_in_sandbox(["sh", "-c", sh], parse_size(limit), None, sandbox="vm",
+                                     timeout_s=TIMEOUT_S["vm"])
+        lines = [line.split() for line in res["job_log"].splitlines()]
+        if ["rc=0"] not in lines:
+            raise SystemExit(f"--knobs: the run under '{name}' failed in the guest:\n"
+                             + res["job_log"][-2000:])
+        rows[f"vm, {name}"] = {w[0]: int(w[3]) - int(w[1]) for w in lines if len(w) == 4}
+    print("| kernel, setting | " + " | ".join(KNOB_COUNTERS) + " |\n|---|"
+          + "---|" * len(KNOB_COUNTERS))
+    for name, counts in rows.items():
+        print(f"| {name} | " + " | ".join(f"{counts.get(k, math.nan):,}"
+                                           for k in KNOB_COUNTERS) + " |")
+
+
 def records(out: Path) -> pd.DataFrame:
     folders = sorted(p.parent for p in (out / "runs").glob("*/*/*/*/rep*/meta.json"))
     return pd.DataFrame([crosscheck.run_record(f) for f in folders],
@@ -148,11 +198,17 @@ def main() -> None:
                         help="start no run after this long (rerun to resume)")
     parser.add_argument("--table-only", action="store_true", help="run nothing")
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--knobs", action="store_true",
+                        help="only the referee's swap traffic on one cell, under each of "
+                             "UML's differences in turn (about 30 min)")
     parser.add_argument("--guest-facts", action="store_true",
                         help="only boot each sandbox and print its memory settings")
     args = parser.parse_args()
     if args.guest_facts:
         guest_facts(args.sandboxes)
+        return
+    if args.knobs:
+        knobs((REPO / args.out).resolve())
         return
     if args.reps < 1 or (args.minutes is not None and args.minutes <= 0):
         raise SystemExit("bad --reps or --minutes: give a repetition count >= 1 and a "

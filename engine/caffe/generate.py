@@ -12,7 +12,11 @@ from __future__ import annotations
 import zlib
 from pathlib import Path
 
+# numpy loads numpy.random on first use; imported here, with this module, it is loaded
+# before a command's signals unwind it: a SIGTERM whose exception interrupted that import
+# mid-write was lost there (the models verb wrote its whole set and exited 0)
 import numpy as np
+import numpy.random  # noqa: F401
 
 from engine.caffe import graph, io, schema, zoo
 from engine.files import write_text_atomic

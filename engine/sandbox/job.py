@@ -26,7 +26,10 @@ from engine.probes.vmstat import read_vmstat
 
 SHARE = Path("/run/vmout")  # where init mounts the host's run share
 JOB_KEYS = ("pswpin", "pswpout", "pgmajfault", "pgfault", "workingset_refault_anon",
-            "workingset_refault_file", "oom_kill", "thp_swpout_fallback")
+            "workingset_refault_file", "oom_kill", "thp_swpout_fallback",
+            # pages swapped without I/O (all zeros: a bitmap, not the device), and swap
+            # readahead's reads and hits: what pswpin/pswpout alone do not show
+            "swpin_zero", "swpout_zero", "swap_ra", "swap_ra_hit")
 
 
 def _uptime() -> float:

@@ -25,6 +25,7 @@ from engine.caffe.splitter import Description
 from engine.cli import main
 from engine.errors import EdgeprofError, ModelError
 from engine.schedule.pipelines import Arrival, Pipeline, save_pipeline
+from engine.units import MIB
 from tests.fabricated import edit_meta
 from tests.signals import default_signals
 
@@ -1154,9 +1155,25 @@ def test_models_and_split_clean_up_after_a_signal_and_a_kill(split_copy, tmp_pat
 
     out = tmp_path / "m"
 
-    def writing() -> bool:  # the caffemodel half written in the hidden folder, nothing else
-        return [p.name.startswith(".alexnet_sos.caffemodel.") for p in out.glob(".models.*/*")
-                ] == [True]
+    def writing() -> bool:
+        """The caffemodel less than half written (of 217 MiB) in the hidden folder, nothing
+        else: a file written whole is flushed to disk with signals held back."""
+        found = list(out.glob(".models.*/*"))
+        try:
+            return (len(found) == 1 and found[0].name.startswith(".alexnet_sos.caffemodel.")
+                    and found[0].stat().st_size < 100 * MIB)
+        except FileNotFoundError:  # renamed between the listing and the stat
+            return False
+
+    def stopped(pid: int) -> bool:
+        """The process is stopped, not only sent SIGSTOP (one in a long write stops when
+        the write returns)."""
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T":
+                return True
+            time.sleep(0.001)
+        return False
 
     # stopped where it stands, so the SIGTERM lands mid-write however loaded the machine;
     # caught later (its set done, being published: signals held back, exit 0 by design),
@@ -1170,7 +1187,7 @@ def test_models_and_split_clean_up_after_a_signal_and_a_kill(split_copy, tmp_pat
         while not writing() and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)
         proc.send_signal(signal.SIGSTOP)
-        if writing():
+        if proc.poll() is None and stopped(proc.pid) and writing():
             break
         proc.send_signal(signal.SIGCONT)
         proc.communicate(timeout=60)

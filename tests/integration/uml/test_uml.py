@@ -82,6 +82,11 @@ def test_swap_allowed_run_swaps_out_and_peaks_at_the_limit(uml_kernel, tmp_path)
     assert cg["memory.max"] == 64 * MiB and cg["memory.peak"] == 64 * MiB
     assert cg["memory.swap.peak"] > 100 * MiB
     assert facts["vmstat_delta"]["pswpout"] > 100 * MiB // 4096
+    # the first chunk holds zeros (20 MiB): swapped out first, as the oldest, into the swap's
+    # bitmap of zero pages instead of the disk, and read back as zeros by the sum
+    zero_pages = 20 * MiB // 4096
+    assert facts["vmstat_delta"]["swpout_zero"] >= 0.9 * zero_pages
+    assert facts["vmstat_delta"]["swpin_zero"] >= 0.9 * zero_pages
     assert facts["limits"]["features"]["peak_fd_reset"]
     assert vm["kernel"] == "uml" and vm["accelerator"] == "uml" and vm["emulated"]
     assert vm["guest_kernel"] == uml_kernel.kernel_version
