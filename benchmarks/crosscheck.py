@@ -145,6 +145,7 @@ KNOBS = {"as built": ":",
          "swap disk not rotational": "echo 0 > /sys/block/vda/queue/rotational",
          "one CPU": "echo 0 > /sys/devices/system/cpu/cpu1/online",
          "UML's copy-reads": "export EDGEPROF_UML_COPY_READS=1"}
+# of the counters the guest's job records (engine/sandbox/job.py, JOB_KEYS)
 KNOB_COUNTERS = ["pswpin", "pswpout", "swpin_zero", "swpout_zero", "workingset_refault_anon"]
 KNOB_CELL = ("bulk", "256M")
 
@@ -162,19 +163,17 @@ def knobs(out: Path) -> None:
     folder = out / "knobs" / "uml"
     engine(*argv, "--out", str(folder), "--limit", limit, "--swap", "max", "--backend", "uml")
     rows = {"uml, as built": (RunMeta.read(folder).sandbox or {}).get("vmstat_delta") or {}}
-    snap = "grep -E '^(" + "|".join(KNOB_COUNTERS) + ") ' /proc/vmstat"
     for name, setting in KNOBS.items():
-        sh = (f"{setting}; {snap} > /run/scratch/before; cd {REPO} && {sys.executable} -m "
-              f"engine {' '.join(argv)} --out /run/scratch/r --backend none > /dev/null 2>&1;"
-              f" echo rc=$?; {snap} > /run/scratch/after; paste /run/scratch/before "
-              "/run/scratch/after")
+        # the guest's job records its exit code and its vmstat counters over the command
+        sh = (f"{setting}; cd {REPO} && exec {sys.executable} -m engine {' '.join(argv)} "
+              "--out /run/scratch/r --backend none > /dev/null 2>&1")
         res = run_command_in_sandbox(["sh", "-c", sh], parse_size(limit), None, sandbox="vm",
                                      timeout_s=TIMEOUT_S["vm"])
-        lines = [line.split() for line in res["job_log"].splitlines()]
-        if ["rc=0"] not in lines:
-            raise SystemExit(f"--knobs: the run under '{name}' failed in the guest:\n"
-                             + res["job_log"][-2000:])
-        rows[f"vm, {name}"] = {w[0]: int(w[3]) - int(w[1]) for w in lines if len(w) == 4}
+        facts = res["guest"] or {}
+        if facts.get("exit_code") != 0:
+            raise SystemExit(f"--knobs: the run under '{name}' failed in the guest (exit "
+                             f"{facts.get('exit_code')}):\n" + res["console"][-2000:])
+        rows[f"vm, {name}"] = facts["vmstat_delta"]
     print("| kernel, setting | " + " | ".join(KNOB_COUNTERS) + " |\n|---|"
           + "---|" * len(KNOB_COUNTERS))
     for name, counts in rows.items():

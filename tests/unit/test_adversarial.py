@@ -1180,9 +1180,11 @@ def test_models_and_split_clean_up_after_a_signal_and_a_kill(split_copy, tmp_pat
     def stopped(pid: int) -> bool:
         """The process is stopped, not only sent SIGSTOP (one in a long write stops when
         the write returns)."""
+        import psutil
+
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
-            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T":
+            if psutil.Process(pid).status() == psutil.STATUS_STOPPED:
                 return True
             time.sleep(0.001)
         return False
