@@ -170,8 +170,10 @@ def boot(guest: Guest | uml.Uml, share: Path, *, accel: str = "tcg", ram_mb: int
         reader.start()
         if isinstance(guest, uml.Uml):
             maps = hostmaps.MapWatch(proc.pid, uml.max_map_count(), stall_s).start()
-        # poll so a qemu that dies early is noticed at once, not after the boot timeout
-        while not started.wait(0.2) and proc.poll() is None:
+        # poll so a qemu that dies early is noticed at once, not after the boot timeout,
+        # and a timeout shorter than the poll fires on time
+        while (not started.wait(max(0.0, min(0.2, t0 + boot_timeout_s - time.monotonic())))
+               and proc.poll() is None):
             if time.monotonic() - t0 > boot_timeout_s:
                 timed_out = "boot"
                 error = f"the guest did not start the job within {boot_timeout_s:g} s"
