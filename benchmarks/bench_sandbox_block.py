@@ -2,11 +2,11 @@
 a fresh user-mode Linux boot each, and one after another in one boot, side by side.
 
 A round runs, for each policy, ``--per-boot`` runs of the cell each in its own boot
-(``run --backend uml``, as the workflow does), then the same runs one after another in
-one boot: in the guest, ``run --backend cgroup2`` (what a guest's supervisor runs), with
-the page cache dropped and the swap device switched off and on between runs, so each
-starts from a boot's state but for what the kernel keeps (slab, free-page order, the
-host's mappings of guest memory). The rounds alternate which comes first. Printed per
+(``run --backend uml``, the workflow's ``sandbox.per_boot: run``), then the same runs one
+after another in one boot (``run-block``, its ``sandbox.per_boot: block``: the page cache
+dropped and the swap device switched off and on before each run, so each starts from a
+boot's state but for what the kernel keeps: slab, free-page order, the host's mappings of
+guest memory). The rounds alternate which comes first. Printed per
 policy and way: the median [range] of makespan, peak cgroup memory, peak swap and wall
 time per run, and the paired ratio shared/fresh of each median with its bootstrap 95 % CI.
 
@@ -28,8 +28,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import alternate, print_ratios  # noqa: E402
 
 from engine.analysis.tidy import tidy_run  # noqa: E402
-from engine.sandbox.run import _pin_uml, boot_job  # noqa: E402
-from engine.units import parse_size  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 METRICS = {"makespan_s": "makespan (s)", "peak_cg_current_bytes": "peak cgroup (MiB)",
@@ -55,27 +53,17 @@ def fresh(args: argparse.Namespace, policy: str, out: Path) -> list[dict]:
 
 
 def shared(args: argparse.Namespace, policy: str, out: Path) -> list[dict]:
-    """``--per-boot`` runs one after another in one boot, the guest's state reset
-    between them (page cache dropped, swap off and on)."""
-    share = Path(tempfile.mkdtemp(prefix=".block.", dir=out))
-    line = shlex.join([sys.executable, "-m", "engine", "run", *run_args(args, policy),
-                       "--backend", "cgroup2", "-q"])
-    script = "set -e\n" + "".join(
-        f"sync; echo 3 > /proc/sys/vm/drop_caches; swapoff -a; swapon /dev/ubda\n"
-        f"{line} --out /run/vmout/r{i}\n" for i in range(args.per_boot))
-    pin = _pin_uml(True)
+    """``--per-boot`` runs one after another in one boot: ``run-block``, as the workflow
+    runs the sandbox's blocks (the guest's state reset before each run)."""
+    folders = [out / f"shared-{policy}-{i}" for i in range(args.per_boot)]
+    argv = [sys.executable, "-m", "engine", "run-block", "-q"]
+    for folder in folders:
+        argv += ["--run", shlex.join([*run_args(args, policy), "--backend", "uml", "--out",
+                                      str(folder)])]
     t0 = time.perf_counter()
-    try:
-        res, *_ = boot_job(["command", "max", "max", "/bin/sh", "-c", script], share,
-                           parse_size(args.limit), None, timeout_s=1800, sandbox="uml",
-                           cpus=pin.uml)
-    finally:
-        pin.release()
+    subprocess.run(argv, cwd=REPO, check=True)
     wall = time.perf_counter() - t0
-    if res.rc != 0 or res.error:
-        log = (share / "job.log").read_text() if (share / "job.log").is_file() else ""
-        raise SystemExit(f"the shared boot failed ({res.error or res.rc}):\n{log[-2000:]}")
-    return [_row(share / f"r{i}", wall / args.per_boot) for i in range(args.per_boot)]
+    return [_row(folder, wall / args.per_boot) for folder in folders]
 
 
 def _row(folder: Path, per_run_s: float) -> dict:

@@ -33,6 +33,7 @@ import argparse
 import csv
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -42,6 +43,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from engine.workflow.plan import KIND_RE  # noqa: E402
+
 LOAD_EVERY_S = 10
 DOC = REPO / "docs" / "performance.md"
 RECORD = REPO / "benchmarks" / "results" / "workflow.json"
@@ -65,8 +69,7 @@ def stage_of(rel: str) -> str:
         return STAGES[2]
     if head in ("models", "split") or rel.endswith("pipelines.tsv") or rel == "vm_guest.tsv":
         return STAGES[3]
-    raise SystemExit(f"benchmarks/{rel}: a job of no known stage (a block of runs, "
-                     f"run.per_job: block, is not split); add it to stage_of")
+    raise SystemExit(f"benchmarks/{rel}: a job of no known stage; add it to stage_of")
 
 
 ROWS = ("measured makespans", "measured child's start and end", "run job's start and end",
@@ -91,24 +94,39 @@ def _makespan(run: Path) -> float:
     return (max(ends) - min(arrivals)) / 1e9
 
 
+def _run_parts(parts: dict[str, float], run: Path) -> tuple[dict, float]:
+    """Add a run's makespan and its child's start and end to ``parts``; return its meta
+    and its supervised wall."""
+    meta = json.loads((run / "meta.json").read_text())
+    supervised = meta["wall_s"]
+    makespan = _makespan(run) if (run / "networks.csv").is_file() else 0.0
+    parts["measured makespans"] += makespan
+    parts["measured child's start and end"] += supervised - makespan
+    return meta, supervised
+
+
 def breakdown(results: Path, wall_s: float) -> dict[str, float]:
-    """Seconds of ``wall_s`` (one workflow's) spent on each of ``ROWS``, from ``results``."""
+    """Seconds of ``wall_s`` (one workflow's) spent on each of ``ROWS``, from ``results``.
+    A job of a block of runs (``benchmarks/blocks/``: run.per_job or sandbox.per_boot
+    "block") is split over its runs: each run's own parts, each boot once (the runs it
+    carried share its ``boot_id``), and the rest of the jobs' time as the run jobs'."""
     bench = results / "benchmarks"
     parts = dict.fromkeys(ROWS, 0.0)
-    jobs = 0.0
+    jobs = blocks = 0.0
+    own_job = set()
     for tsv in sorted(bench.rglob("*.tsv")):
         seconds = _seconds(tsv)
         jobs += seconds
         rel = tsv.relative_to(bench).as_posix()
+        if rel.startswith("blocks/"):
+            blocks += seconds
+            continue
         run = results / rel.removesuffix(".tsv")
         if rel == "reconcile.tsv":  # the reconciliation run's folder is deeper
             run = next((results / "reconcile").rglob("meta.json")).parent
         if (run / "meta.json").is_file():
-            meta = json.loads((run / "meta.json").read_text())
-            supervised = meta["wall_s"]
-            makespan = _makespan(run) if (run / "networks.csv").is_file() else 0.0
-            parts["measured makespans"] += makespan
-            parts["measured child's start and end"] += supervised - makespan
+            own_job.add(run)
+            meta, supervised = _run_parts(parts, run)
             guest = (meta.get("sandbox") or {}).get("vm_total_s")
             if guest is None:
                 parts["run job's start and end"] += seconds - supervised
@@ -118,6 +136,21 @@ def breakdown(results: Path, wall_s: float) -> dict[str, float]:
             continue
         stage = stage_of(rel)
         parts[stage] += seconds
+    boots: dict[str, float] = {}
+    in_blocks = 0.0  # the block runs' supervised walls and their boots
+    for path in sorted(results.glob("*/*/*/*/rep*/meta.json")):
+        run = path.parent
+        if run in own_job or not re.fullmatch(KIND_RE, run.parts[-5]):
+            continue
+        meta, supervised = _run_parts(parts, run)
+        box = meta.get("sandbox") or {}
+        if box.get("boot_id"):
+            boots[box["boot_id"]] = box["vm_total_s"]
+            parts["sandbox boots and guest starts"] -= supervised
+        else:
+            in_blocks += supervised
+    parts["sandbox boots and guest starts"] += sum(boots.values())
+    parts["run job's start and end"] += blocks - sum(boots.values()) - in_blocks
     parts["Snakemake's scheduling and job spawns"] = wall_s - jobs
     return parts
 

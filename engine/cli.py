@@ -30,6 +30,7 @@ from engine.commands import (
     reconstruct_model,
     results_report,
     run,
+    run_block,
     score_holdout,
     split,
     supervise,
@@ -42,7 +43,7 @@ from engine.signals import Signalled, caught_signal
 
 # Every verb, in the order --help lists them; each module adds its own parser
 # (engine/commands/__init__.py says how).
-COMMANDS = (models, split, forward, pipelines, run, supervise, child, tidy, advise,
+COMMANDS = (models, split, forward, pipelines, run, run_block, supervise, child, tidy, advise,
             fit_model, evaluate_model, reconstruct_model, calibrate, model_report,
             score_holdout, results_report, doctor, graph)
 

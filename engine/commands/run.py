@@ -10,7 +10,7 @@ import os
 import sys
 import time
 from dataclasses import asdict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from engine.commands.options import (
     MAX_BATCH,
@@ -32,6 +32,7 @@ from engine.units import format_size
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
+    from engine.runner.meta import RunMeta
     from engine.runner.request import RunRequest
 
 
@@ -163,12 +164,25 @@ def run_request(args: argparse.Namespace) -> RunRequest:
                       force=args.force)
 
 
+class _WordsParser(argparse.ArgumentParser):
+    """A parser of run arguments given as words (not the command line): a bad one is an
+    EdgeprofError naming it, never an exit."""
+
+    def error(self, message: str) -> NoReturn:
+        raise EdgeprofError(f"python -m engine run: {message}")
+
+
+def parse_run_args(words: list[str]) -> argparse.Namespace:
+    """``python -m engine run``'s arguments ``words``, parsed by its own parser."""
+    parser = _WordsParser(prog="python -m engine", exit_on_error=False)
+    add_parser(parser.add_subparsers())
+    return parser.parse_args(["run", *words])
+
+
 def parse_request(words: list[str]) -> RunRequest:
     """The request ``python -m engine run`` makes of ``words`` (its arguments): how the
     workflow learns what its run rules' flags ask for, from this parser, not a copy."""
-    parser = argparse.ArgumentParser(prog="python -m engine", exit_on_error=False)
-    add_parser(parser.add_subparsers())
-    return run_request(parser.parse_args(["run", *words]))
+    return run_request(parse_run_args(words))
 
 
 def execute(request: RunRequest, error_is_result: bool = False) -> int:
@@ -193,20 +207,29 @@ def execute(request: RunRequest, error_is_result: bool = False) -> int:
     except Interrupted as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 130
+    said, error = outcome(request, meta, time.perf_counter() - t0)
+    for line in said:
+        log.info(line)
+    if error is not None:
+        print(error, file=sys.stderr)
+        return 0 if error_is_result else 1
+    return 0
+
+
+def outcome(request: RunRequest, meta: RunMeta, seconds: float) -> tuple[list[str], str | None]:
+    """How a run ended, in lines, and its error line (None unless its process crashed:
+    termination ``error``)."""
     enforced = f"enforced by {meta.backend}" if meta.limit_enforced else "NOT enforced"
     limit = request.limits.limit_bytes
     limit_text = "unlimited" if limit is None else f"{format_size(limit)} {enforced}"
-    log.info(f"{meta.pipeline.name} under {meta.policy} ({limit_text}): "
-             f"{meta.termination} in {time.perf_counter() - t0:.2f} s -> "
-             f"{os.path.normpath(request.out)}")
+    said = [f"{meta.pipeline.name} under {meta.policy} ({limit_text}): {meta.termination} "
+            f"in {seconds:.2f} s -> {os.path.normpath(request.out)}"]
     if meta.termination == "memory":
-        log.info(f"  {_oom_moment(meta.running_at_end, meta.tasks_finished)}")
+        said.append(f"  {_oom_moment(meta.running_at_end, meta.tasks_finished)}")
     elif meta.termination == "ok" and meta.termination_detail:  # killed only as it exited
-        log.info(f"  {meta.termination_detail}")
-    if meta.termination == "error":
-        print(f"error: {meta.termination_detail}", file=sys.stderr)
-        return 0 if error_is_result else 1
-    return 0
+        said.append(f"  {meta.termination_detail}")
+    error = f"error: {meta.termination_detail}" if meta.termination == "error" else None
+    return said, error
 
 
 def _oom_moment(running: list[str], finished: int | None) -> str:

@@ -1,6 +1,7 @@
 """``python -m engine tidy --out DIR RUN...``: the tidy tables (runs, tasks, networks,
 samples as Parquet) of run folders, one folder per run under DIR named as the run's own
-(``rep0``, ...); the workflow's tidy_run job, one per run set."""
+(``rep0``, ...). ``--set DIR RUN...``, repeated, tidies several run sets in one process:
+the workflow's tidy jobs, one per pipeline (its run sets of one kind)."""
 
 from __future__ import annotations
 
@@ -21,24 +22,55 @@ log = logging.getLogger(__name__)
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("tidy", help="tidy tables (Parquet) of run folders, one folder each "
                        "under --out")
-    p.add_argument("--out", required=True, help="folder for one <run folder name>/ per run")
-    p.add_argument("runs", nargs="+", help="run folders written by run")
+    p.add_argument("--out", help="folder for one <run folder name>/ per run")
+    p.add_argument("runs", nargs="*", help="run folders written by run")
+    p.add_argument("--set", action="append", nargs="+", metavar=("OUT", "RUN"), dest="sets",
+                   help="instead of --out and RUN...: one run set's folder and its runs; "
+                        "repeat it for several sets in one process (the workflow's tidy "
+                        "jobs, a pipeline's sets each)")
     p.set_defaults(func=main)
 
 
-def main(args: argparse.Namespace) -> None:
-    from engine.analysis.tablefiles import TIDY_DIGESTS, write_tidy
-    from engine.analysis.tidy import TIDY_TABLES, tidy_run
+def _sets(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
+    """(out, runs) of each set the arguments name: --out and RUN..., or each --set."""
+    if args.sets and (args.out or args.runs):
+        raise EdgeprofError("give either --out and RUN... or --set OUT RUN..., not both")
+    if args.sets:
+        short = [s[0] for s in args.sets if len(s) < 2]
+        if short:
+            raise EdgeprofError(f"--set {short[0]}: name its run folders after the set's "
+                                f"folder (--set OUT RUN...)")
+        return [(s[0], s[1:]) for s in args.sets]
+    if not args.out or not args.runs:
+        raise EdgeprofError("give --out and the run folders to tidy (or --set OUT RUN...)")
+    return [(args.out, args.runs)]
 
-    for run in args.runs:  # the inputs first: a FIFO or a file is not a run folder
+
+def main(args: argparse.Namespace) -> None:
+    sets = _sets(args)
+    outs = [os.path.abspath(out) for out, _ in sets]
+    if len(set(outs)) < len(outs):
+        raise EdgeprofError("two --set name the same folder; give each set its own")
+    checked = [_check(out, runs) for out, runs in sets]  # every set before any is written
+    for out, runs, names in checked:
+        _tidy(out, runs, names)
+
+
+def _check(out_arg: str, runs: list[str]) -> tuple[Path, list[str], list[str]]:
+    """One set's folder and runs, checked before anything is written: its folder, its
+    runs, and the name each run's tables go under."""
+    from engine.analysis.tablefiles import TIDY_DIGESTS
+    from engine.analysis.tidy import TIDY_TABLES
+
+    for run in runs:  # the inputs first: a FIFO or a file is not a run folder
         if file_kind(run) != "a folder":
             raise EdgeprofError(f"{run} is {file_kind(run)}, not a run folder; give the "
                                 f"folders python -m engine run wrote")
-    out = output_dir(args.out, "--out")
+    out = output_dir(out_arg, "--out")
     # the name a run folder has ("runs/x/.." is "runs"): its tables go to --out/<name>
-    names = [Path(os.path.abspath(run)).name for run in args.runs]
+    names = [Path(os.path.abspath(run)).name for run in runs]
     for name in names:  # --out/<name> may be a run itself (--out its parent folder)
-        not_over_inputs(out / name, "--out", args.runs, "a run it tidies")
+        not_over_inputs(out / name, "--out", runs, "a run it tidies")
         kind = file_kind(out / name)
         if kind not in ("missing", "a folder") or (out / name).is_symlink():
             raise EdgeprofError(f"--out {out}: {out / name}, where this run's tables go, is "
@@ -65,9 +97,17 @@ def main(args: argparse.Namespace) -> None:
     if twice:
         raise EdgeprofError(f"runs named {', '.join(twice)} more than once: each is written "
                             f"to --out/<its folder name>; tidy one run set per --out")
+    return out, runs, names
+
+
+def _tidy(out: Path, runs: list[str], names: list[str]) -> None:
+    """One checked set: every run read before anything is written (a damaged run leaves
+    no output), then written whole."""
+    from engine.analysis.tablefiles import write_tidy
+    from engine.analysis.tidy import tidy_run
+
     t0 = time.perf_counter()
-    # every run read and checked before anything is written: a damaged run leaves no output
-    tables = [(run, name, tidy_run(run)) for run, name in zip(args.runs, names)]
+    tables = [(run, name, tidy_run(run)) for run, name in zip(runs, names)]
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     try:

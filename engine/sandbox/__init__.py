@@ -2,15 +2,15 @@
 user-mode Linux kernel run as a host process (``--backend uml``: ``uml``) or a throwaway
 qemu guest (``--backend vm``: ``guest`` builds and caches its kernel + initramfs, ``boot``
 starts qemu). ``job`` runs inside either, ``run`` is the host side of ``python -m engine
-run --backend uml|vm``. ``python -m engine.sandbox build|check`` builds both or reports
-what this host can do.
+run --backend uml|vm`` and of ``run-block``. ``python -m engine.sandbox build|check``
+builds both or reports what this host can do.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["SandboxConfig", "run_command_in_sandbox", "run_in_sandbox"]
+__all__ = ["SandboxConfig", "run_block_in_sandbox", "run_command_in_sandbox", "run_in_sandbox"]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,15 +1,20 @@
 """Guest side: what the job script runs inside the VM (``python -m engine.sandbox.job``).
 
-Two modes, both writing ``guest.json`` into the writable share (/run/vmout):
+Two modes:
 
-- ``engine REQUEST``: ``python -m engine supervise REQUEST``, the host's RunRequest (JSON,
-  backend cgroup2), under the guest's delegated cgroup root (EDGEPROF_CGROUP_ROOT,
-  created empty by init).
+- ``engines I ...``: for each index I in turn, ``python -m engine supervise
+  request-I.json`` in this process (the host's RunRequest, backend cgroup2, out
+  ``run-I``) under the guest's delegated cgroup root (EDGEPROF_CGROUP_ROOT, created empty
+  by init), its output in ``job-I.log`` and its facts in ``guest-I.json``. Before each
+  run the page cache is dropped and the swap device switched off and on (``reset``), so
+  every run of one boot starts from the same state (engine.sandbox.run runs a block of
+  runs in one boot).
 - ``command LIMIT SWAP ARGV...``: ARGV in a cgroup2 session with memory.max=LIMIT and
   memory.swap.max=SWAP (bytes, or "max"), for the real-kernel tests of the cgroup v2
-  backend; the run cgroup's final counters go into guest.json.
+  backend; the run cgroup's final counters go into ``guest.json``.
 
-Both record /proc/vmstat deltas over the whole job (the guest runs nothing else).
+All in the writable share (/run/vmout). Both record /proc/vmstat deltas over each run
+(the guest runs nothing else).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import platform
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from engine.probes.vmstat import read_vmstat
@@ -36,11 +42,12 @@ def _uptime() -> float:
     return float(Path("/proc/uptime").read_text().split()[0])
 
 
-def _meminfo() -> dict[str, int]:
+def _meminfo(*keys: str) -> dict[str, int]:
+    """/proc/meminfo's ``keys``, in bytes."""
     out = {}
     for line in Path("/proc/meminfo").read_text().splitlines():
         key, rest = line.split(":", 1)
-        if key in ("MemTotal", "SwapTotal"):
+        if key in keys:
             out[key] = int(rest.split()[0]) * 1024
     return out
 
@@ -70,27 +77,97 @@ def run_command(limit: str, swap: str, argv: list[str]) -> tuple[int, dict]:
     return code, facts
 
 
+def reset() -> None:
+    """What one run could leave the next in a boot, undone: the page cache (dropped, after
+    a sync) and the swap device's slots (switched off, which swaps any page back in, and
+    on). The run's cgroup is its supervisor's and goes with it."""
+    os.sync()
+    Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    for line in Path("/proc/swaps").read_text().splitlines()[1:]:
+        device = line.split()[0]
+        subprocess.run(["swapoff", device], check=True)
+        subprocess.run(["swapon", device], check=True)
+
+
+def swap_used() -> int:
+    """Bytes in use on the guest's swap devices (/proc/swaps, KiB)."""
+    return sum(int(line.split()[3]) * 1024
+               for line in Path("/proc/swaps").read_text().splitlines()[1:])
+
+
+def _facts(started: float, before: dict[str, int], t0: float) -> dict:
+    """What a run's guest record holds beside its exit code: when it started (guest
+    uptime), how long it took, the kernel, the vmstat deltas, the swap and the RAM."""
+    after = read_vmstat(JOB_KEYS)
+    return dict(job_start_uptime_s=started, job_s=time.monotonic() - t0,
+                kernel=platform.release(),
+                vmstat_delta={k: after[k] - before[k] for k in before if k in after},
+                swaps=Path("/proc/swaps").read_text().splitlines()[1:],
+                **_meminfo("MemTotal", "SwapTotal"))
+
+
+def _write(name: str, facts: dict) -> None:
+    tmp = SHARE / f"{name}.tmp"
+    tmp.write_text(json.dumps(facts, indent=1))
+    os.replace(tmp, SHARE / name)
+
+
+def _supervise(request: Path, log: int) -> int:
+    """``python -m engine supervise REQUEST`` in this process (a Python start and the
+    engine's imports cost a few tenths of a second in a sandbox, each run), its output and
+    its children's into ``log``. A bug's traceback goes there too, as exit code 1."""
+    from engine.cli import main as cli
+
+    saved = [os.dup(1), os.dup(2)]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    try:
+        return cli(["supervise", str(request)])
+    except Exception:  # noqa: BLE001 - a subprocess's crash, as before: the next run goes on
+        traceback.print_exc()
+        return 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, saved_fd in ((1, saved[0]), (2, saved[1])):
+            os.dup2(saved_fd, fd)
+            os.close(saved_fd)
+
+
+def run_engines(indexes: list[str]) -> int:
+    """Each request of the share in turn; the first non-zero exit code, else 0."""
+    code = 0
+    for i in indexes:
+        reset()
+        # what the run starts from: no swap in use, and in the page cache only what the
+        # guest's own processes hold mapped (an earlier run's reads are dropped)
+        at_start = {"swap_used_at_start": swap_used(),
+                    "page_cache_at_start": _meminfo("Cached")["Cached"]}
+        started, before, t0 = _uptime(), read_vmstat(JOB_KEYS), time.monotonic()
+        with open(SHARE / f"job-{i}.log", "wb") as log:
+            rc = _supervise(SHARE / f"request-{i}.json", log.fileno())
+        _write(f"guest-{i}.json", {"exit_code": rc, **at_start, **_facts(started, before, t0)})
+        if rc:  # the console's tail shows why
+            print(f"run {i} ended with code {rc}:", flush=True)
+            sys.stdout.buffer.write(b"".join((SHARE / f"job-{i}.log").read_bytes()
+                                             .splitlines(keepends=True)[-10:]))
+            sys.stdout.flush()
+        code = code or rc
+    return code
+
+
 def main(argv: list[str]) -> int:
-    started = _uptime()  # the job's first instruction, for the boot-time benchmark
     mode, rest = argv[0], argv[1:]
-    before = read_vmstat(JOB_KEYS)
-    t0 = time.monotonic()
-    if mode == "engine":
-        code = subprocess.call([sys.executable, "-m", "engine", "supervise", rest[0]])
-        facts: dict = {"exit_code": code}
-    elif mode == "command":
-        code, facts = run_command(rest[0], rest[1], rest[2:])
-    else:
+    if mode == "engines":
+        return run_engines(rest)
+    if mode != "command":
         print(f"engine.sandbox.job: unknown mode {mode!r}", file=sys.stderr)
         return 2
-    after = read_vmstat(JOB_KEYS)
-    facts.update(
-        job_start_uptime_s=started, job_s=time.monotonic() - t0, kernel=platform.release(),
-        vmstat_delta={k: after[k] - before[k] for k in before if k in after},
-        swaps=Path("/proc/swaps").read_text().splitlines()[1:], **_meminfo())
-    tmp = SHARE / "guest.json.tmp"
-    tmp.write_text(json.dumps(facts, indent=1))
-    os.replace(tmp, SHARE / "guest.json")
+    started, before, t0 = _uptime(), read_vmstat(JOB_KEYS), time.monotonic()
+    code, facts = run_command(rest[0], rest[1], rest[2:])
+    _write("guest.json", {**facts, **_facts(started, before, t0)})
     return code
 
 

@@ -20,6 +20,7 @@ import signal
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -48,8 +49,10 @@ GUEST_RESERVE = 256 * MIB  # the least the guest needs beside the run's cgroup
 # a guest's RAM as it is touched, so the rest costs nothing
 BASELINE_RAM = 4096 * MIB
 DEVICE_SLACK = 64 * MIB  # swap device a bit larger than memory.swap.max: the cgroup limits
-GUEST_OUT = "/run/vmout/run"  # --out as the guest sees it (inside the share)
-GUEST_REQUEST = "request.json"  # the RunRequest the guest runs, in the share
+GUEST_SHARE = "/run/vmout"  # the share, as the guest sees it
+# in the share, per run i of a boot: the RunRequest the guest runs, and its --out
+REQUEST_NAME = "request-{}.json"
+RUN_NAME = "run-{}"
 
 
 @dataclass
@@ -267,19 +270,25 @@ def sandbox_facts(res: vmboot.BootResult, p: Plan, guest: Guest | uml.Uml,
                             "sd_card_throttle": vmboot.SD_THROTTLE if p.sd_card else None},
             "boot_s": res.boot_s, "job_start_s": job_start, "vm_total_s": res.total_s,
             "guest_job_s": facts.get("job_s"), "vmstat_delta": facts.get("vmstat_delta"),
+            "swap_used_at_start": facts.get("swap_used_at_start"),
+            "page_cache_at_start": facts.get("page_cache_at_start"),
             "error": res.error}
 
 
 def run_in_sandbox(request: RunRequest, cfg: SandboxConfig | None = None,
                    auto: dict | None = None, sandbox: str = "vm") -> RunMeta:
-    """``engine run`` with ``--backend vm`` or ``uml`` (``sandbox``); returns the written
-    meta.json. The guest gets ``request`` as JSON (its out in the share, backend
-    cgroup2). ``auto``: auto's notes when it chose the sandbox. Raises Interrupted on
-    SIGINT/SIGTERM/SIGHUP, after killing the guest and removing every file the run made."""
+    """``engine run`` with ``--backend vm`` or ``uml`` (``sandbox``): a block of one run
+    (``run_block_in_sandbox``); returns its written meta.json."""
+    return run_block_in_sandbox([request], cfg, auto, sandbox)[0]
+
+
+def _check_request(request: RunRequest, cfg: SandboxConfig, sandbox: str) -> tuple:
+    """What the host can check of a run before any boot: its inputs, its share, that the
+    guest sees every file it reads, room for its swap. Returns check_inputs's result."""
     from engine.runner.supervise import check_inputs
 
-    policy, pipeline, models, descs = check_inputs(request)  # in a second, not after a boot
-    cfg = cfg or SandboxConfig.from_env()  # a bad setting fails before anything is written
+    checked = check_inputs(request)  # in a second, not after a boot
+    _, _, _, descs = checked
     check_share(request.out, sandbox)  # auto's choice too: before any folder exists
     # twenty-fifth held-out pass M5: a split in /dev/shm passed every host check, and the
     # guest then said the pipeline did not exist
@@ -293,75 +302,141 @@ def run_in_sandbox(request: RunRequest, cfg: SandboxConfig | None = None,
                           **{f"{net}'s partial {x.partial}": d.resolve(x.partial)
                              for net, d in descs.items() for x in d.layers if x.partial}},
                          sandbox)
-    limit, swap = request.limits.limit_bytes, request.limits.swap_bytes
-    if swap is not None:  # a size asked for (max: EDGEPROF_SANDBOX_SWAP_DEVICE's device)
-        check_swap_room(cfg, swap, request.out)
+    if request.limits.swap_bytes is not None:  # a size asked for (max: the config's device)
+        check_swap_room(cfg, request.limits.swap_bytes, request.out)
+    return checked
+
+
+# what every run of one boot shares: the guest's size, swap device, CPUs and stall watch
+BOOT_SETTINGS = {"--limit": lambda r: r.limits.limit_bytes, "--swap": lambda r: r.limits.swap_bytes,
+                 "--pin-cpu": lambda r: r.options.pin_cpu,
+                 "--stall-timeout": lambda r: r.options.stall_s}
+
+
+def _boot_timeout(requests: list[RunRequest]) -> float | None:
+    """The host's timeout of a boot running ``requests``: each run's own, half as long again
+    and 5 minutes more (the guest's slower start, a loaded host), summed; None if a run
+    has none."""
+    timeouts = [r.options.timeout_s for r in requests]
+    return None if None in timeouts else sum(t * 1.5 + 300 for t in timeouts)
+
+
+def run_block_in_sandbox(requests: list[RunRequest], cfg: SandboxConfig | None = None,
+                         auto: dict | None = None, sandbox: str = "vm") -> list[RunMeta]:
+    """``engine run`` with ``--backend vm`` or ``uml`` (``sandbox``), for a block of runs
+    one after another in one boot (``engine run-block``); returns each run's written
+    meta.json, in order. The guest gets each request as JSON (its out in the share,
+    backend cgroup2) and resets the page cache and swap before each run
+    (engine.sandbox.job). A run the boot did not reach (an earlier run's guest crashed or
+    timed out) goes to the next boot, as does, once, a run the emulator failed
+    (``_emulation_fault``). ``auto``: auto's notes when it chose the sandbox. Raises
+    Interrupted on SIGINT/SIGTERM/SIGHUP, after killing the guest and removing every
+    file of the runs not yet published."""
+    if not requests:
+        raise EdgeprofError("a block of runs needs at least one run")
+    cfg = cfg or SandboxConfig.from_env()  # a bad setting fails before anything is written
+    for flag, value in BOOT_SETTINGS.items():
+        if len({value(r) for r in requests}) > 1:
+            raise EdgeprofError(f"the runs of one boot differ in {flag}; give them the same "
+                                f"{flag}, or run them apart")
+    checked = [_check_request(r, cfg, sandbox) for r in requests]
+    first = requests[0]
+    limit, swap = first.limits.limit_bytes, first.limits.swap_bytes
+    metas: list[RunMeta | None] = [None] * len(requests)
     share = pin = None
-    with OutClaim(request.out, request.force, request.inputs()) as claim, signals_unwind():
+    with ExitStack() as claims, signals_unwind():
         try:
-            share = claim.tempdir("vm.")
-            inner = request.with_changes(
-                pipeline=str(Path(request.pipeline).resolve()),
-                split=str(Path(request.split).resolve()), out=GUEST_OUT, force=False,
-                backend="cgroup2")
-            with naming(share / GUEST_REQUEST):
-                (share / GUEST_REQUEST).write_text(inner.to_json())
-            timeout = request.options.timeout_s
-            host_timeout = None if timeout is None else timeout * 1.5 + 300
-            load_start, started_at = hostload.snapshot(), time.time()
-            job = ["engine", f"/run/vmout/{GUEST_REQUEST}"]
-            stall = request.options.stall_s
-            pin = _pin_uml(request.options.pin_cpu and sandbox == "uml")
-            res, p, guest, facts = boot_job(job, share, limit, swap, cfg, host_timeout,
-                                            sandbox=sandbox, stall_s=stall, cpus=pin.uml)
-            retried = None
-            why = _emulation_fault(share, res)
-            if why:
-                # seen under TCG with two guests on two cores: a guest that stopped before
-                # the run's first task (once in 90 runs, after 6 s) and a measured child
-                # killed by SIGSEGV under a limit (once in 50; the same run alone, three
-                # times: fine). Not results of the run: boot once more, and say so.
-                retried = {"why": why, "error": res.error, "rc": res.rc,
-                           "qemu_exit": res.qemu_exit,
-                           "console_tail": res.console.splitlines()[-40:]}
-                _clear_share(share)
-                res, p, guest, facts = boot_job(job, share, limit, swap, cfg, host_timeout,
-                                                sandbox=sandbox, stall_s=stall, cpus=pin.uml)
-            load = hostload.host_load(load_start, hostload.snapshot())
-            run = share / "run"
-            if (run / "meta.json").is_file():
-                meta = RunMeta.read(run)
-                cap_note = hostmaps.cap_note(res.host_maps_peak, uml.max_map_count())
-                if meta.termination != "ok" and cap_note:  # the guest cannot see the cap
-                    meta.termination_detail = f"{meta.termination_detail}; {cap_note}"
-            else:  # the guest never finished: keep what it wrote, and the console
-                run = _salvage(share)
-                read = {net: models[net] for net in descs}
-                meta = _error_meta(request, pipeline, policy, res, run, read)
-            _add_sandbox_facts(meta, sandbox_facts(res, p, guest, facts)
-                               | {"retried_boot": retried, "host_affinity": pin.facts},
-                               load, started_at)
-            if auto is not None:
-                meta.limits["auto"] = auto | {"chosen": sandbox}
-            with naming(Path(request.out) / "console.log"):  # the name it is published under
-                (run / "console.log").write_text(res.console)
-            if (share / "job.log").is_file():
-                with naming(Path(request.out) / "guest_job.log"):
-                    shutil.copyfile(share / "job.log", run / "guest_job.log")
-            meta.write(run)
-            failed = meta.termination == "error"
-            claim.publish(run, (meta.termination_detail or "error") if failed else None)
-            return meta
+            claim = [claims.enter_context(OutClaim(r.out, r.force, r.inputs()))
+                     for r in requests]
+            share = claim[0].tempdir("vm.")
+            for i, r in enumerate(requests):
+                inner = r.with_changes(pipeline=str(Path(r.pipeline).resolve()),
+                                       split=str(Path(r.split).resolve()),
+                                       out=f"{GUEST_SHARE}/{RUN_NAME.format(i)}",
+                                       force=False, backend="cgroup2")
+                with naming(share / REQUEST_NAME.format(i)):
+                    (share / REQUEST_NAME.format(i)).write_text(inner.to_json())
+            pin = _pin_uml(first.options.pin_cpu and sandbox == "uml")
+            todo, retried = list(range(len(requests))), {}
+            while todo:
+                load_start, started_at = hostload.snapshot(), time.time()
+                res, p, guest, _ = boot_job(["engines", *map(str, todo)], share, limit, swap,
+                                            cfg, _boot_timeout([requests[i] for i in todo]),
+                                            sandbox=sandbox, stall_s=first.options.stall_s,
+                                            cpus=pin.uml)
+                load = hostload.host_load(load_start, hostload.snapshot())
+                boot = {"runs": len(todo), "id": f"{share.name}.{len(retried)}.{todo[0]}"}
+                again = []
+                for position, i in enumerate(todo):
+                    facts = _guest_facts(share, i)
+                    reached = facts is not None or i == next(
+                        (j for j in todo if _guest_facts(share, j) is None), None)
+                    why = _emulation_fault(share, res, i) if reached else ""
+                    if not reached or (why and i not in retried):
+                        if why:
+                            # seen under TCG with two guests on two cores: a guest that
+                            # stopped before the run's first task (once in 90 runs, after
+                            # 6 s) and a measured child killed by SIGSEGV under a limit
+                            # (once in 50; the same run alone, three times: fine). Not
+                            # results of the run: boot once more, and say so.
+                            retried[i] = {"why": why, "error": res.error, "rc": res.rc,
+                                          "qemu_exit": res.qemu_exit,
+                                          "console_tail": res.console.splitlines()[-40:]}
+                        again.append(i)
+                        continue
+                    policy, pipeline, models, descs = checked[i]
+                    run = share / RUN_NAME.format(i)
+                    if (run / "meta.json").is_file():
+                        meta = RunMeta.read(run)
+                        cap_note = hostmaps.cap_note(res.host_maps_peak, uml.max_map_count())
+                        if meta.termination != "ok" and cap_note:  # the guest cannot see it
+                            meta.termination_detail = f"{meta.termination_detail}; {cap_note}"
+                    else:  # the guest never finished it: keep what it wrote, and the console
+                        run = _salvage(share, i)
+                        read = {net: models[net] for net in descs}
+                        meta = _error_meta(requests[i], pipeline, policy, res, run, read)
+                    run_facts = sandbox_facts(res, p, guest, facts)
+                    _add_sandbox_facts(meta, run_facts | {
+                        "retried_boot": retried.get(i), "host_affinity": pin.facts,
+                        "boot_runs": boot["runs"], "boot_position": position,
+                        "boot_id": boot["id"]},
+                        load, started_at + (run_facts["job_start_s"] or 0.0))
+                    if auto is not None:
+                        meta.limits["auto"] = auto | {"chosen": sandbox}
+                    out = Path(requests[i].out)
+                    with naming(out / "console.log"):  # the name it is published under
+                        (run / "console.log").write_text(res.console)
+                    log = share / f"job-{i}.log"
+                    if log.is_file():
+                        with naming(out / "guest_job.log"):
+                            shutil.copyfile(log, run / "guest_job.log")
+                    meta.write(run)
+                    failed = meta.termination == "error"
+                    claim[i].publish(run, (meta.termination_detail or "error") if failed
+                                     else None)
+                    metas[i] = meta
+                _clear_share(share, again)
+                todo = again
+            return metas
         except BaseException as exc:
-            ignore_signals()  # qemu is gone (boot's finally); the share goes now, uncut
+            ignore_signals()  # the guest is gone (boot's finally); the share goes now, uncut
             if isinstance(exc, Signalled):
-                raise Interrupted(f"run interrupted by {exc.name}; nothing written") from None
+                done = sum(m is not None for m in metas)
+                kept = f"; its {done} finished run(s) are kept" if done else ""
+                raise Interrupted(f"run interrupted by {exc.name}; nothing written"
+                                  f"{' of the rest' if done else ''}{kept}") from None
             raise
         finally:
             if pin is not None:
                 pin.release()
             if share is not None:
                 shutil.rmtree(share, ignore_errors=True)
+
+
+def _guest_facts(share: Path, i: int) -> dict | None:
+    """Run ``i``'s record of the guest (engine.sandbox.job), None if it has none."""
+    path = share / f"guest-{i}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 @dataclass
@@ -427,13 +502,14 @@ def _add_sandbox_facts(meta: RunMeta, facts: dict, host_load: dict,
 FAULT_SIGNALS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGILL}
 
 
-def _emulation_fault(share: Path, res: vmboot.BootResult) -> str:
-    """Why this boot's result is the emulator's failure rather than the run's ("" if it
-    is the run's): the guest ended (not timed out) with no run folder and no task
-    started, or, under TCG, the measured child died of SIGSEGV, SIGBUS or SIGILL."""
+def _emulation_fault(share: Path, res: vmboot.BootResult, i: int) -> str:
+    """Why run ``i``'s result in this boot is the emulator's failure rather than the
+    run's ("" if it is the run's): the guest ended (not timed out) with no run folder
+    and no task of it started, or, under TCG, its measured child died of SIGSEGV, SIGBUS
+    or SIGILL."""
     if res.timed_out:
         return ""
-    meta_path = share / "run" / "meta.json"
+    meta_path = share / RUN_NAME.format(i) / "meta.json"
     if meta_path.is_file():
         if res.accel != "tcg":
             return ""
@@ -444,27 +520,31 @@ def _emulation_fault(share: Path, res: vmboot.BootResult) -> str:
         if meta.termination == "error" and signal_no in FAULT_SIGNALS:
             return f"the measured child died of {signal.Signals(signal_no).name} in the guest"
         return ""
-    partials = share.glob(f".{Path(GUEST_OUT).name}.[0-9]*")
-    if any(_child_started(partial) for partial in partials):
+    if any(_child_started(partial) for partial in _partials(share, i)):
         return ""
     return "the guest stopped before the run's first task"
 
 
-def _clear_share(share: Path) -> None:
-    """Everything a boot left in the share, but the request it runs."""
-    for path in share.iterdir():
-        if path.name == GUEST_REQUEST:
-            continue
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
+def _partials(share: Path, i: int) -> list[Path]:
+    """Run ``i``'s unfinished temp folders in the share (not its .lock)."""
+    return sorted(share.glob(f".{RUN_NAME.format(i)}.[0-9]*"))
 
 
-def _salvage(share: Path) -> Path:
-    """The inner run's unfinished temp folder (its progress so far), else an empty one."""
-    partial = sorted(share.glob(f".{Path(GUEST_OUT).name}.[0-9]*"))  # not its .lock
-    run = share / "run"
+def _clear_share(share: Path, todo: list[int]) -> None:
+    """Everything of runs ``todo`` a boot left in the share, but their requests."""
+    for i in todo:
+        for path in [share / RUN_NAME.format(i), share / f"job-{i}.log",
+                     share / f"guest-{i}.json", *_partials(share, i)]:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+
+
+def _salvage(share: Path, i: int) -> Path:
+    """Run ``i``'s unfinished temp folder (its progress so far), else an empty one."""
+    partial = _partials(share, i)
+    run = share / RUN_NAME.format(i)
     if partial:
         os.replace(partial[-1], run)
     else:

@@ -164,15 +164,28 @@ def sandbox_pipelines_args(config: Config, holdout: bool = False) -> str:
                        "--networks", *sorted(set(cfg["networks"]))])
 
 
-def run_command(prefix: str, pipeline: str, policy: str, split: str, out: str, limit: str,
-                batch: str, runtime: str, seed: int, options: str, log: str) -> str:
-    """The shell line of one run, ``python -m engine run ...`` after ``prefix`` (its SLURM
+def run_words(pipeline: str, policy: str, split: str, out: str, limit: str, batch: str,
+              runtime: str, seed: int, options: str) -> str:
+    """``python -m engine run``'s arguments for one run, quoted for a shell."""
+    q = shlex.quote
+    return (f"--pipeline {q(pipeline)} --policy {q(policy)} --split {q(split)} --out {q(out)}"
+            f" {limit} {batch} --runtime {q(runtime)} --seed {int(seed)} {options}")
+
+
+def run_command(prefix: str, words: str, log: str) -> str:
+    """The shell line of one run, ``python -m engine run WORDS`` after ``prefix`` (its SLURM
     job step, or the qemu guest's cache: ``common.smk``'s ``vm_env``), its stderr into
     ``log``."""
+    return f"{prefix}python -m engine run {words} 2> {shlex.quote(log)}"
+
+
+def sandbox_block_command(prefix: str, runs: Iterable[tuple[str, str]]) -> str:
+    """The shell line of one job's runs in one sandbox boot (``sandbox.per_boot: block``):
+    ``python -m engine run-block`` with each run's arguments (``run_words``) and log, in
+    order. Its own messages are errors only: each run's go to its log."""
     q = shlex.quote
-    return (f"{prefix}python -m engine run --pipeline {q(pipeline)} --policy {q(policy)}"
-            f" --split {q(split)} --out {q(out)} {limit} {batch} --runtime {q(runtime)}"
-            f" --seed {int(seed)} {options} 2> {q(log)}")
+    return (f"{prefix}python -m engine run-block -q "
+            + " ".join(f"--run {q(words)} --log {q(log)}" for words, log in runs))
 
 
 def block_command(commands: Iterable[str]) -> str:

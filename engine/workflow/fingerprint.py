@@ -29,10 +29,11 @@ JOB_ENTRIES = {
     "pipelines": ("engine.__main__", "engine.cli", "engine.commands.pipelines",
                   "engine.schedule.pipelines", "engine.caffe.splitter"),
     # the supervisor (in the guest too: the supervise verb), the measured child, the
-    # sampler process, the vm path and its guest
-    "run": ("engine.__main__", "engine.cli", "engine.commands.run", "engine.commands.supervise",
-            "engine.commands.child", "engine.runner.supervise", "engine.runner.child",
-            "engine.probes.sampler", "engine.sandbox.run", "engine.sandbox.job"),
+    # sampler process, the vm path and its guest, a sandbox block's verb
+    "run": ("engine.__main__", "engine.cli", "engine.commands.run", "engine.commands.run_block",
+            "engine.commands.supervise", "engine.commands.child", "engine.runner.supervise",
+            "engine.runner.child", "engine.probes.sampler", "engine.sandbox.run",
+            "engine.sandbox.job"),
     "tidy": ("engine.__main__", "engine.cli", "engine.commands.tidy", "engine.analysis.tidy",
              "engine.analysis.tablefiles"),
     # the aggregate scripts (campaign and held-out): the reconciliation comes with aggregate

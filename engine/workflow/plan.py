@@ -3,6 +3,7 @@ they should start in."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -304,12 +305,51 @@ class BlockShape:
     reps: tuple[int, ...]
 
 
+def per_boot(config: Config) -> str:
+    """What one sandbox boot runs (``sandbox.per_boot``): "run" or "block"; "run" where
+    no sandbox is on."""
+    sandbox = config["sandbox"]
+    return sandbox.get("per_boot", "block") if sandbox["enabled"] else "run"
+
+
+def job_blocks(config: Config) -> dict[BlockKey, list[tuple[str, str]]]:
+    """The blocks of ``run_blocks`` that are a workflow job each: every block with
+    ``run.per_job: block``; else, with ``sandbox.per_boot: block``, the sandbox's (one
+    boot each, ``python -m engine run-block``)."""
+    blocks = run_blocks(config)
+    if config["run"].get("per_job", "run") == "block":
+        return blocks
+    if per_boot(config) == "block":
+        return {key: runs for key, runs in blocks.items() if key[1]}
+    return {}
+
+
+# the run folders' kinds (results/<kind>/...): the workflow's kind wildcard
+KIND_RE = r"(runs|unprobed|native|sandbox(_[a-z]+)?)(_b\d+)?"
+
+
+def run_rule_kind(config: Config) -> str:
+    """The kind wildcard of rule run (``run.per_job: run``): every kind, but none of the
+    ``kind/pipeline`` folders the job blocks make (``sandbox.per_boot: block``). Such a
+    pair holds no run of a job of its own."""
+    if config["run"].get("per_job", "run") == "block" or not job_blocks(config):
+        return KIND_RE
+    blocked = {(kind, key[2]) for key, runs in job_blocks(config).items() for kind, _ in runs}
+    alone = {(kind, key[2]) for key, runs in run_blocks(config).items() if not key[1]
+             for kind, _ in runs}
+    assert not blocked & alone, f"sandbox blocks share kind and pipeline with other runs: " \
+                                f"{sorted(blocked & alone)}"
+    folders = "|".join(re.escape(f"{kind}/{pipeline}") for kind, pipeline in sorted(blocked))
+    # a lookahead: the kind group starts where the folder's path does
+    return f"(?!({folders})/){KIND_RE}"
+
+
 def block_shapes(config: Config) -> list[BlockShape]:
-    """The blocks of ``run_blocks`` as rules: blocks alike in place, limit and runs, split
+    """The blocks of ``job_blocks`` as rules: blocks alike in place, limit and runs, split
     until each shape's blocks are its pipelines times its repetitions, so a rule's
     wildcards (pipeline, rep) match its own blocks' folders and no other rule's."""
     alike: dict[tuple, dict[int, list[str]]] = {}
-    for (_, in_sandbox, pipeline, limit, rep), runs in run_blocks(config).items():
+    for (_, in_sandbox, pipeline, limit, rep), runs in job_blocks(config).items():
         alike.setdefault((in_sandbox, limit, tuple(sorted(runs))), {}).setdefault(
             rep, []).append(pipeline)
     shapes = []
@@ -320,6 +360,29 @@ def block_shapes(config: Config) -> list[BlockShape]:
         shapes += [BlockShape(in_sandbox, limit, runs, pipelines, tuple(sorted(reps)))
                    for pipelines, reps in reps_of.items()]
     return shapes
+
+
+@dataclass(frozen=True)
+class TidyShape:
+    """Tidy jobs that one workflow rule runs: a job per pipeline tidies every run set of
+    one kind on it (one process and one load of the analysis for them all); the
+    pipelines alike in their sets share the rule."""
+
+    kind: str
+    sets: tuple[tuple[str, str], ...]  # (policy id, limit), sorted
+    pipelines: tuple[str, ...]
+
+
+def tidy_shapes(config: Config) -> list[TidyShape]:
+    """The tidy jobs as rules (``TidyShape``), one per kind and set of run sets."""
+    of: dict[tuple[str, str], set[tuple[str, str]]] = {}
+    for kind, pipeline, policy, limit in run_set_index(config):
+        of.setdefault((kind, pipeline), set()).add((policy, limit))
+    alike: dict[tuple, list[str]] = {}
+    for (kind, pipeline), sets in of.items():
+        alike.setdefault((kind, tuple(sorted(sets))), []).append(pipeline)
+    return [TidyShape(kind, sets, tuple(sorted(pipelines)))
+            for (kind, sets), pipelines in alike.items()]
 
 
 def run_priorities(config: Config) -> dict[tuple[str, str, str, str, int], int]:

@@ -190,6 +190,26 @@ def test_the_workflow_breakdown_splits_a_run_as_counted_by_hand(tmp_path):
             15.0 - (1.0 + 0.75 + 5.0 + 0.5 + 2.0 + 0.75 + 0.25),
     })
     assert sum(parts.values()) == pytest.approx(15.0)
-    job("blocks/p000/none/rep0.0.tsv", 3.0)  # a block of runs: not split, said so
-    with pytest.raises(SystemExit, match="not split"):
-        bench.breakdown(results, 18.0)
+    # a sandbox block: two runs in one boot (8.0 s to power-off) in a job of 9.0 s, and a
+    # run.per_job block of two native runs in a job of 2.0 s
+    boot = {"vm_total_s": 8.0, "boot_id": "b1"}
+    run("runs/v001/bulk/48M/rep0", 3.0, (0, 2_000_000_000), boot)
+    run("runs/v001/linear/48M/rep0", 2.0, (0, 1_000_000_000), boot)
+    job("blocks/v001/48M/rep0.0.tsv", 9.0)
+    run("native/v001/bulk/none/rep0", 0.5, (0, 250_000_000), None)
+    run("native/v001/linear/none/rep0", 0.5, (0, 250_000_000), None)
+    job("blocks/v001/none/rep0.1.tsv", 2.0)
+    before = parts
+    parts = bench.breakdown(results, 30.0)
+    assert parts == pytest.approx(before | {
+        "measured makespans": before["measured makespans"] + 2.0 + 1.0 + 0.25 + 0.25,
+        "measured child's start and end": before["measured child's start and end"]
+        + 1.0 + 1.0 + 0.25 + 0.25,
+        "sandbox boots and guest starts": before["sandbox boots and guest starts"]
+        + 8.0 - 3.0 - 2.0,  # the boot once
+        "run job's start and end": before["run job's start and end"] + (9.0 - 8.0)
+        + (2.0 - 0.5 - 0.5),
+        "Snakemake's scheduling and job spawns": 30.0 - (15.0 - before[
+            "Snakemake's scheduling and job spawns"]) - 9.0 - 2.0,
+    })
+    assert sum(parts.values()) == pytest.approx(30.0)

@@ -231,10 +231,10 @@ def test_a_run_that_failed_near_the_cap_is_said_to_have_been_there(tiny, tmp_pat
     def fake_boot(termination, peak):
         def boot(py_args, share, limit, swap, cfg=None, timeout_s=None, sandbox="vm",
                  stall_s=None, cpus=None):
-            (share / "run").mkdir()
+            (share / "run-0").mkdir()
             RunMeta(policy="linear", termination=termination, exit_code=139,
                     termination_detail="the run process ended with code 139").write(
-                        share / "run")
+                        share / "run-0")
             res = BootResult(rc=1, accel="uml", boot_s=1.0, total_s=9.0, timed_out=None,
                              qemu_exit=0, console="", host_maps_peak=peak)
             return res, vm_run.plan(vm_run.SandboxConfig(), None, None, _FAKE_UML), _FAKE_UML, None

@@ -76,8 +76,8 @@ def test_force_keeps_the_earlier_run_when_the_guest_never_boots(tiny, tmp_path, 
              "--limit", "256M", *extra]))
 
     def boot_ok(py_args, share, *args, **kw):  # a guest that wrote an ok run
-        (share / "run").mkdir()
-        RunMeta(policy="linear", termination="ok", exit_code=0).write(share / "run")
+        (share / "run-0").mkdir()
+        RunMeta(policy="linear", termination="ok", exit_code=0).write(share / "run-0")
         return boot_timeout(py_args, share, *args, **kw)  # its folder is what counts
 
     monkeypatch.setattr(vmrun, "boot_job", boot_ok)
@@ -109,7 +109,7 @@ def test_a_guest_that_crashed_mid_run_enforced_its_limit_and_stays_in_its_cell(
 
     def crashed(py_args, share, limit, swap, cfg=None, timeout_s=None, sandbox="vm",
                 stall_s=None, cpus=None):
-        partial = share / f".{Path(vmrun.GUEST_OUT).name}.4242"
+        partial = share / ".run-0.4242"
         partial.mkdir()
         (partial / "progress.jsonl").write_text("\n".join(lines[:started[5] + 1]) + "\n")
         res = vmboot.BootResult(rc=None, accel="tcg", boot_s=1.0, total_s=4.0,

@@ -31,11 +31,13 @@ from engine.workflow.environ import job_environ
 from engine.workflow.fingerprint import JOB_ENTRIES, code_fingerprint, job_modules
 from engine.workflow.plan import (
     block_shapes,
+    job_blocks,
     needs_vm_guest,
     policy_ids,
     reconcile_in_sandbox,
     run_blocks,
     run_order,
+    run_rule_kind,
     run_set_index,
     run_sets,
     sandbox_enabled,
@@ -605,7 +607,8 @@ def test_both_configs_validate_and_vm_needs_its_pipelines_when_enabled(cfg):
     no_vm = copy.deepcopy(cfg)
     del no_vm["sandbox"]
     validate(no_vm, schema)  # fills in the default
-    assert no_vm["sandbox"] == {"enabled": False, "kernel": "auto", "native_baseline": False}
+    assert no_vm["sandbox"] == {"enabled": False, "kernel": "auto", "native_baseline": False,
+                                "per_boot": "block"}
 
 
 def _resolved(node: dict) -> dict:
@@ -999,7 +1002,7 @@ def test_the_slurm_profile_plans_one_core_and_sized_memory_per_job(tmp_path):
             reserves.add(mem - step)
             assert int(resources["runtime"]) == len(outputs) * 30 + 5  # timeout_s 1800
             runs += outputs
-        if rule == "tidy_run":  # every repetition of a pipeline x policy x limit
+        if rule.startswith("tidy_"):  # every repetition of a pipeline's run sets of a kind
             assert body.count("/rep") >= 2 * 2
     # every run, once: 3 pipelines (1 + the 2 held out) x 2 policies x 4 limits x 2 reps,
     # and the 1 main pipeline's unprobed linear twins
@@ -1032,12 +1035,25 @@ def test_blocks_hold_every_run_once_in_run_order(name):
 
 
 @pytest.mark.parametrize("name", ["config.yaml", "paper.yaml", "fidelity.yaml"])
-def test_block_shapes_are_exact_products_that_never_overlap(name):
+@pytest.mark.parametrize("per_job", ["run", "block"])
+def test_block_shapes_are_exact_products_that_never_overlap(name, per_job):
     """Each shape's rule matches exactly its own blocks: its pipelines times its
     repetitions are blocks of its place, limit and runs, and no run folder is the
-    output of two shapes."""
-    cfg = load_config(name)
-    blocks = run_blocks(cfg)
+    output of two shapes. With run.per_job "run" the shapes are the sandbox's blocks
+    alone (sandbox.per_boot "block"), and rule run's kind wildcard refuses their
+    folders and no other run's."""
+    cfg = with_(load_config(name), run__per_job=per_job)
+    blocks = job_blocks(cfg)
+    if per_job == "run":
+        # paper.yaml has no sandbox: no blocks
+        assert bool(blocks) == cfg["sandbox"]["enabled"]
+        assert all(in_sandbox for _, in_sandbox, *_ in blocks)
+        kind_re = re.compile(run_rule_kind(cfg))
+        for kind, pipeline, policy, limit, rep in run_order(cfg):
+            in_block = any((kind, policy) in runs and key[2:] == (pipeline, limit, rep)
+                           for key, runs in blocks.items())
+            taken = kind_re.match(f"{kind}/{pipeline}/{policy}/{limit}/rep{rep}") is not None
+            assert taken != in_block, (kind, pipeline, policy, limit, rep)
     by_place: dict[tuple, set] = {}  # blocks of another kind may share a place (fidelity)
     for (_, in_sandbox, pipeline, limit, rep), runs in blocks.items():
         by_place.setdefault((in_sandbox, pipeline, limit, rep), set()).add(tuple(sorted(runs)))
@@ -1048,7 +1064,9 @@ def test_block_shapes_are_exact_products_that_never_overlap(name):
                 assert shape.runs in by_place[(shape.in_sandbox, pipeline, shape.limit, rep)]
                 outputs += [(kind, pipeline, policy, shape.limit, rep)
                             for kind, policy in shape.runs]
-    assert sorted(outputs) == sorted(run_order(cfg))
+    assert sorted(outputs) == sorted((kind, pipeline, policy, limit, rep)
+                                     for (_, _, pipeline, limit, rep), runs in blocks.items()
+                                     for kind, policy in runs)
 
 
 def test_a_block_runs_every_command_and_fails_at_its_end_if_one_failed(tmp_path):

@@ -27,6 +27,8 @@ from engine.workflow.args import (
     run_command,
     run_options,
     run_settings,
+    run_words,
+    sandbox_block_command,
     sandbox_pipelines_args,
 )
 from engine.workflow.checks import (
@@ -40,20 +42,24 @@ from engine.workflow.environ import job_environ, sandbox_settings
 from engine.workflow.fingerprint import code_fingerprint, content_digest, policy_fingerprint
 from engine.workflow.interrupt import forward_interrupts
 from engine.workflow.plan import (
+    KIND_RE,
     UNLIMITED,
     batches,
     block_shapes,
     holdout_config,
+    job_blocks,
     needs_vm_guest,
+    per_boot,
     pipeline_names,
     policy_ids,
     reconcile_in_sandbox,
-    run_blocks,
     run_priorities,
+    run_rule_kind,
     run_set_index,
     run_sets,
     sandbox_pipeline_names,
     sandbox_kernel,
+    tidy_shapes,
 )
 from engine.workflow.resources import (
     UNLIMITED_MEM_MB,
@@ -221,11 +227,13 @@ HOLDOUT_TIDY_REPS = {d: _REPS[d] for d in HOLDOUT_TIDY_DIRS}
 # Snakemake priorities that start the runs interleaved across policies, block by block
 # (engine.workflow.plan.run_order); the order they really ran in is in the runs table.
 RUN_PRIORITY = run_priorities(config)
-# run.per_job "block": one job per block of runs (engine.workflow.plan.run_blocks), by one
-# rule per BlockShape (workflow/rules/run.smk); (shape index, pipeline, rep) -> the
-# block's runs in their order, and its priority (the blocks start in run order)
+# One job per block of runs (engine.workflow.plan.job_blocks): every block with run.per_job
+# "block"; else, with sandbox.per_boot "block", the sandbox's, each in one boot. One rule
+# per BlockShape (workflow/rules/run.smk); (shape index, pipeline, rep) -> the block's runs
+# in their order, and its priority: its first run's (the blocks start in run order)
 PER_JOB = RUN.get("per_job", "run")
-BLOCK_SHAPES = block_shapes(config) if PER_JOB == "block" else []
+PER_BOOT = per_boot(config)
+BLOCK_SHAPES = block_shapes(config)
 BLOCK_RUNS = {}
 if BLOCK_SHAPES:
     _SHAPE_INDEX = {
@@ -234,10 +242,15 @@ if BLOCK_SHAPES:
         for p in s.pipelines
         for r in s.reps
     }
-    _BLOCKS = list(run_blocks(config).items())
-    for _at, ((_, _in_vm, _pipe, _limit, _rep), _runs) in enumerate(_BLOCKS):
+    for (_, _in_vm, _pipe, _limit, _rep), _runs in job_blocks(config).items():
         _i = _SHAPE_INDEX[(_in_vm, _limit, tuple(sorted(_runs)), _pipe, _rep)]
-        BLOCK_RUNS[(_i, _pipe, _rep)] = (_runs, len(_BLOCKS) - _at)
+        _kind, _policy = _runs[0]
+        BLOCK_RUNS[(_i, _pipe, _rep)] = (
+            _runs,
+            RUN_PRIORITY[(_kind, _pipe, policy_id(_policy), _limit, _rep)],
+        )
+# the rule run's kind wildcard, which with sandbox blocks refuses their kind/pipeline folders
+RUN_KIND = run_rule_kind(config)
 REC_ID = policy_id(REC["policy"])
 REC_BATCH = batches(config)[0]  # the reconciliation run's: the first of run.batch's
 REC_DIR = f"{RESULTS}/reconcile/{REC['pipeline']}/{REC_ID}/{REC['limit']}"
@@ -343,7 +356,7 @@ TARGETS = (
 wildcard_constraints:
     stem="|".join(map(re.escape, NETWORKS)) or "(?!)",
     pipeline=r"(hp|hv|p|v)\d\d\d+",
-    kind=r"(runs|unprobed|native|sandbox(_[a-z]+)?)(_b\d+)?",
+    kind=KIND_RE,
     policy="|".join(POLICIES),
     limit=r"none|\d+(\.\d+)?[KMGT]?",
     rep=r"\d+",
@@ -536,12 +549,11 @@ def vm_env(wildcards, input):
     return STEP_PREFIX[mem_key(*_limit_key(wildcards), pipeline, batch)]
 
 
-def _run_line(kind, pipeline, policy, limit, rep, in_sandbox, prefix):
-    """The shell line of one run (policy: its canonical name)."""
+def _run_words(kind, pipeline, policy, limit, rep, in_sandbox):
+    """One run's `python -m engine run` arguments and its log (policy: its canonical name)."""
     names = dict(kind=kind, pipeline=pipeline, policy=policy_id(policy), limit=limit, rep=rep)
     rs = RUN_SET_OF[(kind, pipeline, policy_id(policy), limit)]
-    return run_command(
-        prefix,
+    words = run_words(
         f"{PIPELINES_DIR}/{pipeline}.json",
         policy,
         SPLIT_DIR,
@@ -551,8 +563,13 @@ def _run_line(kind, pipeline, policy, limit, rep, in_sandbox, prefix):
         rs.runtime,
         config["seed"] + rep,
         RUN_OPTIONS,
-        RUN_LOG.format(**names),
     )
+    return words, RUN_LOG.format(**names)
+
+
+def _run_line(kind, pipeline, policy, limit, rep, in_sandbox, prefix):
+    """The shell line of one run (policy: its canonical name)."""
+    return run_command(prefix, *_run_words(kind, pipeline, policy, limit, rep, in_sandbox))
 
 
 def run_line(wildcards, input):
@@ -617,11 +634,45 @@ def run_mem(wildcards):
     ]
 
 
-def set_runs(wildcards):
-    """The run folders of every repetition of one run set (tidy_run's input)."""
-    reps = _run_set(wildcards).repetitions
-    base = f"{RESULTS}/{wildcards.kind}/{wildcards.pipeline}/{wildcards.policy}"
-    return [f"{base}/{wildcards.limit}/rep{rep}" for rep in range(reps)]
+# Rule factories of the tidy jobs (workflow/rules/aggregate.smk): shape i's inputs (every
+# run of its sets on the job's pipeline) and its arguments, a --set per run set.
+TIDY_SHAPES = tidy_shapes(config)
+
+
+def _tidy_sets(i, pipeline):
+    """Shape i's run sets on ``pipeline``: (tidy folder, its runs' folders)."""
+    shape = TIDY_SHAPES[i]
+    return [
+        (
+            f"{RESULTS}/tidy/{shape.kind}/{pipeline}/{policy}/{limit}",
+            [
+                f"{RESULTS}/{shape.kind}/{pipeline}/{policy}/{limit}/rep{rep}"
+                for rep in range(RUN_SET_REPS[(shape.kind, pipeline, policy, limit)])
+            ],
+        )
+        for policy, limit in shape.sets
+    ]
+
+
+def tidy_runs(i):
+    def runs(wildcards):
+        return [run for _, runs in _tidy_sets(i, wildcards.pipeline) for run in runs]
+
+    declare_signatures([runs])
+    return runs
+
+
+def tidy_sets(i):
+    """Params function: `--set OUT RUN...` per run set. It reads `output`, so Snakemake
+    counts it as derived from the job's files and never compares it to decide a rerun."""
+
+    def sets(wildcards, output):
+        return " ".join(
+            shlex.join(["--set", out, *runs]) for out, runs in _tidy_sets(i, wildcards.pipeline)
+        )
+
+    declare_signatures([sets])
+    return sets
 
 
 def run_priority(wildcards):
@@ -683,9 +734,11 @@ def _shape_batch(shape):
 
 def block_shell(i):
     """Params function of shape i: its block's runs one after the other in their order,
-    each in a SLURM job step of its own (or booting the workflow's guest)."""
+    in one sandbox boot (sandbox.per_boot "block"), else each in a SLURM job step of its
+    own (or booting the workflow's guest)."""
     shape = BLOCK_SHAPES[i]
     in_qemu = needs_vm_guest(config, shape.limit, shape.in_sandbox)
+    one_boot = shape.in_sandbox and PER_BOOT == "block"
 
     def runs(wildcards):
         prefix = (
@@ -696,18 +749,20 @@ def block_shell(i):
             ]
         )
         order, _ = BLOCK_RUNS[(i, wildcards.pipeline, int(wildcards.rep))]
-        return block_command(
-            _run_line(
+        lines = [
+            _run_words(
                 kind,
                 wildcards.pipeline,
                 policy,
                 shape.limit,
                 int(wildcards.rep),
                 shape.in_sandbox,
-                prefix,
             )
             for kind, policy in order
-        )
+        ]
+        if one_boot:
+            return sandbox_block_command(prefix, lines)
+        return block_command(run_command(prefix, *line) for line in lines)
 
     declare_signatures([runs])
     return runs
@@ -756,7 +811,6 @@ declare_signatures(
         run_priority,
         vm_recipe,
         caption_facts,
-        set_runs,
         tables_dir,
         model_caption_facts,
         model_figure_tables,

@@ -3,8 +3,9 @@
 # the probe-overhead twins (kind "unprobed": the same run with --no-probes). Priorities
 # start them interleaved across policies (engine.workflow.plan.run_order). An OOM-killed or
 # timed-out run is a result (exit 0, termination recorded); a crash fails the job with
-# the engine's message, and a rerun continues from there. With run.per_job "block" a job
-# runs a block of runs instead (docs/cluster.md).
+# the engine's message, and a rerun continues from there. A job runs a block of runs
+# instead with run.per_job "block" (docs/cluster.md), and the sandbox's runs with
+# sandbox.per_boot "block", one boot each (docs/sandboxes.md).
 
 
 if PER_JOB == "run":
@@ -22,6 +23,8 @@ if PER_JOB == "run":
             RUN_LOG,
         benchmark:
             f"{RESULTS}/benchmarks/{KIND_PATTERN}.tsv"
+        wildcard_constraints:
+            kind=RUN_KIND,
         priority: run_priority
         conda:
             "../../envs/run.yaml"
@@ -43,38 +46,38 @@ if PER_JOB == "run":
         shell:
             "{params.command}"
 
-else:
-    # run.per_job "block": a job per block of runs (a pipeline under one limit in one
-    # repetition), one rule per shape of block (its limit, place and runs: its outputs)
-    for _i, _shape in enumerate(BLOCK_SHAPES):
 
-        rule:
-            name:
-                f"run_block_{_i}"
-            input:
-                pipeline=f"{PIPELINES_DIR}/{{pipeline}}.json",
-                vm_guest=VM_GUEST if needs_vm_guest(config, _shape.limit, _shape.in_sandbox) else [],
-            output:
-                [directory(path) for path in block_paths(_i, RUN_DIR)],
-            log:
-                block_paths(_i, RUN_LOG),
-            benchmark:
-                f"{RESULTS}/benchmarks/blocks/{{pipeline}}/{_shape.limit}/rep{{rep}}.{_i}.tsv"
-            wildcard_constraints:
-                pipeline="|".join(map(re.escape, _shape.pipelines)),
-                rep="|".join(map(str, _shape.reps)),
-            priority: block_priority(_i)
-            conda:
-                "../../envs/run.yaml"
-            resources:
-                **block_resources(_i),
-            params:
-                # compared for a rerun: every run's line, and the code of its policies
-                runs=block_shell(_i),
-                sandbox=SANDBOX_SETTINGS if _shape.in_sandbox else {},
-                code="-".join(sorted({RUN_CODE[policy_id(p)] for _, p in _shape.runs})),
-            shell:
-                "{params.runs}"
+# a job per block of runs (a pipeline under one limit in one repetition), one rule per
+# shape of block (its limit, place and runs: its outputs)
+for _i, _shape in enumerate(BLOCK_SHAPES):
+
+    rule:
+        name:
+            f"run_block_{_i}"
+        input:
+            pipeline=f"{PIPELINES_DIR}/{{pipeline}}.json",
+            vm_guest=VM_GUEST if needs_vm_guest(config, _shape.limit, _shape.in_sandbox) else [],
+        output:
+            [directory(path) for path in block_paths(_i, RUN_DIR)],
+        log:
+            block_paths(_i, RUN_LOG),
+        benchmark:
+            f"{RESULTS}/benchmarks/blocks/{{pipeline}}/{_shape.limit}/rep{{rep}}.{_i}.tsv"
+        wildcard_constraints:
+            pipeline="|".join(map(re.escape, _shape.pipelines)),
+            rep="|".join(map(str, _shape.reps)),
+        priority: block_priority(_i)
+        conda:
+            "../../envs/run.yaml"
+        resources:
+            **block_resources(_i),
+        params:
+            # compared for a rerun: every run's line, and the code of its policies
+            runs=block_shell(_i),
+            sandbox=SANDBOX_SETTINGS if _shape.in_sandbox else {},
+            code="-".join(sorted({RUN_CODE[policy_id(p)] for _, p in _shape.runs})),
+        shell:
+            "{params.runs}"
 
 
 # The reconciliation run: the same engine with tcmalloc preloaded and a heap profile

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from engine.limits.sandbox import uml_status
+from engine.schedule.names import policy_id
+from engine.workflow.plan import run_blocks
 from tests.integration.snakemake_output import job_counts
+from tests.unit.test_workflow_args import load_config, with_
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -146,6 +151,7 @@ def test_limited_runs_go_to_the_vm_with_its_smaller_pipelines(tmp_path):
     cfg["sandbox"]["native_baseline"] = False
     cfg["model"]["holdout"].update(pipelines=0, sandbox_pipelines=0)
     cfg["sandbox"]["kernel"] = "vm"  # the qemu guest, wherever user-mode Linux works
+    cfg["sandbox"]["per_boot"] = "run"  # a job and a boot per run (blocks: the test below)
     path = tmp_path / "vm.yaml"
     path.write_text(yaml.safe_dump(cfg))
     r = _snakemake("--configfile", str(path), "--dry-run", "--printshellcmds")
@@ -173,6 +179,47 @@ def test_limited_runs_go_to_the_vm_with_its_smaller_pipelines(tmp_path):
     native = [line for line in runs if "/pipelines/p0" in line]
     assert native and all("--backend none" in line and "--limit" not in line
                           for line in native)
+
+
+@pytest.mark.parametrize("kernel", ["uml", "vm"])
+def test_the_sandboxs_runs_are_a_job_and_a_boot_per_block_in_the_planned_order(tmp_path,
+                                                                             kernel):
+    """sandbox.per_boot block (the default): each block of the sandbox's runs (a pipeline
+    under one limit in one repetition) is one job, python -m engine run-block, its runs
+    in the planned interleaved order, each with its own log; every other run stays a job
+    of its own."""
+    cfg = with_(load_config("config.yaml"), results=str(tmp_path / "r"), sandbox__kernel=kernel)
+    path = tmp_path / "blocks.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    r = _snakemake("--configfile", str(path), "--dry-run", "--printshellcmds")
+    assert r.returncode == 0, r.stderr[-3000:]
+    commands = _shell_commands(r.stdout)
+    blocks = [c for c in commands if " -m engine run-block " in c]
+    alone = [c for c in commands if " -m engine run " in c and "--heap-profile" not in c]
+    planned = run_blocks(cfg)
+    sandbox_blocks = {key: runs for key, runs in planned.items() if key[1]}
+    assert len(blocks) == len(sandbox_blocks)
+    seen = []
+    for command in blocks:
+        words = shlex.split(command)
+        runs = [shlex.split(words[i + 1]) for i, w in enumerate(words) if w == "--run"]
+        logs = [words[i + 1] for i, w in enumerate(words) if w == "--log"]
+        assert len(logs) == len(runs) and len(set(logs)) == len(logs)
+        outs = [Path(run[run.index("--out") + 1]).parts[-5:] for run in runs]
+        kinds, pipes, policies, limits, reps = zip(*outs)
+        assert len(set(pipes)) == len(set(limits)) == len(set(reps)) == 1
+        key = next(k for k in sandbox_blocks if (k[2], k[3], f"rep{k[4]}") == (
+            pipes[0], limits[0], reps[0]))
+        assert [(kind, policy_id(p)) for kind, p in sandbox_blocks[key]] == list(
+            zip(kinds, policies))  # the planned order
+        assert all(run[run.index("--backend") + 1] == kernel for run in runs)
+        assert command.startswith("EDGEPROF_VM_CACHE=") == (kernel == "vm")
+        seen += outs
+    assert len(seen) == len(set(seen)) == sum(len(runs) for runs in sandbox_blocks.values())
+    # the sandbox pipelines' native twins and the main pipelines: a job each, natively
+    assert alone and not [c for c in alone if f"--backend {kernel}" in c]
+    assert not {Path(shlex.split(c)[shlex.split(c).index("--out") + 1]).parts[-5:]
+                for c in alone} & set(seen)
 
 
 def _shell_commands(text: str) -> list[str]:

@@ -351,7 +351,7 @@ def test_a_new_limit_reruns_only_its_runs_and_what_aggregates_them(workflow):
     workflow.write_config(cfg)
     try:
         assert workflow.planned_jobs() == Counter(
-            {"run": 6, "tidy_run": 2, "aggregate": 1, "plot": len(FIGURES), "all": 1,
+            {"run": 6, "tidy": 1, "aggregate": 1, "plot": len(FIGURES), "all": 1,
              **MODEL_JOBS})
     finally:
         workflow.write_config(tiny_config(workflow.results))
@@ -377,8 +377,8 @@ def test_editing_one_policy_reruns_only_that_policys_runs(workflow):
     planned = _edited(workflow, {"engine/schedule/policies.py": (
         linear, linear + "    assert instances\n")})
     # linear's runs at both limits and their unprobed twins, and the reconciliation run
-    # (it uses linear)
-    assert planned == Counter({"run": 9, "reconcile_run": 1, "tidy_run": 3, "aggregate": 1,
+    # (it uses linear); the pipeline's tidy jobs of the runs and of the twins
+    assert planned == Counter({"run": 9, "reconcile_run": 1, "tidy": 2, "aggregate": 1,
                                "plot": len(FIGURES), "all": 1, **MODEL_JOBS})
 
 
@@ -465,7 +465,7 @@ def test_a_held_out_run_removed_as_the_aggregate_says_is_measured_anew(tmp_path)
     shutil.rmtree(wf.results / "tidy" / "runs" / "hp000" / "linear" / "none")
     shutil.rmtree(wf.results / "holdout" / "tables")  # as the failed aggregate left it
     planned = wf.planned_jobs()
-    assert {"run", "tidy_run", "aggregate_holdout", "score_holdout"} <= set(planned), planned
+    assert {"run", "tidy", "aggregate_holdout", "score_holdout"} <= set(planned), planned
     assert planned["run"] == 1
 
 
@@ -492,7 +492,7 @@ def test_a_batch_added_to_the_list_reruns_only_its_runs(tmp_path):
     wf.write_config(cfg)
     r = wf.snakemake(*targets, "--dry-run", "--quiet", "rules")  # --quiet takes what follows
     assert job_counts(r.stdout + r.stderr) == Counter(
-        {"run": 2, "tidy_run": 2, "aggregate": 1, "fit_model": 1, "plot": 1}), r.stdout
+        {"run": 2, "tidy": 1, "aggregate": 1, "fit_model": 1, "plot": 1}), r.stdout
     planned = wf.snakemake(*targets, "--dry-run")
     folders = set(re.findall(r"--out \S+/(runs\w*)/p000/", planned.stdout))
     assert folders == {"runs_b4"}, planned.stdout[-3000:]
