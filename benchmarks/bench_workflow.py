@@ -236,7 +236,11 @@ def main() -> int:
     ap.add_argument("--wall", type=float, help="its wall time in seconds (with --results)")
     ap.add_argument("--record", metavar="LABEL",
                     help="keep it in benchmarks/results/workflow.json and docs/performance.md")
+    ap.add_argument("--keep", type=Path, metavar="DIR",
+                    help="move the last round's results folder to DIR (new) for a look")
     args = ap.parse_args()
+    if args.keep is not None and args.keep.exists():
+        ap.error(f"--keep {args.keep} exists; name a new folder")
     if (args.results is None) != (args.wall is None):
         ap.error("--results and --wall go together")
     if args.rounds < 1:
@@ -254,6 +258,8 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as tmp:
             for i in range(args.rounds):
                 wall, parts, n = one_round(args.configfile.resolve(), Path(tmp), loads)
+                if args.keep is not None and i == args.rounds - 1:
+                    shutil.move(Path(tmp) / "results", args.keep)
                 walls.append(wall)
                 rounds.append(parts)
                 runs.append(n)
