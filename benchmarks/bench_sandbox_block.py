@@ -44,7 +44,7 @@ def fresh(args: argparse.Namespace, policy: str, out: Path) -> list[dict]:
     """``--per-boot`` runs, a boot each."""
     rows = []
     for i in range(args.per_boot):
-        folder = out / f"fresh-{policy}-{i}"
+        folder = out / f"fresh-{policy.replace(':', '_')}-{i}"
         t0 = time.perf_counter()
         subprocess.run([sys.executable, "-m", "engine", "run", *run_args(args, policy),
                         "--backend", "uml", "--out", str(folder), "-q"], cwd=REPO, check=True)
@@ -55,7 +55,7 @@ def fresh(args: argparse.Namespace, policy: str, out: Path) -> list[dict]:
 def shared(args: argparse.Namespace, policy: str, out: Path) -> list[dict]:
     """``--per-boot`` runs one after another in one boot: ``run-block``, as the workflow
     runs the sandbox's blocks (the guest's state reset before each run)."""
-    folders = [out / f"shared-{policy}-{i}" for i in range(args.per_boot)]
+    folders = [out / f"shared-{policy.replace(':', '_')}-{i}" for i in range(args.per_boot)]
     argv = [sys.executable, "-m", "engine", "run-block", "-q"]
     for folder in folders:
         argv += ["--run", shlex.join([*run_args(args, policy), "--backend", "uml", "--out",

@@ -149,7 +149,12 @@ def _check_rederived(tidied: Path, run: Path, fix: str) -> None:
     for name, fresh in tidy_run(run).items():
         buf = io.BytesIO()
         fresh.to_parquet(buf)  # the same round trip as the stored table's
-        if not pd.read_parquet(tidied / f"{name}.parquet").equals(pd.read_parquet(buf)):
+        stored = tidied / f"{name}.parquet"
+        # the bytes tidy wrote, as a rule (the same writer on the same table): the tables
+        # are then read back only where the bytes differ (another library version)
+        if stored.read_bytes() == buf.getvalue():
+            continue
+        if not pd.read_parquet(stored).equals(pd.read_parquet(buf)):
             raise EdgeprofError(f"{tidied / name}.parquet is not what tidying {run} gives "
                                 f"(edited or cut short since); {fix}")
 

@@ -52,6 +52,8 @@ def main(args: argparse.Namespace) -> None:
     if len(set(outs)) < len(outs):
         raise EdgeprofError("two --set name the same folder; give each set its own")
     checked = [_check(out, runs) for out, runs in sets]  # every set before any is written
+    # each set read whole before it is written (one in memory at a time): a damaged run
+    # leaves its set unwritten, and the job fails (Snakemake then removes the others)
     for out, runs, names in checked:
         _tidy(out, runs, names)
 

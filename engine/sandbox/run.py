@@ -367,10 +367,12 @@ def run_block_in_sandbox(requests: list[RunRequest], cfg: SandboxConfig | None =
                 load = hostload.host_load(load_start, hostload.snapshot())
                 boot = {"runs": len(todo), "id": f"{share.name}.{len(retried)}.{todo[0]}"}
                 again = []
+                facts_of = {i: _guest_facts(share, i) for i in todo}
+                # the run the guest was in when the boot ended (None: it ran them all)
+                running = next((i for i in todo if facts_of[i] is None), None)
                 for position, i in enumerate(todo):
-                    facts = _guest_facts(share, i)
-                    reached = facts is not None or i == next(
-                        (j for j in todo if _guest_facts(share, j) is None), None)
+                    facts = facts_of[i]
+                    reached = facts is not None or i == running
                     why = _emulation_fault(share, res, i) if reached else ""
                     if not reached or (why and i not in retried):
                         if why:
@@ -384,36 +386,15 @@ def run_block_in_sandbox(requests: list[RunRequest], cfg: SandboxConfig | None =
                                           "console_tail": res.console.splitlines()[-40:]}
                         again.append(i)
                         continue
-                    policy, pipeline, models, descs = checked[i]
-                    run = share / RUN_NAME.format(i)
-                    if (run / "meta.json").is_file():
-                        meta = RunMeta.read(run)
-                        cap_note = hostmaps.cap_note(res.host_maps_peak, uml.max_map_count())
-                        if meta.termination != "ok" and cap_note:  # the guest cannot see it
-                            meta.termination_detail = f"{meta.termination_detail}; {cap_note}"
-                    else:  # the guest never finished it: keep what it wrote, and the console
-                        run = _salvage(share, i)
-                        read = {net: models[net] for net in descs}
-                        meta = _error_meta(requests[i], pipeline, policy, res, run, read)
-                    run_facts = sandbox_facts(res, p, guest, facts)
-                    _add_sandbox_facts(meta, run_facts | {
+                    facts = sandbox_facts(res, p, guest, facts) | {
                         "retried_boot": retried.get(i), "host_affinity": pin.facts,
                         "boot_runs": boot["runs"], "boot_position": position,
-                        "boot_id": boot["id"]},
-                        load, started_at + (run_facts["job_start_s"] or 0.0))
-                    if auto is not None:
-                        meta.limits["auto"] = auto | {"chosen": sandbox}
-                    out = Path(requests[i].out)
-                    with naming(out / "console.log"):  # the name it is published under
-                        (run / "console.log").write_text(res.console)
-                    log = share / f"job-{i}.log"
-                    if log.is_file():
-                        with naming(out / "guest_job.log"):
-                            shutil.copyfile(log, run / "guest_job.log")
-                    meta.write(run)
+                        "boot_id": boot["id"]}
+                    meta = _record(requests[i], checked[i], share, i, res, facts, load,
+                                   started_at, auto, sandbox)
                     failed = meta.termination == "error"
-                    claim[i].publish(run, (meta.termination_detail or "error") if failed
-                                     else None)
+                    claim[i].publish(share / RUN_NAME.format(i),
+                                     (meta.termination_detail or "error") if failed else None)
                     metas[i] = meta
                 _clear_share(share, again)
                 todo = again
@@ -431,6 +412,38 @@ def run_block_in_sandbox(requests: list[RunRequest], cfg: SandboxConfig | None =
                 pin.release()
             if share is not None:
                 shutil.rmtree(share, ignore_errors=True)
+
+
+def _record(request: RunRequest, checked: tuple, share: Path, i: int,
+            res: vmboot.BootResult, facts: dict, load: dict, started_at: float,
+            auto: dict | None, sandbox: str) -> RunMeta:
+    """Run ``i``'s folder in the share made whole: the guest's record (or, where the guest
+    never finished it, its progress and an error record), the sandbox's facts, the boot's
+    console and the run's guest log; returns its meta."""
+    policy, pipeline, models, descs = checked
+    run = share / RUN_NAME.format(i)
+    if (run / "meta.json").is_file():
+        meta = RunMeta.read(run)
+        cap_note = hostmaps.cap_note(res.host_maps_peak, uml.max_map_count())
+        if meta.termination != "ok" and cap_note:  # the guest cannot see the cap
+            meta.termination_detail = f"{meta.termination_detail}; {cap_note}"
+    else:  # the guest never finished it: keep what it wrote, and the console
+        run = _salvage(share, i)
+        meta = _error_meta(request, pipeline, policy, res, run,
+                           {net: models[net] for net in descs})
+    # the run's start on the host's clock: the boot's, and the guest's offset
+    _add_sandbox_facts(meta, facts, load, started_at + (facts["job_start_s"] or 0.0))
+    if auto is not None:
+        meta.limits["auto"] = auto | {"chosen": sandbox}
+    out = Path(request.out)
+    with naming(out / "console.log"):  # the name it is published under
+        (run / "console.log").write_text(res.console)
+    log = share / f"job-{i}.log"
+    if log.is_file():
+        with naming(out / "guest_job.log"):
+            shutil.copyfile(log, run / "guest_job.log")
+    meta.write(run)
+    return meta
 
 
 def _guest_facts(share: Path, i: int) -> dict | None:

@@ -195,6 +195,39 @@ def test_the_tidy_verb_writes_one_folder_per_run_or_nothing(campaign, tmp_path, 
     assert "none is missing, not a run folder" in capsys.readouterr().err
 
 
+def test_the_tidy_verb_tidies_several_sets_in_one_process(campaign, tmp_path, capsys):
+    """--set OUT RUN..., repeated (the workflow's tidy job per pipeline): each set in its
+    own folder, as --out would write it; every set's folder checked before any is
+    written."""
+    from engine.cli import main
+
+    runs = campaign / "runs" / "p000"
+    linear, bulk = runs / "linear" / "none", runs / "bulk" / "none"
+    a, b = tmp_path / "t" / "linear", tmp_path / "t" / "bulk"
+    assert main(["tidy", "--set", str(a), str(linear / "rep0"), str(linear / "rep1"),
+                 "--set", str(b), str(bulk / "rep0")]) == 0
+    assert sorted(p.name for p in a.iterdir()) == ["rep0", "rep1"]
+    assert [p.name for p in b.iterdir()] == ["rep0"]
+    assert pd.read_parquet(b / "rep0" / "runs.parquet").run_id.tolist() == [
+        "p000/bulk/none/rep0"]
+    capsys.readouterr()
+    # the second set's folder holds another set: refused before the first is written
+    c = tmp_path / "u" / "linear"
+    assert main(["tidy", "--set", str(c), str(linear / "rep0"), "--set", str(a),
+                 str(bulk / "rep0")]) == 2
+    assert "holds 'rep1'" in capsys.readouterr().err and not c.exists()
+    for argv, said in ((["--set", str(c)], "name its run folders"),
+                       (["--out", str(c), str(linear / "rep0"), "--set", str(a),
+                         str(bulk / "rep0")], "not both"),
+                       (["--set", str(c), str(linear / "rep0"), "--set", str(c),
+                         str(bulk / "rep0")], "same folder"),
+                       ([], "give --out and the run folders")):
+        assert main(["tidy", *argv]) == 2
+        err = capsys.readouterr().err
+        assert said in err and err.count("\n") == 1, err
+    assert not c.exists()
+
+
 @pytest.mark.parametrize("damage", ["emptied", "rows cut", "cut mid-row"])
 def test_a_damaged_tasks_table_is_an_error_naming_it(campaign, tmp_path, damage):
     run = tmp_path / "run"
