@@ -13,8 +13,10 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import select
 import shutil
 import signal
+import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -61,6 +63,27 @@ def preexec(*more: Callable[[], None] | None) -> Callable[[], None]:
             step()
 
     return run
+
+
+def wait_exit(proc: subprocess.Popen, timeout: float | None) -> int:
+    """``proc.wait(timeout)``, woken by the process's exit itself: Popen's wait with a
+    timeout polls every 50 ms, so a run's wall took up to 50 ms past its child's end
+    (25 ms on average). Linux's pidfd (5.3 and later) is readable once the process ends;
+    without one, Popen's polling. Raises subprocess.TimeoutExpired as Popen does."""
+    if timeout is None or proc.returncode is not None:
+        return proc.wait()
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):  # an old kernel, or a process already reaped
+        return proc.wait(timeout=timeout)
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        if not poller.poll(max(0.0, timeout) * 1000):
+            raise subprocess.TimeoutExpired(proc.args, timeout)
+    finally:
+        os.close(fd)
+    return proc.wait()
 
 
 def alive(pid: int) -> bool:

@@ -17,6 +17,7 @@ from pathlib import Path
 import psutil
 
 from engine.limits.cgroupfs import reader_for
+from engine.procs import wait_exit
 
 POLL_S = 0.5  # how often the watch looks: a stall is minutes, a poll costs microseconds
 
@@ -80,7 +81,7 @@ def wait_child(proc: subprocess.Popen, timeout_s: float | None = None,
     deadline = None if timeout_s is None else t0 + timeout_s
     if stall_s is None or watch is None:
         try:
-            return WaitResult(proc.wait(timeout=timeout_s), None)
+            return WaitResult(wait_exit(proc, timeout_s), None)
         except subprocess.TimeoutExpired:
             return WaitResult(None, "timeout")
     # the last arrival counts as a move: standing still before it is waiting
@@ -88,7 +89,7 @@ def wait_child(proc: subprocess.Popen, timeout_s: float | None = None,
     while True:
         step = POLL_S if deadline is None else max(0.0, min(POLL_S, deadline - time.monotonic()))
         try:
-            return WaitResult(proc.wait(timeout=step), None)
+            return WaitResult(wait_exit(proc, step), None)
         except subprocess.TimeoutExpired:
             pass
         now = time.monotonic()

@@ -26,7 +26,7 @@ from pathlib import Path
 from engine.errors import EdgeprofError
 from engine.files import naming
 from engine.limits.sandbox import QEMU
-from engine.procs import preexec, stamped_tempdir
+from engine.procs import preexec, stamped_tempdir, wait_exit
 from engine.runner.outdir import SWAP_PREFIX
 from engine.sandbox import hostmaps, uml
 from engine.sandbox.guest import INSTALL_HINT, Guest
@@ -188,7 +188,7 @@ def boot(guest: Guest | uml.Uml, share: Path, *, accel: str = "tcg", ram_mb: int
                 error = f"the guest job exceeded the {timeout_s:g} s timeout"
             else:
                 try:
-                    proc.wait(timeout=0.5 if left is None else min(0.5, left))
+                    wait_exit(proc, 0.5 if left is None else min(0.5, left))
                 except subprocess.TimeoutExpired:
                     pass
     finally:
