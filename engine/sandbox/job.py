@@ -3,7 +3,8 @@
 Two modes:
 
 - ``engines I ...``: for each index I in turn, ``python -m engine supervise
-  request-I.json`` in this process (the host's RunRequest, backend cgroup2, out
+  request-I.json`` (in the job's own process under engine.guestjob, the guest's entry;
+  in a process of its own under this module's) (the host's RunRequest, backend cgroup2, out
   ``run-I``) under the guest's delegated cgroup root (EDGEPROF_CGROUP_ROOT, created empty
   by init), its output in ``job-I.log`` and its facts in ``guest-I.json``. Before each
   run the page cache is dropped and the swap device switched off and on (``reset``), so
@@ -25,7 +26,7 @@ import platform
 import subprocess
 import sys
 import time
-import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 from engine.probes.vmstat import read_vmstat
@@ -112,28 +113,14 @@ def _write(name: str, facts: dict) -> None:
     os.replace(tmp, SHARE / name)
 
 
-def _supervise(request: Path, log: int) -> int:
-    """``python -m engine supervise REQUEST`` in this process (a Python start and the
-    engine's imports cost a few tenths of a second in a sandbox, each run), its output and
-    its children's into ``log``. A bug's traceback goes there too, as exit code 1."""
-    from engine.cli import main as cli
+Supervise = Callable[[Path, int], int]  # (request file, log fd) -> the run's exit code
 
-    saved = [os.dup(1), os.dup(2)]
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    try:
-        return cli(["supervise", str(request)])
-    except Exception:  # noqa: BLE001 - a subprocess's crash, as before: the next run goes on
-        traceback.print_exc()
-        return 1
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        for fd, saved_fd in ((1, saved[0]), (2, saved[1])):
-            os.dup2(saved_fd, fd)
-            os.close(saved_fd)
+
+def supervise_apart(request: Path, log: int) -> int:
+    """``python -m engine supervise REQUEST`` in a process of its own, its output into
+    ``log`` (engine.guestjob runs it in the job's own process instead)."""
+    return subprocess.call([sys.executable, "-m", "engine", "supervise", str(request)],
+                           stdout=log, stderr=subprocess.STDOUT)
 
 
 # A run that starts within about a second of the guest's boot swaps differently: linear
@@ -151,10 +138,9 @@ def settle() -> None:
         time.sleep(left)
 
 
-def run_engines(indexes: list[str]) -> int:
-    """Each request of the share in turn; the first non-zero exit code, else 0."""
-    import engine.cli  # noqa: F401  (the supervisor's imports, while the kernel settles)
-
+def run_engines(indexes: list[str], supervise: Supervise = supervise_apart) -> int:
+    """Each request of the share in turn, by ``supervise``; the first non-zero exit
+    code, else 0."""
     code = 0
     for i in indexes:
         settle()
@@ -165,7 +151,7 @@ def run_engines(indexes: list[str]) -> int:
                     "page_cache_at_start": _meminfo("Cached")["Cached"]}
         started, before, t0 = _uptime(), read_vmstat(JOB_KEYS), time.monotonic()
         with open(SHARE / f"job-{i}.log", "wb") as log:
-            rc = _supervise(SHARE / f"request-{i}.json", log.fileno())
+            rc = supervise(SHARE / f"request-{i}.json", log.fileno())
         _write(f"guest-{i}.json", {"exit_code": rc, **at_start, **_facts(started, before, t0)})
         if rc:  # the console's tail shows why
             print(f"run {i} ended with code {rc}:", flush=True)
@@ -176,10 +162,10 @@ def run_engines(indexes: list[str]) -> int:
     return code
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], supervise: Supervise = supervise_apart) -> int:
     mode, rest = argv[0], argv[1:]
     if mode == "engines":
-        return run_engines(rest)
+        return run_engines(rest, supervise)
     if mode != "command":
         print(f"engine.sandbox.job: unknown mode {mode!r}", file=sys.stderr)
         return 2

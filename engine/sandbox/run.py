@@ -170,7 +170,7 @@ def job_script(py_args: list[str], accel: str, cwd: Path, preload: Path | None =
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
     # job output goes to a file: the emulated serial console is slow
     return (f"{exports}cd {shlex.quote(str(cwd))} || exit 97\n"
-            f"{shlex.join([sys.executable, '-m', 'engine.sandbox.job', *py_args])} "
+            f"{shlex.join([sys.executable, '-m', 'engine.guestjob', *py_args])} "
             f"> /run/vmout/job.log 2>&1\n"
             f"rc=$?\ntail -n 20 /run/vmout/job.log\nexit $rc\n")
 
@@ -180,7 +180,7 @@ def boot_job(py_args: list[str], share: Path, limit: int | None, swap: int | Non
              sandbox: str = "vm", stall_s: float | None = None,
              cpus: set[int] | None = None
              ) -> tuple[vmboot.BootResult, Plan, Guest | uml.Uml, dict | None]:
-    """Boot once running ``python -m engine.sandbox.job PY_ARGS`` with ``share`` as /run/vmout,
+    """Boot once running ``python -m engine.guestjob PY_ARGS`` with ``share`` as /run/vmout,
     in ``sandbox`` ("vm": qemu, "uml": user-mode Linux; ``stall_s``: how long a guest
     process may sit at the host's mapping cap; ``cpus``: the host CPUs it runs on).
     Returns the boot result, the plan, the guest and the guest's guest.json (or None)."""

@@ -33,7 +33,7 @@ JOB_ENTRIES = {
     "run": ("engine.__main__", "engine.cli", "engine.commands.run", "engine.commands.run_block",
             "engine.commands.supervise", "engine.commands.child", "engine.runner.supervise",
             "engine.runner.child", "engine.probes.sampler", "engine.sandbox.run",
-            "engine.sandbox.job"),
+            "engine.sandbox.job", "engine.guestjob"),
     "tidy": ("engine.__main__", "engine.cli", "engine.commands.tidy", "engine.analysis.tidy",
              "engine.analysis.tablefiles"),
     # the aggregate scripts (campaign and held-out): the reconciliation comes with aggregate

@@ -36,7 +36,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("model",),
     ("commands",),
     ("cli", "workflow", "vm"),  # vm: engine.sandbox's old name, a forwarder
-    ("__main__",),
+    ("__main__", "guestjob"),  # the entry points: python -m engine, the sandbox guest's job
 ]
 LAYER_OF = {part: i for i, parts in enumerate(LAYERS) for part in parts}
 
