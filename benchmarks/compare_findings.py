@@ -44,7 +44,8 @@ def main() -> int:
     ap.add_argument("after", type=Path)
     args = ap.parse_args()
     a, b = findings(args.before), findings(args.after)
-    both = a.join(b, lsuffix="_before", rsuffix="_after", how="outer")
+    both = a.merge(b, left_index=True, right_index=True, how="outer",
+                   suffixes=("_before", "_after"))
     print("## Findings (size bins): significance before -> after\n")
     differ = 0
     for cell, row in both.iterrows():
@@ -57,8 +58,8 @@ def main() -> int:
             print(f"{'/'.join(map(str, cell)):52} {what:8} {x} ({row[f'{what}_median_before']:.3f})"
                   f" -> {y} ({row[f'{what}_median_after']:.3f}){mark}")
     print(f"\n{differ} of the comparisons differ\n")
-    m = makespans(args.before).join(makespans(args.after), lsuffix="_b", rsuffix="_a",
-                                    how="inner")
+    m = makespans(args.before).merge(makespans(args.after), left_index=True,
+                                     right_index=True, suffixes=("_b", "_a"))
     apart = m[(m.makespan_s_ci_high_b < m.makespan_s_ci_low_a)
               | (m.makespan_s_ci_high_a < m.makespan_s_ci_low_b)]
     print(f"## Makespans: {len(apart)} of {len(m)} pipeline cells with CIs apart")

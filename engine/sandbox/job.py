@@ -1,15 +1,16 @@
-"""Guest side: what the job script runs inside the VM (``python -m engine.sandbox.job``).
+"""Guest side: what the job script runs inside the VM (``python -m engine.guestjob``, which
+enters here; ``python -m engine.sandbox.job`` runs the same, each supervisor a process).
 
 Two modes:
 
-- ``engines I ...``: for each index I in turn, ``python -m engine supervise
-  request-I.json`` (in the job's own process under engine.guestjob, the guest's entry;
-  in a process of its own under this module's) (the host's RunRequest, backend cgroup2, out
-  ``run-I``) under the guest's delegated cgroup root (EDGEPROF_CGROUP_ROOT, created empty
-  by init), its output in ``job-I.log`` and its facts in ``guest-I.json``. Before each
-  run the page cache is dropped and the swap device switched off and on (``reset``), so
-  every run of one boot starts from the same state (engine.sandbox.run runs a block of
-  runs in one boot).
+- ``engines I ...``: for each index I in turn, the host's RunRequest ``request-I.json``
+  (backend cgroup2, out ``run-I``) by ``python -m engine supervise`` (in the job's own
+  process under engine.guestjob) under the guest's delegated cgroup root
+  (EDGEPROF_CGROUP_ROOT, created empty by init), its output in ``job-I.log`` and its
+  facts in ``guest-I.json``. No run starts before the kernel has settled (``settle``),
+  and before each the page cache is dropped and the swap device switched off and on
+  (``reset``), so every run of one boot starts from the same state (engine.sandbox.run
+  runs a block of runs in one boot).
 - ``command LIMIT SWAP ARGV...``: ARGV in a cgroup2 session with memory.max=LIMIT and
   memory.swap.max=SWAP (bytes, or "max"), for the real-kernel tests of the cgroup v2
   backend; the run cgroup's final counters go into ``guest.json``.
