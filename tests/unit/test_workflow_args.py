@@ -608,7 +608,7 @@ def test_both_configs_validate_and_vm_needs_its_pipelines_when_enabled(cfg):
     del no_vm["sandbox"]
     validate(no_vm, schema)  # fills in the default
     assert no_vm["sandbox"] == {"enabled": False, "kernel": "auto", "native_baseline": False,
-                                "per_boot": "block"}
+                                "per_boot": "run"}
 
 
 def _resolved(node: dict) -> dict:
@@ -1043,6 +1043,8 @@ def test_block_shapes_are_exact_products_that_never_overlap(name, per_job):
     alone (sandbox.per_boot "block"), and rule run's kind wildcard refuses their
     folders and no other run's."""
     cfg = with_(load_config(name), run__per_job=per_job)
+    if cfg["sandbox"]["enabled"]:
+        cfg = with_(cfg, sandbox__per_boot="block")
     blocks = job_blocks(cfg)
     if per_job == "run":
         # paper.yaml has no sandbox: no blocks

@@ -184,11 +184,12 @@ def test_limited_runs_go_to_the_vm_with_its_smaller_pipelines(tmp_path):
 @pytest.mark.parametrize("kernel", ["uml", "vm"])
 def test_the_sandboxs_runs_are_a_job_and_a_boot_per_block_in_the_planned_order(tmp_path,
                                                                              kernel):
-    """sandbox.per_boot block (the default): each block of the sandbox's runs (a pipeline
+    """sandbox.per_boot block: each block of the sandbox's runs (a pipeline
     under one limit in one repetition) is one job, python -m engine run-block, its runs
     in the planned interleaved order, each with its own log; every other run stays a job
     of its own."""
-    cfg = with_(load_config("config.yaml"), results=str(tmp_path / "r"), sandbox__kernel=kernel)
+    cfg = with_(load_config("config.yaml"), results=str(tmp_path / "r"), sandbox__kernel=kernel,
+                sandbox__per_boot="block")
     path = tmp_path / "blocks.yaml"
     path.write_text(yaml.safe_dump(cfg))
     r = _snakemake("--configfile", str(path), "--dry-run", "--printshellcmds")
