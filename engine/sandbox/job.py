@@ -1,11 +1,11 @@
 """Guest side: what the job script runs inside the VM (``python -m engine.guestjob``, which
-enters here; ``python -m engine.sandbox.job`` runs the same, each supervisor a process).
+enters here).
 
 Two modes:
 
 - ``engines I ...``: for each index I in turn, the host's RunRequest ``request-I.json``
   (backend cgroup2, out ``run-I``) by ``python -m engine supervise`` (in the job's own
-  process under engine.guestjob) under the guest's delegated cgroup root
+  process: engine.guestjob) under the guest's delegated cgroup root
   (EDGEPROF_CGROUP_ROOT, created empty by init), its output in ``job-I.log`` and its
   facts in ``guest-I.json``. No run starts before the kernel has settled (``settle``),
   and before each the page cache is dropped and the swap device switched off and on
@@ -117,13 +117,6 @@ def _write(name: str, facts: dict) -> None:
 Supervise = Callable[[Path, int], int]  # (request file, log fd) -> the run's exit code
 
 
-def supervise_apart(request: Path, log: int) -> int:
-    """``python -m engine supervise REQUEST`` in a process of its own, its output into
-    ``log`` (engine.guestjob runs it in the job's own process instead)."""
-    return subprocess.call([sys.executable, "-m", "engine", "supervise", str(request)],
-                           stdout=log, stderr=subprocess.STDOUT)
-
-
 # A run that starts within about a second of the guest's boot swaps differently: linear
 # on v001 at 48M swapped in 5,100-5,500 pages where runs started later swap in 7,700-8,200
 # (user-mode Linux 7.2, three runs each; the reset does not change it, a second's wait
@@ -139,7 +132,7 @@ def settle() -> None:
         time.sleep(left)
 
 
-def run_engines(indexes: list[str], supervise: Supervise = supervise_apart) -> int:
+def run_engines(indexes: list[str], supervise: Supervise) -> int:
     """Each request of the share in turn, by ``supervise``; the first non-zero exit
     code, else 0."""
     code = 0
@@ -163,7 +156,9 @@ def run_engines(indexes: list[str], supervise: Supervise = supervise_apart) -> i
     return code
 
 
-def main(argv: list[str], supervise: Supervise = supervise_apart) -> int:
+def main(argv: list[str], supervise: Supervise) -> int:
+    """The job's mode and its arguments (``argv``); ``supervise`` runs one request (the
+    entry point, engine.guestjob, gives it)."""
     mode, rest = argv[0], argv[1:]
     if mode == "engines":
         return run_engines(rest, supervise)
@@ -175,6 +170,3 @@ def main(argv: list[str], supervise: Supervise = supervise_apart) -> int:
     _write("guest.json", {**facts, **_facts(started, before, t0)})
     return code
 
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
