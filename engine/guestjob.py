@@ -1,7 +1,7 @@
 """``python -m engine.guestjob MODE ...``: a sandbox guest's job (``engine.sandbox.job``),
 with each run's supervisor (the ``supervise`` verb) in the job's own process: a Python
 start and the engine's imports cost a few tenths of a second a run in a sandbox, and they
-are done here once, while the guest's kernel settles (``engine.sandbox.job.settle``).
+are done here once, while the guest's kernel settles (``engine.sandbox.job.SETTLE_S``).
 An entry point, as ``engine.cli`` is: the sandbox's layer does not import the verbs."""
 
 from __future__ import annotations

@@ -6,6 +6,13 @@ child's runtime (numpy and the operators: a second or so of a sandbox run's star
 from __future__ import annotations
 
 import os
+import time
+from pathlib import Path
+
+# Set in a sandbox guest (engine.sandbox.job): no pipeline starts before the guest has
+# been up this many seconds (/proc/uptime).
+START_UPTIME_ENV = "EDGEPROF_START_AT_UPTIME"
+PROC_UPTIME = Path("/proc/uptime")
 
 # the child's exit code when it could not write its own files (sysexits' EX_IOERR): the
 # supervisor then publishes nothing (a run without its record is no result)
@@ -31,6 +38,11 @@ class StartGate:
         self._close(self.child_fd)
 
     def open(self) -> None:
+        """Let the child's pipeline start: at once, or in a sandbox guest once the guest
+        has been up as long as START_UPTIME_ENV says."""
+        at = os.environ.get(START_UPTIME_ENV)
+        if at:
+            wait_for_uptime(float(at))
         try:
             os.write(self._write_fd, b"s")
         except BrokenPipeError:  # the child died before its pipeline (an OOM kill in its
@@ -55,3 +67,10 @@ def await_start(fd: int | None) -> None:
     with os.fdopen(fd, "rb", buffering=0) as gate:
         if gate.read(1) != b"s":
             raise SystemExit("error: the supervisor ended before the run could start")
+
+
+def wait_for_uptime(seconds: float) -> None:
+    """Sleep until the kernel has been up ``seconds`` (PROC_UPTIME)."""
+    left = seconds - float(PROC_UPTIME.read_text().split()[0])
+    if left > 0:
+        time.sleep(left)

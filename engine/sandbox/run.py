@@ -504,6 +504,9 @@ def _add_sandbox_facts(meta: RunMeta, facts: dict, host_load: dict,
     facts["guest"] = meta.host or None
     facts["guest_host_load"], meta.host_load = meta.host_load, host_load
     facts["guest_started_at"], meta.started_at = meta.started_at, started_at
+    # the guest's monotonic clock starts at its boot: the uptime its pipeline started at
+    facts["guest_uptime_at_pipeline_s"] = (None if meta.t0_monotonic_ns is None
+                                           else meta.t0_monotonic_ns / 1e9)
     meta.sandbox = facts
     meta.host = host_facts()
     meta.limits["guest_backend"] = meta.limits.get("backend")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -352,3 +353,38 @@ def test_a_child_dead_before_the_gate_opens_is_the_childs_end_not_the_supervisor
     gate.started()  # the child's end closed: as if it died before reading it
     gate.open()
     gate.close()
+
+
+@pytest.mark.parametrize("uptime, slept", [("0.75 0.70\n", [1.35]), ("2.50 2.40\n", [])])
+def test_in_a_sandbox_guest_the_gate_opens_once_the_guest_has_been_up_long_enough(
+        tmp_path, monkeypatch, uptime, slept):
+    """engine.sandbox.job.SETTLE_S: a pipeline that starts early in a guest's life swaps
+    differently, so the gate holds it until the uptime the guest job names; the child
+    reads the gate's byte only after that wait."""
+    import engine.runner.gate as gate_mod
+
+    (tmp_path / "uptime").write_text(uptime)
+    monkeypatch.setattr(gate_mod, "PROC_UPTIME", tmp_path / "uptime")
+    monkeypatch.setenv(gate_mod.START_UPTIME_ENV, "2.1")
+    sleeps = []
+    monkeypatch.setattr(gate_mod.time, "sleep", sleeps.append)
+    gate = gate_mod.StartGate()
+    child = os.dup(gate.child_fd)
+    gate.started()
+    gate.open()
+    assert sleeps == pytest.approx(slept)
+    assert os.read(child, 1) == b"s"
+    os.close(child)
+
+
+def test_natively_the_gate_opens_at_once(monkeypatch):
+    import engine.runner.gate as gate_mod
+
+    monkeypatch.delenv(gate_mod.START_UPTIME_ENV, raising=False)
+    monkeypatch.setattr(gate_mod.time, "sleep", lambda s: pytest.fail(f"slept {s}"))
+    gate = gate_mod.StartGate()
+    child = os.dup(gate.child_fd)
+    gate.started()
+    gate.open()
+    assert os.read(child, 1) == b"s"
+    os.close(child)
