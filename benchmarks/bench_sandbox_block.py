@@ -11,7 +11,8 @@ policy and way: the median [range] of makespan, peak cgroup memory, peak swap an
 time per run, and the paired ratio shared/fresh of each median with its bootstrap 95 % CI.
 
 Usage: python benchmarks/bench_sandbox_block.py --split S --pipeline P.json
-           [--policies bulk linear] [--limit 48M] [--rounds 5] [--per-boot 4]
+           [--policies bulk linear] [--limit 48M|none] [--rounds 5] [--per-boot 4]
+(batch 1, as the workflow's default run)
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ METRICS = {"makespan_s": "makespan (s)", "peak_cg_current_bytes": "peak cgroup (
 
 
 def run_args(args: argparse.Namespace, policy: str) -> list[str]:
+    limit = [] if args.limit == "none" else ["--limit", args.limit, "--swap", "max"]
     return ["--pipeline", str(args.pipeline.resolve()), "--policy", policy, "--split",
-            str(args.split.resolve()), "--limit", args.limit, "--swap", "max", "--pin-cpu",
+            str(args.split.resolve()), *limit, "--pin-cpu", "--batch", "1",
             "--sample-hz", "100", "--timeout", "600"]
 
 

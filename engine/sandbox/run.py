@@ -45,8 +45,9 @@ from engine.units import MIB
 GUEST_OVERHEAD = 768 * MIB  # kernel, tmpfs root overlay, the supervisor's own Python+numpy
 GUEST_RESERVE = 256 * MIB  # the least the guest needs beside the run's cgroup
 # An unconstrained (baseline) run's guest: far above what any pipeline here holds (a
-# Caffe-faithful 1.6 GB pipeline under DeepEye peaks at 1.7 GB); both sandboxes allocate
-# a guest's RAM as it is touched, so the rest costs nothing
+# Caffe-faithful 1.6 GB pipeline under DeepEye peaks at 1.7 GB). The guest writes its RAM
+# once before its first run (engine.sandbox.job.warm_ram): the host holds all of it for
+# the boot
 BASELINE_RAM = 4096 * MIB
 DEVICE_SLACK = 64 * MIB  # swap device a bit larger than memory.swap.max: the cgroup limits
 GUEST_SHARE = "/run/vmout"  # the share, as the guest sees it
@@ -273,6 +274,8 @@ def sandbox_facts(res: vmboot.BootResult, p: Plan, guest: Guest | uml.Uml,
             "guest_job_s": facts.get("job_s"), "vmstat_delta": facts.get("vmstat_delta"),
             "swap_used_at_start": facts.get("swap_used_at_start"),
             "page_cache_at_start": facts.get("page_cache_at_start"),
+            "ram_warmed_bytes": facts.get("ram_warmed_bytes"),
+            "ram_warm_s": facts.get("ram_warm_s"),
             "error": res.error}
 
 

@@ -199,6 +199,33 @@ def check_memory_file(ram_mb: int) -> None:
                       f"RAM in, over this shell's file-size limit: ulimit -f {soft // 1024})")
 
 
+def allocate_ram_file(pid: int, wait_s: float = 5.0) -> str:
+    """Allocate the RAM file of the UML kernel ``pid`` on the host (it creates the file
+    under RAM_DIR and unlinks it as it starts; found through /proc/PID/fd), so that the
+    guest's warming of its RAM (engine.sandbox.job.warm_ram) only maps the pages: 2.1 s
+    instead of 3.5-4.3 s for 3.8 GiB (docs/sandboxes.md). Run beside the boot; a line for
+    the console on how it went."""
+    t0 = time.monotonic()
+    fds = Path(f"/proc/{pid}/fd")
+    while time.monotonic() - t0 < wait_s:
+        for fd in (fds.iterdir() if fds.is_dir() else ()):
+            try:
+                target = os.readlink(fd)
+            except OSError:  # closed meanwhile, or the process gone
+                continue
+            if target.startswith(f"{RAM_DIR}/") and target.endswith(" (deleted)"):
+                try:
+                    with open(fd, "rb+") as f:
+                        size = os.fstat(f.fileno()).st_size
+                        os.posix_fallocate(f.fileno(), 0, size)
+                except OSError as exc:  # the guest's warming still touches every page
+                    return f"host: the guest's RAM file not allocated: {exc}"
+                return (f"host: the guest's RAM file ({size // 2**20} MiB) allocated in "
+                        f"{time.monotonic() - t0:.2f} s")
+        time.sleep(0.002)
+    return f"host: the guest's RAM file not found in {wait_s:g} s"
+
+
 def environ() -> dict[str, str]:
     """The UML process's environment: its RAM file on tmpfs."""
     return {**os.environ, "TMPDIR": RAM_DIR}

@@ -306,10 +306,10 @@ class BlockShape:
 
 
 def per_boot(config: Config) -> str:
-    """What one sandbox boot runs (``sandbox.per_boot``): "run" or "block"; "run" where
-    no sandbox is on."""
+    """What one sandbox boot runs (``sandbox.per_boot``, default "block"): "run" or
+    "block"; "run" where no sandbox is on."""
     sandbox = config["sandbox"]
-    return sandbox.get("per_boot", "run") if sandbox["enabled"] else "run"
+    return sandbox.get("per_boot", "block") if sandbox["enabled"] else "run"
 
 
 def job_blocks(config: Config) -> dict[BlockKey, list[tuple[str, str]]]:

@@ -1043,3 +1043,42 @@ def test_a_boot_timeout_under_a_second_is_said_as_given(tmp_path):
                     boot_timeout_s=0.25, timeout_s=10)
     assert res.timed_out == "boot" and res.rc is None
     assert res.error == "the guest did not start the job within 0.25 s", res.error
+
+
+def test_the_host_allocates_a_uml_kernels_deleted_ram_file(tmp_path, monkeypatch):
+    """uml.allocate_ram_file: UML creates its RAM file under RAM_DIR and unlinks it; the
+    host finds it through /proc/PID/fd and allocates every block of it (the kernel's
+    st_blocks says so), and says it did."""
+    from engine.sandbox import uml
+
+    monkeypatch.setattr(uml, "RAM_DIR", str(tmp_path))
+    size = 8 << 20
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import os, sys, time\n"
+         f"f = open({str(tmp_path / 'vm_file-x')!r}, 'wb+'); f.truncate({size})\n"
+         f"os.unlink({str(tmp_path / 'vm_file-x')!r}); print(f.fileno(), flush=True)\n"
+         "time.sleep(60)\n"], stdout=subprocess.PIPE, text=True)
+    try:
+        fd = int(holder.stdout.readline())
+        path = Path(f"/proc/{holder.pid}/fd/{fd}")
+        assert os.stat(path).st_blocks * 512 < size  # sparse until allocated
+        line = uml.allocate_ram_file(holder.pid)
+        assert os.stat(path).st_blocks * 512 >= size, line
+        assert line.startswith("host: the guest's RAM file (8 MiB) allocated in"), line
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_uml_kernel_without_a_ram_file_is_said_so(tmp_path, monkeypatch):
+    from engine.sandbox import uml
+
+    monkeypatch.setattr(uml, "RAM_DIR", str(tmp_path))
+    holder = subprocess.Popen(["sleep", "60"])
+    try:
+        assert uml.allocate_ram_file(holder.pid, wait_s=0.05) == (
+            "host: the guest's RAM file not found in 0.05 s")
+    finally:
+        holder.kill()
+        holder.wait()

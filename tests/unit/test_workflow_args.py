@@ -608,7 +608,7 @@ def test_both_configs_validate_and_vm_needs_its_pipelines_when_enabled(cfg):
     del no_vm["sandbox"]
     validate(no_vm, schema)  # fills in the default
     assert no_vm["sandbox"] == {"enabled": False, "kernel": "auto", "native_baseline": False,
-                                "per_boot": "run"}
+                                "per_boot": "block"}
 
 
 def _resolved(node: dict) -> dict:

@@ -121,6 +121,11 @@ def test_a_block_of_runs_in_one_boot_starts_each_from_the_same_state(uml_kernel,
     assert boxes[0]["job_start_s"] < boxes[1]["job_start_s"]
     # no pipeline starts before the guest's kernel has settled (engine.sandbox.job.SETTLE_S)
     assert all(b["guest_uptime_at_pipeline_s"] >= job.SETTLE_S for b in boxes), boxes
+    # the guest's RAM written once before the first run (engine.sandbox.job.warm_ram): all
+    # of it that was free but the kernel's reserve, the host's file allocated beside it
+    ram = [(b["ram_warmed_bytes"], b["guest_mem_total_bytes"]) for b in boxes]
+    assert all(warmed > total - 512 * MiB for warmed, total in ram), ram
+    assert "host: the guest's RAM file (" in (outs[0] / "console.log").read_text()
     weights = sum(p.stat().st_size for p in tiny["models"].rglob("*.caffemodel"))
     assert weights > 80 * MiB
     cached = [b["page_cache_at_start"] for b in boxes]
