@@ -172,7 +172,6 @@ def boot(guest: Guest | uml.Uml, share: Path, *, accel: str = "tcg", ram_mb: int
             threading.Thread(target=lambda: lines.append(
                 f"[{time.monotonic() - t0:9.3f}] {uml.allocate_ram_file(proc.pid)}"),
                 daemon=True).start()
-        if isinstance(guest, uml.Uml):
             maps = hostmaps.MapWatch(proc.pid, uml.max_map_count(), stall_s).start()
         # poll so a qemu that dies early is noticed at once, not after the boot timeout,
         # and a timeout shorter than the poll fires on time

@@ -208,7 +208,11 @@ def allocate_ram_file(pid: int, wait_s: float = 5.0) -> str:
     t0 = time.monotonic()
     fds = Path(f"/proc/{pid}/fd")
     while time.monotonic() - t0 < wait_s:
-        for fd in (fds.iterdir() if fds.is_dir() else ()):
+        try:
+            entries = list(fds.iterdir())
+        except OSError:
+            return "host: the UML process ended before its RAM file was found"
+        for fd in entries:
             try:
                 target = os.readlink(fd)
             except OSError:  # closed meanwhile, or the process gone

@@ -1082,3 +1082,13 @@ def test_a_uml_kernel_without_a_ram_file_is_said_so(tmp_path, monkeypatch):
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_uml_kernel_gone_before_its_ram_file_is_said_so(tmp_path, monkeypatch):
+    from engine.sandbox import uml
+
+    monkeypatch.setattr(uml, "RAM_DIR", str(tmp_path))
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    assert uml.allocate_ram_file(gone.pid, wait_s=1) == (
+        "host: the UML process ended before its RAM file was found")
