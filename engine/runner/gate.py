@@ -69,8 +69,13 @@ def await_start(fd: int | None) -> None:
             raise SystemExit("error: the supervisor ended before the run could start")
 
 
+def uptime() -> float:
+    """Seconds the kernel has been up (PROC_UPTIME)."""
+    return float(PROC_UPTIME.read_text().split()[0])
+
+
 def wait_for_uptime(seconds: float) -> None:
-    """Sleep until the kernel has been up ``seconds`` (PROC_UPTIME)."""
-    left = seconds - float(PROC_UPTIME.read_text().split()[0])
+    """Sleep until the kernel has been up ``seconds``."""
+    left = seconds - uptime()
     if left > 0:
         time.sleep(left)

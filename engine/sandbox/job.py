@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from engine.probes.vmstat import read_vmstat
-from engine.runner.gate import START_UPTIME_ENV
+from engine.runner.gate import START_UPTIME_ENV, uptime
 
 SHARE = Path("/run/vmout")  # where init mounts the host's run share
 JOB_KEYS = ("pswpin", "pswpout", "pgmajfault", "pgfault", "workingset_refault_anon",
@@ -39,10 +39,6 @@ JOB_KEYS = ("pswpin", "pswpout", "pgmajfault", "pgfault", "workingset_refault_an
             # pages swapped without I/O (all zeros: a bitmap, not the device), and swap
             # readahead's reads and hits: what pswpin/pswpout alone do not show
             "swpin_zero", "swpout_zero", "swap_ra", "swap_ra_hit")
-
-
-def _uptime() -> float:
-    return float(Path("/proc/uptime").read_text().split()[0])
 
 
 def _meminfo(*keys: str) -> dict[str, int]:
@@ -173,7 +169,7 @@ def run_engines(indexes: list[str], supervise: Supervise) -> int:
         # guest's own processes hold mapped (an earlier run's reads are dropped)
         at_start = {"swap_used_at_start": swap_used(),
                     "page_cache_at_start": _meminfo("Cached")["Cached"], **warmed}
-        started, before, t0 = _uptime(), read_vmstat(JOB_KEYS), time.monotonic()
+        started, before, t0 = uptime(), read_vmstat(JOB_KEYS), time.monotonic()
         with open(SHARE / f"job-{i}.log", "wb") as log:
             rc = supervise(SHARE / f"request-{i}.json", log.fileno())
         _write(f"guest-{i}.json", {"exit_code": rc, **at_start, **_facts(started, before, t0)})
@@ -195,7 +191,7 @@ def main(argv: list[str], supervise: Supervise) -> int:
     if mode != "command":
         print(f"engine.sandbox.job: unknown mode {mode!r}", file=sys.stderr)
         return 2
-    started, before, t0 = _uptime(), read_vmstat(JOB_KEYS), time.monotonic()
+    started, before, t0 = uptime(), read_vmstat(JOB_KEYS), time.monotonic()
     code, facts = run_command(rest[0], rest[1], rest[2:])
     _write("guest.json", {**facts, **_facts(started, before, t0)})
     return code
