@@ -77,7 +77,6 @@ from engine.model.train import (
     train,
 )
 from engine.schedule.pipelines import Pipeline
-from engine.schedule.plan import plan
 from engine.schedule.policies import parse_policy
 
 log = logging.getLogger(__name__)
@@ -194,7 +193,7 @@ def schedule_peak_error(mode: ModeModel, pipeline: Pipeline, networks: Networks,
     without runs whose every task was timed."""
     if not schedules:  # a limited cell, or one no run of which finished
         return np.nan
-    planned = plan(pipeline, parse_policy(policy), networks.descriptions)
+    planned = networks.plan(pipeline, parse_policy(policy))
     tasks = planned.graph.tasks
     profiles = {i.id: networks.memory(i.network) for i in planned.instances}
     errors = []

@@ -24,7 +24,7 @@ from engine.model.params import (
 from engine.model.simulate import SimResult, simulate
 from engine.runtime import DEFAULT_RUNTIME
 from engine.schedule.pipelines import Pipeline
-from engine.schedule.plan import plan
+from engine.schedule.plan import Plan, plan
 from engine.schedule.policies import Policy, parse_policy
 from engine.schedule.tasks import WHOLE_NET, Kind, Task
 from engine.units import MIB, parse_swap
@@ -56,6 +56,7 @@ class Networks:
         self._features: dict[str, NetworkFeatures] = {}
         self._memory: dict[str, NetworkMemory] = {}
         self._work: dict[tuple, float] = {}
+        self._plans: dict[tuple, Plan] = {}
 
     def features(self, net: str) -> NetworkFeatures:
         if net not in self._features:
@@ -68,6 +69,14 @@ class Networks:
         if key not in self._work:
             self._work[key] = task_work_s(mode, self.features(net), kind, layer)
         return self._work[key]
+
+    def plan(self, pipeline: Pipeline, policy: Policy) -> Plan:
+        """``engine.schedule.plan`` of ``pipeline`` under ``policy``, made once: a
+        simulation reads it and never changes it (its state is the Scheduler's)."""
+        key = (pipeline.name, tuple(pipeline.instances()), policy.name)
+        if key not in self._plans:
+            self._plans[key] = plan(pipeline, policy, self.descriptions)
+        return self._plans[key]
 
     def memory(self, net: str) -> NetworkMemory:
         if net not in self._memory:
@@ -118,7 +127,7 @@ def predict(mode: ModeModel, pipeline: Pipeline, networks: Networks, policy: Pol
     the mode's fitted ones (``engine.model.devices``); ``work_scale``: a factor on each
     task's work (orderings of concurrent workers: ``engine.model.evaluate``)."""
     policy = parse_policy(policy) if isinstance(policy, str) else policy
-    planned = plan(pipeline, policy, networks.descriptions)
+    planned = networks.plan(pipeline, policy)
     nets = {i.id: i.network for i in planned.instances}
     # the runtime's file-backed pages (libraries) are reclaimed before anything swaps
     anon_baseline = mode.baseline_bytes - mode.baseline_file_bytes

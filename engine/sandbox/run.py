@@ -32,6 +32,7 @@ from engine.probes.vmstat import GUEST_ENV
 from engine.runner.meta import RunMeta, host_facts
 from engine.runner.outdir import OutClaim
 from engine.runner.request import RunRequest
+from engine.runtime.bound import graph_bound_bytes, run_bound_mb
 from engine.sandbox import boot as vmboot
 from engine.sandbox import hostmaps, uml
 from engine.sandbox.config import ENV_NAMES, SandboxConfig, uml_userspace
@@ -44,10 +45,10 @@ from engine.units import MIB
 
 GUEST_OVERHEAD = 768 * MIB  # kernel, tmpfs root overlay, the supervisor's own Python+numpy
 GUEST_RESERVE = 256 * MIB  # the least the guest needs beside the run's cgroup
-# An unconstrained (baseline) run's guest: far above what any pipeline here holds (a
-# Caffe-faithful 1.6 GB pipeline under DeepEye peaks at 1.7 GB). The guest writes its RAM
-# once before its first run (engine.sandbox.job.warm_ram): the host holds all of it for
-# the boot
+MIN_RAM = 1024 * MIB
+# An unconstrained (baseline) run's guest whose pipeline has no bound (``plan``): far above
+# what any pipeline here holds (a Caffe-faithful 1.6 GB pipeline under DeepEye peaks at
+# 1.7 GB)
 BASELINE_RAM = 4096 * MIB
 DEVICE_SLACK = 64 * MIB  # swap device a bit larger than memory.swap.max: the cgroup limits
 GUEST_SHARE = "/run/vmout"  # the share, as the guest sees it
@@ -64,6 +65,7 @@ class Plan:
     accel_reason: str
     sd_card: bool = False
     preload: Path | None = None  # uml: LD_PRELOADed in the guest (engine/sandbox/ascend.c)
+    bound: int | None = None  # an unconstrained run's bound the RAM was sized by
 
 
 def _host_ram() -> int:
@@ -73,10 +75,14 @@ def _host_ram() -> int:
     return 0
 
 
-def plan(cfg: SandboxConfig, limit: int | None, swap: int | None, guest: Guest | uml.Uml) -> Plan:
+def plan(cfg: SandboxConfig, limit: int | None, swap: int | None, guest: Guest | uml.Uml,
+         bound: int | None = None) -> Plan:
     """Guest RAM comfortably above the limit (the cgroup, not the guest, must constrain the
-    run) and a swap device large enough that memory.swap.max is what limits swap. A UML
-    kernel runs on the host CPU (accelerator "uml")."""
+    run), or for an unconstrained run above ``bound`` (``unconstrained_bound_bytes``; None:
+    ``BASELINE_RAM``), and a swap device large enough that memory.swap.max is what limits
+    swap. A UML kernel runs on the host CPU (accelerator "uml"). The guest writes its RAM
+    once before its first run (engine.sandbox.job.warm_ram), in time that grows with it:
+    the host holds all of it for the boot."""
     sandbox = "uml" if isinstance(guest, uml.Uml) else "vm"
     if cfg.ram is not None:
         ram = cfg.ram
@@ -87,9 +93,9 @@ def plan(cfg: SandboxConfig, limit: int | None, swap: int | None, guest: Guest |
                 f"{ENV_NAMES['RAM']} to at least {-(-(limit + GUEST_RESERVE) // MIB)}M or unset "
                 f"it")
     elif limit is None:  # a baseline: the guest's RAM must never be what limits it
-        ram = BASELINE_RAM
+        ram = BASELINE_RAM if bound is None else max(MIN_RAM, bound + GUEST_OVERHEAD)
     else:
-        ram = max(1024 * MIB, limit + GUEST_OVERHEAD)
+        ram = max(MIN_RAM, limit + GUEST_OVERHEAD)
     ram = -(-ram // (64 * MIB)) * 64 * MIB
     host = _host_ram()
     if host and ram > host:
@@ -102,14 +108,14 @@ def plan(cfg: SandboxConfig, limit: int | None, swap: int | None, guest: Guest |
         uml_userspace()  # a bad mode is refused here, before the boot
         return Plan(ram, device, "uml", f"user-mode Linux {guest.kernel_version} "
                                         f"({guest.suite}'s {guest.package})",
-                    preload=guest.preload if cfg.ascend else None)
+                    preload=guest.preload if cfg.ascend else None, bound=bound)
     if cfg.accel in ("kvm", "tcg"):
         accel, why = cfg.accel, f"set by {ENV_NAMES['ACCEL']}"
     elif cfg.accel == "auto":
         accel, why = vmboot.kvm_status(guest)
     else:
         raise EdgeprofError(f"{ENV_NAMES['ACCEL']}={cfg.accel!r}: use auto, kvm or tcg")
-    return Plan(ram, device, accel, why, cfg.sd_card and device > 0)
+    return Plan(ram, device, accel, why, cfg.sd_card and device > 0, bound=bound)
 
 
 def swap_device_bytes(cfg: SandboxConfig, swap: int | None) -> int:
@@ -179,15 +185,16 @@ def job_script(py_args: list[str], accel: str, cwd: Path, preload: Path | None =
 def boot_job(py_args: list[str], share: Path, limit: int | None, swap: int | None,
              cfg: SandboxConfig | None = None, timeout_s: float | None = None,
              sandbox: str = "vm", stall_s: float | None = None,
-             cpus: set[int] | None = None
+             cpus: set[int] | None = None, bound: int | None = None
              ) -> tuple[vmboot.BootResult, Plan, Guest | uml.Uml, dict | None]:
     """Boot once running ``python -m engine.guestjob PY_ARGS`` with ``share`` as /run/vmout,
     in ``sandbox`` ("vm": qemu, "uml": user-mode Linux; ``stall_s``: how long a guest
-    process may sit at the host's mapping cap; ``cpus``: the host CPUs it runs on).
+    process may sit at the host's mapping cap; ``cpus``: the host CPUs it runs on;
+    ``bound``: what an unconstrained run may hold, as ``plan``).
     Returns the boot result, the plan, the guest and the guest's guest.json (or None)."""
     cfg = cfg or SandboxConfig.from_env()
     guest = built_sandbox(sandbox)
-    p = plan(cfg, limit, swap, guest)
+    p = plan(cfg, limit, swap, guest, bound)
     with naming(share / "job.sh"):
         (share / "job.sh").write_text(job_script(py_args, p.accel, Path.cwd(), p.preload))
     res = vmboot.boot(guest, share, accel=p.accel, ram_mb=p.ram_bytes // MIB, smp=cfg.smp,
@@ -264,7 +271,7 @@ def sandbox_facts(res: vmboot.BootResult, p: Plan, guest: Guest | uml.Uml,
             "emulated": p.accel in ("tcg", "uml"),
             "guest_kernel": facts.get("kernel", guest.kernel_version),
             "kernel_package": guest.package,
-            "guest_ram_bytes": p.ram_bytes,
+            "guest_ram_bytes": p.ram_bytes, "unconstrained_bound_bytes": p.bound,
             "guest_mem_total_bytes": facts.get("MemTotal"),
             "swap_device": {"size_bytes": p.swap_device_bytes,
                             "device": device if p.swap_device_bytes else None,
@@ -311,6 +318,18 @@ def _check_request(request: RunRequest, cfg: SandboxConfig, sandbox: str) -> tup
     return checked
 
 
+def unconstrained_bound_bytes(request: RunRequest, checked: tuple) -> int:
+    """What an unconstrained run of ``request`` may hold at most (engine.runtime.bound),
+    from the prototxts of the networks it runs (``checked``: ``check_inputs``'s)."""
+    from engine.network import deploy_graph
+
+    policy, pipeline, _, descs = checked
+    batch, runtime = request.options.batch, request.options.runtime
+    bounds = [graph_bound_bytes(deploy_graph(descs[n].resolve(descs[n].prototxt), batch),
+                                runtime) for n in pipeline.networks()]
+    return run_bound_mb(bounds, policy.workers) * MIB
+
+
 # what every run of one boot shares: the guest's size, swap device, CPUs and stall watch
 BOOT_SETTINGS = {"--limit": lambda r: r.limits.limit_bytes, "--swap": lambda r: r.limits.swap_bytes,
                  "--pin-cpu": lambda r: r.options.pin_cpu,
@@ -346,6 +365,8 @@ def run_block_in_sandbox(requests: list[RunRequest], cfg: SandboxConfig | None =
     checked = [_check_request(r, cfg, sandbox) for r in requests]
     first = requests[0]
     limit, swap = first.limits.limit_bytes, first.limits.swap_bytes
+    bound = (None if limit is not None else
+             max(unconstrained_bound_bytes(r, c) for r, c in zip(requests, checked)))
     metas: list[RunMeta | None] = [None] * len(requests)
     share = pin = None
     with ExitStack() as claims, signals_unwind():
@@ -367,7 +388,7 @@ def run_block_in_sandbox(requests: list[RunRequest], cfg: SandboxConfig | None =
                 res, p, guest, _ = boot_job(["engines", *map(str, todo)], share, limit, swap,
                                             cfg, _boot_timeout([requests[i] for i in todo]),
                                             sandbox=sandbox, stall_s=first.options.stall_s,
-                                            cpus=pin.uml)
+                                            cpus=pin.uml, bound=bound)
                 load = hostload.host_load(load_start, hostload.snapshot())
                 boot = {"runs": len(todo), "id": f"{share.name}.{len(retried)}.{todo[0]}"}
                 again = []
@@ -435,6 +456,14 @@ def _record(request: RunRequest, checked: tuple, share: Path, i: int,
         run = _salvage(share, i)
         meta = _error_meta(request, pipeline, policy, res, run,
                            {net: models[net] for net in descs})
+    swapped = (facts.get("vmstat_delta") or {}).get("pswpout")
+    if request.limits.limit_bytes is None and meta.termination == "ok" and swapped:
+        # the guest's RAM limited it: not a baseline (its swap device is for the limited)
+        ram = facts["guest_ram_bytes"] // MIB
+        meta.termination = "error"
+        meta.termination_detail = (
+            f"the unconstrained run swapped {swapped} pages out in a guest of {ram} MiB: "
+            f"the guest's RAM limited it; set {ENV_NAMES['RAM']} above {ram}M")
     # the run's start on the host's clock: the boot's, and the guest's offset
     _add_sandbox_facts(meta, facts, load, started_at + (facts["job_start_s"] or 0.0))
     if auto is not None:

@@ -8,20 +8,12 @@ import functools
 import math
 import shlex
 
-import numpy as np
-
+from engine.runtime.bound import ENGINE_BASELINE_MB, graph_bound_bytes, run_bound_mb
 from engine.units import parse_size
 from engine.workflow.args import join_words
 from engine.workflow.plan import SANDBOXES, UNLIMITED, Config, run_backend
 
 UNLIMITED_MEM_MB = 8192  # an unconstrained run whose networks the plan cannot bound
-# The engine's own processes besides its networks' bytes: the measured child's Python,
-# numpy and engine (the slowdown model's baseline_bytes: 43 MiB) and its supervisor,
-# sampler and GNU time (61 MiB: the process tree's peak RSS less the child's, sampled
-# every 10 ms over `python -m engine run`, FaceNet + GoogLeNet, linear and bulk),
-# rounded up
-ENGINE_BASELINE_MB = 128
-PEAK_MARGIN = 1.5  # the bound is of the bytes the runtime holds; allocator and pages above
 # What a SLURM run job needs besides its run's own step: the executor plugin's two
 # Snakemake interpreters (the jobstep executor in the batch step, the job itself in step
 # 0), each of which loads this workflow as the planning process does, and two srun
@@ -35,31 +27,13 @@ RESERVE_MARGIN = 1.6
 
 @functools.lru_cache(maxsize=64)
 def network_bound_bytes(name: str, batch: int | None, runtime: str) -> tuple[int, int]:
-    """(held, transient): an upper bound of the bytes one instance of zoo network ``name``
-    holds at once at ``batch`` (None: its deploy batch) in ``runtime``, and of what a task
-    of it holds for a moment on top. Held: every weight and every layer's output, none
-    freed (what Caffe 1.0 keeps; the lean runtime frees some), and in caffe the buffers
-    each layer owns. Transient: the largest operator scratch, and in caffe a LOAD's
-    parsed message, at most three times the weights (a V1 file upgraded:
-    engine.runtime.protobuf). From the zoo's prototxt alone, so the plan can ask before
-    anything is split."""
+    """``graph_bound_bytes`` of one instance of zoo network ``name`` at ``batch`` (None:
+    its deploy batch): from the zoo's prototxt alone, so the plan can ask before anything
+    is split."""
     from engine.caffe import graph, zoo
-    from engine.ops import scratch_bytes
 
-    g = graph.build_graph(zoo.deploy_net(name), batch=batch, source=name)
-    shapes = {top: shape for layer in g.layers for top, shape in zip(layer.tops,
-                                                                     layer.top_shapes)}
-    weights = 4 * g.param_count
-    held = weights + sum(4 * math.prod(s) for layer in g.layers for s in layer.top_shapes)
-    scratch = max(scratch_bytes(layer.type, layer.args, layer.param_shapes,
-                                [shapes[b] for b in layer.bottoms]) for layer in g.layers)
-    if runtime == "caffe":
-        from engine.runtime.caffe import layer_buffers
-
-        held += sum(n * np.dtype(dtype).itemsize for layer in g.layers
-                    for n, dtype in layer_buffers(layer))
-        return held, max(scratch, 3 * weights)
-    return held, scratch
+    return graph_bound_bytes(graph.build_graph(zoo.deploy_net(name), batch=batch,
+                                               source=name), runtime)
 
 
 def pipelines_networks(args: str, names: list[str]) -> dict[str, list[str]]:
@@ -89,10 +63,7 @@ def unconstrained_mem_mb(networks: list[str], batch: int | None, runtime: str,
 
     if not networks or any(n not in zoo.ZOO for n in networks):
         return UNLIMITED_MEM_MB
-    bounds = [network_bound_bytes(n, batch, runtime) for n in networks]
-    transients = sorted((t for _, t in bounds), reverse=True)[:max(1, workers)]
-    need = sum(h for h, _ in bounds) + sum(transients)
-    return ENGINE_BASELINE_MB + math.ceil(PEAK_MARGIN * need / 2**20)
+    return run_bound_mb((network_bound_bytes(n, batch, runtime) for n in networks), workers)
 
 
 def job_reserve_mb(workflow_rss_bytes: int) -> int:
@@ -124,13 +95,15 @@ def run_mem_mb(config: Config, limit: str, in_sandbox: bool, reserve_mb: int,
     backend that sets its own cgroup needs the limit and, outside it, the supervisor and
     sampler (``ENGINE_BASELINE_MB``); an unconstrained run its networks' bound
     (``unconstrained_mb``: ``unconstrained_mem_mb``, the engine's baseline included); a VM
-    its guest RAM (limit + 768 MiB, at least 1 GiB) and qemu's own ~300 MiB."""
+    its guest RAM (limit, or for an unconstrained run its bound, + 768 MiB, at least 1
+    GiB) and qemu's own ~300 MiB."""
     step = run_step_mem_mb(config, limit, in_sandbox, unconstrained_mb)
     if step is not None:
         return step + reserve_mb
     mib = None if limit == UNLIMITED else parse_size(limit) // 2**20
     if run_backend(config, limit, in_sandbox) in SANDBOXES:
-        guest = 4096 if mib is None else max(1024, mib + 768)  # engine.sandbox.run.plan's RAM
+        # engine.sandbox.run.plan's RAM: above the limit, or the unconstrained run's bound
+        guest = max(1024, -(-((unconstrained_mb if mib is None else mib) + 768) // 64) * 64)
         return guest + 512 + reserve_mb
     return reserve_mb + (unconstrained_mb if mib is None else mib + ENGINE_BASELINE_MB)
 

@@ -230,7 +230,7 @@ def test_a_run_that_failed_near_the_cap_is_said_to_have_been_there(tiny, tmp_pat
 
     def fake_boot(termination, peak):
         def boot(py_args, share, limit, swap, cfg=None, timeout_s=None, sandbox="vm",
-                 stall_s=None, cpus=None):
+                 stall_s=None, cpus=None, bound=None):
             (share / "run-0").mkdir()
             RunMeta(policy="linear", termination=termination, exit_code=139,
                     termination_detail="the run process ended with code 139").write(

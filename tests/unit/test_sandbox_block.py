@@ -68,7 +68,7 @@ def test_a_guest_that_dies_mid_block_records_that_run_and_boots_again_for_the_re
     boots: list[list[str]] = []
 
     def boot(py_args, share, limit, swap, cfg=None, timeout_s=None, sandbox="vm",
-             stall_s=None, cpus=None):
+             stall_s=None, cpus=None, bound=None):
         boots.append(py_args)
         indexes = [int(i) for i in py_args[1:]]
         if len(boots) == 1:  # run 0 ends, the guest dies in run 1, run 2 never starts
@@ -109,7 +109,7 @@ def test_a_run_the_emulator_failed_is_booted_once_more_alone(tiny, tmp_path, mon
     boots: list[list[str]] = []
 
     def boot(py_args, share, limit, swap, cfg=None, timeout_s=None, sandbox="vm",
-             stall_s=None, cpus=None):
+             stall_s=None, cpus=None, bound=None):
         boots.append(py_args)
         if len(boots) == 1:
             _finish(share, 0, POLICIES[0], 2.0)  # then stops before run 1's first task
@@ -143,7 +143,7 @@ def test_an_interrupted_block_keeps_its_finished_runs_and_leaves_nothing_else(
     boots: list[list[str]] = []
 
     def boot(py_args, share, limit, swap, cfg=None, timeout_s=None, sandbox="vm",
-             stall_s=None, cpus=None):
+             stall_s=None, cpus=None, bound=None):
         boots.append(py_args)
         if len(boots) == 1:
             _finish(share, 0, POLICIES[0], 2.0)
@@ -172,7 +172,7 @@ def _cli(tiny: dict, tmp_path: Path, *runs: str, logs: tuple[str, ...] = ()) -> 
 def test_run_block_writes_each_runs_outcome_to_its_log_and_exits_by_its_crashes(
         tiny, tmp_path, monkeypatch, capsys):
     def boot(py_args, share, limit, swap, cfg=None, timeout_s=None, sandbox="vm",
-             stall_s=None, cpus=None):
+             stall_s=None, cpus=None, bound=None):
         _finish(share, 0, "bulk", 2.0)
         _crash(share, 1)
         return _result(share, limit, swap, crashed=True)

@@ -28,12 +28,13 @@ FAKE_GUEST = guest.Guest(kernel=Path("/nonexistent/vmlinuz"), initrd=Path("/none
 
 
 def boot_timeout(py_args, share, limit, swap, cfg=None, timeout_s=None, sandbox="vm",
-                 stall_s=None, cpus=None):
+                 stall_s=None, cpus=None, bound=None):
     """A guest that never came up: qemu killed at the boot timeout, nothing in the share."""
     res = vmboot.BootResult(rc=None, accel="tcg", boot_s=None, total_s=180.0,
                             timed_out="boot", qemu_exit=-9, console="[0.1] slow\n",
                             error="the guest did not start within 180 s")
-    return res, vmrun.plan(SandboxConfig(accel="tcg"), limit, swap, FAKE_GUEST), FAKE_GUEST, None
+    return (res, vmrun.plan(SandboxConfig(accel="tcg"), limit, swap, FAKE_GUEST, bound),
+            FAKE_GUEST, None)
 
 
 def test_a_guest_that_never_booted_is_counted_not_ok_and_passes_the_settings_check(
@@ -108,7 +109,7 @@ def test_a_guest_that_crashed_mid_run_enforced_its_limit_and_stays_in_its_cell(
     started = [i for i, line in enumerate(lines) if '"event": "end"' in line]
 
     def crashed(py_args, share, limit, swap, cfg=None, timeout_s=None, sandbox="vm",
-                stall_s=None, cpus=None):
+                stall_s=None, cpus=None, bound=None):
         partial = share / ".run-0.4242"
         partial.mkdir()
         (partial / "progress.jsonl").write_text("\n".join(lines[:started[5] + 1]) + "\n")
@@ -197,3 +198,74 @@ def test_an_input_under_a_folder_the_guest_mounts_its_own_is_refused_up_front(
 
     with pytest.raises(ValueError, match="guest mounts its own /run"):
         check_config(config)
+
+
+def _request(tiny, out: Path, *extra: str):
+    return run_request(build_parser().parse_args(
+        ["run", "--pipeline", str(tiny["pipeline"]), "--split", str(tiny["models"]),
+         "--policy", "partial:2", "--out", str(out), "--backend", "vm", *extra]))
+
+
+def test_an_unconstrained_guest_is_sized_by_its_pipelines_bound_from_the_split(
+        tiny, tmp_path, monkeypatch):
+    """The guest of an unconstrained run holds the bound of what its pipeline may hold
+    (checked against the kernel's VmHWM by test_workflow_args), read from the split's
+    prototxts: the zoo's bound of the same networks, at the run's batch and runtime, two
+    workers' transients; a limited run's guest is sized by its limit."""
+    from engine.workflow.resources import unconstrained_mem_mb
+
+    seen = []
+
+    def boot(py_args, share, limit, swap, cfg=None, timeout_s=None, sandbox="vm",
+             stall_s=None, cpus=None, bound=None):
+        seen.append(bound)
+        return boot_timeout(py_args, share, limit, swap, cfg, timeout_s, sandbox, stall_s,
+                            cpus, bound)
+
+    monkeypatch.setattr(vmrun, "boot_job", boot)
+    for i, (extra, mib) in enumerate([
+            ((), unconstrained_mem_mb(["AgeNet", "GenderNet"], None, "lean", 2)),
+            (("--batch", "4", "--runtime", "caffe"),
+             unconstrained_mem_mb(["AgeNet", "GenderNet"], 4, "caffe", 2)),
+            (("--limit", "256M"), None)]):
+        run_in_sandbox(_request(tiny, tmp_path / f"r{i}", *extra))  # an error record
+        assert seen[-1] == (None if mib is None else mib * 2**20)
+    assert seen[1] > seen[0] > 128 * 2**20
+    for bound in (*seen[:2], 3 * 2**30 + 5, 2**20):
+        ram = vmrun.plan(SandboxConfig(accel="tcg"), None, None, FAKE_GUEST, bound).ram_bytes
+        # the bound and the guest's own beside it, in whole 64 MiB, at least 1 GiB
+        assert ram % (64 * 2**20) == 0 and ram >= vmrun.MIN_RAM
+        assert bound + vmrun.GUEST_OVERHEAD <= ram < max(bound + vmrun.GUEST_OVERHEAD
+                                                        + 64 * 2**20, vmrun.MIN_RAM + 1)
+    assert vmrun.plan(SandboxConfig(accel="tcg"), None, None, FAKE_GUEST).ram_bytes == \
+        vmrun.BASELINE_RAM
+
+
+@pytest.mark.parametrize("limit", [None, "256M"])
+def test_an_unconstrained_run_that_swapped_in_its_guest_is_no_baseline(
+        tiny, tmp_path, monkeypatch, limit):
+    """A guest sized too small for an unconstrained run would have the run swap to the
+    device the limited runs need: its pages written to swap (the guest's pswpout over the
+    run) make it an error naming the setting to raise; a limited run's swapping is its
+    measurement."""
+    def boot(py_args, share, *args, **kw):
+        (share / "run-0").mkdir()
+        RunMeta(policy="partial:2", termination="ok", exit_code=0).write(share / "run-0")
+        (share / "guest-0.json").write_text(json.dumps(
+            {"exit_code": 0, "vmstat_delta": {"pswpout": 12, "pswpin": 3}}))
+        res, p, g, _ = boot_timeout(py_args, share, *args, **kw)
+        return vmboot.BootResult(rc=0, accel="tcg", boot_s=1.0, total_s=3.0, timed_out=None,
+                                 qemu_exit=0, console="", guest_marks={}), p, g, None
+
+    monkeypatch.setattr(vmrun, "boot_job", boot)
+    extra = () if limit is None else ("--limit", limit)
+    if limit is not None:
+        assert run_in_sandbox(_request(tiny, tmp_path / "r", *extra)).termination == "ok"
+        return
+    meta = run_in_sandbox(_request(tiny, tmp_path / "r", *extra))
+    assert meta.termination == "error" and RunMeta.read(tmp_path / "r") == meta
+    ram = meta.sandbox["guest_ram_bytes"] // 2**20
+    assert meta.sandbox["unconstrained_bound_bytes"] < ram * 2**20
+    assert meta.termination_detail == (
+        f"the unconstrained run swapped 12 pages out in a guest of {ram} MiB: the guest's "
+        f"RAM limited it; set EDGEPROF_SANDBOX_RAM above {ram}M")

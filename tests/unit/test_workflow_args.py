@@ -405,7 +405,16 @@ def test_run_mem_mb(cfg):
     assert run_mem_mb(cfg, "none", False, RESERVE, 700) == 700 + RESERVE
     assert run_mem_mb(cfg, "256M", True, RESERVE) == 1024 + 512 + RESERVE  # guest >= 1 GiB, qemu
     assert run_mem_mb(cfg, "1G", True, RESERVE) == 1024 + 768 + 512 + RESERVE
-    assert run_mem_mb(cfg, "none", True, RESERVE) == 4096 + 512 + RESERVE  # a baseline guest
+    # a baseline guest: its run's bound and the guest's own (engine.sandbox.run.plan)
+    assert run_mem_mb(cfg, "none", True, RESERVE, 448) == 1216 + 512 + RESERVE
+    from engine.sandbox.config import SandboxConfig
+    from engine.sandbox.run import plan
+    from engine.units import parse_size
+
+    for mib, limit in ((100, "none"), (1000, "none"), (3000, "none"), (0, "48M"), (0, "3G")):
+        guest = plan(SandboxConfig(accel="tcg"), None if limit == "none" else parse_size(limit),
+                     None, None, mib * 2**20).ram_bytes
+        assert run_mem_mb(cfg, limit, True, 0, mib) == guest // 2**20 + 512, (mib, limit)
     native = with_(cfg, sandbox__enabled=False)
     # auto: the limit, the supervisor and sampler outside it
     assert run_mem_mb(native, "512M", False, RESERVE) == 512 + ENGINE_BASELINE_MB + RESERVE

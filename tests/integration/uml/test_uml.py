@@ -26,6 +26,7 @@ from engine.sandbox import (
     run_in_sandbox,
     uml,
 )
+from engine.sandbox import run as vmrun
 from engine.units import parse_size
 from tests.integration.vm.test_vm import ALLOC_200MB, REPO, _request
 from tests.signals import default_signals
@@ -126,6 +127,13 @@ def test_a_block_of_runs_in_one_boot_starts_each_from_the_same_state(uml_kernel,
     ram = [(b["ram_warmed_bytes"], b["guest_mem_total_bytes"]) for b in boxes]
     assert all(warmed > total - 512 * MiB for warmed, total in ram), ram
     assert "host: the guest's RAM file (" in (outs[0] / "console.log").read_text()
+    # an unconstrained guest sized by its pipeline's bound (engine.runtime.bound), not 4
+    # GiB: above what the guest's kernel measured of the child, and never swapping
+    for m, b in zip(metas, boxes):
+        assert m.hwm_rss_bytes < b["unconstrained_bound_bytes"], (m.hwm_rss_bytes, b)
+        assert (b["unconstrained_bound_bytes"] + vmrun.GUEST_OVERHEAD <= b["guest_ram_bytes"]
+                < vmrun.BASELINE_RAM)
+        assert b["vmstat_delta"]["pswpout"] == 0
     weights = sum(p.stat().st_size for p in tiny["models"].rglob("*.caffemodel"))
     assert weights > 80 * MiB
     cached = [b["page_cache_at_start"] for b in boxes]

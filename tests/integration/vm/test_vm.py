@@ -332,7 +332,7 @@ def _fake_boot(calls: list, *, start_a_task: bool, segfault: bool = False):
     from engine.runner.meta import RunMeta
 
     def boot(py_args, share, limit, swap, cfg=None, timeout_s=None, sandbox="vm",
-             stall_s=None, cpus=None):
+             stall_s=None, cpus=None, bound=None):
         calls.append(sorted(p.name for p in share.iterdir()))
         if segfault and len(calls) == 1:
             (share / "run-0").mkdir()
