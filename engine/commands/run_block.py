@@ -24,8 +24,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--run", action="append", required=True, metavar="ARGS",
                    help="one run's arguments as `python -m engine run` takes them, in one "
                         "quoted string; once per run, in the order they run. Every run names "
-                        "the same --backend (uml or vm), --limit, --swap, --pin-cpu and "
-                        "--stall-timeout: they share the guest")
+                        "the same --backend (uml or vm), --pin-cpu and --stall-timeout: they "
+                        "share the guest, sized for every run's --limit and --swap")
     p.add_argument("--log", action="append", metavar="FILE",
                    help="a file for each run's own messages (how it ended), once per --run "
                         "in its order (default: standard error only)")

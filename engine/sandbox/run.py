@@ -78,11 +78,12 @@ def _host_ram() -> int:
 def plan(cfg: SandboxConfig, limit: int | None, swap: int | None, guest: Guest | uml.Uml,
          bound: int | None = None) -> Plan:
     """Guest RAM comfortably above the limit (the cgroup, not the guest, must constrain the
-    run), or for an unconstrained run above ``bound`` (``unconstrained_bound_bytes``; None:
-    ``BASELINE_RAM``), and a swap device large enough that memory.swap.max is what limits
-    swap. A UML kernel runs on the host CPU (accelerator "uml"). The guest writes its RAM
-    once before its first run (engine.sandbox.job.warm_ram), in time that grows with it:
-    the host holds all of it for the boot."""
+    run) and above ``bound``, what an unconstrained run may hold
+    (``unconstrained_bound_bytes``; a boot of limited and unconstrained runs has both;
+    neither: ``BASELINE_RAM``), and a swap device large enough that memory.swap.max is
+    what limits swap. A UML kernel runs on the host CPU (accelerator "uml"). The guest
+    writes its RAM once before its first run (engine.sandbox.job.warm_ram), in time that
+    grows with it: the host holds all of it for the boot."""
     sandbox = "uml" if isinstance(guest, uml.Uml) else "vm"
     if cfg.ram is not None:
         ram = cfg.ram
@@ -92,10 +93,11 @@ def plan(cfg: SandboxConfig, limit: int | None, swap: int | None, guest: Guest |
                 f"guest itself needs ({ram // MIB} - {GUEST_RESERVE // MIB} MiB): raise "
                 f"{ENV_NAMES['RAM']} to at least {-(-(limit + GUEST_RESERVE) // MIB)}M or unset "
                 f"it")
-    elif limit is None:  # a baseline: the guest's RAM must never be what limits it
-        ram = BASELINE_RAM if bound is None else max(MIN_RAM, bound + GUEST_OVERHEAD)
-    else:
-        ram = max(MIN_RAM, limit + GUEST_OVERHEAD)
+    elif limit is None and bound is None:
+        ram = BASELINE_RAM
+    else:  # a baseline's guest RAM must never be what limits it
+        ram = max(MIN_RAM, *(need + GUEST_OVERHEAD for need in (limit, bound)
+                             if need is not None))
     ram = -(-ram // (64 * MIB)) * 64 * MIB
     host = _host_ram()
     if host and ram > host:
@@ -330,10 +332,23 @@ def unconstrained_bound_bytes(request: RunRequest, checked: tuple) -> int:
     return run_bound_mb(bounds, policy.workers) * MIB
 
 
-# what every run of one boot shares: the guest's size, swap device, CPUs and stall watch
-BOOT_SETTINGS = {"--limit": lambda r: r.limits.limit_bytes, "--swap": lambda r: r.limits.swap_bytes,
-                 "--pin-cpu": lambda r: r.options.pin_cpu,
+# what every run of one boot shares: its CPUs and stall watch (each run's limit and swap
+# are its own cgroup's; the guest is sized for them all: ``boot_sizes``)
+BOOT_SETTINGS = {"--pin-cpu": lambda r: r.options.pin_cpu,
                  "--stall-timeout": lambda r: r.options.stall_s}
+
+
+def boot_sizes(cfg: SandboxConfig, requests: list[RunRequest], checked: list[tuple]
+               ) -> tuple[int | None, int | None, int | None]:
+    """(limit, swap, bound) for ``plan`` of one boot of ``requests``: the largest limit
+    (None: none limited), the swap whose device is the largest, and the largest
+    ``unconstrained_bound_bytes`` of its unconstrained runs (None: none)."""
+    limits = [r.limits.limit_bytes for r in requests if r.limits.limit_bytes is not None]
+    swap = max((r.limits.swap_bytes for r in requests),
+               key=lambda s: swap_device_bytes(cfg, s))
+    bounds = [unconstrained_bound_bytes(r, c) for r, c in zip(requests, checked)
+              if r.limits.limit_bytes is None]
+    return max(limits, default=None), swap, max(bounds, default=None)
 
 
 def _boot_timeout(requests: list[RunRequest]) -> float | None:
@@ -364,9 +379,7 @@ def run_block_in_sandbox(requests: list[RunRequest], cfg: SandboxConfig | None =
                                 f"{flag}, or run them apart")
     checked = [_check_request(r, cfg, sandbox) for r in requests]
     first = requests[0]
-    limit, swap = first.limits.limit_bytes, first.limits.swap_bytes
-    bound = (None if limit is not None else
-             max(unconstrained_bound_bytes(r, c) for r, c in zip(requests, checked)))
+    limit, swap, bound = boot_sizes(cfg, requests, checked)
     metas: list[RunMeta | None] = [None] * len(requests)
     share = pin = None
     with ExitStack() as claims, signals_unwind():

@@ -132,10 +132,49 @@ def test_runs_that_cannot_share_a_guest_are_refused_before_anything_is_written(
         tiny, tmp_path, monkeypatch):
     monkeypatch.setattr(vmrun, "boot_job", lambda *a, **k: pytest.fail("booted"))
     requests = [_request(tiny, tmp_path / "a", "bulk"),
-                _request(tiny, tmp_path / "b", "linear", "--swap", "0")]
-    with pytest.raises(EdgeprofError, match="differ in --swap"):
+                _request(tiny, tmp_path / "b", "linear", "--stall-timeout", "30")]
+    with pytest.raises(EdgeprofError, match="differ in --stall-timeout"):
         run_block_in_sandbox(requests)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_boot_of_limited_and_unconstrained_runs_fits_each_and_limits_each_its_own(
+        tiny, tmp_path, monkeypatch):
+    """Runs of other limits and swap in one boot: the guest is sized for the largest
+    limit and the unconstrained runs' bound together, its swap device for the largest
+    allowance, and each run's request keeps its own limit and swap (the guest's
+    supervisor sets them on the run's cgroup)."""
+    from engine.runner.request import RunRequest
+    from engine.sandbox.config import SandboxConfig
+
+    seen = {}
+
+    def boot(py_args, share, limit, swap, cfg=None, timeout_s=None, sandbox="vm",
+             stall_s=None, cpus=None, bound=None):
+        seen["plan"] = vmrun.plan(SandboxConfig(accel="tcg"), limit, swap, FAKE_GUEST, bound)
+        seen["requests"] = [RunRequest.from_json((share / f"request-{i}.json").read_text())
+                            for i in range(3)]
+        for i in range(3):
+            _finish(share, i, POLICIES[i], 2.0 + i)
+        return _result(share, limit, swap, crashed=False)
+
+    monkeypatch.setattr(vmrun, "boot_job", boot)
+    requests = [_request(tiny, tmp_path / "a", "bulk", "--swap", "0"),
+                run_request(build_parser().parse_args(
+                    ["run", "--pipeline", str(tiny["pipeline"]), "--split",
+                     str(tiny["models"]), "--policy", "linear", "--out", str(tmp_path / "b"),
+                     "--backend", "vm", "--batch", "1"])),
+                _request(tiny, tmp_path / "c", "deepeye", "--limit", "1G", "--swap", "3G")]
+    assert requests[1].limits.limit_bytes is None
+    metas = run_block_in_sandbox(requests)
+    assert [m.termination for m in metas] == ["ok"] * 3
+    bound = vmrun.unconstrained_bound_bytes(requests[1], vmrun._check_request(
+        requests[1], SandboxConfig(), "vm"))
+    p = seen["plan"]
+    assert p.ram_bytes >= max(2**30, bound) + vmrun.GUEST_OVERHEAD
+    assert p.swap_device_bytes == 3 * 2**30 + vmrun.DEVICE_SLACK
+    assert [(r.limits.limit_bytes, r.limits.swap_bytes) for r in seen["requests"]] == [
+        (256 * 2**20, 0), (None, None), (2**30, 3 * 2**30)]
 
 
 def test_an_interrupted_block_keeps_its_finished_runs_and_leaves_nothing_else(
