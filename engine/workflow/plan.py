@@ -242,45 +242,59 @@ def run_set_index(config: Config) -> dict[SetKey, RunSet]:
             for limit in rs.limits}
 
 
-# A block of runs: (kind, in_sandbox, pipeline, limit, rep); its kind is its first run set's
-# (the unprobed twins join their pipeline's "runs" block)
+# A block of runs: (kind, in_sandbox, pipeline, limits, rep); its kind is its first run
+# set's (the unprobed twins join their pipeline's "runs" block). Its limits: its runs'
+# limit, or in one sandbox boot each (sandbox.per_boot "block") its run set's limits
+# joined by "+" (e.g. "none+48M")
 BlockKey = tuple[str, bool, str, str, int]
+BlockRun = tuple[str, str, str]  # (kind, policy, limit)
 
 
-def run_blocks(config: Config) -> dict[BlockKey, list[tuple[str, str]]]:
-    """Every block of runs, in the order they should start, -> its runs as (kind, policy)
-    in their order.
+def run_blocks(config: Config) -> dict[BlockKey, list[BlockRun]]:
+    """Every block of runs, in the order they should start, -> its runs as (kind, policy,
+    limit) in their order.
 
     Repetition by repetition; within one, the blocks (one pipeline under one limit, in
-    one place) in a seeded random order, and within a block every policy (and the
-    unprobed twin) in a seeded random order of its own: the runs a comparison pairs are
-    close in time, so a drift or a neighbour's load hits every policy alike, and no
-    policy always goes first. With ``run.per_job: block`` a block is one workflow job.
+    one place; in the sandbox, with a boot per block, under every limit of its run set:
+    a limited run and its baseline in one boot) in a seeded random order, and within a
+    block every policy, limit and the unprobed twin in a seeded random order of its own:
+    the runs a comparison pairs are close in time, so a drift or a neighbour's load hits
+    every policy alike, and no policy always goes first. With ``run.per_job: block`` a
+    block is one workflow job.
     """
     twins = unprobed_runs(config)
     sets = run_sets(config)
     batch_of = {rs.kind: rs.batch for rs in sets}
-    blocks: dict[BlockKey, list[tuple[str, str]]] = {}
+    # a sandbox boot's block: every limit the sandbox's run sets of its kind give its pipeline
+    boot_limits: dict[tuple[str, str], list[str]] = {}
+    if per_boot(config) == "block":
+        for rs in sets:
+            for pipeline in rs.pipelines if rs.in_sandbox else ():
+                held = boot_limits.setdefault((rs.kind, pipeline), [])
+                held += [limit for limit in rs.limits if limit not in held]
+    blocks: dict[BlockKey, list[BlockRun]] = {}
     for rep in range(max(rs.repetitions for rs in sets)):
         # run sets that share a block (the workers experiment's policies) interleave in it
-        members: dict[tuple, list[tuple[str, str]]] = {}
+        members: dict[tuple, list[BlockRun]] = {}
         for rs in sets:
             if rep < rs.repetitions:
                 for pipeline in rs.pipelines:
                     for limit in rs.limits:
-                        members.setdefault((rs.kind, rs.in_sandbox, pipeline, limit), []).extend(
-                            (rs.kind, policy) for policy in rs.policies)
+                        together = boot_limits.get((rs.kind, pipeline)) if rs.in_sandbox else None
+                        block = "+".join(together) if together else limit
+                        members.setdefault((rs.kind, rs.in_sandbox, pipeline, block), []).extend(
+                            (rs.kind, policy, limit) for policy in rs.policies)
         keys = list(members)
         rng = np.random.default_rng([config["seed"], rep])
         for b in rng.permutation(len(keys)):
-            kind, in_sandbox, pipeline, limit = keys[b]
+            kind, in_sandbox, pipeline, block = keys[b]
             runs = members[keys[b]]
             batch = batch_of[kind]
-            if limit == UNLIMITED and not in_sandbox and kind == batch_kind(RUNS, batch, config):
-                runs += [(batch_kind(UNPROBED, batch, config), pol)
+            if block == UNLIMITED and not in_sandbox and kind == batch_kind(RUNS, batch, config):
+                runs += [(batch_kind(UNPROBED, batch, config), pol, UNLIMITED)
                          for pipe, pol, at in twins if pipe == pipeline and at == batch]
             order = np.random.default_rng([config["seed"], rep, int(b)]).permutation(len(runs))
-            blocks[(kind, in_sandbox, pipeline, limit, rep)] = [runs[m] for m in order]
+            blocks[(kind, in_sandbox, pipeline, block, rep)] = [runs[m] for m in order]
     return blocks
 
 
@@ -288,8 +302,8 @@ def run_order(config: Config) -> list[tuple[str, str, str, str, int]]:
     """The order the runs should start in, as (kind, pipeline, policy, limit, rep): the
     blocks' (``run_blocks``), one after the other."""
     return [(kind, pipeline, policy, limit, rep)
-            for (_, _, pipeline, limit, rep), runs in run_blocks(config).items()
-            for kind, policy in runs]
+            for (_, _, pipeline, _, rep), runs in run_blocks(config).items()
+            for kind, policy, limit in runs]
 
 
 @dataclass(frozen=True)
@@ -299,10 +313,15 @@ class BlockShape:
     repetitions."""
 
     in_sandbox: bool
-    limit: str
-    runs: tuple[tuple[str, str], ...]  # (kind, policy), sorted
+    limit: str  # its blocks' limits (``BlockKey``)
+    runs: tuple[BlockRun, ...]  # sorted
     pipelines: tuple[str, ...]
     reps: tuple[int, ...]
+
+    @property
+    def limits(self) -> list[str]:
+        """Its runs' limits."""
+        return sorted({limit for _, _, limit in self.runs})
 
 
 def per_boot(config: Config) -> str:
@@ -312,7 +331,7 @@ def per_boot(config: Config) -> str:
     return sandbox.get("per_boot", "block") if sandbox["enabled"] else "run"
 
 
-def job_blocks(config: Config) -> dict[BlockKey, list[tuple[str, str]]]:
+def job_blocks(config: Config) -> dict[BlockKey, list[BlockRun]]:
     """The blocks of ``run_blocks`` that are a workflow job each: every block with
     ``run.per_job: block``; else, with ``sandbox.per_boot: block``, the sandbox's (one
     boot each, ``python -m engine run-block``)."""
@@ -334,9 +353,9 @@ def run_rule_kind(config: Config) -> str:
     pair holds no run of a job of its own."""
     if config["run"].get("per_job", "run") == "block" or not job_blocks(config):
         return KIND_RE
-    blocked = {(kind, key[2]) for key, runs in job_blocks(config).items() for kind, _ in runs}
+    blocked = {(kind, key[2]) for key, runs in job_blocks(config).items() for kind, *_ in runs}
     alone = {(kind, key[2]) for key, runs in run_blocks(config).items() if not key[1]
-             for kind, _ in runs}
+             for kind, *_ in runs}
     assert not blocked & alone, f"sandbox blocks share kind and pipeline with other runs: " \
                                 f"{sorted(blocked & alone)}"
     folders = "|".join(re.escape(f"{kind}/{pipeline}") for kind, pipeline in sorted(blocked))

@@ -33,6 +33,7 @@ from engine.workflow.plan import (
     block_shapes,
     job_blocks,
     needs_vm_guest,
+    per_boot,
     policy_ids,
     reconcile_in_sandbox,
     run_blocks,
@@ -282,8 +283,8 @@ def test_a_batch_list_is_an_axis_of_the_run_grid_and_a_single_value_keeps_the_fo
     # the twins start in their own batch's blocks, beside the runs they pair with
     for (kind, _, _, limit, _), runs in run_blocks(grid).items():
         batch = kind.rsplit("_b", 1)[1]
-        assert {k.rsplit("_b", 1)[1] for k, _ in runs} == {batch}
-        if any(k.startswith("unprobed") for k, _ in runs):
+        assert {k.rsplit("_b", 1)[1] for k, *_ in runs} == {batch}
+        if any(k.startswith("unprobed") for k, *_ in runs):
             assert kind == f"runs_b{batch}" and limit == "none"
     with pytest.raises(ValueError, match="run.batch"):
         check_config(with_(cfg, run__batch=[1, 1.5]))
@@ -1027,20 +1028,29 @@ def test_the_slurm_profile_plans_one_core_and_sized_memory_per_job(tmp_path):
 
 @pytest.mark.parametrize("name", ["config.yaml", "paper.yaml", "fidelity.yaml"])
 def test_blocks_hold_every_run_once_in_run_order(name):
-    """A block is one pipeline under one limit in one repetition, in one place; the blocks
-    one after the other are the run order, and every planned run is in one block."""
+    """A block is one pipeline under one limit in one repetition, in one place (in the
+    sandbox with a boot per block, under every limit of its run set); the blocks one
+    after the other are the run order, and every planned run is in one block."""
     cfg = load_config(name)
     blocks = run_blocks(cfg)
     flat = [(kind, pipeline, policy, limit, rep)
-            for (_, _, pipeline, limit, rep), runs in blocks.items() for kind, policy in runs]
+            for (_, _, pipeline, _, rep), runs in blocks.items()
+            for kind, policy, limit in runs]
     assert flat == run_order(cfg) and len(set(flat)) == len(flat)
     planned = {(rs.kind, p, pol, lim, rep) for rs in run_sets(cfg) for p in rs.pipelines
                for pol in rs.policies for lim in rs.limits for rep in range(rs.repetitions)}
     twins = {r for r in flat if r[0] == "unprobed"}
     assert set(flat) - twins == planned
-    for (kind, *_), runs in blocks.items():
-        assert {k for k, _ in runs} <= {kind, "unprobed"}
+    for (kind, in_sandbox, pipeline, limits, _), runs in blocks.items():
+        assert {k for k, *_ in runs} <= {kind, "unprobed"}
         assert len(set(runs)) == len(runs)
+        # a limit's runs, or a sandbox boot's: every limit of its run set
+        assert {lim for *_, lim in runs} == set(limits.split("+"))
+        merged = in_sandbox and per_boot(cfg) == "block"
+        assert len(limits.split("+")) == (len({lim for rs in run_sets(cfg) for lim in rs.limits
+                                                if rs.kind == kind and rs.in_sandbox
+                                                and pipeline in rs.pipelines})
+                                          if merged else 1)
 
 
 @pytest.mark.parametrize("name", ["config.yaml", "paper.yaml", "fidelity.yaml"])
@@ -1061,8 +1071,8 @@ def test_block_shapes_are_exact_products_that_never_overlap(name, per_job):
         assert all(in_sandbox for _, in_sandbox, *_ in blocks)
         kind_re = re.compile(run_rule_kind(cfg))
         for kind, pipeline, policy, limit, rep in run_order(cfg):
-            in_block = any((kind, policy) in runs and key[2:] == (pipeline, limit, rep)
-                           for key, runs in blocks.items())
+            in_block = any((kind, policy, limit) in runs and key[2] == pipeline
+                           and key[4] == rep for key, runs in blocks.items())
             taken = kind_re.match(f"{kind}/{pipeline}/{policy}/{limit}/rep{rep}") is not None
             assert taken != in_block, (kind, pipeline, policy, limit, rep)
     by_place: dict[tuple, set] = {}  # blocks of another kind may share a place (fidelity)
@@ -1073,11 +1083,11 @@ def test_block_shapes_are_exact_products_that_never_overlap(name, per_job):
         for pipeline in shape.pipelines:
             for rep in shape.reps:
                 assert shape.runs in by_place[(shape.in_sandbox, pipeline, shape.limit, rep)]
-                outputs += [(kind, pipeline, policy, shape.limit, rep)
-                            for kind, policy in shape.runs]
+                outputs += [(kind, pipeline, policy, limit, rep)
+                            for kind, policy, limit in shape.runs]
     assert sorted(outputs) == sorted((kind, pipeline, policy, limit, rep)
-                                     for (_, _, pipeline, limit, rep), runs in blocks.items()
-                                     for kind, policy in runs)
+                                     for (_, _, pipeline, _, rep), runs in blocks.items()
+                                     for kind, policy, limit in runs)
 
 
 def test_a_block_runs_every_command_and_fails_at_its_end_if_one_failed(tmp_path):
@@ -1100,7 +1110,8 @@ def test_a_block_runs_every_command_and_fails_at_its_end_if_one_failed(tmp_path)
 
 def test_blocks_plan_the_same_run_folders_as_one_job_per_run(tmp_path):
     """A dry run of the default config both ways: the run folders planned are the same,
-    and each block job's runs are one pipeline under one limit in one repetition."""
+    and each block job's runs are one pipeline under one limit in one repetition (the
+    sandbox's: under both its limits, none and 48M)."""
     import subprocess
     import sys
 
@@ -1118,9 +1129,13 @@ def test_blocks_plan_the_same_run_folders_as_one_job_per_run(tmp_path):
         folders = [os.path.relpath(o, tmp_path / per_job) for _, out in jobs
                    for o in out.split(", ")]
         planned[per_job] = (jobs, folders)
+        in_sandbox = {(rs.kind, p) for rs in run_sets(cfg) if rs.in_sandbox
+                      for p in rs.pipelines}
         for _, out in jobs if per_job == "block" else ():
             kinds, pipes, _, limits, reps = zip(*(o.split("/")[-5:] for o in out.split(", ")))
-            assert len(set(pipes)) == len(set(limits)) == len(set(reps)) == 1, out
+            assert len(set(pipes)) == len(set(reps)) == 1, out
+            # a sandbox boot's block holds a limited run's baseline too
+            assert len(set(limits)) == (2 if (kinds[0], pipes[0]) in in_sandbox else 1), out
     runs, blocks = planned["run"], planned["block"]
     assert len(runs[1]) == len(set(runs[1])) > 400
     assert sorted(blocks[1]) == sorted(runs[1]) and len(blocks[0]) < len(runs[0]) / 3

@@ -242,9 +242,9 @@ if BLOCK_SHAPES:
         for p in s.pipelines
         for r in s.reps
     }
-    for (_, _in_vm, _pipe, _limit, _rep), _runs in job_blocks(config).items():
-        _i = _SHAPE_INDEX[(_in_vm, _limit, tuple(sorted(_runs)), _pipe, _rep)]
-        _kind, _policy = _runs[0]
+    for (_, _in_vm, _pipe, _limits, _rep), _runs in job_blocks(config).items():
+        _i = _SHAPE_INDEX[(_in_vm, _limits, tuple(sorted(_runs)), _pipe, _rep)]
+        _kind, _policy, _limit = _runs[0]
         BLOCK_RUNS[(_i, _pipe, _rep)] = (
             _runs,
             RUN_PRIORITY[(_kind, _pipe, policy_id(_policy), _limit, _rep)],
@@ -720,10 +720,10 @@ def block_paths(i, pattern):
             kind=kind,
             pipeline="{pipeline}",
             policy=policy_id(policy),
-            limit=shape.limit,
+            limit=limit,
             rep="{rep}",
         )
-        for kind, policy in shape.runs
+        for kind, policy, limit in shape.runs
     ]
 
 
@@ -732,21 +732,31 @@ def _shape_batch(shape):
     return _BATCH_OF_KIND[shape.runs[0][0]]
 
 
+def _shape_mem_key(shape, pipeline):
+    """The mem_key of a block's most demanding limit: one boot holds them all."""
+    keys = [
+        mem_key(shape.in_sandbox, limit, pipeline, _shape_batch(shape)) for limit in shape.limits
+    ]
+    return max(keys, key=RUN_MEM_MB.get)
+
+
+def _shape_in_qemu(shape):
+    return any(needs_vm_guest(config, limit, shape.in_sandbox) for limit in shape.limits)
+
+
 def block_shell(i):
     """Params function of shape i: its block's runs one after the other in their order,
     in one sandbox boot (sandbox.per_boot "block"), else each in a SLURM job step of its
     own (or booting the workflow's guest)."""
     shape = BLOCK_SHAPES[i]
-    in_qemu = needs_vm_guest(config, shape.limit, shape.in_sandbox)
+    in_qemu = _shape_in_qemu(shape)
     one_boot = shape.in_sandbox and PER_BOOT == "block"
 
     def runs(wildcards):
         prefix = (
             f"EDGEPROF_VM_CACHE={shlex.quote(VM_CACHE)} "
             if in_qemu
-            else STEP_PREFIX[
-                mem_key(shape.in_sandbox, shape.limit, wildcards.pipeline, _shape_batch(shape))
-            ]
+            else STEP_PREFIX[_shape_mem_key(shape, wildcards.pipeline)]
         )
         order, _ = BLOCK_RUNS[(i, wildcards.pipeline, int(wildcards.rep))]
         lines = [
@@ -754,11 +764,11 @@ def block_shell(i):
                 kind,
                 wildcards.pipeline,
                 policy,
-                shape.limit,
+                limit,
                 int(wildcards.rep),
                 shape.in_sandbox,
             )
-            for kind, policy in order
+            for kind, policy, limit in order
         ]
         if one_boot:
             return sandbox_block_command(prefix, lines)
@@ -780,9 +790,7 @@ def block_resources(i):
     shape = BLOCK_SHAPES[i]
 
     def mem_mb(wildcards):
-        return RUN_MEM_MB[
-            mem_key(shape.in_sandbox, shape.limit, wildcards.pipeline, _shape_batch(shape))
-        ]
+        return RUN_MEM_MB[_shape_mem_key(shape, wildcards.pipeline)]
 
     declare_signatures([mem_mb])
     return {"mem_mb": mem_mb, "runtime": block_runtime_min(RUN, len(shape.runs))}

@@ -47,8 +47,9 @@ if PER_JOB == "run":
             "{params.command}"
 
 
-# a job per block of runs (a pipeline under one limit in one repetition), one rule per
-# shape of block (its limit, place and runs: its outputs)
+# a job per block of runs (a pipeline under one limit in one repetition; in one sandbox
+# boot, under every limit of its run set), one rule per shape of block (its limits, place
+# and runs: its outputs)
 for _i, _shape in enumerate(BLOCK_SHAPES):
 
     rule:
@@ -56,7 +57,7 @@ for _i, _shape in enumerate(BLOCK_SHAPES):
             f"run_block_{_i}"
         input:
             pipeline=f"{PIPELINES_DIR}/{{pipeline}}.json",
-            vm_guest=VM_GUEST if needs_vm_guest(config, _shape.limit, _shape.in_sandbox) else [],
+            vm_guest=VM_GUEST if _shape_in_qemu(_shape) else [],
         output:
             [directory(path) for path in block_paths(_i, RUN_DIR)],
         log:
@@ -75,7 +76,7 @@ for _i, _shape in enumerate(BLOCK_SHAPES):
             # compared for a rerun: every run's line, and the code of its policies
             runs=block_shell(_i),
             sandbox=SANDBOX_SETTINGS if _shape.in_sandbox else {},
-            code="-".join(sorted({RUN_CODE[policy_id(p)] for _, p in _shape.runs})),
+            code="-".join(sorted({RUN_CODE[policy_id(p)] for _, p, _ in _shape.runs})),
         shell:
             "{params.runs}"
 

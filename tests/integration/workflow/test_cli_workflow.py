@@ -184,10 +184,10 @@ def test_limited_runs_go_to_the_vm_with_its_smaller_pipelines(tmp_path):
 @pytest.mark.parametrize("kernel", ["uml", "vm"])
 def test_the_sandboxs_runs_are_a_job_and_a_boot_per_block_in_the_planned_order(tmp_path,
                                                                              kernel):
-    """sandbox.per_boot block: each block of the sandbox's runs (a pipeline
-    under one limit in one repetition) is one job, python -m engine run-block, its runs
-    in the planned interleaved order, each with its own log; every other run stays a job
-    of its own."""
+    """sandbox.per_boot block: each block of the sandbox's runs (a pipeline under every
+    limit of its run set in one repetition) is one job, python -m engine run-block, its
+    runs in the planned interleaved order, each with its own log and limit; every other
+    run stays a job of its own."""
     cfg = with_(load_config("config.yaml"), results=str(tmp_path / "r"), sandbox__kernel=kernel,
                 sandbox__per_boot="block")
     path = tmp_path / "blocks.yaml"
@@ -208,11 +208,13 @@ def test_the_sandboxs_runs_are_a_job_and_a_boot_per_block_in_the_planned_order(t
         assert len(logs) == len(runs) and len(set(logs)) == len(logs)
         outs = [Path(run[run.index("--out") + 1]).parts[-5:] for run in runs]
         kinds, pipes, policies, limits, reps = zip(*outs)
-        assert len(set(pipes)) == len(set(limits)) == len(set(reps)) == 1
-        key = next(k for k in sandbox_blocks if (k[2], k[3], f"rep{k[4]}") == (
-            pipes[0], limits[0], reps[0]))
-        assert [(kind, policy_id(p)) for kind, p in sandbox_blocks[key]] == list(
-            zip(kinds, policies))  # the planned order
+        assert len(set(pipes)) == len(set(reps)) == 1 and len(set(limits)) > 1
+        key = next(k for k in sandbox_blocks if (k[2], f"rep{k[4]}") == (pipes[0], reps[0]))
+        assert [(kind, policy_id(p), lim) for kind, p, lim in sandbox_blocks[key]] == list(
+            zip(kinds, policies, limits))  # the planned order
+        for run, lim in zip(runs, limits):  # each run under its own limit
+            assert ("--limit" in run) == (lim != "none")
+            assert lim == "none" or run[run.index("--limit") + 1] == lim
         assert all(run[run.index("--backend") + 1] == kernel for run in runs)
         assert command.startswith("EDGEPROF_VM_CACHE=") == (kernel == "vm")
         seen += outs
