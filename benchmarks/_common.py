@@ -63,6 +63,9 @@ def print_ratios(what: str, rows: Rows, loads: list[float], groups: list[str],
         for key, label in metrics.items():
             b = [x[key] for x in rows[(group, base)]]
             o = [x[key] for x in rows[(group, other)]]
+            if not any(b) and not any(o):  # e.g. an unconstrained run's swap
+                print(f"  {group:8s} {label:22s} (none either way)")
+                continue
             mid, lo, hi = ratio_ci(o, b)
             print(f"  {group:8s} {label:22s} {base} {statistics.median(b):8.3f} "
                   f"[{min(b):.3f}, {max(b):.3f}]  {other} {statistics.median(o):8.3f} "
