@@ -11,8 +11,8 @@ import numpy as np
 
 from engine.caffe.graph import NetGraph
 from engine.ops import scratch_bytes
+from engine.units import MIB
 
-MIB = 2**20
 # The engine's own processes besides its networks' bytes: the measured child's Python,
 # numpy and engine (the slowdown model's baseline_bytes: 43 MiB) and its supervisor,
 # sampler and GNU time (61 MiB: the process tree's peak RSS less the child's, sampled

@@ -101,9 +101,14 @@ def plan(cfg: SandboxConfig, limit: int | None, swap: int | None, guest: Guest |
     ram = -(-ram // (64 * MIB)) * 64 * MIB
     host = _host_ram()
     if host and ram > host:
-        lower = ENV_NAMES["RAM"] if cfg.ram is not None else "--limit"
-        raise EdgeprofError(f"{sandbox}: the guest would need {ram // MIB} MiB of RAM for this "
-                            f"limit but the host has {host // MIB} MiB; lower {lower}")
+        if cfg.ram is not None:
+            what, lower = "", ENV_NAMES["RAM"]
+        elif bound is not None and (limit is None or bound >= limit):
+            what, lower = " for this unconstrained run", "--batch or run fewer networks"
+        else:
+            what, lower = " for this limit", "--limit"
+        raise EdgeprofError(f"{sandbox}: the guest would need {ram // MIB} MiB of RAM{what} "
+                            f"but the host has {host // MIB} MiB; lower {lower}")
     device = swap_device_bytes(cfg, swap)
     if isinstance(guest, uml.Uml):
         cfg.refuse_unsupported("uml")

@@ -145,8 +145,13 @@ def test_a_guest_larger_than_the_host_names_what_to_lower():
     with pytest.raises(EdgeprofError, match=r"^vm: the guest would need .* lower "
                                             r"EDGEPROF_SANDBOX_RAM$"):
         vmrun.plan(SandboxConfig(ram=2**45), 48 * 2**20, None, FAKE_GUEST)
-    with pytest.raises(EdgeprofError, match=r"lower --limit$"):
+    with pytest.raises(EdgeprofError, match=r"for this limit but .* lower --limit$"):
         vmrun.plan(SandboxConfig(), 2**45, None, FAKE_GUEST)
+    # an unconstrained run's bound beyond the host: its batch or its networks, not a limit
+    for limit in (None, 48 * 2**20):
+        with pytest.raises(EdgeprofError, match=r"for this unconstrained run but .* lower "
+                                                r"--batch or run fewer networks$"):
+            vmrun.plan(SandboxConfig(), limit, None, FAKE_GUEST, 2**45)
 
 
 def test_an_input_under_a_folder_the_guest_mounts_its_own_is_refused_up_front(
