@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -129,9 +130,16 @@ def main() -> int:
             for row in found:
                 by_limit.setdefault((f"{policy}@{row['limit']}", way), []).append(row)
         groups = [f"{p}@{at}" for p in args.policies for at in args.mixed]
+        # a mixed boot's wall is its runs' of both limits: a way's, not a limit's
         print_ratios(f"{args.pipeline.stem}, {' and '.join(args.mixed)} (swap max), "
                      f"{args.rounds} rounds x {args.per_boot} runs a limit a way", by_limit,
-                     loads, groups, METRICS, "apart", "mixed")
+                     loads, groups, {k: v for k, v in METRICS.items() if k != "per_run_s"},
+                     "apart", "mixed")
+        for way in ("apart", "mixed"):
+            walls = [row["per_run_s"] for (_, w), found in rows.items() if w == way
+                     for row in found]
+            print(f"  wall a run, every limit and policy, {way}: median "
+                  f"{statistics.median(walls):.3f} s [{min(walls):.3f}, {max(walls):.3f}]")
         return 0
     print_ratios(f"{args.pipeline.stem} at {args.limit} (swap max), {args.rounds} rounds x "
                  f"{args.per_boot} runs a way", rows, loads, args.policies, METRICS, "fresh",

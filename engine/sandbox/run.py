@@ -46,9 +46,9 @@ from engine.units import MIB
 GUEST_OVERHEAD = 768 * MIB  # kernel, tmpfs root overlay, the supervisor's own Python+numpy
 GUEST_RESERVE = 256 * MIB  # the least the guest needs beside the run's cgroup
 MIN_RAM = 1024 * MIB
-# An unconstrained (baseline) run's guest whose pipeline has no bound (``plan``): far above
-# what any pipeline here holds (a Caffe-faithful 1.6 GB pipeline under DeepEye peaks at
-# 1.7 GB)
+# The guest of a command (``run_command_in_sandbox``) without a limit, whose need is not
+# known: far above what any pipeline here holds (a Caffe-faithful 1.6 GB pipeline under
+# DeepEye peaks at 1.7 GB); a run's is sized by its bound (``plan``)
 BASELINE_RAM = 4096 * MIB
 DEVICE_SLACK = 64 * MIB  # swap device a bit larger than memory.swap.max: the cgroup limits
 GUEST_SHARE = "/run/vmout"  # the share, as the guest sees it
@@ -105,6 +105,8 @@ def plan(cfg: SandboxConfig, limit: int | None, swap: int | None, guest: Guest |
             what, lower = "", ENV_NAMES["RAM"]
         elif bound is not None and (limit is None or bound >= limit):
             what, lower = " for this unconstrained run", "--batch or run fewer networks"
+        elif limit is None:
+            what, lower = " without a limit", ENV_NAMES["RAM"]
         else:
             what, lower = " for this limit", "--limit"
         raise EdgeprofError(f"{sandbox}: the guest would need {ram // MIB} MiB of RAM{what} "
@@ -278,7 +280,7 @@ def sandbox_facts(res: vmboot.BootResult, p: Plan, guest: Guest | uml.Uml,
             "emulated": p.accel in ("tcg", "uml"),
             "guest_kernel": facts.get("kernel", guest.kernel_version),
             "kernel_package": guest.package,
-            "guest_ram_bytes": p.ram_bytes, "unconstrained_bound_bytes": p.bound,
+            "guest_ram_bytes": p.ram_bytes, "boot_unconstrained_bound_bytes": p.bound,
             "guest_mem_total_bytes": facts.get("MemTotal"),
             "swap_device": {"size_bytes": p.swap_device_bytes,
                             "device": device if p.swap_device_bytes else None,
@@ -475,13 +477,15 @@ def _record(request: RunRequest, checked: tuple, share: Path, i: int,
         meta = _error_meta(request, pipeline, policy, res, run,
                            {net: models[net] for net in descs})
     swapped = (facts.get("vmstat_delta") or {}).get("pswpout")
-    if request.limits.limit_bytes is None and meta.termination == "ok" and swapped:
-        # the guest's RAM limited it: not a baseline (its swap device is for the limited)
+    if request.limits.limit_bytes is None and meta.termination != "error" and swapped:
+        # the guest's RAM limited it: not a baseline, however it ended (its swap device is
+        # for the limited runs)
         ram = facts["guest_ram_bytes"] // MIB
+        ended = "" if meta.termination == "ok" else f" (it ended: {meta.termination})"
         meta.termination = "error"
         meta.termination_detail = (
-            f"the unconstrained run swapped {swapped} pages out in a guest of {ram} MiB: "
-            f"the guest's RAM limited it; set {ENV_NAMES['RAM']} above {ram}M")
+            f"the unconstrained run swapped {swapped} pages out in a guest of {ram} MiB"
+            f"{ended}: the guest's RAM limited it; set {ENV_NAMES['RAM']} above {ram}M")
     # the run's start on the host's clock: the boot's, and the guest's offset
     _add_sandbox_facts(meta, facts, load, started_at + (facts["job_start_s"] or 0.0))
     if auto is not None:

@@ -280,15 +280,18 @@ def run_blocks(config: Config) -> dict[BlockKey, list[BlockRun]]:
             if rep < rs.repetitions:
                 for pipeline in rs.pipelines:
                     for limit in rs.limits:
-                        together = boot_limits.get((rs.kind, pipeline)) if rs.in_sandbox else None
-                        block = "+".join(together) if together else limit
-                        members.setdefault((rs.kind, rs.in_sandbox, pipeline, block), []).extend(
+                        one_boot = rs.in_sandbox and (rs.kind, pipeline) in boot_limits
+                        members.setdefault((rs.kind, rs.in_sandbox, pipeline,
+                                            None if one_boot else limit), []).extend(
                             (rs.kind, policy, limit) for policy in rs.policies)
         keys = list(members)
         rng = np.random.default_rng([config["seed"], rep])
         for b in rng.permutation(len(keys)):
             kind, in_sandbox, pipeline, block = keys[b]
             runs = members[keys[b]]
+            if block is None:  # one boot's: the limits this repetition's runs have
+                block = "+".join(limit for limit in boot_limits[(kind, pipeline)]
+                                 if any(run[2] == limit for run in runs))
             batch = batch_of[kind]
             if block == UNLIMITED and not in_sandbox and kind == batch_kind(RUNS, batch, config):
                 runs += [(batch_kind(UNPROBED, batch, config), pol, UNLIMITED)

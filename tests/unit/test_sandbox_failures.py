@@ -246,16 +246,16 @@ def test_an_unconstrained_guest_is_sized_by_its_pipelines_bound_from_the_split(
         vmrun.BASELINE_RAM
 
 
-@pytest.mark.parametrize("limit", [None, "256M"])
+@pytest.mark.parametrize("limit, ended", [(None, "ok"), (None, "memory"), ("256M", "ok")])
 def test_an_unconstrained_run_that_swapped_in_its_guest_is_no_baseline(
-        tiny, tmp_path, monkeypatch, limit):
+        tiny, tmp_path, monkeypatch, limit, ended):
     """A guest sized too small for an unconstrained run would have the run swap to the
     device the limited runs need: its pages written to swap (the guest's pswpout over the
-    run) make it an error naming the setting to raise; a limited run's swapping is its
-    measurement."""
+    run) make it an error naming the setting to raise, however it ended; a limited run's
+    swapping is its measurement."""
     def boot(py_args, share, *args, **kw):
         (share / "run-0").mkdir()
-        RunMeta(policy="partial:2", termination="ok", exit_code=0).write(share / "run-0")
+        RunMeta(policy="partial:2", termination=ended, exit_code=0).write(share / "run-0")
         (share / "guest-0.json").write_text(json.dumps(
             {"exit_code": 0, "vmstat_delta": {"pswpout": 12, "pswpin": 3}}))
         res, p, g, _ = boot_timeout(py_args, share, *args, **kw)
@@ -270,7 +270,8 @@ def test_an_unconstrained_run_that_swapped_in_its_guest_is_no_baseline(
     meta = run_in_sandbox(_request(tiny, tmp_path / "r", *extra))
     assert meta.termination == "error" and RunMeta.read(tmp_path / "r") == meta
     ram = meta.sandbox["guest_ram_bytes"] // 2**20
-    assert meta.sandbox["unconstrained_bound_bytes"] < ram * 2**20
+    assert meta.sandbox["boot_unconstrained_bound_bytes"] < ram * 2**20
+    said = "" if ended == "ok" else f" (it ended: {ended})"
     assert meta.termination_detail == (
-        f"the unconstrained run swapped 12 pages out in a guest of {ram} MiB: the guest's "
-        f"RAM limited it; set EDGEPROF_SANDBOX_RAM above {ram}M")
+        f"the unconstrained run swapped 12 pages out in a guest of {ram} MiB{said}: the "
+        f"guest's RAM limited it; set EDGEPROF_SANDBOX_RAM above {ram}M")

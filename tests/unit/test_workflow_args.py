@@ -33,7 +33,6 @@ from engine.workflow.plan import (
     block_shapes,
     job_blocks,
     needs_vm_guest,
-    per_boot,
     policy_ids,
     reconcile_in_sandbox,
     run_blocks,
@@ -400,7 +399,7 @@ def test_a_config_without_a_vm_block_runs_nothing_in_the_vm(cfg):
 RESERVE = 300  # any reserve the planning process measured (job_reserve_mb)
 
 
-def test_run_mem_mb(cfg):
+def test_run_mem_mb(cfg, monkeypatch):
     # every job holds the workflow's own processes (RESERVE) beside its run
     assert run_mem_mb(cfg, "none", False, RESERVE) == 8192 + RESERVE
     assert run_mem_mb(cfg, "none", False, RESERVE, 700) == 700 + RESERVE
@@ -408,10 +407,14 @@ def test_run_mem_mb(cfg):
     assert run_mem_mb(cfg, "1G", True, RESERVE) == 1024 + 768 + 512 + RESERVE
     # a baseline guest: its run's bound and the guest's own (engine.sandbox.run.plan)
     assert run_mem_mb(cfg, "none", True, RESERVE, 448) == 1216 + 512 + RESERVE
+    from engine.sandbox import run as vmrun
     from engine.sandbox.config import SandboxConfig
     from engine.sandbox.run import plan
     from engine.units import parse_size
 
+    monkeypatch.setattr(vmrun, "_host_ram", lambda: 0)  # any host: the sizes alone
+    # a sandbox pipeline the plan cannot bound (a user's model): the guest of before
+    assert run_mem_mb(cfg, "none", True, RESERVE) == 4096 + 512 + RESERVE
     for mib, limit in ((100, "none"), (1000, "none"), (3000, "none"), (0, "48M"), (0, "3G")):
         guest = plan(SandboxConfig(accel="tcg"), None if limit == "none" else parse_size(limit),
                      None, None, mib * 2**20).ram_bytes
@@ -1041,16 +1044,18 @@ def test_blocks_hold_every_run_once_in_run_order(name):
                for pol in rs.policies for lim in rs.limits for rep in range(rs.repetitions)}
     twins = {r for r in flat if r[0] == "unprobed"}
     assert set(flat) - twins == planned
-    for (kind, in_sandbox, pipeline, limits, _), runs in blocks.items():
+    for (kind, in_sandbox, _, limits, _), runs in blocks.items():
         assert {k for k, *_ in runs} <= {kind, "unprobed"}
         assert len(set(runs)) == len(runs)
         # a limit's runs, or a sandbox boot's: every limit of its run set
         assert {lim for *_, lim in runs} == set(limits.split("+"))
-        merged = in_sandbox and per_boot(cfg) == "block"
-        assert len(limits.split("+")) == (len({lim for rs in run_sets(cfg) for lim in rs.limits
-                                                if rs.kind == kind and rs.in_sandbox
-                                                and pipeline in rs.pipelines})
-                                          if merged else 1)
+        # the config's own: the sandbox's none and 48M; fidelity's sandbox kind four
+        # limits (its workers experiment's 512M among them), its lean runtime's three
+        assert limits.split("+") == (
+            {"config.yaml": {"runs": ["none", "48M"], "native": None},
+             "fidelity.yaml": {"sandbox": ["none", "1G", "512M", "256M"],
+                               "sandbox_lean": ["none", "512M", "256M"]}}.get(name, {})
+            .get(kind) if in_sandbox else None) or [runs[0][2]]
 
 
 @pytest.mark.parametrize("name", ["config.yaml", "paper.yaml", "fidelity.yaml"])
