@@ -103,11 +103,13 @@ def run_mem_mb(config: Config, limit: str, in_sandbox: bool, reserve_mb: int,
     mib = None if limit == UNLIMITED else parse_size(limit) // 2**20
     if run_backend(config, limit, in_sandbox) in SANDBOXES:
         # engine.sandbox.run.plan's RAM (whole 64 MiB): above the limit, or the unconstrained
-        # run's bound; a pipeline the plan cannot bound (a user's model) gets its 4 GiB of
-        # before, the guest being sized from the split only when it runs
-        need = 4096 - 768 if mib is None and unconstrained_mb == UNLIMITED_MEM_MB else (
-            unconstrained_mb if mib is None else mib)
-        guest = max(1024, -(-(need + 768) // 64) * 64)
+        # run's bound; a pipeline the plan cannot bound (a user's model) gets the 4 GiB of
+        # before, its guest being sized from the split only when it runs
+        if mib is None and unconstrained_mb == UNLIMITED_MEM_MB:
+            guest = 4096
+        else:
+            need = unconstrained_mb if mib is None else mib
+            guest = max(1024, -(-(need + 768) // 64) * 64)
         return guest + 512 + reserve_mb
     return reserve_mb + (unconstrained_mb if mib is None else mib + ENGINE_BASELINE_MB)
 
