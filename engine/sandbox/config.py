@@ -55,11 +55,31 @@ def uml_userspace(env: Mapping[str, str] | None = None) -> str:
     return text
 
 
+GUEST_OVERHEAD = 768 * MIB  # kernel, tmpfs root overlay, the supervisor's own Python+numpy
+MIN_RAM = 1024 * MIB
+# The guest of a command (engine.sandbox.run.run_command_in_sandbox) without a limit, whose
+# need is not known: far above what any pipeline here holds (a Caffe-faithful 1.6 GB
+# pipeline under DeepEye peaks at 1.7 GB); a run's is sized by its bound
+BASELINE_RAM = 4096 * MIB
+RAM_STEP = 64 * MIB
+
+
+def default_ram(limit: int | None, bound: int | None) -> int:
+    """The guest's RAM where EDGEPROF_SANDBOX_RAM does not set it, in whole ``RAM_STEP``:
+    comfortably above the limit (the cgroup, not the guest, must constrain the run) and
+    above ``bound``, what an unconstrained run may hold (a boot of limited and
+    unconstrained runs has both), at least ``MIN_RAM``; neither known: ``BASELINE_RAM``."""
+    if limit is None and bound is None:
+        return BASELINE_RAM
+    ram = max(MIN_RAM, *(need + GUEST_OVERHEAD for need in (limit, bound) if need is not None))
+    return -(-ram // RAM_STEP) * RAM_STEP
+
+
 @dataclass
 class SandboxConfig:
     """Guest settings; each can be set from the environment (``ENV_NAMES``)."""
 
-    ram: int | None = None  # guest RAM; default: limit + GUEST_OVERHEAD, >= 1 GiB
+    ram: int | None = None  # guest RAM; default: ``default_ram``
     swap_device: int = 2048 * MIB  # device size when swap is unlimited ("max")
     sd_card: bool = False  # throttle the swap device like an SD card
     smp: int | None = None

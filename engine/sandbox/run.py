@@ -35,7 +35,13 @@ from engine.runner.request import RunRequest
 from engine.runtime.bound import graph_bound_bytes, run_bound_mb
 from engine.sandbox import boot as vmboot
 from engine.sandbox import hostmaps, uml
-from engine.sandbox.config import ENV_NAMES, SandboxConfig, uml_userspace
+from engine.sandbox.config import (
+    ENV_NAMES,
+    RAM_STEP,
+    SandboxConfig,
+    default_ram,
+    uml_userspace,
+)
 from engine.sandbox.guest import CACHE_ENV, Guest, default_cache, load_guest
 from engine.sandbox.paths import check_inputs_visible, check_share
 from engine.schedule.pipelines import Pipeline
@@ -43,13 +49,7 @@ from engine.schedule.policies import Policy
 from engine.signals import Interrupted, Signalled, ignore_signals, signals_unwind
 from engine.units import MIB
 
-GUEST_OVERHEAD = 768 * MIB  # kernel, tmpfs root overlay, the supervisor's own Python+numpy
 GUEST_RESERVE = 256 * MIB  # the least the guest needs beside the run's cgroup
-MIN_RAM = 1024 * MIB
-# The guest of a command (``run_command_in_sandbox``) without a limit, whose need is not
-# known: far above what any pipeline here holds (a Caffe-faithful 1.6 GB pipeline under
-# DeepEye peaks at 1.7 GB); a run's is sized by its bound (``plan``)
-BASELINE_RAM = 4096 * MIB
 DEVICE_SLACK = 64 * MIB  # swap device a bit larger than memory.swap.max: the cgroup limits
 GUEST_SHARE = "/run/vmout"  # the share, as the guest sees it
 # in the share, per run i of a boot: the RunRequest the guest runs, and its --out
@@ -77,11 +77,9 @@ def _host_ram() -> int:
 
 def plan(cfg: SandboxConfig, limit: int | None, swap: int | None, guest: Guest | uml.Uml,
          bound: int | None = None) -> Plan:
-    """Guest RAM comfortably above the limit (the cgroup, not the guest, must constrain the
-    run) and above ``bound``, what an unconstrained run may hold
-    (``unconstrained_bound_bytes``; a boot of limited and unconstrained runs has both;
-    neither: ``BASELINE_RAM``), and a swap device large enough that memory.swap.max is
-    what limits swap. A UML kernel runs on the host CPU (accelerator "uml"). The guest
+    """Guest RAM: EDGEPROF_SANDBOX_RAM's, else ``default_ram`` of the limit and ``bound``
+    (``unconstrained_bound_bytes``), and a swap device large enough that memory.swap.max
+    is what limits swap. A UML kernel runs on the host CPU (accelerator "uml"). The guest
     writes its RAM once before its first run (engine.sandbox.job.warm_ram), in time that
     grows with it: the host holds all of it for the boot."""
     sandbox = "uml" if isinstance(guest, uml.Uml) else "vm"
@@ -93,12 +91,9 @@ def plan(cfg: SandboxConfig, limit: int | None, swap: int | None, guest: Guest |
                 f"guest itself needs ({ram // MIB} - {GUEST_RESERVE // MIB} MiB): raise "
                 f"{ENV_NAMES['RAM']} to at least {-(-(limit + GUEST_RESERVE) // MIB)}M or unset "
                 f"it")
-    elif limit is None and bound is None:
-        ram = BASELINE_RAM
-    else:  # a baseline's guest RAM must never be what limits it
-        ram = max(MIN_RAM, *(need + GUEST_OVERHEAD for need in (limit, bound)
-                             if need is not None))
-    ram = -(-ram // (64 * MIB)) * 64 * MIB
+        ram = -(-ram // RAM_STEP) * RAM_STEP
+    else:
+        ram = default_ram(limit, bound)
     host = _host_ram()
     if host and ram > host:
         if cfg.ram is not None:

@@ -9,6 +9,7 @@ import math
 import shlex
 
 from engine.runtime.bound import ENGINE_BASELINE_MB, graph_bound_bytes, run_bound_mb
+from engine.sandbox.config import default_ram
 from engine.units import parse_size
 from engine.workflow.args import join_words
 from engine.workflow.plan import SANDBOXES, UNLIMITED, Config, run_backend
@@ -95,21 +96,18 @@ def run_mem_mb(config: Config, limit: str, in_sandbox: bool, reserve_mb: int,
     backend that sets its own cgroup needs the limit and, outside it, the supervisor and
     sampler (``ENGINE_BASELINE_MB``); an unconstrained run its networks' bound
     (``unconstrained_mb``: ``unconstrained_mem_mb``, the engine's baseline included); a VM
-    its guest RAM (limit, or for an unconstrained run its bound, + 768 MiB, at least 1
-    GiB) and qemu's own ~300 MiB."""
+    its guest RAM (``default_ram``: limit, or for an unconstrained run its bound, + 768
+    MiB, at least 1 GiB) and qemu's own ~300 MiB."""
     step = run_step_mem_mb(config, limit, in_sandbox, unconstrained_mb)
     if step is not None:
         return step + reserve_mb
     mib = None if limit == UNLIMITED else parse_size(limit) // 2**20
     if run_backend(config, limit, in_sandbox) in SANDBOXES:
-        # engine.sandbox.run.plan's RAM (whole 64 MiB): above the limit, or the unconstrained
-        # run's bound; a pipeline the plan cannot bound (a user's model) gets the 4 GiB of
-        # before, its guest being sized from the split only when it runs
-        if mib is None and unconstrained_mb == UNLIMITED_MEM_MB:
-            guest = 4096
-        else:
-            need = unconstrained_mb if mib is None else mib
-            guest = max(1024, -(-(need + 768) // 64) * 64)
+        # the guest's RAM as the run sizes it; a pipeline the plan cannot bound (a user's
+        # model) is unknown until its split exists: BASELINE_RAM
+        bound = None if mib is not None or unconstrained_mb == UNLIMITED_MEM_MB else (
+            unconstrained_mb * 2**20)
+        guest = default_ram(None if mib is None else mib * 2**20, bound) // 2**20
         return guest + 512 + reserve_mb
     return reserve_mb + (unconstrained_mb if mib is None else mib + ENGINE_BASELINE_MB)
 

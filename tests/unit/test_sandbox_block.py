@@ -20,6 +20,7 @@ from engine.errors import EdgeprofError
 from engine.runner.meta import RunMeta
 from engine.sandbox import SandboxConfig, run_block_in_sandbox
 from engine.sandbox import boot as vmboot
+from engine.sandbox import config as sandbox_config
 from engine.sandbox import run as vmrun
 from engine.signals import Interrupted
 from tests.unit.test_sandbox_failures import FAKE_GUEST
@@ -171,7 +172,7 @@ def test_a_boot_of_limited_and_unconstrained_runs_fits_each_and_limits_each_its_
     bound = vmrun.unconstrained_bound_bytes(requests[1], vmrun._check_request(
         requests[1], SandboxConfig(), "vm"))
     p = seen["plan"]
-    assert p.ram_bytes >= max(2**30, bound) + vmrun.GUEST_OVERHEAD
+    assert p.ram_bytes >= max(2**30, bound) + sandbox_config.GUEST_OVERHEAD
     assert p.swap_device_bytes == 3 * 2**30 + vmrun.DEVICE_SLACK
     assert [(r.limits.limit_bytes, r.limits.swap_bytes) for r in seen["requests"]] == [
         (256 * 2**20, 0), (None, None), (2**30, 3 * 2**30)]

@@ -19,6 +19,7 @@ from engine.errors import RunFailed
 from engine.runner.meta import RunMeta
 from engine.sandbox import SandboxConfig, guest, run_in_sandbox
 from engine.sandbox import boot as vmboot
+from engine.sandbox import config as sandbox_config
 from engine.sandbox import run as vmrun
 from engine.workflow.args import batch_args, limit_args, run_options, run_settings
 from tests.unit.test_workflow_args import load_config, with_
@@ -239,11 +240,12 @@ def test_an_unconstrained_guest_is_sized_by_its_pipelines_bound_from_the_split(
     for bound in (*seen[:2], 3 * 2**30 + 5, 2**20):
         ram = vmrun.plan(SandboxConfig(accel="tcg"), None, None, FAKE_GUEST, bound).ram_bytes
         # the bound and the guest's own beside it, in whole 64 MiB, at least 1 GiB
-        assert ram % (64 * 2**20) == 0 and ram >= vmrun.MIN_RAM
-        assert bound + vmrun.GUEST_OVERHEAD <= ram < max(bound + vmrun.GUEST_OVERHEAD
-                                                        + 64 * 2**20, vmrun.MIN_RAM + 1)
+        assert ram % (64 * 2**20) == 0 and ram >= sandbox_config.MIN_RAM
+        overhead = sandbox_config.GUEST_OVERHEAD
+        assert bound + overhead <= ram < max(bound + overhead + 64 * 2**20,
+                                             sandbox_config.MIN_RAM + 1)
     assert vmrun.plan(SandboxConfig(accel="tcg"), None, None, FAKE_GUEST).ram_bytes == \
-        vmrun.BASELINE_RAM
+        sandbox_config.BASELINE_RAM
 
 
 @pytest.mark.parametrize("limit, ended", [(None, "ok"), (None, "memory"), ("256M", "ok")])

@@ -27,7 +27,7 @@ from engine.sandbox import (
     run_in_sandbox,
     uml,
 )
-from engine.sandbox import run as vmrun
+from engine.sandbox import config as sandbox_config
 from engine.units import parse_size
 from tests.integration.vm.test_vm import ALLOC_200MB, REPO, _request
 from tests.signals import default_signals
@@ -132,8 +132,9 @@ def test_a_block_of_runs_in_one_boot_starts_each_from_the_same_state(uml_kernel,
     # GiB: above what the guest's kernel measured of the child, and never swapping
     for m, b in zip(metas, boxes):
         assert m.hwm_rss_bytes < b["boot_unconstrained_bound_bytes"], (m.hwm_rss_bytes, b)
-        assert (b["boot_unconstrained_bound_bytes"] + vmrun.GUEST_OVERHEAD <= b["guest_ram_bytes"]
-                < vmrun.BASELINE_RAM)
+        overhead = sandbox_config.GUEST_OVERHEAD
+        assert (b["boot_unconstrained_bound_bytes"] + overhead <= b["guest_ram_bytes"]
+                < sandbox_config.BASELINE_RAM)
         assert b["vmstat_delta"]["pswpout"] == 0
     weights = sum(p.stat().st_size for p in tiny["models"].rglob("*.caffemodel"))
     assert weights > 80 * MiB
