@@ -8,6 +8,7 @@ else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import resource
@@ -15,37 +16,23 @@ import signal
 import sys
 from typing import NoReturn
 
-from engine.commands import (
-    advise,
-    calibrate,
-    child,
-    doctor,
-    evaluate_model,
-    fit_model,
-    forward,
-    graph,
-    model_report,
-    models,
-    pipelines,
-    reconstruct_model,
-    results_report,
-    run,
-    run_block,
-    score_holdout,
-    split,
-    supervise,
-    tidy,
-)
 from engine.errors import EdgeprofError, RunFailed
 from engine.files import is_write_failure, write_failure
 from engine.log import configure as configure_log
 from engine.signals import Signalled, caught_signal
 
-# Every verb, in the order --help lists them; each module adds its own parser
-# (engine/commands/__init__.py says how).
-COMMANDS = (models, split, forward, pipelines, run, run_block, supervise, child, tidy, advise,
-            fit_model, evaluate_model, reconstruct_model, calibrate, model_report,
-            score_holdout, results_report, doctor, graph)
+# Every verb and its module in engine.commands, in the order --help lists them; each
+# module adds its own parser (engine/commands/__init__.py says how). A command imports
+# its own verb's module only: every run's supervisor and measured child is such a
+# command, and the other verbs' imports cost each a few hundredths of a second (more in a
+# sandbox; docs/performance.md).
+COMMANDS = {"models": "models", "split": "split", "forward": "forward",
+            "pipelines": "pipelines", "run": "run", "run-block": "run_block",
+            "supervise": "supervise", "child": "child", "tidy": "tidy", "advise": "advise",
+            "fit-model": "fit_model", "evaluate-model": "evaluate_model",
+            "reconstruct-model": "reconstruct_model", "calibrate": "calibrate",
+            "model-report": "model_report", "score-holdout": "score_holdout",
+            "results-report": "results_report", "doctor": "doctor", "graph": "graph"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -55,11 +42,14 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser: of every verb, or of ``verb`` alone (one of
+    ``COMMANDS``)."""
     parser = _Parser(prog="python -m engine", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    for command in COMMANDS:
-        command.add_parser(sub)
+    for name, module in COMMANDS.items():
+        if verb in (None, name):
+            importlib.import_module(f"engine.commands.{module}").add_parser(sub)
     for verb in sub.choices.values():  # every verb's messages (engine.log)
         loudness = verb.add_mutually_exclusive_group()
         loudness.add_argument("-v", "--verbose", dest="verbosity", action="store_const",
@@ -115,7 +105,10 @@ def out_of_memory() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     configure_log(0)  # an option's warning while parsing shows, whatever the verbosity
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    # a known verb first: its parser alone (anything else: every verb's, for --help and
+    # the message that names them)
+    parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)
     args = parser.parse_args(argv)
     configure_log(args.verbosity)
     empty = _empty_value(parser, args)

@@ -20,7 +20,7 @@ from engine.analysis.summaries import (
     speedup_table,
     summary_table,
 )
-from engine.analysis.tablefiles import concat_tables, read_tidy, tidy_run_table
+from engine.analysis.tablefiles import concat_tables, stack
 from engine.analysis.tidy import SAMPLE_VALUES, tidy_run
 from engine.errors import EdgeprofError
 
@@ -68,19 +68,20 @@ def _reconcile(reconcile_dir: str | os.PathLike | None,
     return reconcile_run(reconcile_dir)
 
 
-def aggregate(tidy_dirs: Iterable[str | os.PathLike],
+def aggregate(runs: Iterable[Mapping[str, pd.DataFrame]],
               reconcile_dir: str | os.PathLike | None,
-              unprobed_dirs: Iterable[str | os.PathLike] = (),
+              unprobed: Iterable[Mapping[str, pd.DataFrame]] = (),
               reconcile_settings: Mapping[str, object] | None = None,
               reconcile_inputs: tuple[str | os.PathLike, str | os.PathLike] | None = None
               ) -> dict[str, pd.DataFrame]:
-    """The campaign's tables: runs, tasks, networks, samples (at most
+    """The campaign's tables from its runs' tidy tables (``runs``: each run's, as
+    ``engine.analysis.tidy.tidy_run`` gives them): runs, tasks, networks, samples (at most
     MAX_SAMPLES_PER_RUN per run), reconcile (its run checked against
     ``reconcile_settings`` and ``reconcile_inputs``, as ``_reconcile``), speedup (per
     pair), and the statistics
     over repetitions: summary, speedup_summary, noise_floor, probe_overhead (the probed
-    runs against the unprobed twins in ``unprobed_dirs``)."""
-    tables = read_tidy(tidy_dirs)
+    runs against the unprobed twins' tables in ``unprobed``)."""
+    tables = stack(runs)
     tables["samples"] = downsample(tables["samples"])
     tables["reconcile"] = _reconcile(reconcile_dir, reconcile_settings, reconcile_inputs)
     runs = tables["runs"]
@@ -92,6 +93,6 @@ def aggregate(tidy_dirs: Iterable[str | os.PathLike],
     tables["summary"] = summary_table(runs)
     tables["speedup_summary"] = speedup_summary(tables["speedup"])
     tables["noise_floor"] = noise_floor_table(runs)
-    unprobed = [tidy_run_table(d) for d in unprobed_dirs]
-    tables["probe_overhead"] = probe_overhead_table(runs, concat_tables(unprobed))
+    twins = concat_tables([t["runs"] for t in unprobed])
+    tables["probe_overhead"] = probe_overhead_table(runs, twins)
     return tables

@@ -1,12 +1,12 @@
-"""Tables on disk: a set written whole (``write_tables``), and the per-run tidy folders
-written with their SHA-256s and read back checked against them (``write_tidy``,
-``read_tidy``)."""
+"""Tables on disk: a set written whole (``write_tables``), the per-run tidy folders of the
+tidy verb written with their SHA-256s (``write_tidy``); many runs' tidy tables stacked
+(``stack``)."""
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pandas as pd
@@ -20,7 +20,7 @@ TIDY_DIGESTS = "digests.json"  # each tidy table's SHA-256, as tidy wrote it
 
 def write_tidy(tables: dict[str, pd.DataFrame], out_dir: str | os.PathLike) -> None:
     """One Parquet file per tidy table in ``out_dir``, and their SHA-256s
-    (``TIDY_DIGESTS``), which ``read_tidy`` checks."""
+    (``TIDY_DIGESTS``: a reader can tell a table edited since)."""
     from engine.files import sha256_file, write_text_atomic
 
     digests = {}
@@ -29,26 +29,6 @@ def write_tidy(tables: dict[str, pd.DataFrame], out_dir: str | os.PathLike) -> N
             df.to_parquet(tmp)
         digests[f"{name}.parquet"] = sha256_file(Path(out_dir) / f"{name}.parquet")
     write_text_atomic(Path(out_dir) / TIDY_DIGESTS, json.dumps(digests, indent=1))
-
-
-def check_tidy(folder: Path, fix: str = "remove the folder and tidy the run again") -> None:
-    """Each tidy table of ``folder`` is the one tidy wrote (its SHA-256): a table copied
-    from another run or edited by hand is refused, naming it and ``fix``."""
-    from engine.files import parse_json, read_regular, sha256_file
-
-    try:
-        digests = parse_json(read_regular(folder / TIDY_DIGESTS, "digest file", 2**20))
-    except (OSError, ValueError):
-        raise EdgeprofError(f"{folder} has no readable {TIDY_DIGESTS} (its tables' "
-                            f"SHA-256s); {fix}") from None
-    if not isinstance(digests, dict):
-        raise EdgeprofError(f"{folder / TIDY_DIGESTS} is not tidy's record of its tables' "
-                            f"SHA-256s (a JSON object); {fix}")
-    for name in TIDY_TABLES:
-        path = folder / f"{name}.parquet"
-        if digests.get(path.name) != sha256_file(path):
-            raise EdgeprofError(f"{path} is not the table tidy wrote (its SHA-256 differs); "
-                                f"{fix}")
 
 
 def check_table_outputs(out_dir: str | os.PathLike, names: Iterable[str],
@@ -98,17 +78,10 @@ def concat_tables(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def tidy_run_table(tidy_dir: str | os.PathLike) -> pd.DataFrame:
-    """The runs table of one tidy folder (checked as ``read_tidy`` checks it)."""
-    check_tidy(Path(tidy_dir))
-    return pd.read_parquet(Path(tidy_dir) / "runs.parquet")
-
-
-def read_tidy(tidy_dirs: Iterable[str | os.PathLike]) -> dict[str, pd.DataFrame]:
-    """The tidy tables (``TIDY_TABLES``) of these per-run tidy folders, concatenated."""
+def stack(tidies: Iterable[Mapping[str, pd.DataFrame]]) -> dict[str, pd.DataFrame]:
+    """The tidy tables (``TIDY_TABLES``) of many runs, each table stacked over them."""
     parts: dict[str, list[pd.DataFrame]] = {name: [] for name in TIDY_TABLES}
-    for d in tidy_dirs:
-        check_tidy(Path(d))
+    for tables in tidies:
         for name in TIDY_TABLES:
-            parts[name].append(pd.read_parquet(Path(d) / f"{name}.parquet"))
+            parts[name].append(tables[name])
     return {name: concat_tables(frames) for name, frames in parts.items()}

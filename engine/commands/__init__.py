@@ -1,6 +1,7 @@
-"""The verbs of ``python -m engine``, one module each; ``engine.cli`` registers them.
+"""The verbs of ``python -m engine``, one module each; ``engine.cli`` names them and
+imports the one a command runs (every one for ``--help``).
 
 Each module has ``add_parser(subparsers)``, which adds the verb's parser and sets its
 ``func``, and the function itself. A verb imports the stages it runs inside that function,
-so ``python -m engine child`` and ``--help`` stay fast. This file imports none of them.
+so ``--help`` stays fast. This file imports none of them.
 """

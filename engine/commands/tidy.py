@@ -1,7 +1,6 @@
 """``python -m engine tidy --out DIR RUN...``: the tidy tables (runs, tasks, networks,
 samples as Parquet) of run folders, one folder per run under DIR named as the run's own
-(``rep0``, ...). ``--set DIR RUN...``, repeated, tidies several run sets in one process:
-the workflow's tidy jobs, one per pipeline (its run sets of one kind)."""
+(``rep0``, ...): what the workflow's aggregate reads of each run, for a look at a few."""
 
 from __future__ import annotations
 
@@ -24,42 +23,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        "under --out")
     p.add_argument("--out", help="folder for one <run folder name>/ per run")
     p.add_argument("runs", nargs="*", help="run folders written by run")
-    p.add_argument("--set", action="append", nargs="+", metavar=("OUT", "RUN"), dest="sets",
-                   help="instead of --out and RUN...: one run set's folder and its runs; "
-                        "repeat it for several sets in one process (the workflow's tidy "
-                        "jobs, a pipeline's sets each)")
     p.set_defaults(func=main)
 
 
-def _sets(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
-    """(out, runs) of each set the arguments name: --out and RUN..., or each --set."""
-    if args.sets and (args.out or args.runs):
-        raise EdgeprofError("give either --out and RUN... or --set OUT RUN..., not both")
-    if args.sets:
-        short = [s[0] for s in args.sets if len(s) < 2]
-        if short:
-            raise EdgeprofError(f"--set {short[0]}: name its run folders after the set's "
-                                f"folder (--set OUT RUN...)")
-        return [(s[0], s[1:]) for s in args.sets]
-    if not args.out or not args.runs:
-        raise EdgeprofError("give --out and the run folders to tidy (or --set OUT RUN...)")
-    return [(args.out, args.runs)]
-
-
 def main(args: argparse.Namespace) -> None:
-    sets = _sets(args)
-    outs = [os.path.abspath(out) for out, _ in sets]
-    if len(set(outs)) < len(outs):
-        raise EdgeprofError("two --set name the same folder; give each set its own")
-    checked = [_check(out, runs) for out, runs in sets]  # every set before any is written
-    # each set read whole before it is written (one in memory at a time): a damaged run
-    # leaves its set unwritten, and the job fails (Snakemake then removes the others)
-    for out, runs, names in checked:
-        _tidy(out, runs, names)
+    if not args.out or not args.runs:
+        raise EdgeprofError("give --out and the run folders to tidy")
+    _tidy(*_check(args.out, args.runs))
 
 
 def _check(out_arg: str, runs: list[str]) -> tuple[Path, list[str], list[str]]:
-    """One set's folder and runs, checked before anything is written: its folder, its
+    """The --out folder and the runs, checked before anything is written: the folder, the
     runs, and the name each run's tables go under."""
     from engine.analysis.tablefiles import TIDY_DIGESTS
     from engine.analysis.tidy import TIDY_TABLES
@@ -103,7 +77,7 @@ def _check(out_arg: str, runs: list[str]) -> tuple[Path, list[str], list[str]]:
 
 
 def _tidy(out: Path, runs: list[str], names: list[str]) -> None:
-    """One checked set: every run read before anything is written (a damaged run leaves
+    """The checked runs: every run read before anything is written (a damaged run leaves
     no output), then written whole."""
     from engine.analysis.tablefiles import write_tidy
     from engine.analysis.tidy import tidy_run

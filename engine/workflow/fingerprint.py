@@ -13,13 +13,12 @@ import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-# The CLI imports every verb to register it, but runs one. A module a job only imports
-# (the verbs it does not run, and what their top level imports) runs only its top level:
-# follow those modules' import-time imports, not the ones inside their functions. Likewise
-# the engine.sandbox package, whose names are lazy re-exports of engine.sandbox.run (the run job
-# names that module): importing engine.sandbox.paths to check a path is not running a guest.
+# A module a job only imports runs only its top level: follow its import-time imports, not
+# the ones inside its functions. So the engine.sandbox package, whose names are lazy
+# re-exports of engine.sandbox.run (the run job names that module): importing
+# engine.sandbox.paths to check a path is not running a guest. (The CLI imports the verb
+# it runs alone: each job names its verbs' modules.)
 IMPORT_ONLY = frozenset({"engine.sandbox"})
-VERBS = "engine.commands."
 # What each kind of job runs, as engine modules; their imports are followed (function-level
 # ones too: they run when the job does).
 JOB_ENTRIES = {
@@ -34,8 +33,6 @@ JOB_ENTRIES = {
             "engine.commands.supervise", "engine.commands.child", "engine.runner.supervise",
             "engine.runner.child", "engine.probes.sampler", "engine.sandbox.run",
             "engine.sandbox.job", "engine.guestjob"),
-    "tidy": ("engine.__main__", "engine.cli", "engine.commands.tidy", "engine.analysis.tidy",
-             "engine.analysis.tablefiles"),
     # the aggregate scripts (campaign and held-out): the reconciliation comes with aggregate
     "tables": ("engine.analysis.aggregate", "engine.analysis.provenance",
                "engine.analysis.tablefiles"),
@@ -108,7 +105,6 @@ def _imports_of(source: str, package: str, calls: bool) -> frozenset[str]:
 def _closure(entries: Iterable[str], root: Path) -> tuple[dict[str, Path], dict[str, Path]]:
     """The engine modules a job with these entry modules runs: those whose functions it
     may call, and those it only imports (their top level alone runs)."""
-    own = set(entries)
     runs: dict[str, Path] = {}
     imported: dict[str, Path] = {}
     todo = [(name, True) for name in entries]
@@ -120,7 +116,7 @@ def _closure(entries: Iterable[str], root: Path) -> tuple[dict[str, Path], dict[
         if path is None:  # a name imported from a module, not a module
             continue
         source = path.read_text()
-        if name in IMPORT_ONLY or (_is_verb(name, source) and name not in own):
+        if name in IMPORT_ONLY:
             called = False
             if name in imported:
                 continue
@@ -130,42 +126,12 @@ def _closure(entries: Iterable[str], root: Path) -> tuple[dict[str, Path], dict[
     return runs, {name: path for name, path in imported.items() if name not in runs}
 
 
-@functools.lru_cache(maxsize=256)
-def _is_verb(name: str, source: str) -> bool:
-    """A module of engine.commands that registers a verb (has ``add_parser``), not one of
-    their shared helpers."""
-    return name.startswith(VERBS) and any(
-        isinstance(n, ast.FunctionDef) and n.name == "add_parser" for n in ast.parse(source).body)
-
-
 def job_modules(entries: Iterable[str], root: Path) -> dict[str, Path]:
     """Every engine module a job with these entry modules can run: the entries and,
     transitively, what they import (package ``__init__``s included). A module reached
     only through modules the job merely imports counts with its top level's imports."""
     runs, imported = _closure(entries, root)
     return dict(sorted((imported | runs).items()))
-
-
-@functools.lru_cache(maxsize=256)
-def _registered_verb(source: str, filename: str) -> str:
-    """The code of a verb's module that runs in a job of another verb: its top level and
-    ``add_parser`` (the CLI builds every verb's parser), with what that calls in the
-    module; the bodies of the other functions (the verb's work) left out."""
-    tree = ast.parse(source, filename)
-    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
-    kept, todo = set(), ["add_parser"]
-    while todo:
-        name = todo.pop()
-        if name in functions and name not in kept:
-            kept.add(name)
-            # what it calls; a function it only names (set_defaults(func=main), an
-            # option's type) runs when its own verb does
-            todo.extend(ref.func.id for ref in ast.walk(functions[name])
-                        if isinstance(ref, ast.Call) and isinstance(ref.func, ast.Name))
-    for name, node in functions.items():
-        if name not in kept:
-            node.body = [ast.Expr(ast.Constant(...))]
-    return ast.unparse(tree)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -213,8 +179,7 @@ def _builder_code(tree: ast.Module) -> dict[str, list[ast.AST]]:
 
 def code_fingerprint(job: str, root: Path) -> str:
     """A hash of the code of every module a ``job`` (a key of JOB_ENTRIES) runs, less the
-    work of the verbs it does not run (``_registered_verb``) and the policies' graph
-    builders: only a run calls those, and each run adds its own policy's fingerprint
+    policies' graph builders: only a run calls those, and each run adds its own policy's fingerprint
     (policy_fingerprint), so editing one policy reruns only its runs while any other
     shared line reruns every job that imports it."""
     runs, imported = _closure(JOB_ENTRIES[job], root)
@@ -223,9 +188,7 @@ def code_fingerprint(job: str, root: Path) -> str:
     h = hashlib.sha256()
     for name, path in sorted((imported | runs).items()):
         source = path.read_text()
-        if name in imported and _is_verb(name, source):
-            source = _registered_verb(source, str(path))
-        elif name == POLICIES_MODULE:
+        if name == POLICIES_MODULE:
             tree = _policies_tree(root)
             builders = {id(node) for nodes in _builder_code(tree).values() for node in nodes}
             tree.body = [node for node in tree.body if id(node) not in builders]

@@ -53,7 +53,7 @@ def sandbox_pipeline_names(config: Config, holdout: bool = False) -> list[str]:
     return pipeline_names(config["sandbox"]["pipelines"]["count"], "v")
 
 
-# The kind of a run: its folder under results/ and its tidy tables' (runs/p000/...):
+# The kind of a run: its folder under results/ (runs/p000/...):
 # "runs"; "sandbox" for a main pipeline's runs in the sandbox (sandbox.pipelines: main), and
 # "sandbox_<runtime>" for those of a sandbox.also entry with a runtime of its own; "native"
 # for a sandbox pipeline's native unconstrained twins (sandbox.native_baseline: the same pipeline,
@@ -382,29 +382,6 @@ def block_shapes(config: Config) -> list[BlockShape]:
         shapes += [BlockShape(in_sandbox, limit, runs, pipelines, tuple(sorted(reps)))
                    for pipelines, reps in reps_of.items()]
     return shapes
-
-
-@dataclass(frozen=True)
-class TidyShape:
-    """Tidy jobs that one workflow rule runs: a job per pipeline tidies every run set of
-    one kind on it (one process and one load of the analysis for them all); the
-    pipelines alike in their sets share the rule."""
-
-    kind: str
-    sets: tuple[tuple[str, str], ...]  # (policy id, limit), sorted
-    pipelines: tuple[str, ...]
-
-
-def tidy_shapes(config: Config) -> list[TidyShape]:
-    """The tidy jobs as rules (``TidyShape``), one per kind and set of run sets."""
-    of: dict[tuple[str, str], set[tuple[str, str]]] = {}
-    for kind, pipeline, policy, limit in run_set_index(config):
-        of.setdefault((kind, pipeline), set()).add((policy, limit))
-    alike: dict[tuple, list[str]] = {}
-    for (kind, pipeline), sets in of.items():
-        alike.setdefault((kind, tuple(sorted(sets))), []).append(pipeline)
-    return [TidyShape(kind, sets, tuple(sorted(pipelines)))
-            for (kind, sets), pipelines in alike.items()]
 
 
 def run_priorities(config: Config) -> dict[tuple[str, str, str, str, int], int]:

@@ -8,8 +8,8 @@ from collections import Counter
 
 def job_counts(text: str) -> Counter:
     """Rule -> planned job count from a run's "Job stats:" table (empty: nothing to do).
-    The rules made one per shape (``tidy_0``, ``run_block_3``) count under their family's
-    name (``tidy``, ``run_block``)."""
+    The rules made one per shape (``run_block_3``) count under their family's
+    name (``run_block``)."""
     if "Job stats:" not in text:
         assert "Nothing to be done" in text, text[-3000:]
         return Counter()

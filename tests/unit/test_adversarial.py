@@ -431,14 +431,10 @@ def test_the_schema_bounds_what_the_verbs_bound(change):
 def _tables(tmp_path: Path, two_runs) -> Path:
     """Aggregate tables of the two runs, as the workflow writes them."""
     from engine.analysis.aggregate import aggregate
-    from engine.analysis.tablefiles import write_tables, write_tidy
+    from engine.analysis.tablefiles import write_tables
     from engine.analysis.tidy import tidy_run
 
-    dirs = []
-    for run in two_runs:
-        write_tidy(tidy_run(run), tmp_path / "tidy" / run.name)
-        dirs.append(tmp_path / "tidy" / run.name)
-    write_tables(aggregate(dirs, None), tmp_path / "tables")
+    write_tables(aggregate([tidy_run(run) for run in two_runs], None), tmp_path / "tables")
     return tmp_path / "tables"
 
 
@@ -580,16 +576,11 @@ def test_a_huge_prototxt_is_refused_by_its_size(split_copy, tmp_path, capsys):
 def test_one_run_through_two_folders_is_aggregated_once(two_runs, tmp_path):
     """L11: a copy of rep0 as rep3 would count the run twice."""
     from engine.analysis.aggregate import aggregate
-    from engine.analysis.tablefiles import write_tidy
     from engine.analysis.tidy import tidy_run
 
     copy = Path(shutil.copytree(two_runs[0], tmp_path / "rep3"))
-    dirs = []
-    for run in (two_runs[0], copy):
-        write_tidy(tidy_run(run), tmp_path / "tidy" / run.parent.name / run.name)
-        dirs.append(tmp_path / "tidy" / run.parent.name / run.name)
     with pytest.raises(EdgeprofError, match="are one run"):
-        aggregate(dirs, None)
+        aggregate([tidy_run(run) for run in (two_runs[0], copy)], None)
 
 
 def test_internal_verbs_answer_bad_settings_with_one_line(tmp_path):
@@ -1418,25 +1409,6 @@ def test_tidy_never_deletes_what_it_did_not_write(two_runs, tmp_path, capsys):
         assert ".tidy." not in err
 
 
-def test_a_tidy_table_edited_or_copied_from_another_run_is_refused(two_runs, tmp_path):
-    """H2: aggregate reads only the tables tidy wrote (their SHA-256s)."""
-    from engine.analysis.aggregate import aggregate
-    from engine.analysis.tablefiles import write_tidy
-    from engine.analysis.tidy import tidy_run
-
-    dirs = []
-    for run in two_runs:
-        write_tidy(tidy_run(run), tmp_path / "tidy" / run.name)
-        dirs.append(tmp_path / "tidy" / run.name)
-    aggregate(dirs, None)  # as written: fine
-    shutil.copy(dirs[1] / "tasks.parquet", dirs[0] / "tasks.parquet")
-    with pytest.raises(EdgeprofError, match="tasks.parquet is not the table tidy wrote"):
-        aggregate(dirs, None)
-    (dirs[0] / "digests.json").unlink()
-    with pytest.raises(EdgeprofError, match="has no readable digests.json"):
-        aggregate(dirs, None)
-
-
 def test_an_interrupted_table_writer_leaves_none_of_its_set(two_runs, tmp_path):
     """M1: write_tables (aggregate, evaluate-model, reconstruct-model ...) moves its set
     into place at once; a signal while writing leaves none of it."""
@@ -1489,45 +1461,34 @@ def test_swapped_layers_with_their_digests_are_refused(split_copy, tmp_path, cap
 # --- the eighth held-out pass (/work/notes/adversarial-25h.md: H1-H3, M1-M6) ---------------
 
 
-def test_the_aggregate_reads_exactly_the_planned_runs_each_in_its_place(two_runs, tmp_path,
-                                                                        capsys):
-    """H2, H3: a run set's tidy folder holds rep0 .. rep<n-1> and nothing else, each the
-    run its path names: a deleted, stray or swapped-in folder (tables and digests whole)
-    is refused, naming it, where the aggregate silently dropped, added or misplaced it."""
-    from engine.analysis.provenance import set_folders
+def test_the_aggregate_reads_exactly_the_planned_runs_each_in_its_place(two_runs, tmp_path):
+    """H2, H3: a run set is rep0 .. rep<n-1>, each the run its path names: a deleted
+    run, or another's run moved into its place, is refused, naming it and what to remove,
+    where the aggregate silently dropped or misplaced it; a folder beyond the set's
+    repetitions (left by a config of more) is not read."""
+    from engine.analysis.provenance import set_runs
 
     for src in two_runs:  # runs/<pipeline>/linear/none/rep<i>, as the workflow lays out
         for rep in (0, 1):
             shutil.copytree(src, tmp_path / "runs" / src.name / "linear" / "none" / f"rep{rep}")
-        # a set is tidied whole (a tidy into a used --out is refused)
-        rc, err = _cli(capsys, "tidy", "--out", str(tmp_path / "tidy" / "runs" / src.name /
-                                                   "linear" / "none"),
-                       *[str(tmp_path / "runs" / src.name / "linear" / "none" / f"rep{rep}")
-                         for rep in (0, 1)])
-        assert rc == 0, err
-    gg = tmp_path / "tidy" / "runs" / "gg" / "linear" / "none"
-    runs_gg = tmp_path / "runs" / "gg" / "linear" / "none"
-    assert [p.name for p in set_folders(gg, 2, runs_dir=runs_gg)] == ["rep0", "rep1"]
-    # (ninth pass M7) the same slot's tables from another campaign: another record
-    shutil.copy(two_runs[1] / "meta.json", runs_gg / "rep0" / "meta.json")
-    with pytest.raises(EdgeprofError, match=r"rep0 holds the tables of another run than"):
-        set_folders(gg, 2, runs_dir=runs_gg)
-    with pytest.raises(EdgeprofError, match=r"no rep2; remove .*gg/linear/none and run"):
-        set_folders(gg, 3)
+    gg = tmp_path / "runs" / "gg" / "linear" / "none"
+    shutil.copytree(gg / "rep0", gg / "rep2")
+    assert [t["runs"]["rep"].iloc[0] for t in set_runs(gg, 2)] == [0, 1]
+    with pytest.raises(EdgeprofError, match=r"rep3 holds no run \(no meta.json\); remove "
+                                            r".*gg/linear/none/rep3 and run the workflow"):
+        set_runs(gg, 4)
     # a probed run in an unprobed twin's place: a redo with other flags (thirteenth M1)
     with pytest.raises(EdgeprofError, match=r"made with its probes, where the config's is "
                                             r"the unprobed twin \(redone by hand\?\); "
-                                            r"remove its run folder and .*gg/linear/none,"):
-        set_folders(gg, 2, probed=False)
-    shutil.copytree(gg / "rep0", gg / "rep0.old")
-    with pytest.raises(EdgeprofError, match=r"rep0.old is not one of its 2 runs"):
-        set_folders(gg, 2)
-    shutil.rmtree(gg / "rep0.old")
+                                            r"remove .*gg/linear/none/rep0 and run"):
+        set_runs(gg, 2, probed=False)
     shutil.rmtree(gg / "rep1")
-    shutil.copytree(tmp_path / "tidy" / "runs" / "ga" / "linear" / "none" / "rep1", gg / "rep1")
-    with pytest.raises(EdgeprofError, match=r"rep1 holds ga/linear/none/rep1, not "
-                                            r"gg/linear/none/rep1"):
-        set_folders(gg, 2)
+    shutil.copytree(tmp_path / "runs" / "ga" / "linear" / "none" / "rep1", gg / "rep1")
+    # (ninth pass M7) the same slot's run from another campaign
+    with pytest.raises(EdgeprofError, match=r"rep1 holds a run of ga/linear/none, not "
+                                            r"gg/linear/none \(moved or copied into its "
+                                            r"place\?\); remove .*gg/linear/none/rep1 and"):
+        set_runs(gg, 2)
 
 
 def test_a_folder_where_a_table_goes_refuses_the_whole_set_naming_it(two_runs, tmp_path,
@@ -1615,12 +1576,6 @@ def test_outputs_over_the_model_stages_inputs_and_messages_that_blame_the_right_
         rc, err = _cli(capsys, verb, "--tables", str(tables), "--split", str(split_copy),
                        "--model", str(tmp_path / "m.json"), "--out", str(tables))
         assert rc == 2 and "would overwrite the tables, descriptions or model" in err, err
-    from engine.analysis.tablefiles import TIDY_DIGESTS, tidy_run_table
-
-    digests = tmp_path / "tidy" / two_runs[0].name / TIDY_DIGESTS
-    digests.write_text("[]")
-    with pytest.raises(EdgeprofError, match="is not tidy's record of its tables' SHA-256s"):
-        tidy_run_table(digests.parent)
 
 
 # --- the ninth held-out pass (/work/notes/adversarial-25i.md: H1, M1-M9) -------------------
@@ -1771,16 +1726,13 @@ def test_a_run_folder_is_told_by_its_record(two_runs, tmp_path):
 
 def test_a_run_folder_gone_is_said_so(two_runs, tmp_path, capsys):
     """M1: the aggregate names a deleted run folder as gone, not as another campaign's."""
-    from engine.analysis.provenance import set_folders
+    from engine.analysis.provenance import set_runs
 
     run = tmp_path / "runs" / "gg" / "linear" / "none" / "rep0"
     shutil.copytree(two_runs[0], run)
-    out = tmp_path / "tidy" / "runs" / "gg" / "linear" / "none"
-    rc, err = _cli(capsys, "tidy", "--out", str(out), str(run))
-    assert rc == 0, err
     shutil.rmtree(run)
-    with pytest.raises(EdgeprofError, match=r"rep0, the run .* was tidied from, is gone"):
-        set_folders(out, 1, runs_dir=run.parent)
+    with pytest.raises(EdgeprofError, match=r"rep0 holds no run \(no meta.json\)"):
+        set_runs(run.parent, 1)
 
 
 def test_campaign_names_and_the_repositorys_folders_are_checked_up_front(tmp_path):
@@ -1852,17 +1804,15 @@ def _blank_cell_is_one_line(capsys, tables: Path, split_copy: Path, table: str,
 def test_eleventh_pass_names_records_and_campaigns(two_runs, split_copy, tmp_path, capsys):
     """M3: a name column with a missing value; M4: a run's meta.json cut short; M1: a
     campaign reached through a link named like the results folder."""
-    from engine.analysis.provenance import set_folders
+    from engine.analysis.provenance import set_runs
 
     _blank_cell_is_one_line(capsys, _tables(tmp_path, two_runs), split_copy, "runs", "policy")
     run = tmp_path / "runs" / "gg" / "linear" / "none" / "rep0"
     shutil.copytree(two_runs[0], run)
-    out = tmp_path / "tidy" / "runs" / "gg" / "linear" / "none"
-    assert _cli(capsys, "tidy", "--out", str(out), str(run))[0] == 0
     (run / "meta.json").write_text((run / "meta.json").read_text()[:100])
-    with pytest.raises(EdgeprofError, match=r"meta.json, the record of the run .* is "
-                                            r"unreadable"):
-        set_folders(out, 1, runs_dir=run.parent)
+    with pytest.raises(EdgeprofError, match=r"cannot read the run record .*rep0/meta.json: "
+                                            r".*; in the workflow, remove .*rep0 and run"):
+        set_runs(run.parent, 1)
     sys.path.insert(0, str(Path(__file__).parent))
     from test_workflow_args import load_config, with_
 
@@ -1952,10 +1902,10 @@ def test_a_run_redone_by_hand_with_other_flags_than_the_workflows_is_refused(
     """H1: the run's runtime, sandbox and backend, CPU pinning asked, swap, time limits,
     extra probes and its pipeline file are checked against what the workflow's flags and
     pipelines make a run record (not only batch, BLAS threads, sampling rate and seed);
-    the message names the run and what to remove (M2: the run and its tidy set, since
-    Snakemake redoes a set only when it is gone). Thirteenth pass: H1 (heap profile, USS,
-    timeout), H2 (another pipeline of the same name), M1 (probes off: a redo, not a copy)."""
-    from engine.analysis.provenance import set_folders
+    the message names the run and what to remove (M2). Thirteenth pass: H1 (heap profile,
+    USS, timeout), H2 (another pipeline of the same name), M1 (probes off: a redo, not a
+    copy)."""
+    from engine.analysis.provenance import set_runs
     from engine.workflow.args import run_settings
     from tests.unit.test_workflow_args import load_config, with_
 
@@ -1982,13 +1932,9 @@ def test_a_run_redone_by_hand_with_other_flags_than_the_workflows_is_refused(
             for name, value in (env or {}).items():
                 m.setenv(name, value)
             _workflow_run(config, run_models, run_pipe, runs / "rep0", limit, **redo)
-        tidy = runs.parents[3] / "tidy" / "runs" / "p000" / "linear" / limit
-        rc, err = _cli(capsys, "tidy", "--out", str(tidy), str(runs / "rep0"))
-        assert rc == 0, err
         settings = run_settings(config, limit, False, config["run"]["runtime"],
                                 config["run"]["batch"])
-        set_folders(tidy, 1, runs_dir=runs, settings=settings, pipeline_file=pipe,
-                    split_dir=models)
+        set_runs(runs, 1, settings=settings, pipeline_file=pipe, split_dir=models)
 
     check("none")
     check("1G")  # a limit with swap 0 (unenforced here: backend none)
@@ -2015,13 +1961,13 @@ def test_a_run_redone_by_hand_with_other_flags_than_the_workflows_is_refused(
     for limit, redo, said in redos:
         said = said if "\\(" in said else re.escape(said).replace(" ,", ".*,")
         with pytest.raises(EdgeprofError, match=rf"run p000/linear/{limit}(/caffe)?/rep0 "
-                                                rf"{said}.*remove .*/rep0 and "
-                                                rf".*tidy/runs/p000/linear/{limit}, and run"):
+                                                rf"{said}.*remove .*p000/linear/{limit}/rep0 "
+                                                rf"and run the workflow again"):
             check(limit, **redo)
-    # another policy's run in this slot (M1): the run folder holds it, a redo, not a copy
-    with pytest.raises(EdgeprofError, match=r"holds p000/bulk/none/rep0, not "
-                                            r"p000/linear/none/rep0: the run in .*rep0 is "
-                                            r"another run \(redone by hand\?\); remove "):
+    # another policy's run in this slot (M1): the run folder holds it
+    with pytest.raises(EdgeprofError, match=r"rep0 holds a run of p000/bulk/none, not "
+                                            r"p000/linear/none \(moved or copied into its "
+                                            r"place\?\); remove "):
         check("none", extra=("--policy", "bulk"))
 
 
@@ -2144,34 +2090,6 @@ def test_a_run_whose_child_was_killed_passes_the_settings_it_could_not_report(
         check_settings(runs.assign(numpy_hugepages=True), wanted, "fix")
 
 
-@pytest.mark.parametrize("table, edit", [
-    ("tasks", lambda df: df.iloc[: len(df) // 2]),  # cut short
-    ("runs", lambda df: df.assign(makespan_s=df["makespan_s"] * 2)),
-    ("tasks", lambda df: df.assign(start_ns=df["start_ns"] * 2)),
-])
-def test_a_tidy_table_rewritten_with_its_digest_is_refused(two_runs, tmp_path, capsys,
-                                                            table, edit):
-    """M4: a tidy table edited or cut short with digests.json rewritten to match: the
-    aggregate tidies the run folder again and compares."""
-    from engine.analysis.provenance import set_folders
-    from engine.analysis.tablefiles import TIDY_DIGESTS
-    from engine.files import sha256_file
-
-    run = tmp_path / "runs" / "gg" / "linear" / "none" / "rep0"
-    shutil.copytree(two_runs[0], run)
-    out = tmp_path / "tidy" / "runs" / "gg" / "linear" / "none"
-    assert _cli(capsys, "tidy", "--out", str(out), str(run))[0] == 0
-    set_folders(out, 1, runs_dir=run.parent)  # as tidy wrote it
-    path = out / "rep0" / f"{table}.parquet"
-    edit(pd.read_parquet(path)).to_parquet(path)
-    digests = json.loads((out / "rep0" / TIDY_DIGESTS).read_text())
-    (out / "rep0" / TIDY_DIGESTS).write_text(json.dumps({**digests,
-                                                         path.name: sha256_file(path)}))
-    with pytest.raises(EdgeprofError, match=f"rep0/{table}.parquet is not what tidying "
-                                            f".* gives \\(edited or cut short since\\)"):
-        set_folders(out, 1, runs_dir=run.parent)
-
-
 def test_a_split_sweeps_what_a_killed_split_of_another_network_left(split_copy, tmp_path,
                                                                      capsys):
     """L1: the hidden folder of a SIGKILLed split (its owner gone) goes with the next split
@@ -2226,6 +2144,7 @@ def test_a_run_ended_before_any_network_did_is_tidied_and_aggregated(split_copy,
     wrote networks.csv's header alone; tidy ended in a KeyError traceback, so nothing of
     the campaign could be aggregated. It is a result: its makespan is unknown."""
     from engine.analysis.aggregate import aggregate
+    from engine.analysis.tidy import tidy_run
 
     rc, err = _run_agenet(capsys, split_copy, tmp_path, "--policy", "linear", "--backend",
                           "none", "--timeout", "0.001", "--sample-hz", "0")
@@ -2233,7 +2152,7 @@ def test_a_run_ended_before_any_network_did_is_tidied_and_aggregated(split_copy,
     assert (tmp_path / "run" / "networks.csv").read_text().count("\n") == 1  # header only
     rc, err = _cli(capsys, "tidy", "--out", str(tmp_path / "t"), str(tmp_path / "run"))
     assert rc == 0, err
-    runs = aggregate([tmp_path / "t" / "run"], None)["runs"]
+    runs = aggregate([tidy_run(tmp_path / "run")], None)["runs"]
     assert runs["termination"].tolist() == ["timeout"]
     assert runs["makespan_s"].isna().all() and runs["tasks_finished"].tolist() == [0]
 

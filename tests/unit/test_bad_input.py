@@ -3,9 +3,13 @@ nothing written (no run folder, no temporary folder, no lock)."""
 
 from __future__ import annotations
 
+import argparse
+import ast
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -431,6 +435,27 @@ def test_every_verb_takes_verbose_and_quiet():
     for name, verb in sub.choices.items():
         flags = {s for a in verb._actions for s in a.option_strings}
         assert {"-v", "--verbose", "-q", "--quiet"} <= flags, name
+
+
+def test_a_command_imports_its_own_verb_alone():
+    """engine.cli names every verb's module and imports only the one a command runs: each
+    run's supervisor and measured child is such a command, and the other verbs' imports
+    cost each a few hundredths of a second. Each name is the verb its module registers."""
+    from engine.cli import COMMANDS, build_parser
+
+    def verbs(parser: argparse.ArgumentParser) -> set[str]:
+        return set(next(a for a in parser._actions if a.dest == "command").choices)
+
+    for name in COMMANDS:
+        assert verbs(build_parser(name)) == {name}
+    assert verbs(build_parser()) == set(COMMANDS)
+    code = ("import sys\nfrom engine.cli import main\nmain(['tidy'])\n"
+            "print(sorted(m for m in sys.modules if m.startswith('engine.commands.')))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[2],
+                       capture_output=True, text=True, timeout=60)
+    assert "give --out and the run folders to tidy" in r.stderr, r.stderr
+    imported = set(ast.literal_eval(r.stdout))
+    assert imported <= {"engine.commands.tidy", "engine.commands.options"}, imported
 
 
 def test_quiet_keeps_warnings_and_errors_verbose_adds_details(capsys, work):

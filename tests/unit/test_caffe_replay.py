@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from engine.analysis.aggregate import aggregate
-from engine.analysis.tablefiles import write_tables, write_tidy
+from engine.analysis.tablefiles import write_tables
 from engine.analysis.tidy import tidy_run
 from engine.caffe.splitter import Description
 from engine.model.predict import Networks, predict
@@ -32,16 +32,15 @@ def caffe_runs(zoo_split, tmp_path_factory) -> tuple[Path, Path]:
     models = Path(zoo_split["AgeNet"].path).parent
     pipe = root / "p.json"
     save_pipeline(Pipeline("p", [Arrival(0.0, ["AgeNet", "GenderNet"])]), pipe)
-    dirs = []
+    runs = []
     for policy in ("bulk", "linear"):
         run = root / "runs" / policy
         subprocess.run([sys.executable, "-m", "engine", "run", "--pipeline", str(pipe),
                         "--policy", policy, "--split", str(models), "--out", str(run),
                         "--backend", "none", "--batch", "1", "--runtime", "caffe",
                         "--sample-hz", "0"], cwd=REPO, check=True, capture_output=True)
-        write_tidy(tidy_run(run), root / "tidy" / policy)
-        dirs.append(root / "tidy" / policy)
-    write_tables(aggregate(dirs, None), root / "tables")
+        runs.append(tidy_run(run))
+    write_tables(aggregate(runs, None), root / "tables")
     return root / "tables", models
 
 

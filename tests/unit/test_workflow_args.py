@@ -827,24 +827,24 @@ MODEL = {"fit_model", "evaluate_model", "reconstruct_model", "score_holdout"}
 @pytest.mark.parametrize("path, old, new, changed", [
     # shared code: every job kind that imports it
     ("engine/units.py", '"G": 2**30', '"G": 10**9',
-     {"models", "split", "pipelines", "run", "tidy", "tables", "plots", *MODEL,
+     {"models", "split", "pipelines", "run", "tables", "plots", *MODEL,
       "model_plots"}),
-    # every verb's module is code of every job that runs python -m engine (the CLI
-    # registers them all) ...
-    ("engine/commands/tidy.py", "def main(", "EDITED = 1\n\n\ndef main(",
-     {"models", "split", "pipelines", "run", "tidy", *MODEL}),
-    # ... its top level and its parser, that is: the CLI builds every verb's parser ...
+    # a verb's module is code of the jobs that run that verb alone (the CLI imports the
+    # verb it runs; sixth held-out pass M1: an edit inside score-holdout's main reran the
+    # whole campaign): the tidy verb runs in no job ...
+    ("engine/commands/tidy.py", "def main(", "EDITED = 1\n\n\ndef main(", set()),
+    # ... its parser and its work alike
     ("engine/commands/score_holdout.py", 'p = add_model_tables_parser(sub, "score-holdout",',
-     'assert sub\n    p = add_model_tables_parser(sub, "score-holdout",',
-     {"models", "split", "pipelines", "run", "tidy", *MODEL}),
-    # ... but its work (the function it runs) only of the jobs that run that verb (sixth
-    # held-out pass M1: an edit inside score-holdout's main reran the whole campaign) ...
+     'assert sub\n    p = add_model_tables_parser(sub, "score-holdout",', {"score_holdout"}),
     ("engine/commands/score_holdout.py", "    t0 = time.perf_counter()\n",
      "    t0 = time.perf_counter() + 0.0\n", {"score_holdout"}),
+    # what every command runs: the CLI itself
+    ("engine/cli.py", "def _hold_signals(", "EDITED = 1\n\n\ndef _hold_signals(",
+     {"models", "split", "pipelines", "run", *MODEL}),
     # ... and what a verb imports to do its work only of the jobs that run that verb
     ("engine/schedule/dot.py", "def to_dot(", "EDITED = 1\n\n\ndef to_dot(", set()),
     # the runtimes run in the run jobs (and the model replays them), never where a verb
-    # only names them as an option's choices (models, split, pipelines, tidy)
+    # only names them as an option's choices (models, split, pipelines)
     ("engine/runtime/lean.py", "class LeanRuntime", "EDITED = 1\n\n\nclass LeanRuntime",
      {"run", *MODEL, "model_plots"}),
     # comments, docstrings and layout are not code: no job reruns for them
@@ -876,7 +876,7 @@ MODEL = {"fit_model", "evaluate_model", "reconstruct_model", "score_holdout"}
     ("engine/analysis/reconcile.py", "KEYS = [", "EDITED = 1\nKEYS = [", {"tables"}),
     ("engine/analysis/tidy.py", "def tidy_run(", "EDITED = 1\n\n\ndef tidy_run(",
      # (fitting reads the aggregate's tables: it never tidies)
-     {"tables", "tidy", *MODEL - {"fit_model"}}),
+     {"tables", *MODEL - {"fit_model"}}),
     ("engine/analysis/summaries.py", "def speedup_table(", "EDITED = 1\n\n\ndef speedup_table(",
      {"tables", *MODEL}),
     # the model's figures share the campaign figures' helpers, not the figures themselves
@@ -1015,8 +1015,6 @@ def test_the_slurm_profile_plans_one_core_and_sized_memory_per_job(tmp_path):
             reserves.add(mem - step)
             assert int(resources["runtime"]) == len(outputs) * 30 + 5  # timeout_s 1800
             runs += outputs
-        if rule.startswith("tidy_"):  # every repetition of a pipeline's run sets of a kind
-            assert body.count("/rep") >= 2 * 2
     # every run, once: 3 pipelines (1 + the 2 held out) x 2 policies x 4 limits x 2 reps,
     # and the 1 main pipeline's unprobed linear twins
     assert len(runs) == len(set(runs)) == 3 * 2 * 4 * 2 + 2

@@ -59,7 +59,6 @@ from engine.workflow.plan import (
     run_sets,
     sandbox_pipeline_names,
     sandbox_kernel,
-    tidy_shapes,
 )
 from engine.workflow.resources import (
     UNLIMITED_MEM_MB,
@@ -170,7 +169,7 @@ SET_PATTERN = "{pipeline}/{policy}/{limit}"
 # (kind, pipeline, policy id, limit) -> its run set: a job's runtime and place come from
 # there, never from its folder's names (engine.workflow.plan.run_set_index)
 RUN_SET_OF = run_set_index(config)
-# -> its repetitions: one tidy job per such run set
+# -> its repetitions
 RUN_SET_REPS = {key: rs.repetitions for key, rs in RUN_SET_OF.items()}
 # (limit, in the sandbox, runtime, batch, probed) -> what its runs record of their flags,
 # which each aggregate checks (engine.workflow.args.run_settings: a run redone by hand is
@@ -182,48 +181,38 @@ _SETTINGS = {
         for (*_, limit), rs in RUN_SET_OF.items()
     }
 }
-_SET_SETTINGS = {
-    key: _SETTINGS[key[3], rs.in_sandbox, rs.runtime, rs.batch, rs.probed]
-    for key, rs in RUN_SET_OF.items()
-}
-# the tidy folders the aggregate reads, one per run set (a rep<N> folder per run)
-_HELD_OUT = set(HOLDOUT_PIPELINES) | set(HOLDOUT_VM_PIPELINES)
-# the unprobed twins by their run set, not their folder's name (unprobed_b4 at a batch)
-TIDY_DIRS = [
-    f"{RESULTS}/tidy/{kind}/{pipeline}/{policy}/{limit}"
-    for (kind, pipeline, policy, limit), rs in RUN_SET_OF.items()
-    if rs.probed and pipeline not in _HELD_OUT
-]
-HOLDOUT_TIDY_DIRS = [
-    f"{RESULTS}/tidy/{kind}/{pipeline}/{policy}/{limit}"
-    for (kind, pipeline, policy, limit), rs in RUN_SET_OF.items()
-    if rs.probed and pipeline in _HELD_OUT
-]
-UNPROBED_TIDY_DIRS = [
-    f"{RESULTS}/tidy/{kind}/{pipeline}/{policy}/{limit}"
-    for (kind, pipeline, policy, limit), rs in RUN_SET_OF.items()
-    if not rs.probed
-]
-# tidy folder -> its runs' count, folder and settings, which each aggregate checks it
-# holds (these runs, no more, no fewer, made as the config says)
-_REPS = {
-    f"{RESULTS}/tidy/{kind}/{pipeline}/{policy}/{limit}": [
-        reps,
-        f"{RESULTS}/{kind}/{pipeline}/{policy}/{limit}",
-        _SET_SETTINGS[kind, pipeline, policy, limit],
-    ]
-    for (kind, pipeline, policy, limit), reps in RUN_SET_REPS.items()
-}
-TIDY_REPS = {d: _REPS[d] for d in TIDY_DIRS + UNPROBED_TIDY_DIRS}
-# every run folder, a target of its own: one an interrupted rerun removed (Snakemake
-# removes a job's old output before it runs) is then made again, where its tidy set still
-# on disk would leave Snakemake nothing to do
+# every run folder, a target of its own and the aggregates' inputs
 RUN_FOLDERS = [
     f"{RESULTS}/{kind}/{pipeline}/{policy}/{limit}/rep{rep}"
     for (kind, pipeline, policy, limit), reps in RUN_SET_REPS.items()
     for rep in range(reps)
 ]
-HOLDOUT_TIDY_REPS = {d: _REPS[d] for d in HOLDOUT_TIDY_DIRS}
+# What each aggregate reads, by run set folder: its repetitions, whether probed (the
+# unprobed twins are the probe overhead's) and its settings (engine.analysis.provenance:
+# the runs as planned, made as the config says); the held-out seed's probed runs apart
+_HELD_OUT = set(HOLDOUT_PIPELINES) | set(HOLDOUT_VM_PIPELINES)
+
+
+def _run_sets(held_out):
+    return {
+        f"{RESULTS}/{kind}/{pipeline}/{policy}/{limit}": [
+            rs.repetitions,
+            rs.probed,
+            _SETTINGS[limit, rs.in_sandbox, rs.runtime, rs.batch, rs.probed],
+        ]
+        for (kind, pipeline, policy, limit), rs in RUN_SET_OF.items()
+        if (rs.probed and pipeline in _HELD_OUT) == held_out
+    }
+
+
+def _folders(sets):
+    return [f"{d}/rep{i}" for d, (reps, *_) in sets.items() for i in range(reps)]
+
+
+AGGREGATE_SETS = _run_sets(held_out=False)
+HOLDOUT_SETS = _run_sets(held_out=True)
+AGGREGATE_RUNS = _folders(AGGREGATE_SETS)
+HOLDOUT_RUNS = _folders(HOLDOUT_SETS)
 # Snakemake priorities that start the runs interleaved across policies, block by block
 # (engine.workflow.plan.run_order); the order they really ran in is in the runs table.
 RUN_PRIORITY = run_priorities(config)
@@ -455,7 +444,6 @@ CODE_SPLIT = code_fingerprint("split", _ROOT)
 CODE_PIPELINES = code_fingerprint("pipelines", _ROOT)
 CODE_RUN_SHARED = code_fingerprint("run", _ROOT)
 CODE_ANALYSIS = code_fingerprint("tables", _ROOT)
-CODE_TIDY = code_fingerprint("tidy", _ROOT)
 CODE_PLOTS = code_fingerprint("plots", _ROOT)
 CODE_FIT_MODEL = code_fingerprint("fit_model", _ROOT)
 CODE_EVALUATE_MODEL = code_fingerprint("evaluate_model", _ROOT)
@@ -632,47 +620,6 @@ def run_mem(wildcards):
     return RUN_MEM_MB[
         mem_key(*_limit_key(wildcards), wildcards.pipeline, _run_set(wildcards).batch)
     ]
-
-
-# Rule factories of the tidy jobs (workflow/rules/aggregate.smk): shape i's inputs (every
-# run of its sets on the job's pipeline) and its arguments, a --set per run set.
-TIDY_SHAPES = tidy_shapes(config)
-
-
-def _tidy_sets(i, pipeline):
-    """Shape i's run sets on ``pipeline``: (tidy folder, its runs' folders)."""
-    shape = TIDY_SHAPES[i]
-    return [
-        (
-            f"{RESULTS}/tidy/{shape.kind}/{pipeline}/{policy}/{limit}",
-            [
-                f"{RESULTS}/{shape.kind}/{pipeline}/{policy}/{limit}/rep{rep}"
-                for rep in range(RUN_SET_REPS[(shape.kind, pipeline, policy, limit)])
-            ],
-        )
-        for policy, limit in shape.sets
-    ]
-
-
-def tidy_runs(i):
-    def runs(wildcards):
-        return [run for _, runs in _tidy_sets(i, wildcards.pipeline) for run in runs]
-
-    declare_signatures([runs])
-    return runs
-
-
-def tidy_sets(i):
-    """Params function: `--set OUT RUN...` per run set. It reads `output`, so Snakemake
-    counts it as derived from the job's files and never compares it to decide a rerun."""
-
-    def sets(wildcards, output):
-        return " ".join(
-            shlex.join(["--set", out, *runs]) for out, runs in _tidy_sets(i, wildcards.pipeline)
-        )
-
-    declare_signatures([sets])
-    return sets
 
 
 def run_priority(wildcards):

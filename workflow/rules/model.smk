@@ -78,7 +78,7 @@ rule reconstruct_model:
 # The held-out seed's runs (model.holdout), aggregated apart: the fit never reads them.
 rule aggregate_holdout:
     input:
-        tidy=HOLDOUT_TIDY_DIRS,
+        runs=HOLDOUT_RUNS,
     output:
         HOLDOUT_TABLES,
     log:
@@ -89,7 +89,7 @@ rule aggregate_holdout:
         "../../envs/analysis.yaml"
     params:
         code=CODE_ANALYSIS,
-        reps=canonical(HOLDOUT_TIDY_REPS),
+        sets=canonical(HOLDOUT_SETS),
         pipelines=PIPELINES_DIR,
         split=SPLIT_DIR,
     script:

@@ -236,7 +236,7 @@ def test_the_runs_started_interleaved_in_the_planned_order(workflow):
 # by the verb of its `python -m engine`, its module, or its Snakemake script
 PROCESS_JOBS = {
     "models": "models", "split": "split", "pipelines": "pipelines", "run": "run",
-    "supervise": "run", "child": "run", "engine.probes.sampler": "run", "tidy": "tidy",
+    "supervise": "run", "child": "run", "engine.probes.sampler": "run",
     "fit-model": "fit_model", "evaluate-model": "evaluate_model",
     "reconstruct-model": "reconstruct_model", "score-holdout": "score_holdout",
     "aggregate.py": "tables", "aggregate_holdout.py": "tables",
@@ -296,7 +296,7 @@ def test_a_finished_workflow_has_nothing_to_do(workflow):
 @pytest.mark.parametrize("folder", ["runs/p000/linear/256M/rep1", "reconcile"])
 def test_a_run_folder_an_interrupted_rerun_removed_is_made_again(workflow, tmp_path, folder):
     """Tenth held-out pass M4: Snakemake removes a job's old run folder before it reruns
-    it; interrupted, the folder stayed gone and, its tidy set still on disk, the next
+    it; interrupted, the folder stayed gone and, what it fed still on disk, the next
     run of the workflow had nothing to do."""
     gone = workflow.results / folder
     if folder == "reconcile":  # the reconciliation run's folder, whatever its id
@@ -351,7 +351,7 @@ def test_a_new_limit_reruns_only_its_runs_and_what_aggregates_them(workflow):
     workflow.write_config(cfg)
     try:
         assert workflow.planned_jobs() == Counter(
-            {"run": 6, "tidy": 1, "aggregate": 1, "plot": len(FIGURES), "all": 1,
+            {"run": 6, "aggregate": 1, "plot": len(FIGURES), "all": 1,
              **MODEL_JOBS})
     finally:
         workflow.write_config(tiny_config(workflow.results))
@@ -377,8 +377,8 @@ def test_editing_one_policy_reruns_only_that_policys_runs(workflow):
     planned = _edited(workflow, {"engine/schedule/policies.py": (
         linear, linear + "    assert instances\n")})
     # linear's runs at both limits and their unprobed twins, and the reconciliation run
-    # (it uses linear); the pipeline's tidy jobs of the runs and of the twins
-    assert planned == Counter({"run": 9, "reconcile_run": 1, "tidy": 2, "aggregate": 1,
+    # (it uses linear), and what aggregates them
+    assert planned == Counter({"run": 9, "reconcile_run": 1, "aggregate": 1,
                                "plot": len(FIGURES), "all": 1, **MODEL_JOBS})
 
 
@@ -418,8 +418,8 @@ def test_a_comment_or_docstring_anywhere_in_the_engine_reruns_nothing(workflow):
 
 def test_a_run_redone_by_hand_is_refused_and_the_printed_fix_recovers(workflow):
     """A run redone by hand with another runtime is refused by the aggregate, naming the
-    two folders to remove (the run and its tidy set); removing them and running again
-    measures it anew, as the config says."""
+    folder to remove; removing it and running again measures it anew, as the config
+    says."""
     results = workflow.results
     run = results / "runs" / "p000" / "bulk" / "none" / "rep1"
     redo = subprocess.run(
@@ -436,13 +436,11 @@ def test_a_run_redone_by_hand_is_refused_and_the_printed_fix_recovers(workflow):
     assert "was made with runtime 'caffe'" in r.stdout + r.stderr  # said on the console too
     log = (results / "logs" / "aggregate.log").read_text()
     said = re.search(r"run p000/bulk/none/caffe/rep1 was made with runtime 'caffe', not the "
-                     r"config's 'lean' \(redone by hand\?\); remove (\S+) and (\S+), and run "
-                     r"the workflow again", log)
+                     r"config's 'lean' \(redone by hand\?\); remove (\S+) and run the "
+                     r"workflow again", log)
     assert said, log[-2000:]
-    assert [Path(said[1]), Path(said[2])] == [run, results / "tidy" / "runs" / "p000" /
-                                              "bulk" / "none"]
-    for folder in said.groups():
-        shutil.rmtree(folder)
+    assert Path(said[1]) == run
+    shutil.rmtree(said[1])
     r = workflow.snakemake()
     assert r.returncode == 0, r.stderr[-3000:]
     runs = pd.read_parquet(results / "tables" / "runs.parquet")
@@ -451,7 +449,7 @@ def test_a_run_redone_by_hand_is_refused_and_the_printed_fix_recovers(workflow):
 
 def test_a_held_out_run_removed_as_the_aggregate_says_is_measured_anew(tmp_path):
     """A failed aggregate_holdout deletes the held-out tables; with them among the targets,
-    removing a held-out run and its tidy set (as the refusal says) redoes them, where only
+    removing a held-out run (as the refusal says) redoes them, where only
     the scores were targets and Snakemake found nothing to do (fifteenth pass, M1)."""
     wf = Workflow(tmp_path)
     cfg = tiny_config(wf.results)
@@ -462,17 +460,16 @@ def test_a_held_out_run_removed_as_the_aggregate_says_is_measured_anew(tmp_path)
     r = wf.snakemake()
     assert r.returncode == 0, r.stderr[-3000:]
     shutil.rmtree(wf.results / "runs" / "hp000" / "linear" / "none" / "rep0")
-    shutil.rmtree(wf.results / "tidy" / "runs" / "hp000" / "linear" / "none")
     shutil.rmtree(wf.results / "holdout" / "tables")  # as the failed aggregate left it
     planned = wf.planned_jobs()
-    assert {"run", "tidy", "aggregate_holdout", "score_holdout"} <= set(planned), planned
+    assert {"run", "aggregate_holdout", "score_holdout"} <= set(planned), planned
     assert planned["run"] == 1
 
 
 def test_a_batch_added_to_the_list_reruns_only_its_runs(tmp_path):
     """Issue 38: run.batch [1, 2] runs every run at each batch, in folders of their own,
-    the tables carrying each run's batch; [1, 2, 4] then plans only the batch-4 runs, their
-    tidy sets and what aggregates them (the tables, the model and the batch figure are
+    the tables carrying each run's batch; [1, 2, 4] then plans only the batch-4 runs and
+    what aggregates them (the tables, the model and the batch figure are
     the targets: the other figures and model jobs follow the tables alike)."""
     wf = Workflow(tmp_path)
     cfg = tiny_config(wf.results)
@@ -492,7 +489,7 @@ def test_a_batch_added_to_the_list_reruns_only_its_runs(tmp_path):
     wf.write_config(cfg)
     r = wf.snakemake(*targets, "--dry-run", "--quiet", "rules")  # --quiet takes what follows
     assert job_counts(r.stdout + r.stderr) == Counter(
-        {"run": 2, "tidy": 1, "aggregate": 1, "fit_model": 1, "plot": 1}), r.stdout
+        {"run": 2, "aggregate": 1, "fit_model": 1, "plot": 1}), r.stdout
     planned = wf.snakemake(*targets, "--dry-run")
     folders = set(re.findall(r"--out \S+/(runs\w*)/p000/", planned.stdout))
     assert folders == {"runs_b4"}, planned.stdout[-3000:]
