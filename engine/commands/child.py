@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import NoReturn
 
 from engine.errors import EdgeprofError
 
@@ -13,10 +14,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=main)
 
 
-def main(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> NoReturn:
     import os
 
-    from engine.procs import SUPERVISOR_ENV, die_with_parent
+    from engine.procs import SUPERVISOR_ENV, die_with_parent, exit_now
 
     # before the heavy imports: GNU time (the parent) may die with the supervisor any time
     value = os.environ.get(SUPERVISOR_ENV) or "0"
@@ -30,4 +31,4 @@ def main(args: argparse.Namespace) -> int:
         die_with_parent(grandparent=supervisor)
     from engine.runner.child import child_main
 
-    return child_main(args.spec)
+    exit_now(child_main(args.spec))  # its files written and closed: the record is whole

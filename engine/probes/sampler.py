@@ -38,7 +38,7 @@ import psutil
 from engine.errors import EdgeprofError
 from engine.limits.cgroupfs import CgroupReader, reader_for
 from engine.probes.process import status_bytes
-from engine.procs import preexec
+from engine.procs import exit_now, preexec
 
 COLUMNS = ["t_ns", "procs", "rss_bytes", "uss_bytes", "swap_bytes", "cg_current_bytes",
            "cg_swap_current_bytes"]
@@ -276,4 +276,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())  # the statistics printed: no teardown for the supervisor to wait on

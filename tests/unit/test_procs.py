@@ -35,3 +35,19 @@ def test_wait_exit_times_out_as_popen_does(monkeypatch):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_exit_now_keeps_what_was_written_and_skips_the_teardown(tmp_path):
+    """The measured child and the sampler end with exit_now: what they printed to a pipe
+    (block-buffered) still arrives, with the exit status, and nothing of the interpreter's
+    teardown (here an atexit handler) runs."""
+    from pathlib import Path
+
+    code = ("import atexit, sys\nfrom engine.procs import exit_now\n"
+            "atexit.register(lambda: open(sys.argv[1], 'w').write('torn down'))\n"
+            "print('said', end='')\nsys.stderr.write('and this')\nexit_now(3)\n")
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "teardown")],
+                       capture_output=True, text=True, timeout=60,
+                       cwd=Path(__file__).resolve().parents[2])
+    assert (r.returncode, r.stdout, r.stderr) == (3, "said", "and this")
+    assert not (tmp_path / "teardown").exists()
