@@ -61,6 +61,7 @@ STAGES = ("tidy and aggregate", "model: fit, cross-validation, reconstruction, h
 def stage_of(rel: str) -> str:
     """The stage of a benchmark file that is not a run's (its path under benchmarks/)."""
     head, _, rest = rel.partition("/")
+    # tidy/: the tidy jobs of results made before the aggregate tidied the runs itself
     if head == "tidy" or rel in ("aggregate.tsv", "holdout/aggregate.tsv"):
         return STAGES[0]
     if head == "model" and rest.removesuffix(".tsv") in MODEL_VERBS:

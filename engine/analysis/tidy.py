@@ -68,7 +68,7 @@ def _identity(meta: RunMeta, folder: Path) -> dict:
             "rep": rep, "termination": meta.termination,
             # False for a probe-overhead twin (--no-probes): never a probed run's stand-in
             "probed": bool((meta.probes or {}).get("process", True)),
-            # which record: the aggregate matches it to the run folder's (set_folders)
+            # which record: the model's trained_on names its runs by it
             "record_digest": record_digest(folder)}
 
 

@@ -181,7 +181,7 @@ _SETTINGS = {
         for (*_, limit), rs in RUN_SET_OF.items()
     }
 }
-# every run folder, a target of its own and the aggregates' inputs
+# every run folder: the aggregates' inputs, and a target of its own
 RUN_FOLDERS = [
     f"{RESULTS}/{kind}/{pipeline}/{policy}/{limit}/rep{rep}"
     for (kind, pipeline, policy, limit), reps in RUN_SET_REPS.items()

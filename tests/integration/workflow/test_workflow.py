@@ -559,7 +559,7 @@ def test_every_path_a_rule_puts_in_a_shell_is_quoted():
     string the workflow builds and quotes itself (engine.workflow.args)."""
     built = {"params.command", "params.runs", "params.vm_env", "params.limit",
              "params.batch", "params.runtime", "params.options", "params.args",
-             "params.seed", "params.resamples", "params.policies", "params.sets"}
+             "params.seed", "params.resamples", "params.policies"}
     for smk in (REPO / "workflow" / "rules").glob("*.smk"):
         text = smk.read_text()
         for shell in re.findall(r"shell:\n((?:\s+\".*\"\n)+)", text):
