@@ -21,18 +21,14 @@ from engine.files import is_write_failure, write_failure
 from engine.log import configure as configure_log
 from engine.signals import Signalled, caught_signal
 
-# Every verb and its module in engine.commands, in the order --help lists them; each
-# module adds its own parser (engine/commands/__init__.py says how). A command imports
-# its own verb's module only: every run's supervisor and measured child is such a
-# command, and the other verbs' imports cost each a few hundredths of a second (more in a
-# sandbox; docs/performance.md).
-COMMANDS = {"models": "models", "split": "split", "forward": "forward",
-            "pipelines": "pipelines", "run": "run", "run-block": "run_block",
-            "supervise": "supervise", "child": "child", "tidy": "tidy", "advise": "advise",
-            "fit-model": "fit_model", "evaluate-model": "evaluate_model",
-            "reconstruct-model": "reconstruct_model", "calibrate": "calibrate",
-            "model-report": "model_report", "score-holdout": "score_holdout",
-            "results-report": "results_report", "doctor": "doctor", "graph": "graph"}
+# Every verb, in the order --help lists them; its module in engine.commands is its name
+# with "_" for "-", and adds its own parser (engine/commands/__init__.py says how). A
+# command imports its own verb's module only: every run's supervisor and measured child
+# is such a command, and the other verbs' imports cost each a few hundredths of a second
+# (more in a sandbox; docs/performance.md).
+COMMANDS = ("models", "split", "forward", "pipelines", "run", "run-block", "supervise",
+            "child", "tidy", "advise", "fit-model", "evaluate-model", "reconstruct-model",
+            "calibrate", "model-report", "score-holdout", "results-report", "doctor", "graph")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -47,9 +43,9 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     ``COMMANDS``)."""
     parser = _Parser(prog="python -m engine", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, module in COMMANDS.items():
+    for name in COMMANDS:
         if verb in (None, name):
-            importlib.import_module(f"engine.commands.{module}").add_parser(sub)
+            importlib.import_module(f"engine.commands.{name.replace('-', '_')}").add_parser(sub)
     for verb in sub.choices.values():  # every verb's messages (engine.log)
         loudness = verb.add_mutually_exclusive_group()
         loudness.add_argument("-v", "--verbose", dest="verbosity", action="store_const",
