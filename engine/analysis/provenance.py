@@ -68,6 +68,26 @@ def set_runs(runs_dir: str | os.PathLike, reps: int, probed: bool = True,
     return out
 
 
+def planned_runs(sets: Mapping[str, list], pipelines_dir: str | os.PathLike,
+                 split_dir: str | os.PathLike, probed: bool | None = None,
+                 repetitions: Mapping[str, int] | None = None
+                 ) -> list[dict[str, pd.DataFrame]]:
+    """``set_runs`` of every run set of ``sets`` (its folder -> [repetitions, probed,
+    settings], as the workflow's params give them; each from its pipeline's file in
+    ``pipelines_dir``): only the probed (or the unprobed) ones where ``probed`` is given,
+    and a pipeline's ``repetitions`` instead of its sets' where given (run.sequential's:
+    what its look decided)."""
+    out = []
+    for folder, (reps, set_probed, settings) in sets.items():
+        if probed is not None and set_probed != probed:
+            continue
+        pipeline = Path(folder).parts[-3]
+        reps = (repetitions or {}).get(pipeline, reps)
+        out += set_runs(folder, reps, set_probed, settings,
+                        Path(pipelines_dir, f"{pipeline}.json"), split_dir)
+    return out
+
+
 @functools.lru_cache(maxsize=4096)
 def _file_digest(path: str) -> str | None:
     """A pipeline or description file's SHA-256 (None: unreadable), once per aggregate:

@@ -254,6 +254,23 @@ def check_config(config: Config) -> None:
     if huge:
         raise ValueError(f"config: limit {huge[0]}: at most {MAX_LIMIT >> 50} PiB")
     reps = run["repetitions"]
+    sequential = run.get("sequential")
+    if sequential:
+        from engine.analysis.stats import MIN_N_SIGNIFICANT
+
+        most = sequential["max_repetitions"]
+        if reps < MIN_N_SIGNIFICANT:
+            raise ValueError(f"config: run.sequential needs run.repetitions "
+                             f"{MIN_N_SIGNIFICANT} or more (it is {reps}): fewer pairs carry "
+                             f"no claim to size the rest on")
+        if most <= reps:
+            raise ValueError(f"config: run.sequential.max_repetitions {most} must exceed "
+                             f"run.repetitions {reps}")
+        if box.get("repetitions") not in (None, reps):
+            raise ValueError(f"config: run.sequential needs sandbox.repetitions unset or equal "
+                             f"to run.repetitions ({reps}): a pipeline's runs start at one "
+                             f"number")
+        reps = most
     if config["seed"] + reps > MAX_SEED:
         raise ValueError(f"config: seed {config['seed']}: the runs' seeds (seed + "
                          f"repetition) must stay at most {MAX_SEED}")

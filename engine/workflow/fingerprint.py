@@ -36,6 +36,9 @@ JOB_ENTRIES = {
     # the aggregate scripts (campaign and held-out): the reconciliation comes with aggregate
     "tables": ("engine.analysis.aggregate", "engine.analysis.provenance",
                "engine.analysis.tablefiles"),
+    # run.sequential's look at a pipeline's first repetitions
+    "look": ("engine.analysis.sequential", "engine.analysis.provenance",
+             "engine.analysis.tablefiles", "engine.analysis.summaries"),
     "plots": ("engine.analysis.plots",),
     # the model's verbs, each its own: an edit to one reruns its job and what follows it
     "fit_model": ("engine.__main__", "engine.cli", "engine.commands.fit_model"),

@@ -110,10 +110,14 @@ def run_sets(config: Config) -> list[RunSet]:
     native-speed reconstruction pairs them with the guest's page traffic). Otherwise the
     main pipelines run under every limit of ``run.limits`` with ``run.backend``. The
     model's held-out pipelines (``model.holdout``) run the same sets under their own
-    names, ``model.holdout.repetitions`` times where it is set."""
+    names, ``model.holdout.repetitions`` times where it is set. With ``run.sequential`` the
+    other sets have up to its ``max_repetitions`` (``sequential_config``)."""
     holdout = holdout_config(config)
     sets = _run_sets(config, pipeline_names(config["pipelines"]["count"]),
                      sandbox_pipeline_names(config), False)
+    most = sequential_config(config).get("max_repetitions")
+    if most:
+        sets = [replace(rs, repetitions=most) for rs in sets]
     if holdout:
         held = _run_sets(config, pipeline_names(holdout["pipelines"], HOLDOUT_PREFIX),
                          sandbox_pipeline_names(config, holdout=True), True)
@@ -164,6 +168,14 @@ def _run_sets(config: Config, main: list[str], box_pipes: list[str],
 # The model's held-out pipelines: hp000, ... drawn as the main pipelines are, hv000, ...
 # as the sandbox pipelines, both with model.holdout.seed instead of the campaign's seed.
 HOLDOUT_PREFIX, HOLDOUT_SANDBOX_PREFIX = "hp", "hv"
+
+
+def sequential_config(config: Config) -> dict:
+    """``run.sequential`` (``{}`` when the config has none): each main and sandbox
+    pipeline runs its first ``run.repetitions``, then as many more as its speed-ups' CIs
+    ask for to be ``width`` wide, to at most ``max_repetitions``
+    (``engine.analysis.sequential``); the held-out pipelines run theirs."""
+    return dict(config["run"].get("sequential") or {})
 
 
 def holdout_config(config: Config) -> dict:

@@ -389,6 +389,23 @@ def test_the_held_out_runs_repeat_as_often_as_model_holdout_repetitions_says(cfg
     assert {rs.repetitions for rs in run_sets(same)} == {6}
 
 
+def test_sequential_pipelines_plan_up_to_the_most_and_the_held_out_their_own(cfg):
+    """Issue 39: with run.sequential every campaign pipeline's run sets (the sandbox's and
+    the probe-overhead twins' too) reach max_repetitions, so their rules and priorities
+    exist for the repetitions a look adds, after every run of the first ones; the held-out
+    pipelines keep their fixed repetitions."""
+    seq = with_(cfg, run__sequential={"width": 0.1, "max_repetitions": 9},
+                model__holdout={"seed": 1000, "pipelines": 1, "sandbox_pipelines": 0})
+    check_config(seq)
+    reps = {(key[0], key[1]): rs.repetitions for key, rs in run_set_index(seq).items()}
+    assert reps == {("runs", "p000"): 9, ("runs", "p001"): 9, ("runs", "p002"): 9,
+                    ("runs", "v000"): 9, ("runs", "v001"): 9, ("native", "v000"): 9,
+                    ("native", "v001"): 9, ("unprobed", "p000"): 9, ("unprobed", "p001"): 9,
+                    ("unprobed", "p002"): 9, ("runs", "hp000"): 6}
+    order = [run[-1] for run in run_order(seq) if not run[1].startswith("h")]
+    assert order == sorted(order) and set(order) == set(range(9))
+
+
 def test_a_config_without_a_vm_block_runs_nothing_in_the_vm(cfg):
     del cfg["sandbox"]
     cfg["model"] = {}
@@ -724,6 +741,16 @@ def test_the_shipped_configs_pass_the_checks_the_schema_cannot_make():
     ({"sandbox__enabled": False, "run__swap_total": "512M", "run__reconcile__vm": False,
       "run__reconcile__pipeline": "p000"}, "run.swap_total 512M is below the limit(s) 1G"),
     ({"run__probe_overhead_policy": "masa:3"}, "run.probe_overhead_policy 'masa:3' is not"),
+    # issue 39: the sequential rule sizes the rest on six pairs, from one starting number
+    ({"run__repetitions": 5, "sandbox__repetitions": None,
+      "run__sequential": {"width": 0.1, "max_repetitions": 10}},
+     "run.sequential needs run.repetitions 6 or more (it is 5)"),
+    ({"run__sequential": {"width": 0.1, "max_repetitions": 6}},
+     "run.sequential.max_repetitions 6 must exceed run.repetitions 6"),
+    ({"sandbox__repetitions": 8, "run__sequential": {"width": 0.1, "max_repetitions": 10}},
+     "needs sandbox.repetitions unset or equal to run.repetitions (6)"),
+    ({"seed": 2**32 - 8, "run__sequential": {"width": 0.1, "max_repetitions": 10}},
+     "the runs' seeds (seed + repetition) must stay at most"),
     ({"sandbox__pipelines__networks": ["SoS-AlexNet"]},
      "sandbox.pipelines.networks SoS-AlexNet not in"),
     # twentieth pass H1: the zoo's AgeNet files would be split under the user's stem
@@ -753,6 +780,8 @@ INTEGER_KEYS = [
     ({"pipelines__count": 2.0}, "pipelines.count 2.0"),
     ({"pipelines__length": [1.0, 2]}, "pipelines.length[0] 1.0"),
     ({"run__repetitions": 2.0}, "run.repetitions 2.0"),
+    ({"run__sequential": {"width": 0.1, "max_repetitions": 10.0}},
+     "run.sequential.max_repetitions 10.0"),
     ({"run__batch": 1.0}, "run.batch 1.0"),
     ({"run__batch": [1, 4.0]}, "run.batch[1] 4.0"),
     ({"run__blas_threads": 1.0}, "run.blas_threads 1.0"),
@@ -827,7 +856,7 @@ MODEL = {"fit_model", "evaluate_model", "reconstruct_model", "score_holdout"}
 @pytest.mark.parametrize("path, old, new, changed", [
     # shared code: every job kind that imports it
     ("engine/units.py", '"G": 2**30', '"G": 10**9',
-     {"models", "split", "pipelines", "run", "tables", "plots", *MODEL,
+     {"models", "split", "pipelines", "run", "tables", "look", "plots", *MODEL,
       "model_plots"}),
     # a verb's module is code of the jobs that run that verb alone (the CLI imports the
     # verb it runs; sixth held-out pass M1: an edit inside score-holdout's main reran the
@@ -876,9 +905,11 @@ MODEL = {"fit_model", "evaluate_model", "reconstruct_model", "score_holdout"}
     ("engine/analysis/reconcile.py", "KEYS = [", "EDITED = 1\nKEYS = [", {"tables"}),
     ("engine/analysis/tidy.py", "def tidy_run(", "EDITED = 1\n\n\ndef tidy_run(",
      # (fitting reads the aggregate's tables: it never tidies)
-     {"tables", *MODEL - {"fit_model"}}),
+     {"tables", "look", *MODEL - {"fit_model"}}),
     ("engine/analysis/summaries.py", "def speedup_table(", "EDITED = 1\n\n\ndef speedup_table(",
-     {"tables", *MODEL}),
+     {"tables", "look", *MODEL}),
+    # run.sequential's rule is the look's alone
+    ("engine/analysis/sequential.py", "def needed(", "EDITED = 1\n\n\ndef needed(", {"look"}),
     # the model's figures share the campaign figures' helpers, not the figures themselves
     ("engine/analysis/figures/common.py", "def grid(", "EDITED = 1\n\n\ndef grid(",
      {"plots", "model_plots"}),

@@ -5,7 +5,7 @@
 
 rule aggregate:
     input:
-        runs=AGGREGATE_RUNS,
+        unpack(aggregate_runs),
         reconcile=REC_DIR,
     output:
         expand(f"{RESULTS}/tables/{{table}}.{{ext}}", table=TABLES, ext=["csv", "parquet"]),
@@ -23,3 +23,26 @@ rule aggregate:
         split=SPLIT_DIR,
     script:
         "../scripts/aggregate.py"
+
+
+# run.sequential: after a pipeline's first repetitions, how many it runs
+# (engine.analysis.sequential); the aggregate asks for the rest.
+checkpoint look:
+    input:
+        look_runs,
+    output:
+        LOOK,
+    log:
+        f"{RESULTS}/logs/looks/{{pipeline}}.log",
+    priority: LOOK_PRIORITY
+    conda:
+        "../../envs/analysis.yaml"
+    params:
+        code=CODE_LOOK,
+        sets=look_sets,
+        sequential=canonical(SEQUENTIAL),
+        first=FIRST_REPS,
+        pipelines=PIPELINES_DIR,
+        split=SPLIT_DIR,
+    script:
+        "../scripts/look.py"

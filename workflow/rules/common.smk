@@ -4,6 +4,7 @@
 # engine.workflow (pure functions of the config, unit-tested in tests/unit/test_workflow_args.py);
 # nothing here probes the host (only this process's own size, for the jobs' reserve), so
 # building the DAG on a submit host is cheap.
+import json
 import os
 import re
 import shlex
@@ -11,6 +12,7 @@ import sys
 from pathlib import Path
 
 import psutil
+from snakemake.exceptions import IncompleteCheckpointException
 from snakemake.utils import validate
 
 from engine.bytecode import compile_package
@@ -59,6 +61,7 @@ from engine.workflow.plan import (
     run_sets,
     sandbox_pipeline_names,
     sandbox_kernel,
+    sequential_config,
 )
 from engine.workflow.resources import (
     UNLIMITED_MEM_MB,
@@ -165,12 +168,9 @@ RUN_PATTERN = "{pipeline}/{policy}/{limit}/rep{rep}"
 KIND_PATTERN = f"{{kind}}/{RUN_PATTERN}"
 RUN_DIR = f"{RESULTS}/{KIND_PATTERN}"
 RUN_LOG = f"{RESULTS}/logs/{KIND_PATTERN}.log"
-SET_PATTERN = "{pipeline}/{policy}/{limit}"
 # (kind, pipeline, policy id, limit) -> its run set: a job's runtime and place come from
 # there, never from its folder's names (engine.workflow.plan.run_set_index)
 RUN_SET_OF = run_set_index(config)
-# -> its repetitions
-RUN_SET_REPS = {key: rs.repetitions for key, rs in RUN_SET_OF.items()}
 # (limit, in the sandbox, runtime, batch, probed) -> what its runs record of their flags,
 # which each aggregate checks (engine.workflow.args.run_settings: a run redone by hand is
 # refused)
@@ -181,11 +181,24 @@ _SETTINGS = {
         for (*_, limit), rs in RUN_SET_OF.items()
     }
 }
-# every run folder: the aggregates' inputs, and a target of its own
+# run.sequential: every pipeline but the held-out ones runs its first run.repetitions, then
+# as many as its look (checkpoint look) decides, to at most max_repetitions (its run sets'
+# repetitions, so its rules and priorities reach them)
+SEQUENTIAL = sequential_config(config)
+FIRST_REPS = RUN["repetitions"]
+
+
+def _planned_reps(rs):
+    """The repetitions of a run set every run of the workflow has: a sequential pipeline's
+    first ones (the aggregate asks for the rest its look decides)."""
+    return FIRST_REPS if SEQUENTIAL and not rs.holdout else rs.repetitions
+
+
+# every run folder planned from the start: the aggregates' inputs, and targets of their own
 RUN_FOLDERS = [
     f"{RESULTS}/{kind}/{pipeline}/{policy}/{limit}/rep{rep}"
-    for (kind, pipeline, policy, limit), reps in RUN_SET_REPS.items()
-    for rep in range(reps)
+    for (kind, pipeline, policy, limit), rs in RUN_SET_OF.items()
+    for rep in range(_planned_reps(rs))
 ]
 # What each aggregate reads, by run set folder: its repetitions, whether probed (the
 # unprobed twins are the probe overhead's) and its settings (engine.analysis.provenance:
@@ -213,9 +226,49 @@ AGGREGATE_SETS = _run_sets(held_out=False)
 HOLDOUT_SETS = _run_sets(held_out=True)
 AGGREGATE_RUNS = _folders(AGGREGATE_SETS)
 HOLDOUT_RUNS = _folders(HOLDOUT_SETS)
+# run.sequential: pipeline -> its run sets (the campaign's, all sequential), and its look
+LOOK = f"{RESULTS}/looks/{{pipeline}}.json"
+SEQUENTIAL_SETS = {}
+if SEQUENTIAL:
+    for _folder, _set in AGGREGATE_SETS.items():
+        SEQUENTIAL_SETS.setdefault(Path(_folder).parts[-3], {})[_folder] = _set
+
+
+def aggregate_runs(wildcards):
+    """The aggregate's runs; with run.sequential each pipeline's as its look decided, and
+    the looks (one not yet taken is the checkpoint's target: Snakemake takes every
+    pipeline's look, then asks again)."""
+    if not SEQUENTIAL:
+        return {"runs": AGGREGATE_RUNS}
+    runs, looks = [], []
+    for pipeline, sets in SEQUENTIAL_SETS.items():
+        try:
+            look = checkpoints.look.get(pipeline=pipeline).output[0]
+            reps = json.loads(Path(look).read_text())["repetitions"]
+        except IncompleteCheckpointException as taken_later:
+            look, reps = taken_later.targetfile, FIRST_REPS
+        looks.append(look)
+        runs += [f"{folder}/rep{i}" for folder in sets for i in range(reps)]
+    return {"runs": runs, "looks": looks}
+
+
+def look_runs(wildcards):
+    """A look's runs: its pipeline's probed runs of the first repetitions."""
+    sets = SEQUENTIAL_SETS[wildcards.pipeline]
+    return [
+        f"{d}/rep{i}" for d, (_, probed, _) in sets.items() if probed for i in range(FIRST_REPS)
+    ]
+
+
+def look_sets(wildcards):
+    return canonical(SEQUENTIAL_SETS[wildcards.pipeline])
+
+
 # Snakemake priorities that start the runs interleaved across policies, block by block
 # (engine.workflow.plan.run_order); the order they really ran in is in the runs table.
 RUN_PRIORITY = run_priorities(config)
+# a look starts as soon as its runs are done: the repetitions it adds interleave with the rest
+LOOK_PRIORITY = max(RUN_PRIORITY.values(), default=0) + 1
 # One job per block of runs (engine.workflow.plan.job_blocks): every block with run.per_job
 # "block"; else, with sandbox.per_boot "block", the sandbox's, each in one boot. One rule
 # per BlockShape (workflow/rules/run.smk); (shape index, pipeline, rep) -> the block's runs
@@ -444,6 +497,7 @@ CODE_SPLIT = code_fingerprint("split", _ROOT)
 CODE_PIPELINES = code_fingerprint("pipelines", _ROOT)
 CODE_RUN_SHARED = code_fingerprint("run", _ROOT)
 CODE_ANALYSIS = code_fingerprint("tables", _ROOT)
+CODE_LOOK = code_fingerprint("look", _ROOT)
 CODE_PLOTS = code_fingerprint("plots", _ROOT)
 CODE_FIT_MODEL = code_fingerprint("fit_model", _ROOT)
 CODE_EVALUATE_MODEL = code_fingerprint("evaluate_model", _ROOT)
@@ -770,5 +824,8 @@ declare_signatures(
         model_caption_facts,
         model_figure_tables,
         model_splits,
+        aggregate_runs,
+        look_runs,
+        look_sets,
     )
 )

@@ -6,18 +6,15 @@ apart from the campaign the model is fitted on."""
 import sys
 from pathlib import Path
 
-from engine.analysis.provenance import set_runs
+from engine.analysis.provenance import planned_runs
 from engine.analysis.tablefiles import stack, write_tables
 from engine.files import script_errors
 
 sys.stderr = open(snakemake.log[0], "w")  # pandas/pyarrow warnings go to the rule's log
 with script_errors():  # one line on the console, as the engine's verbs
     # each set as planned, made with its settings (as the campaign's own runs)
-    tables = stack(run for folder, (reps, probed, settings) in snakemake.params.sets.items()
-                   for run in set_runs(folder, reps, probed, settings,
-                                       Path(snakemake.params.pipelines,
-                                            f"{Path(folder).parts[-3]}.json"),
-                                       snakemake.params.split))
+    params = snakemake.params
+    tables = stack(planned_runs(params.sets, params.pipelines, params.split))
     write_tables({name: tables[name] for name in ("runs", "tasks", "networks")},
                  Path(snakemake.output[0]).parent)
 print(f"{len(tables['runs'])} held-out runs", file=sys.stderr)

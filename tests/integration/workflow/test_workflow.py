@@ -239,7 +239,7 @@ PROCESS_JOBS = {
     "supervise": "run", "child": "run", "engine.probes.sampler": "run",
     "fit-model": "fit_model", "evaluate-model": "evaluate_model",
     "reconstruct-model": "reconstruct_model", "score-holdout": "score_holdout",
-    "aggregate.py": "tables", "aggregate_holdout.py": "tables",
+    "aggregate.py": "tables", "aggregate_holdout.py": "tables", "look.py": "look",
     "model_plot.py": "model_plots", "plot.py": "plots"}
 
 
@@ -253,23 +253,32 @@ def _process_job(argv: list[str]) -> str | None:
     return PROCESS_JOBS[key]
 
 
-def test_each_jobs_fingerprint_covers_every_engine_module_its_processes_imported(workflow):
-    """The fingerprints are computed from the source before a job runs; what each job's
-    processes really imported, recorded as they ran, must be among the modules its
-    fingerprint covers, or an edit to one would leave its results stale."""
+def imports_covered(imports: Path, root: Path) -> dict[str, set[str]]:
+    """Each kind of job's imported engine modules, as its processes recorded them in
+    ``imports`` (tests/record_imports), checked to be among the modules its fingerprint
+    covers (computed from the source in ``root`` before a job runs), or an edit to one
+    would leave its results stale."""
     from engine.workflow.fingerprint import JOB_ENTRIES, job_modules
 
     seen: dict[str, set[str]] = {}
-    for log in workflow.imports.iterdir():
+    for log in imports.iterdir():
         argv, *modules = log.read_text().splitlines()
         job = _process_job(argv.split("\0"))
         if job is not None:
             seen.setdefault(job, set()).update(m for m in modules if m != "numpy")
-    # every kind of job ran, but score_holdout: the tiny config holds no pipeline out
-    assert set(seen) == set(JOB_ENTRIES) - {"score_holdout"}
     for job, imported in seen.items():
-        covered = set(job_modules(JOB_ENTRIES[job], workflow.root))
+        covered = set(job_modules(JOB_ENTRIES[job], root))
         assert imported <= covered, (job, sorted(imported - covered))
+    return seen
+
+
+def test_each_jobs_fingerprint_covers_every_engine_module_its_processes_imported(workflow):
+    from engine.workflow.fingerprint import JOB_ENTRIES
+
+    seen = imports_covered(workflow.imports, workflow.root)
+    # every kind of job ran, but score_holdout (the tiny config holds no pipeline out) and
+    # look (run.sequential's: tests/integration/workflow/test_sequential_workflow.py)
+    assert set(seen) == set(JOB_ENTRIES) - {"score_holdout", "look"}
     # the runtimes' code is run by the run jobs, and never imported by a split or models job
     assert "engine.runtime.lean" in seen["run"]
     assert not {"engine.runtime.lean", "engine.runtime.caffe"} & (seen["models"] | seen["split"])
