@@ -18,3 +18,4 @@ include: "workflow/rules/report.smk"
 rule all:
     input:
         TARGETS,
+        sequential_targets,

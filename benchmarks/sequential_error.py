@@ -40,6 +40,14 @@ def main() -> None:
             lo, hi = sim._claims(ci), sim._covers(ci, ratio)
             print(f"| {rule} | {ratio:g} | {100 * lo:.1f} % | {100 * hi:.1f} % | "
                   f"{np.mean(ci[:, 2]):.2f} |")
+    print("\nPipelines of several cells (one look sizes them all), ratio 1:")
+    print("| cells per pipeline | rule | CIs excluding 1 | mean repetitions |")
+    print("|---|---|---|---|")
+    for cells, seed in ((4, 13), (9, 14)):
+        result = sim._simulate_pipelines(cells, args.cells // cells, seed)
+        for rule, ci in result.items():
+            print(f"| {cells} | {rule} | {100 * sim._claims(ci):.1f} % | "
+                  f"{np.mean(ci[:, 2]):.2f} |")
 
 
 def looks(table: Path, width: float, first: int, last: int) -> None:

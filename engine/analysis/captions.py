@@ -21,8 +21,10 @@ def _n(runs: pd.DataFrame, emulated: bool) -> str:
     if part.empty:
         return ""
     reps = part.groupby("pipeline")["rep"].nunique()
+    # run.sequential gives each pipeline the repetitions its look decided
+    span = f"{reps.min()}-{reps.max()}" if reps.min() != reps.max() else f"{reps.max()}"
     return (f"{'emulated' if emulated else 'native'}: n = {len(reps)} pipeline(s) x "
-            f"{reps.max()} repetition(s)")
+            f"{span} repetition(s)")
 
 
 def _cells(summary: pd.DataFrame, name: str) -> str:

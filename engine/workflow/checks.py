@@ -25,6 +25,7 @@ from engine.workflow.plan import (
     sandbox_enabled,
     sandbox_kernel,
     sandbox_pipeline_names,
+    sandbox_policies,
     sandbox_runs_main,
     unprobed_runs,
 )
@@ -266,10 +267,18 @@ def check_config(config: Config) -> None:
         if most <= reps:
             raise ValueError(f"config: run.sequential.max_repetitions {most} must exceed "
                              f"run.repetitions {reps}")
-        if box.get("repetitions") not in (None, reps):
-            raise ValueError(f"config: run.sequential needs sandbox.repetitions unset or equal "
-                             f"to run.repetitions ({reps}): a pipeline's runs start at one "
-                             f"number")
+        on = sandbox_enabled(config)
+        if on and box.get("repetitions") not in (None, reps):
+            raise ValueError(f"config: run.sequential needs sandbox.repetitions equal to "
+                             f"run.repetitions ({reps}, it is {box['repetitions']}): a "
+                             f"pipeline's runs start at one number")
+        lists = [("run.policies", config["run"]["policies"])]
+        if on:
+            lists.append(("sandbox.policies", sandbox_policies(config)))
+        for key, policies in lists:
+            if "bulk" not in {parse_policy(p).name for p in policies}:
+                raise ValueError(f"config: run.sequential sizes the speed-ups over Bulk: "
+                                 f"{key} needs bulk")
         reps = most
     if config["seed"] + reps > MAX_SEED:
         raise ValueError(f"config: seed {config['seed']}: the runs' seeds (seed + "
@@ -354,7 +363,7 @@ def check_config(config: Config) -> None:
         raise ValueError("config: run.reconcile.sandbox is true (config/config.yaml's default, "
                          "merged into yours) but sandbox.enabled is false: set run.reconcile to "
                          "{pipeline: p000, policy: linear, limit: none, sandbox: false}")
-    from engine.schedule.policies import PolicyError, parse_policy
+    from engine.schedule.policies import PolicyError
 
     try:
         policy = parse_policy(str(reconcile["policy"])).name

@@ -33,9 +33,10 @@ JOB_ENTRIES = {
             "engine.commands.supervise", "engine.commands.child", "engine.runner.supervise",
             "engine.runner.child", "engine.probes.sampler", "engine.sandbox.run",
             "engine.sandbox.job", "engine.guestjob"),
-    # the aggregate scripts (campaign and held-out): the reconciliation comes with aggregate
+    # the aggregate scripts (campaign and held-out): the reconciliation comes with aggregate,
+    # run.sequential's looks are read by it
     "tables": ("engine.analysis.aggregate", "engine.analysis.provenance",
-               "engine.analysis.tablefiles"),
+               "engine.analysis.tablefiles", "engine.analysis.sequential"),
     # run.sequential's look at a pipeline's first repetitions
     "look": ("engine.analysis.sequential", "engine.analysis.provenance",
              "engine.analysis.tablefiles", "engine.analysis.summaries"),

@@ -6,12 +6,14 @@ a CI excludes 1 does not."""
 from __future__ import annotations
 
 import functools
+import json
 
 import numpy as np
 import pytest
 
 from engine.analysis import sequential, stats
 from engine.analysis.summaries import speedup_table
+from engine.errors import EdgeprofError
 from tests.unit.test_stats import _runs
 
 BULK = [10.0, 12.0, 14.0, 16.0, 18.0, 20.0, 11.0, 13.0]
@@ -105,6 +107,24 @@ def _simulate(ratio: float, seed: int) -> dict[str, np.ndarray]:
     return {rule: np.array(v) for rule, v in out.items()}
 
 
+@functools.cache
+def _simulate_pipelines(cells: int, pipelines: int, seed: int) -> dict[str, np.ndarray]:
+    """As ``_simulate`` at ratio 1, for pipelines of several cells as the workflow's (one
+    look sizes all of a pipeline's cells: the most any asks for): each cell's final CI
+    (low, high, n) under a fixed FIRST or LAST and under the two-stage rule."""
+    rng = np.random.default_rng(seed)
+    out: dict[str, list] = {r: [] for r in ("first", "last", "two")}
+    for p in range(pipelines):
+        pairs = np.exp(0.05 * rng.standard_normal((cells, LAST)))
+        cis = [functools.cache(functools.partial(_ci, pairs[c], p * cells + c))
+               for c in range(cells)]
+        two = max(sequential.needed(*ci(FIRST), FIRST, WIDTH, FIRST, LAST) for ci in cis)
+        for ci in cis:
+            for rule, n in (("first", FIRST), ("last", LAST), ("two", two)):
+                out[rule].append((*ci(n), n))
+    return {rule: np.array(v) for rule, v in out.items()}
+
+
 def _claims(ci: np.ndarray) -> float:
     return float(np.mean((ci[:, 0] > 1) | (ci[:, 1] < 1)))
 
@@ -135,3 +155,68 @@ def test_the_two_stage_rule_covers_a_known_ratio_as_a_fixed_number_does():
     assert _covers(sim["two"], ratio) >= 0.905
     # and it finds the difference more often than the first six alone do
     assert _claims(sim["two"]) > _claims(sim["first"]) + 0.05
+
+
+def test_a_caption_gives_the_range_of_repetitions_the_looks_decided(tmp_path):
+    """A figure's n counts each execution mode's pipelines and their repetitions: with
+    run.sequential they differ by pipeline, and the caption gives their range."""
+    import pandas as pd
+
+    from engine.analysis.captions import caption_facts
+
+    rows = [("p000", r, False) for r in range(6)] + [("p001", r, False) for r in range(9)]
+    rows += [("v000", r, True) for r in range(3)]
+    pd.DataFrame(rows, columns=["pipeline", "rep", "emulated"]).to_parquet(
+        tmp_path / "runs.parquet")
+    pd.DataFrame().to_parquet(tmp_path / "speedup_summary.parquet")
+    assert caption_facts(tmp_path)["n"] == ("native: n = 2 pipeline(s) x 6-9 repetition(s); "
+                                            "emulated: n = 1 pipeline(s) x 3 repetition(s)")
+
+
+def test_the_rule_needs_as_many_pairs_as_a_claim():
+    """sequential states the fewest pairs of a claim itself (planning reads the looks
+    without numpy or pandas): the same as the statistics'."""
+    assert sequential.MIN_N_SIGNIFICANT == stats.MIN_N_SIGNIFICANT
+
+
+SEQ = {"width": 0.1, "max_repetitions": 8}
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({}, None),
+    ({"repetitions": 3}, "says 3 repetitions, not a whole number from 6 to 8"),
+    ({"repetitions": 20}, "says 20 repetitions"),
+    ({"repetitions": 7.5}, "says 7.5 repetitions"),
+    ({"repetitions": "7"}, "says '7' repetitions"),
+    ({"repetitions": True}, "says True repetitions"),
+    ({"width": 0.2}, "was taken with .*'width': 0.2.*, not the config's first 6, width 0.1"),
+    ({"first": 7}, "was taken with .*'first': 7"),
+])
+def test_a_look_is_read_only_as_the_config_would_take_it(tmp_path, change, message):
+    path = tmp_path / "p000.json"
+    path.write_text(json.dumps({"pipeline": "p000", "first": 6, **SEQ, "repetitions": 7,
+                                "cells": [], **change}))
+    if message is None:
+        assert sequential.read_look(path, 6, SEQ) == 7
+        return
+    with pytest.raises(EdgeprofError, match=message + f".*remove {path} and run"):
+        sequential.read_look(path, 6, SEQ)
+
+
+@pytest.mark.parametrize("text", ["", "[7]", '{"repetitions": NaN}', "{"])
+def test_a_look_that_is_no_record_is_refused(tmp_path, text):
+    path = tmp_path / "p000.json"
+    path.write_text(text)
+    with pytest.raises(EdgeprofError, match="not a look's record"):
+        sequential.read_look(path, 6, SEQ)
+    with pytest.raises(EdgeprofError, match="not a look's record"):
+        sequential.read_look(tmp_path / "none.json", 6, SEQ)
+
+
+def test_pipelines_of_several_cells_stop_early_less_often_and_claim_as_a_fixed_number():
+    """The workflow's look sizes a pipeline by its widest cell: with four cells it adds
+    more repetitions than with one, and its null claims are those of a fixed number."""
+    sim = _simulate_pipelines(4, 250, 5)
+    fixed = max(_claims(sim["first"]), _claims(sim["last"]))
+    assert _claims(sim["two"]) <= fixed + 0.015
+    assert sim["two"][:, 2].mean() > _simulate(1.0, 3)["two"][:, 2].mean() + 1

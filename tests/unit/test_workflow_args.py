@@ -389,6 +389,14 @@ def test_the_held_out_runs_repeat_as_often_as_model_holdout_repetitions_says(cfg
     assert {rs.repetitions for rs in run_sets(same)} == {6}
 
 
+def test_sequential_without_the_sandbox_ignores_its_repetitions(cfg):
+    """config/config.yaml sets sandbox.repetitions, which a --configfile cannot unset: with
+    the sandbox off it runs nothing and says nothing against run.sequential."""
+    check_config(with_(cfg, sandbox__enabled=False, run__reconcile__sandbox=False,
+                       run__reconcile__pipeline="p000", run__repetitions=8,
+                       run__sequential={"width": 0.1, "max_repetitions": 12}))
+
+
 def test_sequential_pipelines_plan_up_to_the_most_and_the_held_out_their_own(cfg):
     """Issue 39: with run.sequential every campaign pipeline's run sets (the sandbox's and
     the probe-overhead twins' too) reach max_repetitions, so their rules and priorities
@@ -748,7 +756,15 @@ def test_the_shipped_configs_pass_the_checks_the_schema_cannot_make():
     ({"run__sequential": {"width": 0.1, "max_repetitions": 6}},
      "run.sequential.max_repetitions 6 must exceed run.repetitions 6"),
     ({"sandbox__repetitions": 8, "run__sequential": {"width": 0.1, "max_repetitions": 10}},
-     "needs sandbox.repetitions unset or equal to run.repetitions (6)"),
+     "needs sandbox.repetitions equal to run.repetitions (6, it is 8)"),
+    ({"sandbox__policies": ["linear", "deepeye"],
+      "run__sequential": {"width": 0.1, "max_repetitions": 10}},
+     "run.sequential sizes the speed-ups over Bulk: sandbox.policies needs bulk"),
+    ({"run__policies": ["linear"], "run__probe_overhead_policy": None,
+      "sandbox__enabled": False, "run__reconcile__sandbox": False,
+      "run__reconcile__pipeline": "p000",
+      "run__sequential": {"width": 0.1, "max_repetitions": 10}},
+     "run.sequential sizes the speed-ups over Bulk: run.policies needs bulk"),
     ({"seed": 2**32 - 8, "run__sequential": {"width": 0.1, "max_repetitions": 10}},
      "the runs' seeds (seed + repetition) must stay at most"),
     ({"sandbox__pipelines__networks": ["SoS-AlexNet"]},
@@ -908,8 +924,9 @@ MODEL = {"fit_model", "evaluate_model", "reconstruct_model", "score_holdout"}
      {"tables", "look", *MODEL - {"fit_model"}}),
     ("engine/analysis/summaries.py", "def speedup_table(", "EDITED = 1\n\n\ndef speedup_table(",
      {"tables", "look", *MODEL}),
-    # run.sequential's rule is the look's alone
-    ("engine/analysis/sequential.py", "def needed(", "EDITED = 1\n\n\ndef needed(", {"look"}),
+    # run.sequential's rule is the look's, and the aggregate reads the looks with it
+    ("engine/analysis/sequential.py", "def needed(", "EDITED = 1\n\n\ndef needed(",
+     {"look", "tables"}),
     # the model's figures share the campaign figures' helpers, not the figures themselves
     ("engine/analysis/figures/common.py", "def grid(", "EDITED = 1\n\n\ndef grid(",
      {"plots", "model_plots"}),

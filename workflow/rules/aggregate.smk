@@ -18,6 +18,8 @@ rule aggregate:
     params:
         code=CODE_ANALYSIS,
         sets=canonical(AGGREGATE_SETS),
+        first=FIRST_REPS,
+        sequential=canonical(SEQUENTIAL),
         reconcile=canonical(REC_SETTINGS),
         pipelines=PIPELINES_DIR,
         split=SPLIT_DIR,

@@ -4,7 +4,6 @@
 # engine.workflow (pure functions of the config, unit-tested in tests/unit/test_workflow_args.py);
 # nothing here probes the host (only this process's own size, for the jobs' reserve), so
 # building the DAG on a submit host is cheap.
-import json
 import os
 import re
 import shlex
@@ -15,7 +14,9 @@ import psutil
 from snakemake.exceptions import IncompleteCheckpointException
 from snakemake.utils import validate
 
+from engine.analysis.sequential import read_look
 from engine.bytecode import compile_package
+from engine.errors import EdgeprofError
 from engine.caffe.zoo import ZOO
 from engine.schedule.names import policy_id
 from engine.schedule.policies import parse_policy
@@ -237,19 +238,31 @@ if SEQUENTIAL:
 def aggregate_runs(wildcards):
     """The aggregate's runs; with run.sequential each pipeline's as its look decided, and
     the looks (one not yet taken is the checkpoint's target: Snakemake takes every
-    pipeline's look, then asks again)."""
+    pipeline's look, then asks again; one edited by hand asks for the first repetitions,
+    and the aggregate refuses it: engine.analysis.sequential.read_look)."""
     if not SEQUENTIAL:
         return {"runs": AGGREGATE_RUNS}
     runs, looks = [], []
     for pipeline, sets in SEQUENTIAL_SETS.items():
         try:
             look = checkpoints.look.get(pipeline=pipeline).output[0]
-            reps = json.loads(Path(look).read_text())["repetitions"]
+            reps = read_look(look, FIRST_REPS, SEQUENTIAL)
         except IncompleteCheckpointException as taken_later:
             look, reps = taken_later.targetfile, FIRST_REPS
+        except EdgeprofError:
+            reps = FIRST_REPS
         looks.append(look)
         runs += [f"{folder}/rep{i}" for folder in sets for i in range(reps)]
     return {"runs": runs, "looks": looks}
+
+
+def sequential_targets(wildcards):
+    """The default target's inputs besides TARGETS (whose runs are the first repetitions'):
+    with run.sequential the looks and the runs they added, so one removed is made again."""
+    if not SEQUENTIAL:
+        return []
+    inputs = aggregate_runs(wildcards)
+    return inputs["looks"] + inputs["runs"]
 
 
 def look_runs(wildcards):
@@ -825,6 +838,7 @@ declare_signatures(
         model_figure_tables,
         model_splits,
         aggregate_runs,
+        sequential_targets,
         look_runs,
         look_sets,
     )

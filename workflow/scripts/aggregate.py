@@ -2,12 +2,12 @@
 
 # ruff: noqa: F821  (`snakemake` is injected by Snakemake's script directive)
 
-import json
 import sys
 from pathlib import Path
 
 from engine.analysis.aggregate import aggregate
 from engine.analysis.provenance import planned_runs
+from engine.analysis.sequential import read_look
 from engine.analysis.tablefiles import write_tables
 from engine.files import script_errors
 
@@ -16,7 +16,7 @@ sys.stderr = open(snakemake.log[0], "w")  # pandas/pyarrow warnings go to the ru
 with script_errors():  # one line on the console, as the engine's verbs
     params = snakemake.params
     # run.sequential: each pipeline's repetitions, as its look decided
-    reps = {Path(f).stem: json.loads(Path(f).read_text())["repetitions"]
+    reps = {Path(f).stem: read_look(f, params.first, params.sequential)
             for f in snakemake.input.get("looks", [])}
     probed, unprobed = (planned_runs(params.sets, params.pipelines, params.split, p, reps)
                         for p in (True, False))

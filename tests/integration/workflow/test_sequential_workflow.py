@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections import Counter
 
 import pandas as pd
@@ -66,3 +67,23 @@ def test_sequential_repetitions_add_what_the_look_decides_and_nothing_else(tmp_p
     assert set(probe["pairs"]) == {7}, probe
     r = wf.snakemake(tables, "--dry-run")
     assert "Nothing to be done" in r.stdout + r.stderr, r.stdout[-3000:]
+
+    # the default target makes a removed look or added run again (TARGETS holds the first
+    # repetitions' runs; rule all asks for the looks and the rest)
+    look_file = wf.results / "looks" / "p000.json"
+    added = wf.results / "runs" / "p000" / "linear" / "none" / "rep6"
+    shutil.rmtree(added)
+    r = wf.snakemake("--dry-run", "--quiet", "rules")
+    assert job_counts(r.stdout + r.stderr)["run"] == 1, r.stdout[-3000:]
+    r = wf.snakemake(str(added))
+    assert r.returncode == 0 and added.is_dir(), r.stderr[-3000:]
+    kept = look_file.read_text()
+    look_file.unlink()
+    r = wf.snakemake("--dry-run", "--quiet", "rules")
+    assert job_counts(r.stdout + r.stderr)["look"] == 1, r.stdout[-3000:]
+    # a look edited by hand is refused by the aggregate, in one line naming the fix
+    look_file.write_text(kept.replace('"repetitions": 7', '"repetitions": 20'))
+    r = wf.snakemake(tables)
+    assert r.returncode != 0
+    assert f"{look_file} says 20 repetitions, not a whole number from 6 to 7 (edited by " \
+           f"hand?); remove {look_file} and run the workflow again" in r.stderr, r.stderr[-3000:]
