@@ -257,7 +257,7 @@ def check_config(config: Config) -> None:
     reps = run["repetitions"]
     sequential = run.get("sequential")
     if sequential:
-        from engine.analysis.stats import MIN_N_SIGNIFICANT
+        from engine.analysis.sequential import MIN_N_SIGNIFICANT
 
         most = sequential["max_repetitions"]
         if reps < MIN_N_SIGNIFICANT:

@@ -16,8 +16,8 @@ from snakemake.utils import validate
 
 from engine.analysis.sequential import read_look
 from engine.bytecode import compile_package
-from engine.errors import EdgeprofError
 from engine.caffe.zoo import ZOO
+from engine.errors import EdgeprofError
 from engine.schedule.names import policy_id
 from engine.schedule.policies import parse_policy
 from engine.workflow.args import (
@@ -265,16 +265,15 @@ def sequential_targets(wildcards):
     return inputs["looks"] + inputs["runs"]
 
 
-def look_runs(wildcards):
-    """A look's runs: its pipeline's probed runs of the first repetitions."""
-    sets = SEQUENTIAL_SETS[wildcards.pipeline]
-    return [
-        f"{d}/rep{i}" for d, (_, probed, _) in sets.items() if probed for i in range(FIRST_REPS)
-    ]
-
-
 def look_sets(wildcards):
-    return canonical(SEQUENTIAL_SETS[wildcards.pipeline])
+    """A look's run sets: its pipeline's probed ones (the speed-ups' runs)."""
+    sets = SEQUENTIAL_SETS[wildcards.pipeline]
+    return canonical({d: s for d, s in sets.items() if s[1]})
+
+
+def look_runs(wildcards):
+    """A look's runs: those sets' runs of the first repetitions."""
+    return [f"{d}/rep{i}" for d in look_sets(wildcards) for i in range(FIRST_REPS)]
 
 
 # Snakemake priorities that start the runs interleaved across policies, block by block
