@@ -31,17 +31,13 @@ import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+import pandas as pd
+
+from engine.analysis.stats import MIN_N_SIGNIFICANT
+from engine.analysis.summaries import speedup_summary
 from engine.errors import EdgeprofError
 from engine.files import parse_json
-
-if TYPE_CHECKING:
-    import pandas as pd
-
-# the fewest pairs of a claim (engine.analysis.stats.MIN_N_SIGNIFICANT; stated here so that
-# planning the workflow, which reads the looks, imports neither numpy nor pandas)
-MIN_N_SIGNIFICANT = 6
 
 # a look's record of each cell, besides its keys and the repetitions it asks for
 CELL_FIELDS = ["speedup_n", "speedup_median", "speedup_ci_low", "speedup_ci_high"]
@@ -63,10 +59,6 @@ def look(pairs: pd.DataFrame, width: float, first: int, last: int) -> dict[str, 
     (``engine.analysis.summaries.speedup_table`` of its runs): the ``repetitions`` it
     runs, and each cell's n, median and CI with the repetitions it asks for (``cells``, the
     most demanding first)."""
-    import pandas as pd
-
-    from engine.analysis.summaries import speedup_summary
-
     summary = speedup_summary(pairs)
     if summary.empty:
         return {"repetitions": first, "cells": []}

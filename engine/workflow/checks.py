@@ -257,7 +257,7 @@ def check_config(config: Config) -> None:
     reps = run["repetitions"]
     sequential = run.get("sequential")
     if sequential:
-        from engine.analysis.sequential import MIN_N_SIGNIFICANT
+        from engine.analysis.stats import MIN_N_SIGNIFICANT
 
         most = sequential["max_repetitions"]
         if reps < MIN_N_SIGNIFICANT:
@@ -272,7 +272,7 @@ def check_config(config: Config) -> None:
             raise ValueError(f"config: run.sequential needs sandbox.repetitions equal to "
                              f"run.repetitions ({reps}, it is {box['repetitions']}): a "
                              f"pipeline's runs start at one number")
-        lists = [("run.policies", config["run"]["policies"])]
+        lists = [("run.policies", run["policies"])]
         if on:
             lists.append(("sandbox.policies", sandbox_policies(config)))
         for key, policies in lists:

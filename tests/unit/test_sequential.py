@@ -173,12 +173,6 @@ def test_a_caption_gives_the_range_of_repetitions_the_looks_decided(tmp_path):
                                             "emulated: n = 1 pipeline(s) x 3 repetition(s)")
 
 
-def test_the_rule_needs_as_many_pairs_as_a_claim():
-    """sequential states the fewest pairs of a claim itself (planning reads the looks
-    without numpy or pandas): the same as the statistics'."""
-    assert sequential.MIN_N_SIGNIFICANT == stats.MIN_N_SIGNIFICANT
-
-
 SEQ = {"width": 0.1, "max_repetitions": 8}
 
 
